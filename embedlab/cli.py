@@ -1,0 +1,270 @@
+"""`embedlab ...`: parse, call one library function, map errors to exit codes.
+
+Exit codes: 0 success or passed, 1 a check failed, 2 could not run (bad arguments,
+a start failure, an unreachable URL), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+EXIT_FAILED = 1
+EXIT_CANNOT_RUN = 2
+
+Command = Callable[[argparse.Namespace], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # One line and exit 2, as for every other reason a command cannot run.
+        self.exit(EXIT_CANNOT_RUN, f"{self.prog}: error: {message}\n")
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+# -- serving -------------------------------------------------------------------------------
+
+
+def _add_frontend(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from .serve.faults import CATALOGUE
+    from .serve.router import POLICIES
+
+    p = sub.add_parser("frontend", help="run the embedded frontend (OpenAI /v1/embeddings, routed by model name)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=int(os.environ.get("DYN_HTTP_PORT", 8000)))
+    p.add_argument("--router-mode", choices=sorted(POLICIES), default="weighted-random")
+    p.add_argument("--seed", type=int, default=None, help="seed the routing choices, for reproducible experiments")
+    p.add_argument("--lease-ttl", type=_positive_float, default=3.0, help="seconds a worker's lease lives without heartbeat")
+    p.add_argument("--max-body-bytes", type=int, default=8 << 20)
+    p.add_argument("--request-timeout", type=_positive_float, default=120.0)
+    p.add_argument("--allow-remote-workers", action="store_true", help="accept workers whose request plane is not on loopback")
+    p.add_argument(
+        "--fault", action="append", default=[], metavar="NAME[:PARAM]",
+        help=f"inject a routing fault, for proving checks ({', '.join(CATALOGUE)}); off by default",
+    )
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(run=_run_frontend)
+
+
+def _run_frontend(args: argparse.Namespace) -> int:
+    from .serve.faults import parse_fault
+    from .serve.frontend import FrontendConfig, serve_frontend, token_from_env
+    from .serve.http import configure_logging, run_service
+
+    configure_logging(args.log_level)
+    config = FrontendConfig(
+        host=args.host, port=args.port, router_mode=args.router_mode, seed=args.seed, lease_ttl=args.lease_ttl,
+        max_body_bytes=args.max_body_bytes, request_timeout=args.request_timeout, token=token_from_env(),
+        allow_remote_workers=args.allow_remote_workers, faults=tuple(parse_fault(f) for f in args.fault),
+    )
+    return run_service(lambda stop: serve_frontend(config, stop))
+
+
+def _add_engine_flags(p: argparse.ArgumentParser) -> None:
+    from .engines import ENGINES
+
+    p.add_argument("--engine", choices=sorted(ENGINES), default="hash")
+    p.add_argument("--model-path", type=Path, default=None, help="local model directory (transformers, vllm)")
+    p.add_argument("--dim", type=int, default=384, help="vector size of the hash engine")
+    p.add_argument("--pooling", choices=["mean", "cls", "last", "MEAN", "CLS", "LAST"], default=None)
+    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (CUDA when present)")
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--max-batch-size", type=int, default=64)
+    p.add_argument("--batch-wait-ms", type=float, default=2.0)
+    p.add_argument(
+        "--engine-arg", action="append", default=[], metavar="KEY=VALUE",
+        help="extra engine argument passed through (vllm: any AsyncEngineArgs field; value parsed as JSON when it can be)",
+    )
+
+
+def engine_options_from_args(args: argparse.Namespace) -> "EngineOptions":
+    import json
+
+    from .engines import EngineOptions
+
+    extra: dict[str, object] = {}
+    for item in args.engine_arg:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--engine-arg must be KEY=VALUE, got {item!r}")
+        try:
+            extra[key.replace("-", "_")] = json.loads(value)
+        except ValueError:
+            extra[key.replace("-", "_")] = value
+    return EngineOptions(
+        model_path=args.model_path, dim=args.dim, pooling=args.pooling.lower() if args.pooling else None,
+        normalize=args.normalize, dtype=args.dtype, device=args.device, max_model_len=args.max_model_len,
+        max_batch_size=args.max_batch_size, batch_wait_ms=args.batch_wait_ms, extra_args=extra,
+        state_dir=Path(os.environ["EMBEDLAB_STATE_DIR"]) if os.environ.get("EMBEDLAB_STATE_DIR") else None,
+    )
+
+
+def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("worker", help="run an embedded worker that registers with the embedded frontend")
+    _add_engine_flags(p)
+    p.add_argument("--served-model-name", required=True)
+    p.add_argument("--endpoint", required=True, help="namespace.component.endpoint, unique per model")
+    p.add_argument("--frontend-url", default=os.environ.get("EMBEDLAB_FRONTEND_URL", "http://127.0.0.1:8000"))
+    p.add_argument("--system-port", type=int, default=int(os.environ.get("DYN_SYSTEM_PORT", 0)))
+    p.add_argument("--system-host", default=os.environ.get("DYN_SYSTEM_HOST", "127.0.0.1"))
+    p.add_argument("--host", default="127.0.0.1", help="request-plane address")
+    p.add_argument("--weight", type=_positive_float, default=1.0)
+    p.add_argument("--instance-id", default=None)
+    p.add_argument("--register-timeout", type=_positive_float, default=60.0)
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(run=_run_worker)
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    from .serve.frontend import token_from_env
+    from .serve.http import configure_logging, run_service
+    from .serve.worker import WorkerConfig, serve_worker
+
+    configure_logging(args.log_level)
+    extra = {"instance_id": args.instance_id} if args.instance_id else {}
+    config = WorkerConfig(
+        engine=args.engine, served_model_name=args.served_model_name, endpoint=args.endpoint,
+        frontend_url=args.frontend_url, engine_options=engine_options_from_args(args), system_port=args.system_port,
+        system_host=args.system_host, host=args.host, weight=args.weight, token=token_from_env(),
+        register_timeout=args.register_timeout, **extra,
+    )
+    return run_service(lambda stop: serve_worker(config, stop))
+
+
+def _add_tiny(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("make-tiny-model", help="build a seeded tiny model and tokenizer into a directory")
+    p.add_argument("outdir", type=Path)
+    p.add_argument("--arch", choices=["bert", "qwen3"], default="bert")
+    p.add_argument("--shape", choices=["qwen3-embedding-0.6b"], default=None, help="real shapes, random weights (timing work)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(run=_run_tiny)
+
+
+def _run_tiny(args: argparse.Namespace) -> int:
+    from .engines.tiny import build_tiny_model
+
+    path = build_tiny_model(args.arch, args.outdir, shape=args.shape, seed=args.seed, overwrite=args.overwrite)
+    print(path)
+    return 0
+
+
+# -- harness -------------------------------------------------------------------------------
+
+
+def _add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from .engines import ENGINES
+    from .plans import SCENARIOS
+    from .specs import STACKS
+
+    p = sub.add_parser("scenario", help="launch (or attach to) a deployment, run one scenario, print the verdict")
+    p.add_argument("scenario", choices=SCENARIOS)
+    p.add_argument("--stack", choices=STACKS, default="embedded")
+    p.add_argument("--engine", choices=sorted(ENGINES), default="hash")
+    p.add_argument("--models", default="", help="comma-separated model names; worker i serves models[i] in multi-model")
+    p.add_argument("--model-path", action="append", default=[], help="one per model, or one for all (default: tiny local models)")
+    p.add_argument("--workers", type=int, default=2, help="workers of the one model, for same-model")
+    p.add_argument("--weights", default="", help="comma-separated worker weights, for same-model")
+    p.add_argument("--requests", type=int, default=None, help="requests per burst (default: 20 same-model, 10 multi-model)")
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--router-mode", default="weighted-random")
+    p.add_argument("--pooling", default=None)
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--frontend-url", default="", help="attach: the frontend of a running deployment (launches nothing)")
+    p.add_argument("--system-url", action="append", default=[], help="attach: one per worker, in worker order")
+    p.add_argument("--metric", default="dynamo_component_requests_total", help='counter selector, e.g. http_requests_total{handler="/v1/embeddings"}')
+    p.add_argument("--run-dir", default="", help="where logs go (default: a fresh directory under the temp dir)")
+    p.add_argument("--startup-timeout", type=_positive_float, default=180.0)
+    p.add_argument("--worker-arg", action="append", default=[], help="extra argument for every worker (repeat)")
+    p.add_argument("--json", type=Path, default=None, help="write the full result as JSON here")
+    p.add_argument("--plot", type=Path, default=None, help="write the delta figure (PNG) here")
+    p.add_argument("--progress", action="store_true")
+    p.set_defaults(run=_run_scenario)
+
+
+def _run_scenario(args: argparse.Namespace) -> int:
+    import json
+
+    from .plans import ScenarioPlan, run_scenario
+
+    plan = ScenarioPlan(
+        scenario=args.scenario, stack=args.stack, engine=args.engine, models=args.models,
+        model_paths=tuple(args.model_path), workers=args.workers, weights=args.weights, requests=args.requests,
+        concurrency=args.concurrency, seed=args.seed, router_mode=args.router_mode, pooling=args.pooling,
+        max_model_len=args.max_model_len, frontend_url=args.frontend_url, system_urls=tuple(args.system_url),
+        metric=args.metric, run_dir=args.run_dir, startup_timeout=args.startup_timeout, worker_args=tuple(args.worker_arg),
+    )
+    result = run_scenario(plan, progress=args.progress)
+    with _pandas_display():
+        print(result.table.drop(columns=["ok"]).to_string(index=False))
+    for burst in result.bursts:
+        if burst.check is not None and burst.check.p_value is not None:
+            print(f"fairness p-value ({burst.name}): {burst.check.p_value:.4g}")
+    lat = result.latency_ms()
+    print(f"latency p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms; wall {result.wall_seconds:.2f} s")
+    if args.json:
+        args.json.write_text(json.dumps(result.to_json(), indent=2, default=str))
+    if args.plot:
+        result.plot().savefig(args.plot, dpi=100)
+    print(result.summary())
+    return 0 if result.passed else EXIT_FAILED
+
+
+def _pandas_display():  # type: ignore[no-untyped-def]
+    import pandas as pd
+
+    return pd.option_context("display.width", 200, "display.max_columns", 20)
+
+
+# -- entry point ---------------------------------------------------------------------------
+
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore[type-arg]
+    _add_frontend,
+    _add_worker,
+    _add_tiny,
+    _add_scenario,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="embedlab", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in SUBCOMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .errors import CheckFailedError, EmbedlabError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Command = args.run
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        print("embedlab: interrupted", file=sys.stderr)
+        return 130
+    except CheckFailedError as exc:
+        print(f"embedlab: FAILED: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return EXIT_FAILED
+    except (EmbedlabError, ValueError, OSError) as exc:
+        message = " ".join(str(exc).split()) or exc.__class__.__name__
+        print(f"embedlab {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""What every engine behind a worker provides, and the options that build one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+POOLINGS = ("mean", "cls", "last")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+class InvalidInput(ValueError):
+    """A request the engine cannot serve as asked: the worker answers 400 with `param`."""
+
+    def __init__(self, message: str, *, param: str = "input", code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Embeddings:
+    """One request's vectors (rows, float32) and the tokens it used."""
+
+    vectors: np.ndarray
+    prompt_tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineOptions:
+    """Everything a worker's flags say about its engine. Unused fields are ignored."""
+
+    model_path: Path | None = None
+    dim: int = 384
+    pooling: str | None = None  # None: the model's own default (MEAN, or LAST for decoder models)
+    normalize: bool = True
+    dtype: str = "float32"
+    device: str = "cpu"
+    max_model_len: int | None = None
+    max_batch_size: int = 64
+    max_batch_tokens: int = 16384
+    batch_wait_ms: float = 2.0
+    extra_args: dict[str, object] = field(default_factory=dict)
+    state_dir: Path | None = None
+
+
+class Engine(Protocol):
+    """An embedding engine. `start()` loads the model; `embed()` may be called concurrently."""
+
+    name: str
+    dim: int
+    max_model_len: int
+    supports_dimensions: bool
+
+    async def start(self) -> None: ...
+
+    async def embed(self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None) -> Embeddings: ...
+
+    async def close(self) -> None: ...
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
+def check_length(tokens: int, max_model_len: int, index: int) -> None:
+    if tokens > max_model_len:
+        raise InvalidInput(
+            f"input[{index}] has {tokens} tokens, more than this model's maximum of {max_model_len}",
+            code="context_length_exceeded",
+        )
+
+
+def reject_dimensions(name: str, dimensions: int | None) -> None:
+    if dimensions is not None:
+        raise InvalidInput(f"The {name} engine does not support 'dimensions'", param="dimensions", code="unsupported_parameter")

@@ -1,0 +1,507 @@
+"""Seeded tiny embedding models built locally (no model hub needed).
+
+``build_tiny_model("bert", dir)`` writes a small BERT (MEAN pooling) and
+``build_tiny_model("qwen3", dir)`` a small Qwen3 decoder laid out like
+Qwen3-Embedding (LAST pooling, ``<|endoftext|>`` appended to every input).
+``shape="qwen3-embedding-0.6b"`` gives random weights with the real 0.6B
+shapes, for timing work. Both transformers and vLLM load the results.
+
+torch, transformers, safetensors and tokenizers are imported inside the
+functions so that importing this module stays cheap and dependency-free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ARCHS",
+    "SHAPES",
+    "MARKER",
+    "build_tiny_model",
+    "cached_tiny_model",
+    "default_pooling",
+    "read_marker",
+]
+
+MARKER = "embedlab-tiny.json"
+# Bump when the files a build writes change, so stale caches are rebuilt.
+BUILD_VERSION = 1
+
+ARCHS = ("bert", "qwen3")
+POOLING = {"bert": "MEAN", "qwen3": "LAST"}
+SHAPES: dict[str, str] = {"qwen3-embedding-0.6b": "qwen3"}
+
+EOS = "<|endoftext|>"
+BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+# The pre-tokenizer regex of Qwen2/Qwen3 tokenizers; transformers 5 rebuilds
+# Qwen2Tokenizer with exactly this pipeline, so tokenizer.json must match it.
+QWEN_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
+    r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+CORPUS = """\
+The quick brown fox jumps over the lazy dog. A small model can still learn
+useful things about words, sentences and documents. Embedding models turn text
+into vectors of numbers, so that similar meanings end up close together.
+Search engines compare a query with many passages and return the nearest ones.
+The weather today is sunny with a light wind from the west, and tomorrow it
+may rain in the morning before clearing up in the afternoon.
+Cats and dogs are popular pets; many people also keep birds, fish and rabbits.
+She opened the window, made a cup of tea and started reading a long novel.
+Computers process data with programs written in languages such as Python, C,
+Rust and Go. A server answers requests from clients over the network, and a
+router decides which worker should handle each request.
+The train leaves the station at nine o'clock and arrives in the city at noon.
+Mountains, rivers, forests and lakes cover most of the northern region.
+Good software is tested, measured and documented; bad software surprises you.
+He bought apples, bread, cheese, milk and eggs at the market on Saturday.
+Music, painting and dance are arts that people have enjoyed for thousands of
+years. The museum shows old maps, coins, tools and letters from the past.
+Numbers like 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 42, 100 and 2024 appear often.
+What is the capital of France? Paris is the capital and largest city of France.
+How many legs does a spider have? A spider has eight legs and spins a web.
+Students learn mathematics, history, science and languages at school.
+The doctor said that regular exercise, sleep and healthy food help the body.
+Please send me the report by Friday, and let me know if you have questions.
+An embedding of a sentence is a point in a space with many dimensions.
+Cosine similarity measures the angle between two vectors; a value near one
+means the texts are alike, and a value near zero means they are unrelated.
+Workers share the load, and metrics show how many requests each one served.
+The ocean is deep and blue, the sky is wide and bright, and the night is quiet.
+Children played in the park while their parents talked on a wooden bench.
+I think, therefore I am. To be or not to be, that is the question.
+Hello world! This is a test. Another test follows; it is short and simple.
+"""
+
+
+def read_marker(model_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """Return the parsed ``embedlab-tiny.json`` of ``model_dir``, or None."""
+    try:
+        return json.loads((Path(model_dir) / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def default_pooling(model_dir: str | os.PathLike) -> str:
+    """Intended pooling ("MEAN" or "LAST") for a model directory.
+
+    Reads the embedlab marker, then a sentence-transformers ``1_Pooling``
+    config, then guesses from ``config.json``: decoder-only (Qwen*/CausalLM)
+    models pool LAST, everything else MEAN.
+    """
+    d = Path(model_dir)
+    marker = read_marker(d)
+    if marker and marker.get("pooling") in ("MEAN", "LAST", "CLS"):
+        return str(marker["pooling"])
+    try:
+        st = json.loads((d / "1_Pooling" / "config.json").read_text())
+        if st.get("pooling_mode_lasttoken"):
+            return "LAST"
+        if st.get("pooling_mode_cls_token"):
+            return "CLS"
+        if st.get("pooling_mode_mean_tokens"):
+            return "MEAN"
+    except (OSError, ValueError):
+        pass
+    try:
+        cfg = json.loads((d / "config.json").read_text())
+    except (OSError, ValueError):
+        return "MEAN"
+    names = [str(a) for a in cfg.get("architectures") or []]
+    model_type = str(cfg.get("model_type", ""))
+    if model_type.startswith("qwen") or any(
+        a.startswith("Qwen") or "CausalLM" in a for a in names
+    ):
+        return "LAST"
+    return "MEAN"
+
+
+def _spec(arch: str, shape: str | None, seed: int) -> dict[str, Any]:
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS}")
+    if shape is not None and SHAPES.get(shape) != arch:
+        known = ", ".join(f"{s!r} (arch {a!r})" for s, a in SHAPES.items())
+        raise ValueError(f"unknown shape {shape!r} for arch {arch!r}; known: {known}")
+    return {
+        "arch": arch,
+        "shape": shape,
+        "seed": int(seed),
+        "pooling": POOLING[arch],
+        "dtype": "bfloat16" if shape else "float32",
+        "build_version": BUILD_VERSION,
+    }
+
+
+def _is_complete(path: Path, spec: dict[str, Any]) -> bool | None:
+    """True: built with ``spec``; False: built differently; None: not built."""
+    marker = read_marker(path)
+    if marker is None:
+        return None
+    keys = ("arch", "shape", "seed", "build_version")
+    return all(marker.get(k) == spec[k] for k in keys)
+
+
+def build_tiny_model(
+    arch: str,
+    outdir: str | os.PathLike,
+    *,
+    shape: str | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> Path:
+    """Build a seeded model + tokenizer into ``outdir`` and return its path.
+
+    The directory is built next to ``outdir`` and renamed into place, and the
+    marker file is written last, so a half-built directory never looks
+    complete. An existing complete build with the same spec is returned
+    as is unless ``overwrite``; anything else already at ``outdir`` raises
+    FileExistsError unless ``overwrite``.
+    """
+    spec = _spec(arch, shape, seed)
+    out = Path(outdir).expanduser().absolute()
+    if not overwrite:
+        state = _is_complete(out, spec)
+        if state:
+            return out
+        if state is False:
+            raise FileExistsError(
+                f"{out} holds a different tiny model ({read_marker(out)}); "
+                "pass overwrite=True to replace it"
+            )
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise FileExistsError(f"{out} exists and is not a tiny model; pass overwrite=True")
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    try:
+        if arch == "bert":
+            vocab_size = _write_bert_tokenizer(tmp)
+            _write_bert_model(tmp, vocab_size, seed)
+        elif shape is None:
+            vocab_size, eos_id = _write_qwen_tokenizer(tmp, model_max_length=512)
+            _write_qwen_model(tmp, _qwen_tiny_config(vocab_size, eos_id), seed, "float32")
+        else:
+            _, eos_id = _write_qwen_tokenizer(tmp, model_max_length=32768)
+            _write_qwen_model(tmp, _qwen_06b_config(eos_id), seed, "bfloat16")
+        _write_json(tmp / MARKER, spec)  # last: its presence means "complete"
+        # mkdtemp makes the dir 0700 and safetensors writes files 0600.
+        os.chmod(tmp, 0o755)
+        for f in tmp.iterdir():
+            os.chmod(f, 0o644)
+        _install(tmp, out, spec, overwrite)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _install(tmp: Path, out: Path, spec: dict[str, Any], overwrite: bool) -> None:
+    """Rename the finished build into place, tolerating a concurrent builder."""
+    if overwrite and (out.exists() or out.is_symlink()):
+        trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.rename(out, trash / "old")
+        shutil.rmtree(trash, ignore_errors=True)
+    elif out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+    try:
+        os.rename(tmp, out)
+    except OSError:
+        # Another process finished the same build first: keep theirs.
+        if not _is_complete(out, spec):
+            raise
+
+
+def cached_tiny_model(
+    arch: str,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    shape: str | None = None,
+) -> Path:
+    """Return a seed-0 tiny model, building it on first use.
+
+    It lives in ``<base>/<arch>[-<shape>]-seed0`` where ``<base>`` is
+    ``cache_dir``, else ``$EMBEDLAB_CACHE``, else ``~/.cache/embedlab/models``.
+    """
+    base = cache_dir or os.environ.get("EMBEDLAB_CACHE") or "~/.cache/embedlab/models"
+    name = f"{arch}-{shape}-seed0" if shape else f"{arch}-seed0"
+    return build_tiny_model(arch, Path(base).expanduser() / name, shape=shape, seed=0)
+
+
+# --------------------------------------------------------------------------
+# writers
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def _corpus_lines() -> list[str]:
+    return [line for line in CORPUS.splitlines() if line.strip()]
+
+
+def _added_tokens_decoder(tok: Any, tokens: list[str]) -> dict[str, dict[str, Any]]:
+    return {
+        str(tok.token_to_id(t)): {
+            "content": t,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
+        for t in tokens
+    }
+
+
+def _write_bert_tokenizer(d: Path) -> int:
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordPiece
+    from tokenizers.trainers import WordPieceTrainer
+
+    # Same pipeline that transformers' BertTokenizer(Fast) builds, so loading
+    # through either the class or tokenizer.json gives identical ids.
+    tok = Tokenizer(WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    # The trainer numbers "##c" continuation pieces in hash-map order, which
+    # changes from process to process; seeding them as special tokens fixes
+    # their ids (and so the merge tie-breaks), then they are demoted again.
+    chars: set[str] = set()
+    for line in _corpus_lines():
+        for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(line)):
+            chars.update(word)
+    continuations = [f"##{c}" for c in sorted(chars)]
+    trainer = WordPieceTrainer(
+        vocab_size=2000,
+        min_frequency=1,
+        special_tokens=BERT_SPECIALS + continuations,
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus_lines(), trainer=trainer)
+    raw = json.loads(tok.to_str())
+    raw["added_tokens"] = [t for t in raw["added_tokens"] if t["content"] in BERT_SPECIALS]
+    tok = Tokenizer.from_str(json.dumps(raw))
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0",
+        pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    tok.save(str(d / "tokenizer.json"))
+    vocab = tok.get_vocab()
+    (d / "vocab.txt").write_text(
+        "".join(t + "\n" for t, _ in sorted(vocab.items(), key=lambda kv: kv[1]))
+    )
+    _write_json(
+        d / "tokenizer_config.json",
+        {
+            "tokenizer_class": "BertTokenizerFast",
+            "do_lower_case": True,
+            "tokenize_chinese_chars": True,
+            "strip_accents": None,
+            "unk_token": "[UNK]",
+            "sep_token": "[SEP]",
+            "pad_token": "[PAD]",
+            "cls_token": "[CLS]",
+            "mask_token": "[MASK]",
+            "model_max_length": 512,
+            "padding_side": "right",
+            "clean_up_tokenization_spaces": True,
+            "added_tokens_decoder": _added_tokens_decoder(tok, BERT_SPECIALS),
+        },
+    )
+    _write_json(
+        d / "special_tokens_map.json",
+        {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+         "cls_token": "[CLS]", "mask_token": "[MASK]"},
+    )
+    return tok.get_vocab_size(with_added_tokens=True)
+
+
+def _write_qwen_tokenizer(d: Path, *, model_max_length: int) -> tuple[int, int]:
+    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import BPE
+    from tokenizers.trainers import BpeTrainer
+
+    # Mirrors the Qwen2Tokenizer pipeline (see QWEN_PRETOKENIZE_REGEX).
+    tok = Tokenizer(BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="",
+                        fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = BpeTrainer(
+        vocab_size=1024,
+        min_frequency=1,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus_lines(), trainer=trainer)
+    eos_id = tok.token_to_id(EOS)
+    # Qwen3-Embedding appends <|endoftext|> to every input and pools on it.
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"$A:0 {EOS}:0",
+        pair=f"$A:0 {EOS}:0 $B:1 {EOS}:1",
+        special_tokens=[(EOS, eos_id)],
+    )
+    tok.save(str(d / "tokenizer.json"))
+    _write_json(
+        d / "tokenizer_config.json",
+        {
+            "tokenizer_class": "Qwen2Tokenizer",
+            "add_prefix_space": False,
+            "bos_token": None,
+            "eos_token": EOS,
+            "pad_token": EOS,
+            "unk_token": None,
+            "errors": "replace",
+            "model_max_length": model_max_length,
+            "padding_side": "left",
+            "split_special_tokens": False,
+            "clean_up_tokenization_spaces": False,
+            "added_tokens_decoder": _added_tokens_decoder(tok, [EOS]),
+        },
+    )
+    _write_json(d / "special_tokens_map.json", {"eos_token": EOS, "pad_token": EOS})
+    return tok.get_vocab_size(with_added_tokens=True), eos_id
+
+
+def _with_legacy_keys(cfg: dict[str, Any], dtype: str) -> dict[str, Any]:
+    # Written for both transformers 4.x (torch_dtype, top-level rope_theta),
+    # which vLLM may pin, and 5.x (dtype, rope_parameters).
+    cfg = dict(cfg, dtype=dtype, torch_dtype=dtype)
+    if "rope_theta" in cfg:
+        cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg["rope_theta"]}
+        cfg["rope_scaling"] = None
+    return cfg
+
+
+def _write_bert_model(d: Path, vocab_size: int, seed: int) -> None:
+    import torch
+    from transformers import BertConfig, BertModel
+
+    cfg = _with_legacy_keys(
+        {
+            "architectures": ["BertModel"],
+            "model_type": "bert",
+            "vocab_size": vocab_size,
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_size": 128,
+            "hidden_act": "gelu",
+            "hidden_dropout_prob": 0.1,
+            "attention_probs_dropout_prob": 0.1,
+            "max_position_embeddings": 512,
+            "type_vocab_size": 2,
+            "initializer_range": 0.02,
+            "layer_norm_eps": 1e-12,
+            "pad_token_id": 0,
+            "position_embedding_type": "absolute",
+            "classifier_dropout": None,
+            "use_cache": True,
+        },
+        "float32",
+    )
+    _write_json(d / "config.json", cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = BertModel(BertConfig.from_dict(cfg))
+    _save_state(model.state_dict(), d / "model.safetensors", torch.float32)
+
+
+def _qwen_tiny_config(vocab_size: int, eos_id: int) -> dict[str, Any]:
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": vocab_size,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "hidden_act": "silu",
+        "max_position_embeddings": 512,
+        "max_window_layers": 2,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "sliding_window": None,
+        "use_sliding_window": False,
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        "bos_token_id": eos_id,
+        "eos_token_id": eos_id,
+        "pad_token_id": eos_id,
+    }
+
+
+def _qwen_06b_config(eos_id: int) -> dict[str, Any]:
+    # The config of Qwen/Qwen3-Embedding-0.6B; special-token ids point into
+    # the tiny tokenizer's vocabulary instead of 151643.
+    return dict(
+        _qwen_tiny_config(151669, eos_id),
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=32768,
+        max_window_layers=28,
+    )
+
+
+def _write_qwen_model(d: Path, raw_cfg: dict[str, Any], seed: int, dtype: str) -> None:
+    import torch
+    from transformers import Qwen3Config, Qwen3Model
+
+    cfg = _with_legacy_keys(raw_cfg, dtype)
+    _write_json(d / "config.json", cfg)
+    config = Qwen3Config.from_dict(cfg)
+    torch_dtype = getattr(torch, dtype)
+    # Weights are stored like Qwen3-Embedding: base-model names, no lm_head
+    # (tied), so AutoModel loads them without prefix juggling.
+    if dtype == "float32":
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = Qwen3Model(config)
+        _save_state(model.state_dict(), d / "model.safetensors", torch_dtype)
+        return
+    # Big shape: skip transformers' init (slow for 0.6B params) and fill
+    # tensors straight from a seeded generator, in names order.
+    with torch.device("meta"):
+        meta = Qwen3Model(config)
+    gen = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, p in sorted(meta.state_dict().items()):
+        if name.endswith("norm.weight"):
+            state[name] = torch.ones(p.shape, dtype=torch_dtype)
+        else:
+            t = torch.randn(p.shape, generator=gen, dtype=torch_dtype)
+            state[name] = t.mul_(config.initializer_range)
+    del meta
+    _save_state(state, d / "model.safetensors", torch_dtype)
+
+
+def _save_state(state: dict[str, Any], path: Path, dtype: Any) -> None:
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().to(dtype).contiguous() for k, v in state.items()}
+    save_file(tensors, str(path), metadata={"format": "pt"})

@@ -1,0 +1,145 @@
+"""Scrape a worker's counter into a Snapshot, parsed by prometheus_client, never by regex.
+
+Gotcha handled here: a counter's *family* name drops `_total` while its samples keep it,
+so families are matched by type and samples by `sample.name`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from .errors import CounterResetError, MetricNotFoundError, ScrapeError
+
+_SELECTOR = re.compile(r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{(.*)\})?\s*$")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+
+
+@dataclass(frozen=True)
+class MetricQuery:
+    """A counter name plus labels every matching sample must carry."""
+
+    name: str = "dynamo_component_requests_total"
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, selector: str) -> "MetricQuery":
+        """`name` or `name{label="value",...}`, as PromQL writes an instant selector."""
+        match = _SELECTOR.match(selector)
+        if not match:
+            raise ValueError(f"not a metric selector: {selector!r}")
+        name, body = match.group(1), match.group(2) or ""
+        labels: list[tuple[str, str]] = []
+        pos = 0
+        while pos < len(body.strip()):
+            label = _LABEL.match(body, pos)
+            if not label:
+                raise ValueError(f"cannot read the labels of {selector!r} at {body[pos:]!r}")
+            labels.append((label.group(1), label.group(2).replace('\\"', '"').replace("\\\\", "\\")))
+            pos = label.end()
+        return cls(name=name, labels=tuple(labels))
+
+    def __str__(self) -> str:
+        if not self.labels:
+            return self.name
+        return self.name + "{" + ",".join(f'{k}="{v}"' for k, v in self.labels) + "}"
+
+
+DEFAULT_METRIC = MetricQuery()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The matching samples of one worker's counter at one moment."""
+
+    url: str
+    query: MetricQuery
+    series: tuple[tuple[tuple[tuple[str, str], ...], float], ...]
+    taken_at: float = field(default_factory=time.time)
+
+    @property
+    def value(self) -> float:
+        return float(sum(v for _, v in self.series))
+
+    def delta(self, later: "Snapshot", *, worker_index: int | None = None) -> float:
+        """`later - self`; a counter that went down, or a series that vanished, is a reset."""
+        before = dict(self.series)
+        after = dict(later.series)
+        who = f"worker {worker_index} ({self.url})" if worker_index is not None else self.url
+        for labels, value in before.items():
+            if labels not in after:
+                raise CounterResetError(
+                    f"counter reset on {who}: series {_fmt(labels)} of {self.query.name} vanished "
+                    f"(the worker restarted between snapshots)", url=self.url, worker_index=worker_index,
+                )
+            if after[labels] < value:
+                raise CounterResetError(
+                    f"counter reset on {who}: {self.query.name}{_fmt(labels)} went from {value:g} to "
+                    f"{after[labels]:g} (the worker restarted between snapshots)",
+                    url=self.url, worker_index=worker_index,
+                )
+        return later.value - self.value
+
+
+def _fmt(labels: tuple[tuple[str, str], ...]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+
+
+def metrics_url(url: str) -> str:
+    """Accept a system base URL (`http://host:port`) or the metrics URL itself."""
+    url = url.rstrip("/")
+    return url if url.endswith("/metrics") else url + "/metrics"
+
+
+def parse_snapshot(text: str, *, url: str, query: MetricQuery = DEFAULT_METRIC) -> Snapshot:
+    series: list[tuple[tuple[tuple[str, str], ...], float]] = []
+    seen_name = False
+    try:
+        for family in text_string_to_metric_families(text):
+            # Asked by family name ("x" for counter "x_total"): take the _total samples.
+            wanted = query.name + "_total" if family.type == "counter" and family.name == query.name else query.name
+            for sample in family.samples:
+                if sample.name == wanted:
+                    seen_name = True
+                    if all(sample.labels.get(k) == v for k, v in query.labels):
+                        series.append((tuple(sorted(sample.labels.items())), float(sample.value)))
+    except (ValueError, TypeError, IndexError) as exc:
+        raise ScrapeError(f"{url} did not answer with Prometheus text: {exc}", url=url) from exc
+    if not series:
+        detail = f"no sample carries labels {_fmt(query.labels)}" if seen_name else "the metric is missing"
+        raise MetricNotFoundError(f"{url} has no {query}: {detail}", url=url)
+    return Snapshot(url=url, query=query, series=tuple(series))
+
+
+def scrape(url: str, *, metric: MetricQuery | str = DEFAULT_METRIC, client: httpx.Client | None = None, timeout: float = 5.0) -> Snapshot:
+    """Read one worker's counter. `url` is its system URL or its /metrics URL."""
+    query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
+    target = metrics_url(url)
+    own = client is None
+    http = client or httpx.Client(timeout=timeout)
+    try:
+        response = http.get(target)
+    except httpx.HTTPError as exc:
+        raise ScrapeError(f"cannot scrape {target}: {exc.__class__.__name__}: {exc}", url=target) from exc
+    finally:
+        if own:
+            http.close()
+    if response.status_code != 200:
+        raise ScrapeError(f"{target} answered HTTP {response.status_code}", url=target)
+    return parse_snapshot(response.text, url=target, query=query)
+
+
+async def ascrape(url: str, *, metric: MetricQuery | str = DEFAULT_METRIC, client: httpx.AsyncClient, timeout: float = 5.0) -> Snapshot:
+    """`scrape`, on an async client."""
+    query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
+    target = metrics_url(url)
+    try:
+        response = await client.get(target, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise ScrapeError(f"cannot scrape {target}: {exc.__class__.__name__}: {exc}", url=target) from exc
+    if response.status_code != 200:
+        raise ScrapeError(f"{target} answered HTTP {response.status_code}", url=target)
+    return parse_snapshot(response.text, url=target, query=query)

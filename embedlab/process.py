@@ -1,0 +1,202 @@
+"""ManagedProcess: one child in its own session, with a log file, readiness, and group teardown.
+
+Nothing starts in `__init__`: a half-built object never owns a process. Every process
+started here is stopped by its process group: on `stop()`, at interpreter exit, and
+(through a parent-death signal) when the harness itself is killed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import enum
+import os
+import signal
+import subprocess
+import threading
+import time
+import weakref
+from collections import deque
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from .errors import ReadinessTimeoutError, ServerExitedError, ServerStopError
+
+_PR_SET_PDEATHSIG = 1
+_live: "weakref.WeakSet[ManagedProcess]" = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+class State(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: if the harness dies, even by SIGKILL,
+    # the kernel sends this child SIGTERM, and its own shutdown stops its children.
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        with open(path, "r", errors="replace") as handle:
+            return "".join(deque(handle, maxlen=lines))
+    except OSError:
+        return ""
+
+
+class ManagedProcess:
+    """A child process embedlab owns: started, probed and stopped by process group."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        stop_timeout: float = 10.0,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = Path(log_path)
+        self.env = dict(env) if env is not None else dict(os.environ)
+        self.cwd = cwd
+        self.stop_timeout = stop_timeout
+        self.state = State.NEW
+        self._popen: subprocess.Popen[bytes] | None = None
+        self.pgid: int | None = None
+        self.started_at: float | None = None
+
+    def __repr__(self) -> str:
+        return f"<ManagedProcess {self.name} pid={self.pid} {self.state.value}>"
+
+    @property
+    def pid(self) -> int | None:
+        return self._popen.pid if self._popen else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll() if self._popen else None
+
+    def alive(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    def start(self) -> "ManagedProcess":
+        if self.state is not State.NEW:
+            raise RuntimeError(f"{self.name} was already started ({self.state.value})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"# embedlab: starting {self.name}: {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self._popen = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                cwd=self.cwd, start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        self.pgid = self._popen.pid  # leader of its own new session and group
+        self.started_at = time.monotonic()
+        self.state = State.RUNNING
+        with _live_lock:
+            _live.add(self)
+        return self
+
+    def log_tail(self, lines: int = 40) -> str:
+        return tail(self.log_path, lines)
+
+    def _exited_error(self, what: str) -> ServerExitedError:
+        code = self.returncode
+        return ServerExitedError(
+            f"{self.name} exited with code {code} before {what}. Last lines of {self.log_path}:\n{self.log_tail()}",
+            name=self.name, log_path=self.log_path, returncode=code,
+        )
+
+    def wait_ready(self, probe: Callable[[], bool], *, timeout: float, what: str = "it was ready") -> float:
+        """Poll `probe` with backoff until it is true; fail at once if the process exits.
+
+        Returns the seconds it took.
+        """
+        start = time.monotonic()
+        deadline = start + timeout
+        delay = 0.005
+        while True:
+            if not self.alive():
+                raise self._exited_error(what)
+            try:
+                if probe():
+                    return time.monotonic() - start
+            except Exception:  # a probe that raises means "not yet"
+                pass
+            now = time.monotonic()
+            if now >= deadline:
+                raise ReadinessTimeoutError(
+                    f"{self.name} (pid {self.pid}) was not ready ({what}) within {timeout:g}s. "
+                    f"Last lines of {self.log_path}:\n{self.log_tail()}",
+                    name=self.name, log_path=self.log_path,
+                )
+            time.sleep(min(delay, deadline - now))
+            delay = min(delay * 1.5, 0.25)
+
+    def signal(self, sig: int) -> None:
+        """Send `sig` to the whole process group."""
+        if self.pgid is not None:
+            try:
+                os.killpg(self.pgid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _group_alive(self) -> bool:
+        if self.pgid is None:
+            return False
+        try:
+            os.killpg(self.pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def stop(self, *, timeout: float | None = None) -> int | None:
+        """SIGTERM the group, wait, then SIGKILL it. Safe to call more than once."""
+        if self._popen is None or self.state is State.STOPPED:
+            return self.returncode
+        timeout = self.stop_timeout if timeout is None else timeout
+        self.signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and (self.alive() or self._group_alive()):
+            self._reap()
+            time.sleep(0.02)
+        if self.alive() or self._group_alive():
+            self.signal(signal.SIGKILL)
+            try:
+                self._popen.wait(timeout=5)
+            except subprocess.TimeoutExpired as exc:
+                raise ServerStopError(
+                    f"{self.name} (pid {self.pid}) survived SIGKILL", name=self.name, log_path=self.log_path
+                ) from exc
+        self._reap()
+        self.state = State.STOPPED
+        with _live_lock:
+            _live.discard(self)
+        return self.returncode
+
+    def _reap(self) -> None:
+        if self._popen is not None:
+            self._popen.poll()
+
+
+@atexit.register
+def _stop_all() -> None:
+    with _live_lock:
+        survivors = list(_live)
+    for proc in survivors:
+        try:
+            proc.stop(timeout=3)
+        except Exception:
+            pass

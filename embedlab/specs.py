@@ -1,0 +1,105 @@
+"""Frozen descriptions of what to launch: a deployment is a stack plus an ordered list of workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
+
+from .errors import ConfigError
+
+STACKS = ("embedded", "dynamo")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSpec:
+    """One worker. Its index in `DeploymentSpec.workers` is its index in every check."""
+
+    model: str
+    engine: str = "hash"
+    model_path: Path | str | None = None
+    endpoint: str | None = None  # default: <namespace>.embed-worker-<n>.generate
+    weight: float = 1.0
+    device: str | None = None  # None: one GPU per worker where GPUs exist, else cpu
+    pooling: str | None = None
+    max_model_len: int | None = None
+    extra_args: tuple[str, ...] = ()
+    kind: str = "embedlab"  # or "dynamo-vllm": Dynamo's own `python -m dynamo.vllm --embedding-worker`
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ConfigError("a worker needs a model name")
+        if self.weight <= 0:
+            raise ConfigError(f"worker weight must be positive, got {self.weight}")
+        if self.engine != "hash" and self.model_path is None and self.kind == "embedlab":
+            raise ConfigError(f"the {self.engine} engine needs a model_path")
+        if self.endpoint is not None and len(self.endpoint.split(".")) != 3:
+            raise ConfigError(f"endpoint must be 'namespace.component.endpoint', got {self.endpoint!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeploymentSpec:
+    """A frontend of `stack` and its workers."""
+
+    stack: str = "embedded"
+    workers: tuple[WorkerSpec, ...]
+    router_mode: str = "weighted-random"
+    seed: int | None = None
+    namespace: str | None = None  # default: "dynamo" on embedded, a unique one per run on dynamo
+    frontend_args: tuple[str, ...] = ()
+    startup_timeout: float = 120.0
+    lease_ttl: float = 3.0
+    env: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.stack not in STACKS:
+            raise ConfigError(f"unknown stack {self.stack!r}; choose from {', '.join(STACKS)}")
+        if not self.workers:
+            raise ConfigError("a deployment needs at least one worker")
+        object.__setattr__(self, "workers", tuple(self.workers))
+
+    @property
+    def models(self) -> list[str]:
+        """Worker index -> model name."""
+        return [w.model for w in self.workers]
+
+    @classmethod
+    def same_model(
+        cls,
+        model: str = "embed-model",
+        *,
+        workers: int = 2,
+        engine: str = "hash",
+        model_path: Path | str | None = None,
+        weights: Sequence[float] | None = None,
+        stack: str = "embedded",
+        **options: object,
+    ) -> "DeploymentSpec":
+        """N workers of one model, each on its own endpoint."""
+        weights = list(weights) if weights else [1.0] * workers
+        if len(weights) != workers:
+            raise ConfigError(f"{workers} workers but {len(weights)} weights")
+        specs = tuple(
+            WorkerSpec(model=model, engine=engine, model_path=model_path, weight=float(w)) for w in weights
+        )
+        return cls(stack=stack, workers=specs, **options)  # type: ignore[arg-type]
+
+    @classmethod
+    def multi_model(
+        cls,
+        models: Sequence[str],
+        *,
+        engine: str = "hash",
+        model_paths: Sequence[Path | str | None] | None = None,
+        stack: str = "embedded",
+        **options: object,
+    ) -> "DeploymentSpec":
+        """One worker per model, in order: worker i serves models[i]."""
+        paths = list(model_paths) if model_paths else [None] * len(models)
+        if len(paths) != len(models):
+            raise ConfigError(f"{len(models)} models but {len(paths)} model paths")
+        specs = tuple(WorkerSpec(model=m, engine=engine, model_path=p) for m, p in zip(models, paths))
+        return cls(stack=stack, workers=specs, **options)  # type: ignore[arg-type]
+
+    def with_stack(self, stack: str) -> "DeploymentSpec":
+        return replace(self, stack=stack)

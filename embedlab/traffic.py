@@ -1,0 +1,223 @@
+"""Bounded bursts of /v1/embeddings requests, every response validated and recorded.
+
+No automatic retries anywhere: a retry would hide exactly the failures embedlab exists
+to show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, TypeVar
+
+import httpx
+
+from .errors import TrafficError
+from .serve.openai import WORKER_HEADER
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+T = TypeVar("T")
+Input = str | list[str] | list[int] | list[list[int]]
+
+_WORDS = "the quick brown fox jumps over the lazy dog while embeddings route across workers".split()
+
+
+def default_inputs(n: int, *, seed: int = 0, words: int = 8) -> list[str]:
+    """Distinct short sentences, reproducible from the seed."""
+    import random
+
+    rng = random.Random(seed)
+    return [f"request {i}: " + " ".join(rng.choice(_WORDS) for _ in range(words)) for i in range(n)]
+
+
+def run_sync(coro: Awaitable[T]) -> T:
+    """Run a coroutine from sync code, also inside Jupyter, whose event loop is already running."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    index: int
+    model: str
+    started: float  # seconds since the burst began
+    latency: float  # seconds
+    status: int  # 0: no HTTP response at all
+    worker: str | None
+    inputs: int
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class BurstResult:
+    model: str
+    n: int
+    concurrency: int
+    records: list[RequestRecord]
+    wall_seconds: float
+    started_at: float = field(default_factory=time.time)
+
+    @property
+    def failures(self) -> list[RequestRecord]:
+        return [r for r in self.records if not r.ok]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and len(self.records) == self.n
+
+    def served_by(self) -> Counter[str]:
+        """Responses per serving instance, from the `x-embedlab-worker` header."""
+        return Counter(r.worker for r in self.records if r.ok and r.worker)
+
+    def latency_ms(self) -> dict[str, float]:
+        import numpy as np
+
+        values = np.array([r.latency for r in self.records if r.ok]) * 1000.0
+        if values.size == 0:
+            return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "mean": float("nan")}
+        p50, p90, p99 = np.percentile(values, [50, 90, 99])
+        return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(values.mean())}
+
+    @property
+    def throughput(self) -> float:
+        return len(self.records) / self.wall_seconds if self.wall_seconds > 0 else float("nan")
+
+    def raise_for_errors(self) -> None:
+        failures = self.failures
+        if failures:
+            first = failures[0]
+            raise TrafficError(
+                f"{len(failures)} of {self.n} requests for '{self.model}' failed; first: request {first.index}: {first.error}"
+            )
+
+    def to_frame(self) -> "pd.DataFrame":
+        import pandas as pd
+
+        return pd.DataFrame([{f: getattr(r, f) for f in RequestRecord.__slots__} for r in self.records])  # type: ignore[attr-defined]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "n": self.n, "concurrency": self.concurrency, "failed": len(self.failures),
+            "wall_seconds": self.wall_seconds, "latency_ms": self.latency_ms(), "served_by": dict(self.served_by()),
+            "errors": [f"request {r.index}: {r.error}" for r in self.failures[:10]],
+        }
+
+
+def _validate(body: Any, model: str, inputs: int, dims: set[int]) -> str | None:
+    """Why a 200 response breaks the embeddings contract, or None."""
+    if not isinstance(body, dict) or not isinstance(body.get("data"), list):
+        return "response has no 'data' list"
+    data = body["data"]
+    if len(data) != inputs:
+        return f"{len(data)} vectors for {inputs} inputs"
+    if body.get("model") != model:
+        return f"response names model {body.get('model')!r}, not {model!r}"
+    for item in data:
+        vector = item.get("embedding") if isinstance(item, dict) else None
+        if isinstance(vector, str):  # base64 float32
+            size = len(vector) * 3 // 4 // 4
+        elif isinstance(vector, list) and vector:
+            size = len(vector)
+        else:
+            return "an item has no embedding"
+        dims.add(size)
+    if len(dims) > 1:
+        return f"inconsistent dimensions in the burst: {sorted(dims)}"
+    return None
+
+
+async def asend_burst(
+    frontend_url: str,
+    model: str,
+    n: int,
+    *,
+    concurrency: int = 4,
+    inputs: Sequence[Input] | None = None,
+    timeout: float = 60.0,
+    encoding_format: str = "float",
+    progress: bool = False,
+    on_response: Callable[[RequestRecord], None] | None = None,
+    client: httpx.AsyncClient | None = None,
+) -> BurstResult:
+    """Send `n` requests for `model` with at most `concurrency` in flight; record every one."""
+    if n < 1 or concurrency < 1:
+        raise ValueError("n and concurrency must be at least 1")
+    payloads = list(inputs) if inputs else default_inputs(n)
+    url = frontend_url.rstrip("/") + "/v1/embeddings"
+    records: list[RequestRecord] = []
+    dims: set[int] = set()
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(n):
+        queue.put_nowait(i)
+    bar = _progress(n, model, progress)
+    own = client is None
+    http = client or httpx.AsyncClient(
+        timeout=timeout, limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+        transport=httpx.AsyncHTTPTransport(retries=0),
+    )
+    t0 = time.perf_counter()
+
+    async def one(i: int) -> RequestRecord:
+        item = payloads[i % len(payloads)]
+        count = len(item) if isinstance(item, list) and item and not isinstance(item[0], int) else 1
+        started = time.perf_counter()
+        status, worker, error = 0, None, None
+        try:
+            response = await http.post(url, json={"model": model, "input": item, "encoding_format": encoding_format})
+            status = response.status_code
+            worker = response.headers.get(WORKER_HEADER)
+            if status != 200:
+                error = f"HTTP {status}: {response.text[:200]}"
+            else:
+                error = _validate(response.json(), model, count, dims)
+        except httpx.HTTPError as exc:
+            error = f"{exc.__class__.__name__}: {exc}"
+        except ValueError as exc:
+            error = f"response is not JSON: {exc}"
+        ended = time.perf_counter()
+        return RequestRecord(i, model, started - t0, ended - started, status, worker, count, error)
+
+    async def lane() -> None:
+        while True:
+            try:
+                i = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            record = await one(i)
+            records.append(record)
+            bar.update(1)
+            if on_response is not None:
+                on_response(record)
+
+    try:
+        await asyncio.gather(*(lane() for _ in range(min(concurrency, n))))
+    finally:
+        bar.close()
+        if own:
+            await http.aclose()
+    records.sort(key=lambda r: r.index)
+    return BurstResult(model=model, n=n, concurrency=concurrency, records=records, wall_seconds=time.perf_counter() - t0)
+
+
+def send_burst(frontend_url: str, model: str, n: int, **options: Any) -> BurstResult:
+    """`asend_burst`, from sync code (notebooks included). Same keyword options."""
+    return run_sync(asend_burst(frontend_url, model, n, **options))
+
+
+def _progress(total: int, desc: str, enabled: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, disable=not enabled, leave=False, unit="req")
