@@ -142,6 +142,30 @@ def _run_worker(args: argparse.Namespace) -> int:
     return run_service(lambda stop: serve_worker(config, stop))
 
 
+def _add_dynamo_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("dynamo-worker", help="serve an embedlab engine on the Dynamo runtime (for python -m dynamo.frontend)")
+    _add_engine_flags(p)
+    p.add_argument("--served-model-name", required=True)
+    p.add_argument("--endpoint", required=True, help="namespace.component.endpoint, unique per model")
+    p.add_argument("--log-level", default="WARNING")
+    p.set_defaults(run=_run_dynamo_worker)
+
+
+def _run_dynamo_worker(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .serve.dynamo_worker import DynamoWorkerConfig, run
+    from .serve.http import configure_logging, install_event_loop_policy
+
+    configure_logging(args.log_level)
+    config = DynamoWorkerConfig(
+        engine=args.engine, served_model_name=args.served_model_name, endpoint=args.endpoint,
+        engine_options=engine_options_from_args(args),
+    )
+    install_event_loop_policy()
+    return asyncio.run(run(config))
+
+
 def _add_tiny(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("make-tiny-model", help="build a seeded tiny model and tokenizer into a directory")
     p.add_argument("outdir", type=Path)
@@ -233,6 +257,7 @@ def _pandas_display():  # type: ignore[no-untyped-def]
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore[type-arg]
     _add_frontend,
     _add_worker,
+    _add_dynamo_worker,
     _add_tiny,
     _add_scenario,
 ]

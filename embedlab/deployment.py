@@ -22,7 +22,7 @@ from typing import Sequence
 
 import httpx
 
-from .errors import ConfigError, ServerStartError
+from .errors import ConfigError
 from .metrics import DEFAULT_METRIC, MetricQuery
 from .ports import release_port, reserve_port
 from .process import ManagedProcess
@@ -210,7 +210,7 @@ class Deployment:
             listed = {m["id"] for m in client.get(f"{self.frontend_url}/v1/models").json().get("data", [])}
             if model not in listed:
                 return False
-            return endpoint in self.stack.registered_endpoints(client, self._context()).get(model, set())
+            return endpoint in self.stack.registered_endpoints(client, self._context())
 
         self.startup_seconds[proc.name] = proc.wait_ready(
             ready, timeout=self.spec.startup_timeout,
@@ -279,8 +279,3 @@ def attach(
 
 def target_of(deployment: "Deployment | Target") -> Target:
     return deployment.target() if isinstance(deployment, Deployment) else deployment
-
-
-def check_started(proc: ManagedProcess) -> None:
-    if not proc.alive():
-        raise ServerStartError(f"{proc.name} is not running", name=proc.name, log_path=proc.log_path)

@@ -34,7 +34,7 @@ def plot_deltas(result: "ScenarioResult") -> "Figure":
     x = np.arange(len(workers))
     for ax, burst in zip(axes, result.bursts):
         observed = [burst.check.rows[i].delta if burst.check else 0.0 for i in workers]
-        expected = [burst.expected_count(i) if burst.expected_shares else (burst.traffic.n / max(1, len(burst.expected)) if i in burst.expected else 0.0) for i in workers]
+        expected = [burst.expected_count(i) for i in workers]
         colors = [OBSERVED if (i in burst.expected or observed[k] <= 0) else BAD for k, i in enumerate(workers)]
         ax.bar(x - 0.2, expected, 0.4, color=EXPECTED, label="expected")
         ax.bar(x + 0.2, observed, 0.4, color=colors, label="observed")

@@ -183,10 +183,9 @@ async def _run_burst(
         traffic = await asend_burst(
             target.frontend_url, model, requests, concurrency=concurrency, inputs=inputs, timeout=timeout, progress=progress
         )
-        shares: dict[int, float] = {}
-        if weights is not None and expected:
-            total = sum(weights[i] for i in expected)
-            shares = {i: weights[i] / total for i in expected}
+        share_of = weights if weights is not None else [1.0] * len(target.system_urls)
+        total = sum(share_of[i] for i in expected) or 1.0
+        shares = {i: share_of[i] / total for i in expected}
         burst = Burst(name=name, model=model, expected=expected, traffic=traffic, expected_shares=shares)
         try:
             burst.check = await check.aend(scrape_client)

@@ -31,7 +31,7 @@ __all__ = [
 
 MARKER = "embedlab-tiny.json"
 # Bump when the files a build writes change, so stale caches are rebuilt.
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 
 ARCHS = ("bert", "qwen3")
 POOLING = {"bert": "MEAN", "qwen3": "LAST"}
@@ -400,7 +400,9 @@ def _write_bert_model(d: Path, vocab_size: int, seed: int) -> None:
             "vocab_size": vocab_size,
             "hidden_size": 64,
             "num_hidden_layers": 2,
-            "num_attention_heads": 4,
+            # head_dim 32: vLLM's CPU attention supports head sizes 32, 64,
+            # 80, ... only (16 fails at the first forward).
+            "num_attention_heads": 2,
             "intermediate_size": 128,
             "hidden_act": "gelu",
             "hidden_dropout_prob": 0.1,
@@ -431,9 +433,11 @@ def _qwen_tiny_config(vocab_size: int, eos_id: int) -> dict[str, Any]:
         "hidden_size": 64,
         "intermediate_size": 128,
         "num_hidden_layers": 2,
+        # GQA with head_dim != hidden/heads, like the real model; head_dim 32
+        # is the smallest vLLM's CPU attention supports.
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
-        "head_dim": 16,
+        "head_dim": 32,
         "hidden_act": "silu",
         "max_position_embeddings": 512,
         "max_window_layers": 2,

@@ -50,8 +50,8 @@ class Stack(Protocol):
 
     def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec: ...
 
-    def registered_endpoints(self, client: httpx.Client, ctx: StackContext) -> dict[str, set[str]]:
-        """Model -> endpoints the frontend can dispatch to now."""
+    def registered_endpoints(self, client: httpx.Client, ctx: StackContext) -> set[str]:
+        """Endpoint paths (`ns.comp.ep`) with a live instance the frontend knows."""
         ...
 
 

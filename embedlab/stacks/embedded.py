@@ -33,6 +33,6 @@ class EmbeddedStack:
         ]
         return ProcessSpec(name=f"worker-{index}", argv=argv + worker_engine_args(worker))
 
-    def registered_endpoints(self, client: httpx.Client, ctx: StackContext) -> dict[str, set[str]]:
+    def registered_endpoints(self, client: httpx.Client, ctx: StackContext) -> set[str]:
         models = client.get(f"{ctx.frontend_url}/health").json().get("models", {})
-        return {model: {i["endpoint"] for i in instances} for model, instances in models.items()}
+        return {i["endpoint"] for instances in models.values() for i in instances}
