@@ -16,7 +16,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -236,6 +236,25 @@ class Deployment:
         self.state = DeploymentState.STOPPED
         if errors:
             raise errors[0]
+
+    def set_weights(self, weights: Sequence[float]) -> None:
+        """Change the routing weight of every worker, live (embedded stack only)."""
+        if self.spec.stack != "embedded":
+            raise ConfigError(f"live weights need the embedded frontend; this deployment runs {self.spec.stack}")
+        if len(weights) != len(self.workers):
+            raise ConfigError(f"{len(self.workers)} workers but {len(weights)} weights")
+        with httpx.Client(timeout=5.0) as client:
+            instances = {
+                i["endpoint"]: i["instance_id"]
+                for group in client.get(f"{self.frontend_url}/health").json()["models"].values()
+                for i in group
+            }
+            for index, weight in enumerate(weights):
+                endpoint = self._context().endpoint(index)
+                if endpoint not in instances:
+                    raise ConfigError(f"worker {index} ({endpoint}) is not registered")
+                client.put(f"{self.frontend_url}/registry/instances/{instances[endpoint]}/weight", json={"weight": weight}).raise_for_status()
+        self.spec = replace(self.spec, workers=tuple(replace(w, weight=float(x)) for w, x in zip(self.spec.workers, weights)))
 
     # -- fault work ---------------------------------------------------------------------
 

@@ -114,6 +114,7 @@ class Frontend:
                 web.get("/registry/instances", self.list_instances),
                 web.put("/registry/instances/{instance_id}/heartbeat", self.heartbeat),
                 web.delete("/registry/instances/{instance_id}", self.deregister),
+                web.put("/registry/instances/{instance_id}/weight", self.set_weight),
             ]
         )
         self._session: aiohttp.ClientSession | None = None
@@ -315,6 +316,19 @@ class Frontend:
             raise ApiError(404, f"No instance {instance_id}", type="not_found_error", code="lease_unknown")
         log.info("deregistered %s", instance_id)
         return json_response({"instance_id": instance_id, "deregistered": True})
+
+    async def set_weight(self, request: web.Request) -> web.Response:
+        """Change one instance's routing weight live (experiments: weight sweeps)."""
+        self._authorize(request)
+        instance_id = request.match_info["instance_id"]
+        payload = loads(await request.read())
+        weight = payload.get("weight") if isinstance(payload, dict) else None
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+            raise bad_request("'weight' must be a positive number", param="weight")
+        if not self.registry.set_weight(instance_id, float(weight)):
+            raise ApiError(404, f"No instance {instance_id}", type="not_found_error", code="lease_unknown")
+        log.info("weight of %s set to %g", instance_id, weight)
+        return json_response({"instance_id": instance_id, "weight": float(weight)})
 
     async def list_instances(self, request: web.Request) -> web.Response:
         self._authorize(request)

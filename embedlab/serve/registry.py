@@ -138,6 +138,15 @@ class Registry:
     def deregister(self, instance_id: str) -> bool:
         return self._drop(instance_id) is not None
 
+    def set_weight(self, instance_id: str, weight: float) -> bool:
+        if weight <= 0:
+            raise ValueError(f"weight must be positive, got {weight}")
+        instance = self._instances.get(instance_id)
+        if instance is None:
+            return False
+        instance.weight = weight
+        return True
+
     def mark_suspect(self, instance_id: str) -> None:
         instance = self._instances.get(instance_id)
         if instance is not None:
