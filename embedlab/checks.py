@@ -185,6 +185,7 @@ class DispatchCheck:
     fairness_alpha: float | None = None
     raise_on_failure: bool = True
     timeout: float = 5.0
+    client: httpx.Client | None = None  # for the sync path; None: a fresh client per scrape round
     result: CheckResult | None = field(default=None, init=False)
     before: list[Snapshot] | None = field(default=None, init=False)
     after: list[Snapshot] | None = field(default=None, init=False)
@@ -204,10 +205,15 @@ class DispatchCheck:
 
     def begin(self) -> list[Snapshot]:
         """Take the baseline. Call it before the burst's first request is sent."""
-        with httpx.Client(timeout=self.timeout) as client:
-            self.before = [scrape(u, metric=self.metric, client=client) for u in self.system_urls]
+        self.before = self._scrape_sync()
         self.result = None
         return self.before
+
+    def _scrape_sync(self) -> list[Snapshot]:
+        if self.client is not None:
+            return [scrape(u, metric=self.metric, client=self.client) for u in self.system_urls]
+        with httpx.Client(timeout=self.timeout) as client:
+            return [scrape(u, metric=self.metric, client=client) for u in self.system_urls]
 
     def end(self) -> CheckResult:
         """Take the deltas (after `settle_seconds`) and judge them."""
@@ -215,8 +221,7 @@ class DispatchCheck:
             raise ConfigError("DispatchCheck.end() was called before begin()")
         if self.settle_seconds:
             time.sleep(self.settle_seconds)
-        with httpx.Client(timeout=self.timeout) as client:
-            self.after = [scrape(u, metric=self.metric, client=client) for u in self.system_urls]
+        self.after = self._scrape_sync()
         return self._judge()
 
     def __enter__(self) -> "DispatchCheck":
