@@ -13,6 +13,7 @@ import enum
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -25,6 +26,64 @@ from .errors import ReadinessTimeoutError, ServerExitedError, ServerStopError
 _PR_SET_PDEATHSIG = 1
 _live: "weakref.WeakSet[ManagedProcess]" = weakref.WeakSet()
 _live_lock = threading.Lock()
+
+
+class _Watchdog:
+    """One `embedlab.watchdog` per harness process, told which process groups to stop.
+
+    A parent-death signal reaches only direct children; the watchdog also stops what
+    they started (vLLM's engine process, for one) if the harness is SIGKILLed.
+    """
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._path: Path | None = None
+        self._groups: set[int] = set()
+
+    def _ensure(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        directory = Path(os.environ.get("EMBEDLAB_PORT_DIR") or "/tmp") / f"embedlab-watchdog-{os.getuid()}"
+        directory.mkdir(parents=True, exist_ok=True)
+        self._path = directory / f"{os.getpid()}.groups"
+        self._write()
+        # Its own session, so a Ctrl-C aimed at the harness's terminal group spares it.
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "embedlab.watchdog", str(os.getpid()), str(self._path)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+
+    def _write(self) -> None:
+        assert self._path is not None
+        tmp = self._path.with_suffix(".tmp")
+        tmp.write_text("".join(f"{g}\n" for g in sorted(self._groups)))
+        tmp.replace(self._path)
+
+    def add(self, pgid: int) -> None:
+        self._groups.add(pgid)
+        self._ensure()
+        self._write()
+
+    def discard(self, pgid: int) -> None:
+        self._groups.discard(pgid)
+        if self._path is not None:
+            self._write()
+
+    def close(self) -> None:
+        self._groups.clear()
+        if self._path is not None:
+            self._write()
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        if self._path is not None:
+            self._path.unlink(missing_ok=True)
+
+
+_watchdog = _Watchdog()
 
 
 class State(enum.Enum):
@@ -105,6 +164,7 @@ class ManagedProcess:
         self.state = State.RUNNING
         with _live_lock:
             _live.add(self)
+            _watchdog.add(self.pgid)
         return self
 
     def log_tail(self, lines: int = 40) -> str:
@@ -184,6 +244,8 @@ class ManagedProcess:
         self.state = State.STOPPED
         with _live_lock:
             _live.discard(self)
+            if self.pgid is not None:
+                _watchdog.discard(self.pgid)
         return self.returncode
 
     def _reap(self) -> None:
@@ -200,3 +262,5 @@ def _stop_all() -> None:
             proc.stop(timeout=3)
         except Exception:
             pass
+    with _live_lock:
+        _watchdog.close()

@@ -77,7 +77,7 @@ def dynamo_vllm_argv(ctx: StackContext, worker: WorkerSpec, endpoint: str) -> li
     pooling = (worker.pooling or "MEAN").upper()
     argv = [
         ctx.python, "-m", "dynamo.vllm", "--model", str(worker.model_path or worker.model),
-        "--served-model-name", worker.model, "--endpoint", endpoint, "--embedding-worker",
+        "--served-model-name", worker.model, "--endpoint", f"dyn://{endpoint}", "--embedding-worker",
         "--runner", "pooling", "--dtype", "float32", "--pooler-config", f'{{"pooling_type": "{pooling}"}}',
         "--max-model-len", str(worker.max_model_len or 2048),
     ]
