@@ -51,6 +51,9 @@ class CheckResult:
     p_value: float | None = None
     expected_shares: tuple[float, ...] | None = None
 
+    def row(self, index: int) -> WorkerRow | None:
+        return next((r for r in self.rows if r.index == index), None)
+
     def table_text(self) -> str:
         lines = [f"{'worker':>6} {'before':>10} {'after':>10} {'delta':>8} {'expected':>9}  {'':2} url"]
         for r in self.rows:
@@ -127,13 +130,20 @@ def evaluate(
     min_total_delta: float | None = None,
     weights: Sequence[float] | None = None,
     fairness_alpha: float | None = None,
+    indices: Sequence[int] | None = None,
 ) -> CheckResult:
-    """The pure part of a check: two snapshot lists in, a verdict out."""
+    """The pure part of a check: two snapshot lists in, a verdict out.
+
+    `indices` names the workers when only some of a deployment's are judged (a dead
+    worker cannot be scraped); by default they are 0..n-1.
+    """
     expected_set = frozenset(expected)
+    indices = list(indices) if indices is not None else list(range(len(urls)))
     rows = []
-    for index, (url, b, a) in enumerate(zip(urls, before, after)):
+    for index, url, b, a in zip(indices, urls, before, after):
         delta = b.delta(a, worker_index=index)
         rows.append(WorkerRow(index=index, url=url, before=b.value, after=a.value, delta=delta, expected=index in expected_set))
+    by_index = {r.index: r for r in rows}
     moved = frozenset(r.index for r in rows if r.delta > 0)
     total = float(sum(r.delta for r in rows))
     reasons: list[str] = []
@@ -142,7 +152,7 @@ def evaluate(
         silent = sorted(expected_set - moved)
         if unexpected:
             reasons.append(
-                "traffic leaked onto " + ", ".join(f"worker {i} (+{rows[i].delta:g})" for i in unexpected)
+                "traffic leaked onto " + ", ".join(f"worker {i} (+{by_index[i].delta:g})" for i in unexpected)
             )
         if silent:
             reasons.append("no traffic reached " + ", ".join(f"worker {i}" for i in silent))
@@ -154,9 +164,9 @@ def evaluate(
         order = sorted(expected_set)
         w = [weights[i] for i in order]
         shares = tuple(x / sum(w) for x in w)
-        p_value = fairness_p_value([rows[i].delta for i in order], w)
+        p_value = fairness_p_value([by_index[i].delta for i in order], w)
         if fairness_alpha is not None and p_value is not None and p_value < fairness_alpha:
-            observed = ", ".join(f"{rows[i].delta:g}" for i in order)
+            observed = ", ".join(f"{by_index[i].delta:g}" for i in order)
             reasons.append(f"split {observed} is unlikely under weights {w} (p={p_value:.2g} < {fairness_alpha:g})")
     return CheckResult(
         passed=not reasons, rows=tuple(rows), expected=expected_set, moved=moved, total_delta=total,

@@ -201,7 +201,7 @@ def _add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--workers", type=int, default=2, help="workers of the one model, for same-model")
     p.add_argument("--weights", default="", help="comma-separated worker weights, for same-model")
     p.add_argument("--requests", type=int, default=None, help="requests per burst (default: 20 same-model, 10 multi-model)")
-    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--concurrency", type=int, default=None, help="requests in flight (default: 4; 8 for failover)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--router-mode", default="weighted-random")
     p.add_argument("--pooling", default=None)
@@ -236,6 +236,11 @@ def _run_scenario(args: argparse.Namespace) -> int:
     for burst in result.bursts:
         if burst.check is not None and burst.check.p_value is not None:
             print(f"fairness p-value ({burst.name}): {burst.check.p_value:.4g}")
+    if result.scenario == "failover":
+        x = result.extra
+        excluded = "never" if x["excluded_after_s"] is None else f"{x['excluded_after_s']:.3f} s after the kill"
+        print(f"worker {x['victim']} killed at {x['killed_at_s']:.3f} s; out of dispatch {excluded}; "
+              f"{x['failed_requests']} failed requests" + ("" if x["asserted"] else " (reported, not asserted)"))
     lat = result.latency_ms()
     print(f"latency p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms; wall {result.wall_seconds:.2f} s")
     if args.json:
@@ -244,6 +249,31 @@ def _run_scenario(args: argparse.Namespace) -> int:
         result.plot().savefig(args.plot, dpi=100)
     print(result.summary())
     return 0 if result.passed else EXIT_FAILED
+
+
+def _add_regress(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("regress", help="run every notebook for every parameter set of a matrix; write reports")
+    p.add_argument("--matrix", type=Path, default=None, help="a TOML matrix (default: the packaged default matrix)")
+    p.add_argument("--out", type=Path, default=Path("outputs"), help="runs go to OUT/<run-id>/ (default: outputs)")
+    p.add_argument("--timeout", type=_positive_float, default=600.0, help="seconds any one notebook cell may take")
+    p.add_argument("--show-code", action="store_true", help="show code cells in the HTML reports")
+    p.set_defaults(run=_run_regress)
+
+
+def _run_regress(args: argparse.Namespace) -> int:
+    from .regress import regress
+
+    run = regress(
+        matrix=args.matrix, out=args.out, timeout=args.timeout, show_code=args.show_code,
+        progress=lambda line: print(line, flush=True),
+    )
+    counts = ", ".join(f"{sum(o.status == s for o in run.outcomes)} {s}" for s in sorted({o.status for o in run.outcomes}))
+    print(f"{len(run.outcomes)} notebook runs in {run.wall_seconds:.0f} s: {counts}")
+    for outcome in run.failed:
+        report = outcome.html or outcome.notebook_out
+        print(f"FAILED {outcome.job.name}: {outcome.summary}\n    report: {report}", file=sys.stderr)
+    print(run.index_html)
+    return 0 if run.passed else EXIT_FAILED
 
 
 def _pandas_display():  # type: ignore[no-untyped-def]
@@ -260,6 +290,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ign
     _add_dynamo_worker,
     _add_tiny,
     _add_scenario,
+    _add_regress,
 ]
 
 

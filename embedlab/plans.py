@@ -16,7 +16,7 @@ from .metrics import DEFAULT_METRIC
 from .scenarios import ScenarioResult, multi_model_dispatch, same_model_load_balance
 from .specs import DeploymentSpec, WorkerSpec
 
-SCENARIOS = ("same-model", "multi-model")
+SCENARIOS = ("same-model", "multi-model", "failover")
 TINY_MODELS = {"tiny-bert": "bert", "tiny-qwen3": "qwen3"}
 
 
@@ -43,7 +43,7 @@ class ScenarioPlan:
     workers: int = 2
     weights: tuple[float, ...] = ()
     requests: int | None = None  # None: the scenario's default (20 same-model, 10 per burst multi-model)
-    concurrency: int = 4
+    concurrency: int | None = None  # None: the scenario's default (4; 8 for failover)
     seed: int | None = 0
     router_mode: str = "weighted-random"
     pooling: str | None = None
@@ -63,7 +63,7 @@ class ScenarioPlan:
         for name in ("models", "model_paths", "system_urls", "worker_args", "frontend_args"):
             object.__setattr__(self, name, _tuple(getattr(self, name)))
         object.__setattr__(self, "weights", _tuple(self.weights, float))
-        if (self.requests is not None and self.requests < 1) or self.concurrency < 1:
+        if (self.requests is not None and self.requests < 1) or (self.concurrency is not None and self.concurrency < 1):
             raise ConfigError("requests and concurrency must be at least 1")
         if bool(self.frontend_url) != bool(self.system_urls):
             raise ConfigError("attach mode needs both a frontend URL and one system URL per worker")
@@ -88,10 +88,10 @@ class ScenarioPlan:
         models, paths = self.models, self.model_paths
         if self.engine == "hash":
             if not models:
-                models = ("embed-model",) if self.scenario == "same-model" else ("model-a", "model-b")
+                models = ("model-a", "model-b") if self.scenario == "multi-model" else ("embed-model",)
             return models, (None,) * len(models)
         if not models:
-            models = ("tiny-bert",) if self.scenario == "same-model" else ("tiny-bert", "tiny-qwen3")
+            models = ("tiny-bert", "tiny-qwen3") if self.scenario == "multi-model" else ("tiny-bert",)
         if paths and len(paths) not in (1, len(models)):
             raise ConfigError(f"{len(models)} models but {len(paths)} model paths")
         if not paths:
@@ -105,7 +105,7 @@ class ScenarioPlan:
         common = dict(
             engine=self.engine, pooling=self.pooling, max_model_len=self.max_model_len, extra_args=self.worker_args
         )
-        if self.scenario == "same-model":
+        if self.scenario != "multi-model":
             weights = self.weights or (1.0,) * self.workers
             if len(weights) != self.workers:
                 raise ConfigError(f"{self.workers} workers but {len(weights)} weights")
@@ -116,6 +116,12 @@ class ScenarioPlan:
             stack=self.stack, workers=workers, router_mode=self.router_mode, seed=self.seed,
             startup_timeout=self.startup_timeout, frontend_args=self.frontend_args,
         )
+
+    def deployment(self) -> Deployment:
+        """The Deployment this plan launches, not started yet (notebooks that keep one across cells)."""
+        if self.attached:
+            raise ConfigError("this plan attaches to a running deployment; it has nothing to launch")
+        return Deployment(self.deployment_spec(), run_dir=self.run_dir or None)
 
     def target(self) -> Target:
         models: Sequence[str | None] | None = None
@@ -165,14 +171,20 @@ def run_scenario(plan: ScenarioPlan, *, progress: bool = False, on_deployment: C
 
 
 def _run_on(plan: ScenarioPlan, deployment: Deployment | Target, progress: bool) -> ScenarioResult:
+    if plan.scenario == "failover":
+        from .failover import failover
+
+        if not isinstance(deployment, Deployment):
+            raise ConfigError("failover kills a worker: it cannot run attached")
+        return failover(deployment, requests=plan.requests or 200, concurrency=plan.concurrency or 8, progress=progress)
     if plan.scenario == "same-model":
         return same_model_load_balance(
-            deployment, requests=plan.requests or 20, concurrency=plan.concurrency,
+            deployment, requests=plan.requests or 20, concurrency=plan.concurrency or 4,
             model=plan.models[0] if plan.models else None, weights=plan.weights or None, progress=progress,
         )
     return multi_model_dispatch(
         deployment, plan.resolved_models()[0] if not plan.attached or plan.models else None,
-        requests_per_burst=plan.requests or 10, concurrency=plan.concurrency, progress=progress,
+        requests_per_burst=plan.requests or 10, concurrency=plan.concurrency or 4, progress=progress,
     )
 
 

@@ -9,7 +9,7 @@ import numpy as np
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from .scenarios import ScenarioResult
+    from .scenarios import Burst, ScenarioResult
 
 OBSERVED, EXPECTED, BAD = "#1f77b4", "#c7c7c7", "#d62728"
 
@@ -20,6 +20,11 @@ def _figure(width: float, height: float, ncols: int = 1) -> tuple["Figure", list
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     return fig, list(axes)
+
+
+def _delta(burst: "Burst", index: int) -> float:
+    row = burst.check.row(index) if burst.check else None
+    return row.delta if row is not None else 0.0
 
 
 def plot_deltas(result: "ScenarioResult") -> "Figure":
@@ -33,7 +38,7 @@ def plot_deltas(result: "ScenarioResult") -> "Figure":
     workers = [w["index"] for w in result.workers]
     x = np.arange(len(workers))
     for ax, burst in zip(axes, result.bursts):
-        observed = [burst.check.rows[i].delta if burst.check else 0.0 for i in workers]
+        observed = [_delta(burst, i) for i in workers]
         expected = [burst.expected_count(i) for i in workers]
         colors = [OBSERVED if (i in burst.expected or observed[k] <= 0) else BAD for k, i in enumerate(workers)]
         ax.bar(x - 0.2, expected, 0.4, color=EXPECTED, label="expected")
@@ -86,4 +91,30 @@ def plot_latency(result: "ScenarioResult") -> "Figure":
     dist.legend(fontsize=7, loc="lower right")
     lat = result.latency_ms()
     fig.suptitle(f"latency: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms", fontsize=10)
+    return fig
+
+
+def plot_timeline(result: "ScenarioResult") -> "Figure":
+    """Responses by serving worker over time, with the kill marked: how failover looked."""
+    fig, (ax,) = _figure(8.0, 3.4)
+    burst = result.bursts[0]
+    records = sorted(burst.traffic.records, key=lambda r: r.started + r.latency)
+    workers = sorted({r.worker or "unattributed" for r in records if r.ok})
+    for k, worker in enumerate(workers):
+        done = [r.started + r.latency for r in records if r.ok and (r.worker or "unattributed") == worker]
+        ax.step(done, np.arange(1, len(done) + 1), where="post", color=f"C{k % 10}", label=worker.split("/")[0])
+    failed = [r.started + r.latency for r in records if not r.ok]
+    if failed:
+        ax.scatter(failed, np.zeros(len(failed)), marker="x", color=BAD, s=40, zorder=5, label=f"failed ({len(failed)})")
+    killed = result.extra.get("killed_at_s")
+    if killed is not None:
+        ax.axvline(killed, color=BAD, linestyle="--", linewidth=1)
+        ax.text(killed, ax.get_ylim()[1] * 0.95, f" worker {result.extra.get('victim')} killed", color=BAD, fontsize=8, va="top")
+        excluded = result.extra.get("excluded_after_s")
+        if excluded is not None:
+            ax.axvspan(killed, killed + excluded, color=BAD, alpha=0.08, label=f"until out of dispatch ({excluded:.2f} s)")
+    ax.set_xlabel("time since burst start (s)")
+    ax.set_ylabel("responses (cumulative)")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"{result.scenario} on {result.stack}: {result.verdict.upper()}", fontsize=10)
     return fig

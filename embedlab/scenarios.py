@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import httpx
 
 from .checks import CheckResult, DispatchCheck
 from .deployment import Deployment, Target, target_of
 from .errors import ConfigError, CounterResetError, TrafficError
-from .traffic import BurstResult, Input, asend_burst, default_inputs, run_sync
+from .traffic import BurstResult, Input, RequestRecord, asend_burst, default_inputs, run_sync
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,7 +79,7 @@ class ScenarioResult:
         for burst in self.bursts:
             for w in self.workers:
                 i = w["index"]
-                row = burst.check.rows[i] if burst.check else None
+                row = burst.check.row(i) if burst.check else None
                 rows.append(
                     {
                         "burst": burst.name, "model": burst.model, "worker": i, "worker_model": w["model"],
@@ -103,9 +104,10 @@ class ScenarioResult:
         return {b.name: (b.check.p_value if b.check else None) for b in self.bursts}
 
     def plot(self) -> "Figure":
-        from .plots import plot_deltas
+        """The scenario's main figure: delta bars, or for failover the timeline."""
+        from .plots import plot_deltas, plot_timeline
 
-        return plot_deltas(self)
+        return plot_timeline(self) if self.scenario == "failover" else plot_deltas(self)
 
     def plot_latency(self) -> "Figure":
         from .plots import plot_latency
@@ -135,6 +137,12 @@ class ScenarioResult:
             ],
             "extra": self.extra,
         }
+
+    def save_json(self, path: str | Path) -> Path:
+        """Write `to_json()` to `path` (parents created): what `embedlab regress` collects."""
+        from .report import write_json
+
+        return write_json(path, self.to_json())
 
 
 def _workers(target: Target) -> list[dict[str, Any]]:
@@ -172,6 +180,7 @@ async def _run_burst(
     settle_seconds: float,
     timeout: float,
     progress: bool,
+    on_response: Callable[[RequestRecord], None] | None = None,
 ) -> Burst:
     check = DispatchCheck(
         target.system_urls, expected, min_total_delta=min_total_delta, settle_seconds=settle_seconds,
@@ -181,7 +190,8 @@ async def _run_burst(
         # The baseline is in hand before the first request of the burst leaves.
         await check.abegin(scrape_client)
         traffic = await asend_burst(
-            target.frontend_url, model, requests, concurrency=concurrency, inputs=inputs, timeout=timeout, progress=progress
+            target.frontend_url, model, requests, concurrency=concurrency, inputs=inputs, timeout=timeout,
+            progress=progress, on_response=on_response,
         )
         share_of = weights if weights is not None else [1.0] * len(target.system_urls)
         total = sum(share_of[i] for i in expected) or 1.0
@@ -223,6 +233,7 @@ def same_model_load_balance(
     inputs: Sequence[Input] | None = None,
     timeout: float = 60.0,
     progress: bool = False,
+    on_response: Callable[[RequestRecord], None] | None = None,
 ) -> ScenarioResult:
     """Two or more workers serve one model: every one must move, and the split must fit the weights.
 
@@ -248,6 +259,7 @@ def same_model_load_balance(
             target, name=model, model=model, expected=expected, requests=requests, concurrency=concurrency,
             inputs=inputs or default_inputs(requests), min_total_delta=requests if min_total_delta is None else min_total_delta,
             weights=weights, fairness_alpha=fairness_alpha, settle_seconds=settle_seconds, timeout=timeout, progress=progress,
+            on_response=on_response,
         )
     )
     verdict, reasons = _verdict([burst], exact_total=True)
@@ -268,6 +280,7 @@ def multi_model_dispatch(
     inputs: Sequence[Input] | None = None,
     timeout: float = 60.0,
     progress: bool = False,
+    on_response: Callable[[RequestRecord], None] | None = None,
 ) -> ScenarioResult:
     """One burst per model, one snapshot pair per burst: only that model's workers may move."""
     target = target_of(deployment)
@@ -294,7 +307,7 @@ def multi_model_dispatch(
                     concurrency=concurrency, inputs=inputs or default_inputs(requests_per_burst),
                     min_total_delta=requests_per_burst if min_total_delta is None else min_total_delta,
                     weights=list(target.weights) if target.weights else None, fairness_alpha=None,
-                    settle_seconds=settle_seconds, timeout=timeout, progress=progress,
+                    settle_seconds=settle_seconds, timeout=timeout, progress=progress, on_response=on_response,
                 )
             )
         return bursts

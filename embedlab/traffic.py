@@ -69,6 +69,7 @@ class BurstResult:
     records: list[RequestRecord]
     wall_seconds: float
     started_at: float = field(default_factory=time.time)
+    origin: float = 0.0  # time.perf_counter() at the burst's start: records' `started` count from here
 
     @property
     def failures(self) -> list[RequestRecord]:
@@ -209,7 +210,9 @@ async def asend_burst(
         if own:
             await http.aclose()
     records.sort(key=lambda r: r.index)
-    return BurstResult(model=model, n=n, concurrency=concurrency, records=records, wall_seconds=time.perf_counter() - t0)
+    return BurstResult(
+        model=model, n=n, concurrency=concurrency, records=records, wall_seconds=time.perf_counter() - t0, origin=t0
+    )
 
 
 def send_burst(frontend_url: str, model: str, n: int, **options: Any) -> BurstResult:

@@ -2,7 +2,8 @@
 
 Off by default. Each fault mimics a real dispatch bug:
 
-    leak:p    a fraction p of requests goes to an instance of another model
+    leak:p    a fraction p of requests goes to an instance of another model, spread
+              evenly (leak:0.1 leaks exactly one request in every ten of a model)
     stick     every request goes to the first instance of its model
     skew:w    a fraction w of a model's traffic goes to its first instance
     ghost     deregistered or lapsed instances keep receiving traffic
@@ -67,6 +68,9 @@ class FaultInjector:
         self.faults = {f.name: f.param for f in faults}
         self._rng = random.Random(seed)
         self._ghosts: dict[str, list[Instance]] = {}
+        # Per model: leaked share owed so far. Evenly spread leaks make "one leaked
+        # request per burst" an exact statement, not a probability.
+        self._leak_debt: dict[str, float] = {}
 
     def __bool__(self) -> bool:
         return bool(self.faults)
@@ -94,10 +98,14 @@ class FaultInjector:
         return live + ghosts if ghosts else live
 
     def pick(self, model: str, live: Sequence[Instance], policy: Policy, registry: Registry) -> Instance:
-        if "leak" in self.faults and self._rng.random() < self.faults["leak"]:
-            others = [i for m in registry.models() if m != model for i in registry.live(m)]
-            if others:
-                return self._rng.choice(others)
+        if "leak" in self.faults:
+            debt = self._leak_debt.get(model, 0.0) + self.faults["leak"]
+            if debt >= 1.0 - 1e-9:
+                others = [i for m in registry.models() if m != model for i in registry.live(m)]
+                if others:
+                    self._leak_debt[model] = debt - 1.0
+                    return self._rng.choice(others)
+            self._leak_debt[model] = min(debt, 1.0)
         if "stick" in self.faults:
             return live[0]
         if "skew" in self.faults and len(live) > 1:

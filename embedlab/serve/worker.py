@@ -100,7 +100,13 @@ class Worker:
         self.request_app.add_routes([web.post("/v1/embeddings", self.embeddings)])
         self.system_app = make_app()
         self.system_app.add_routes(
-            [web.get("/metrics", self.metrics_text), web.get("/health", self.health), web.get("/live", self.live)]
+            [
+                web.get("/metrics", self.metrics_text),
+                web.get("/health", self.health),
+                web.get("/live", self.live),
+                web.post("/drain", self.drain),
+                web.post("/resume", self.resume),
+            ]
         )
         self._runners: list[web.AppRunner] = []
         self._session: aiohttp.ClientSession | None = None
@@ -168,6 +174,25 @@ class Worker:
     async def live(self, request: web.Request) -> web.Response:
         return json_response({"status": "live"})
 
+    async def drain(self, request: web.Request) -> web.Response:
+        """Leave the frontend's registry but keep serving: the first step of a rolling restart.
+
+        A correct frontend sends a drained worker nothing more; the `drain` scenario checks it.
+        """
+        if self.state == "ready":
+            await self._deregister()
+            self.state = "draining"
+            log.info("drained: deregistered, still serving on %s", self.url)
+        return json_response({"state": self.state}, status=200 if self.state == "draining" else 409)
+
+    async def resume(self, request: web.Request) -> web.Response:
+        """Register again after a drain."""
+        if self.state == "draining":
+            self.lease_ttl = await self._register(deadline=time.monotonic() + self.config.register_timeout)
+            self.state = "ready"
+            log.info("resumed: registered again")
+        return json_response({"state": self.state}, status=200 if self.state == "ready" else 409)
+
     # -- lifecycle ----------------------------------------------------------------------
 
     def _auth(self) -> dict[str, str]:
@@ -222,6 +247,8 @@ class Worker:
         url = f"{self.config.frontend_url.rstrip('/')}/registry/instances/{self.config.instance_id}/heartbeat"
         while True:
             await asyncio.sleep(ttl / 3)
+            if self.state != "ready":
+                continue  # drained or stopping: let the lease go
             try:
                 async with self._session.put(url, headers=self._auth()) as resp:
                     if resp.status == 404:
@@ -236,17 +263,21 @@ class Worker:
             except (aiohttp.ClientError, asyncio.TimeoutError, EngineError) as exc:
                 log.warning("heartbeat failed: %s", exc)
 
+    async def _deregister(self) -> None:
+        assert self._session is not None
+        try:
+            async with self._session.delete(
+                f"{self.config.frontend_url.rstrip('/')}/registry/instances/{self.config.instance_id}",
+                headers=self._auth(), timeout=aiohttp.ClientTimeout(total=1),
+            ):
+                pass
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            pass  # the lease lapses on its own
+
     async def close(self) -> None:
         if self._session is not None and self.state == "ready":
             self.state = "stopping"
-            try:
-                async with self._session.delete(
-                    f"{self.config.frontend_url.rstrip('/')}/registry/instances/{self.config.instance_id}",
-                    headers=self._auth(), timeout=aiohttp.ClientTimeout(total=1),
-                ):
-                    pass
-            except (aiohttp.ClientError, asyncio.TimeoutError):
-                pass  # the lease lapses on its own
+            await self._deregister()
         for runner in reversed(self._runners):
             await runner.cleanup()
         if self._session is not None:
