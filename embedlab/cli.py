@@ -200,7 +200,7 @@ def _add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--model-path", action="append", default=[], help="one per model, or one for all (default: tiny local models)")
     p.add_argument("--workers", type=int, default=2, help="workers of the one model, for same-model")
     p.add_argument("--weights", default="", help="comma-separated worker weights, for same-model")
-    p.add_argument("--requests", type=int, default=None, help="requests per burst (default: 20 same-model, 10 multi-model)")
+    p.add_argument("--requests", type=int, default=None, help="requests per burst (default: 40 same-model, 10 multi-model, 200 failover)")
     p.add_argument("--concurrency", type=int, default=None, help="requests in flight (default: 4; 8 for failover)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--router-mode", default="weighted-random")

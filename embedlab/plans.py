@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Sequence
 from .deployment import Deployment, Target, attach
 from .errors import ConfigError
 from .metrics import DEFAULT_METRIC
-from .scenarios import ScenarioResult, multi_model_dispatch, same_model_load_balance
+from .scenarios import DEFAULT_SAME_MODEL_REQUESTS, ScenarioResult, multi_model_dispatch, same_model_load_balance
 from .specs import DeploymentSpec, WorkerSpec
 
 SCENARIOS = ("same-model", "multi-model", "failover")
@@ -42,7 +42,7 @@ class ScenarioPlan:
     model_paths: tuple[str, ...] = ()
     workers: int = 2
     weights: tuple[float, ...] = ()
-    requests: int | None = None  # None: the scenario's default (20 same-model, 10 per burst multi-model)
+    requests: int | None = None  # None: the scenario's default (40 same-model, 10 per burst multi-model, 200 failover)
     concurrency: int | None = None  # None: the scenario's default (4; 8 for failover)
     seed: int | None = 0
     router_mode: str = "weighted-random"
@@ -179,7 +179,7 @@ def _run_on(plan: ScenarioPlan, deployment: Deployment | Target, progress: bool)
         return failover(deployment, requests=plan.requests or 200, concurrency=plan.concurrency or 8, progress=progress)
     if plan.scenario == "same-model":
         return same_model_load_balance(
-            deployment, requests=plan.requests or 20, concurrency=plan.concurrency or 4,
+            deployment, requests=plan.requests or DEFAULT_SAME_MODEL_REQUESTS, concurrency=plan.concurrency or 4,
             model=plan.models[0] if plan.models else None, weights=plan.weights or None, progress=progress,
         )
     return multi_model_dispatch(

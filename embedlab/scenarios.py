@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 DEFAULT_FAIRNESS_ALPHA = 0.001
+# The smallest same-model burst at which the fairness test catches a 90/10 skew of a
+# 50/50 pool 99% of the time at DEFAULT_FAIRNESS_ALPHA (bench/verification_power.py).
+DEFAULT_SAME_MODEL_REQUESTS = 40
 PASSED, FAILED, INCONCLUSIVE = "passed", "failed", "inconclusive"
 
 
@@ -223,7 +226,7 @@ def _verdict(bursts: Sequence[Burst], *, exact_total: bool) -> tuple[str, list[s
 def same_model_load_balance(
     deployment: Deployment | Target,
     *,
-    requests: int = 20,
+    requests: int = DEFAULT_SAME_MODEL_REQUESTS,
     concurrency: int = 4,
     model: str | None = None,
     weights: Sequence[float] | None = None,
