@@ -30,8 +30,11 @@ from .errors import (
     ServerStopError,
     TrafficError,
 )
+from .explore import Explorer, SweepResult
 from .metrics import MetricQuery, Snapshot, scrape
+from .plans import ScenarioPlan, run_scenario
 from .process import ManagedProcess
+from .regress import Matrix, RegressRun, load_matrix, regress
 from .scenarios import ScenarioResult, multi_model_dispatch, same_model_load_balance
 from .specs import DeploymentSpec, WorkerSpec
 from .traffic import BurstResult, RequestRecord, asend_burst, send_burst
@@ -49,13 +52,17 @@ __all__ = [
     "DispatchCheck",
     "EmbedlabError",
     "EngineError",
+    "Explorer",
     "ManagedProcess",
+    "Matrix",
     "MetricNotFoundError",
     "MetricQuery",
     "MetricsError",
     "NotebookRunError",
     "ReadinessTimeoutError",
+    "RegressRun",
     "RequestRecord",
+    "ScenarioPlan",
     "ScenarioResult",
     "ScrapeError",
     "ServerError",
@@ -63,13 +70,17 @@ __all__ = [
     "ServerStartError",
     "ServerStopError",
     "Snapshot",
+    "SweepResult",
     "Target",
     "TrafficError",
     "WorkerSpec",
     "asend_burst",
     "attach",
     "fairness_p_value",
+    "load_matrix",
     "multi_model_dispatch",
+    "regress",
+    "run_scenario",
     "same_model_load_balance",
     "scrape",
     "send_burst",

@@ -1,0 +1,421 @@
+"""`embedlab regress`: every notebook of a matrix, for every parameter set, through papermill.
+
+    run = regress(matrix="my.toml", out="outputs")
+    run.passed, run.index_html, run.failed
+
+One run writes one folder, `<out>/<run-id>/`:
+
+    <notebook>--<params-slug>.ipynb   the executed notebook, also when it failed
+    <notebook>--<params-slug>.html    its report (nbconvert; code hidden unless show_code)
+    results/<name>.json               the result each notebook saved (result_json parameter)
+    logs/<name>/                      that run's server logs (run_dir parameter)
+    results.json                      every scenario's figures: deltas, p-values, latency, verdicts
+    junit.xml                         one testcase per notebook and parameter set
+    index.html                        summary table with figures inline, changes since the last run
+
+A failed notebook never stops the run: papermill writes the executed notebook before it
+raises, and its report is exported like any other, so the evidence survives.
+
+The matrix is TOML (see `embedlab/matrices/default.toml`):
+
+    notebooks = ["same_model_load_balance", "multi_model_dispatch"]
+    [defaults]            # under every set
+    requests = 20
+    [[params]]            # one parameter set
+    name = "embedded-hash"
+    stack = "embedded"
+    [params.multi_model_dispatch]   # for that notebook only
+    models = ["a", "b"]
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import secrets
+import time
+import tomllib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .errors import ConfigError
+
+__all__ = ["DEFAULT_CELL_TIMEOUT", "Job", "Matrix", "Outcome", "RegressRun", "load_matrix", "regress", "run_job"]
+
+DEFAULT_CELL_TIMEOUT = 600.0
+# Set by the runner for every job; a matrix that sets them would scatter outputs.
+RUNNER_PARAMS = ("run_dir", "result_json")
+# Left out of a generated slug: long, machine-specific, or the same in every set.
+_SLUG_SKIP = {"frontend_url", "system_urls", "model_paths", *RUNNER_PARAMS}
+PASSED, FAILED, INCONCLUSIVE, ERROR = "passed", "failed", "inconclusive", "error"
+
+
+# -- the matrix ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """One notebook with one parameter set."""
+
+    notebook: Path
+    slug: str
+    params: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """`<notebook>--<params-slug>`: file names and the key that history compares by."""
+        return f"{self.notebook.stem}--{self.slug}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matrix:
+    path: Path
+    jobs: tuple[Job, ...]
+
+
+def default_notebook_dir() -> Path:
+    """`$EMBEDLAB_NOTEBOOKS`, else `notebooks/` of the source checkout embedlab runs from."""
+    if os.environ.get("EMBEDLAB_NOTEBOOKS"):
+        return Path(os.environ["EMBEDLAB_NOTEBOOKS"])
+    return Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def default_matrix_path() -> Path:
+    return Path(str(resources.files("embedlab") / "matrices" / "default.toml"))
+
+
+def load_matrix(path: str | Path | None = None, *, notebook_dir: Path | None = None) -> Matrix:
+    """Read and check a matrix: unknown notebooks and unknown parameters fail here, not mid-run.
+
+    A notebook is a name in `notebook_dir` (default: `default_notebook_dir()`) or a path
+    to an .ipynb, relative to the matrix file.
+    """
+    path = Path(path) if path is not None else default_matrix_path()
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read matrix {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"matrix {path} is not valid TOML: {exc}") from exc
+    unknown = sorted(set(data) - {"notebooks", "defaults", "params"})
+    if unknown:
+        raise ConfigError(f"matrix {path}: unknown top-level keys {unknown} (expected notebooks, defaults, params)")
+    notebooks_dir = notebook_dir or default_notebook_dir()
+    defaults = data.get("defaults", {})
+    sets = data.get("params") or [{}]
+    if not isinstance(defaults, dict) or not isinstance(sets, list):
+        raise ConfigError(f"matrix {path}: [defaults] must be a table and [[params]] an array of tables")
+    jobs: list[Job] = []
+    for number, pset in enumerate(sets, 1):
+        where = f"matrix {path}, parameter set {number}" + (f" ({pset['name']!r})" if "name" in pset else "")
+        names = pset.get("notebooks", data.get("notebooks"))
+        if not names or not isinstance(names, list):
+            raise ConfigError(f"{where}: no notebooks to run (a top-level `notebooks = [...]` list)")
+        for name in names:
+            notebook = _notebook_path(name, base=path.parent, notebooks_dir=notebooks_dir, where=where)
+            params = _params_for(notebook.stem, defaults, pset)
+            _check_params(notebook, params, where)
+            jobs.append(Job(notebook=notebook, slug=pset.get("name") or params_slug(params), params=params))
+    seen: dict[str, int] = {}
+    for job in jobs:
+        seen[job.name] = seen.get(job.name, 0) + 1
+    clashes = sorted(n for n, count in seen.items() if count > 1)
+    if clashes:
+        raise ConfigError(f"matrix {path}: runs {clashes} would overwrite each other; give their sets distinct `name`s")
+    return Matrix(path=path, jobs=tuple(jobs))
+
+
+def _notebook_path(name: str, *, base: Path, notebooks_dir: Path, where: str) -> Path:
+    notebook = (base / name) if name.endswith(".ipynb") else notebooks_dir / f"{name}.ipynb"
+    if not notebook.is_file():
+        raise ConfigError(f"{where}: notebook {notebook} does not exist")
+    return notebook.resolve()
+
+
+def _params_for(stem: str, defaults: dict[str, Any], pset: dict[str, Any]) -> dict[str, Any]:
+    """[defaults], then the set's plain values, then the set's table for this notebook."""
+    own = {k: v for k, v in pset.items() if k not in ("name", "notebooks") and not isinstance(v, dict)}
+    return {**defaults, **own, **pset.get(stem, {})}
+
+
+def _check_params(notebook: Path, params: dict[str, Any], where: str) -> None:
+    taken = notebook_parameters(notebook)
+    unknown = sorted(set(params) - set(taken))
+    if unknown:
+        raise ConfigError(f"{where}: {notebook.name} takes no parameter {unknown}; it takes {sorted(taken)}")
+    reserved = sorted(set(params) & set(RUNNER_PARAMS))
+    if reserved:
+        raise ConfigError(f"{where}: {reserved} are set by the runner for every run; leave them out of the matrix")
+
+
+def notebook_parameters(notebook: Path) -> dict[str, str]:
+    """Names assigned in the cell tagged `parameters`, with their default's source text."""
+    nb = json.loads(notebook.read_text())
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
+            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            tree = ast.parse(source)
+            return {
+                t.id: ast.get_source_segment(source, node.value) or ""
+                for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)
+            }
+    raise ConfigError(f"{notebook} has no code cell tagged 'parameters'")
+
+
+def params_slug(params: dict[str, Any], *, limit: int = 80) -> str:
+    """A file-name-safe summary of a parameter set, e.g. `embedded-hash-tiny-bert+tiny-qwen3`."""
+    parts = []
+    for key, value in params.items():
+        if key in _SLUG_SKIP or value in ("", None, [], ()):
+            continue
+        if isinstance(value, (list, tuple)):
+            value = "+".join(str(v) for v in value)
+        parts.append(str(value) if key in ("stack", "engine", "models") else f"{key}={value}")
+    if params.get("frontend_url"):
+        parts.append("attached")
+    slug = re.sub(r"[^A-Za-z0-9_.+=-]+", "_", "-".join(parts)) or "default"
+    if len(slug) > limit:
+        digest = hashlib.sha1(slug.encode()).hexdigest()[:8]
+        slug = f"{slug[: limit - 9]}-{digest}"
+    return slug
+
+
+# -- one run ------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class Outcome:
+    """What one notebook run left behind."""
+
+    job: Job
+    status: str  # passed, failed, inconclusive, error
+    seconds: float
+    notebook_out: Path
+    html: Path | None
+    result_json: Path
+    logs: Path
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    figures: list[str] = field(default_factory=list)  # base64 PNGs, for index.html
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    @property
+    def summary(self) -> str:
+        if self.error and (self.result is None or self.result.get("passed")):
+            return self.error
+        if self.result is not None:
+            r = self.result
+            reasons = r.get("reasons") or []
+            head = f"{r.get('scenario', self.job.notebook.stem)} on {r.get('stack', '?')}: {str(r.get('verdict', self.status)).upper()}"
+            return head + (f" ({'; '.join(reasons)})" if reasons else "")
+        return self.status.upper()
+
+    def to_json(self, root: Path) -> dict[str, Any]:
+        """Paths relative to the run folder, so the folder can be moved and shared whole."""
+
+        def rel(path: Path | None) -> str | None:
+            return os.path.relpath(path, root) if path is not None and path.exists() else None
+
+        result = self.result or {}
+        return {
+            "name": self.job.name,
+            "notebook": self.job.notebook.stem,
+            "slug": self.job.slug,
+            "params": self.job.params,
+            "status": self.status,
+            "verdict": result.get("verdict"),
+            "summary": self.summary,
+            "reasons": result.get("reasons", []),
+            "error": self.error,
+            "seconds": round(self.seconds, 3),
+            "report_html": rel(self.html),
+            "notebook_out": rel(self.notebook_out),
+            "result_json": rel(self.result_json),
+            "logs": rel(self.logs),
+            "figures": key_figures(result),
+            "result": self.result,
+        }
+
+
+def key_figures(result: dict[str, Any]) -> dict[str, Any]:
+    """The numbers a reader compares between runs: deltas, p-values, latency percentiles."""
+    bursts = result.get("bursts") or []
+    return {
+        "verdict": result.get("verdict"),
+        "p_values": result.get("p_values") or {},
+        "latency_ms": result.get("latency_ms") or {},
+        "deltas": {b.get("name", str(i)): b.get("deltas") for i, b in enumerate(bursts)},
+        "expected": {b.get("name", str(i)): b.get("expected") for i, b in enumerate(bursts)},
+    }
+
+
+def run_job(job: Job, run_dir: Path, *, timeout: float = DEFAULT_CELL_TIMEOUT, show_code: bool = False) -> Outcome:
+    """Execute one notebook with papermill, then export its report; never raises for a failed notebook."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    from .report import export_html, notebook_figures
+
+    notebook_out = run_dir / f"{job.name}.ipynb"
+    result_json = run_dir / "results" / f"{job.name}.json"
+    logs = run_dir / "logs" / job.name
+    # Absolute: the kernel runs in the run folder, where a relative path would nest.
+    params = {**job.params, "run_dir": str(logs.resolve()), "result_json": str(result_json.resolve())}
+    started = time.monotonic()
+    error = None
+    try:
+        papermill.execute_notebook(
+            str(job.notebook), str(notebook_out), parameters=params, kernel_name="python3", progress_bar=False,
+            execution_timeout=timeout, cwd=str(run_dir.resolve()),
+        )
+    except PapermillExecutionError as exc:
+        error = f"{exc.ename}: {_first_line(exc.evalue)} (cell {exc.exec_count})"
+    except Exception as exc:  # a dead kernel, a cell timeout: record it, keep running the matrix
+        error = f"{exc.__class__.__name__}: {_first_line(str(exc))}"
+    seconds = time.monotonic() - started
+    result = json.loads(result_json.read_text()) if result_json.is_file() else None
+    status = _status(error, result)
+    html = None
+    figures: list[str] = []
+    if notebook_out.is_file():
+        banner = {"name": job.name, "status": status, "params": job.params, "summary": error or (result or {}).get("verdict", "")}
+        try:
+            html = export_html(notebook_out, notebook_out.with_suffix(".html"), show_code=show_code, banner=banner)
+            figures = notebook_figures(notebook_out)
+        except Exception as exc:  # a broken export must not hide the notebook's own verdict
+            error = (error + "; " if error else "") + f"HTML export failed: {exc.__class__.__name__}: {exc}"
+            status = ERROR
+    return Outcome(
+        job=job, status=status, seconds=seconds, notebook_out=notebook_out, html=html, result_json=result_json,
+        logs=logs, result=result, error=error, figures=figures,
+    )
+
+
+def _status(error: str | None, result: dict[str, Any] | None) -> str:
+    if result is not None and result.get("verdict") in (FAILED, INCONCLUSIVE):
+        return str(result["verdict"])
+    if error is not None:
+        return ERROR
+    return PASSED
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+# -- a whole matrix -----------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class RegressRun:
+    run_id: str
+    run_dir: Path
+    outcomes: list[Outcome]
+    wall_seconds: float
+    index_html: Path
+    results_json: Path
+    junit_xml: Path
+    previous: Path | None = None
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.outcomes) and all(o.passed for o in self.outcomes)
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.passed]
+
+
+def regress(
+    *,
+    matrix: str | Path | None = None,
+    out: str | Path = "outputs",
+    timeout: float = DEFAULT_CELL_TIMEOUT,
+    show_code: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> RegressRun:
+    """Run every job of `matrix` (default: the packaged default matrix) into a new folder under `out`.
+
+    `timeout` bounds each cell, in seconds. `progress`, when given, gets one line as each
+    notebook starts and one as it ends.
+    """
+    from .report import load_results, write_index, write_json, write_junit
+
+    plan = load_matrix(matrix)
+    out = Path(out)
+    run_id, run_dir = _new_run_dir(out)
+    previous = latest_results(out, exclude=run_dir)
+    say = progress or (lambda line: None)
+    started_at = datetime.now(timezone.utc)
+    t0 = time.monotonic()
+    say(f"embedlab regress: {len(plan.jobs)} notebook runs from {plan.path} -> {run_dir}")
+
+    outcomes = []
+    for number, job in enumerate(plan.jobs, 1):
+        say(f"[{number}/{len(plan.jobs)}] {job.name}: running")
+        outcome = run_job(job, run_dir, timeout=timeout, show_code=show_code)
+        outcomes.append(outcome)
+        say(f"[{number}/{len(plan.jobs)}] {job.name}: {outcome.status.upper()} in {outcome.seconds:.1f} s")
+
+    wall = time.monotonic() - t0
+    results = {
+        "run_id": run_id,
+        "started_at": started_at.isoformat(timespec="seconds"),
+        "started_ts": started_at.timestamp(),
+        "wall_seconds": round(wall, 2),
+        "matrix": str(plan.path),
+        "passed": all(o.passed for o in outcomes),
+        "counts": {s: sum(o.status == s for o in outcomes) for s in (PASSED, FAILED, INCONCLUSIVE, ERROR)},
+        "previous_run": str(previous.parent.name) if previous else None,
+        "scenarios": [o.to_json(run_dir) for o in outcomes],
+    }
+    results_json = write_json(run_dir / "results.json", results)
+    junit_xml = write_junit(run_dir / "junit.xml", results)
+    index_html = write_index(
+        run_dir / "index.html", results, previous=load_results(previous) if previous else None,
+        figures={o.job.name: o.figures for o in outcomes},
+    )
+    return RegressRun(
+        run_id=run_id, run_dir=run_dir, outcomes=outcomes, wall_seconds=wall, index_html=index_html,
+        results_json=results_json, junit_xml=junit_xml, previous=previous,
+    )
+
+
+def _new_run_dir(out: Path) -> tuple[str, Path]:
+    # Time first so folders sort by age; the suffix keeps two runs in one second apart.
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    run_dir = out / run_id
+    run_dir.mkdir(parents=True)
+    return run_id, run_dir
+
+
+def latest_results(out: Path, *, exclude: Path | None = None) -> Path | None:
+    """The newest earlier run's results.json in `out`, judged by its own start time."""
+    found: list[tuple[float, Path]] = []
+    for candidate in _children(out):
+        path = candidate / "results.json"
+        if candidate == exclude or not path.is_file():
+            continue
+        try:
+            found.append((float(json.loads(path.read_text()).get("started_ts", 0.0)), path))
+        except (OSError, ValueError):
+            continue  # a half-written or foreign file is not history
+    return max(found)[1] if found else None
+
+
+def _children(folder: Path) -> Iterable[Path]:
+    try:
+        return [p for p in folder.iterdir() if p.is_dir()]
+    except OSError:
+        return []

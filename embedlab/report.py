@@ -1,0 +1,319 @@
+"""What `embedlab regress` leaves for people and CI: HTML reports, results.json, junit.xml, index.html.
+
+Every page is self-contained: figures are inline PNGs and nothing loads from the network,
+so a run folder can be zipped, mailed, or opened years later.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+__all__ = ["compare_runs", "export_html", "load_results", "notebook_figures", "write_index", "write_json", "write_junit"]
+
+FIGURE_TAG = "report-figure"  # cells whose images index.html shows inline
+LATENCY_CHANGE = 0.25  # a latency percentile that moves by more than this share is flagged
+
+# nbconvert's lab template, minus everything it would fetch from a CDN (require.js,
+# MathJax, mermaid), plus a banner with the verdict and a way back to the index.
+_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block extra_css -%}<style>""" + """
+.embedlab-banner { font-family: system-ui, sans-serif; margin: 12px 24px; padding: 10px 14px; border-radius: 6px;
+  border: 1px solid #ccc; background: #fafafa; }
+.embedlab-banner .verdict { font-weight: 700; padding: 2px 8px; border-radius: 4px; color: #fff; }
+.embedlab-banner .params { font-family: monospace; font-size: 12px; color: #444; margin-top: 6px; }
+.verdict.passed { background: #2e7d32; } .verdict.failed { background: #c62828; }
+.verdict.error { background: #6a1b9a; } .verdict.inconclusive { background: #ef6c00; }
+""" + """</style>{%- endblock extra_css -%}
+{%- block body_header -%}
+{{ super() }}
+{{ resources.embedlab_banner }}
+{%- endblock body_header -%}
+"""
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    """JSON for people and browsers: NaN and infinities become null, paths become strings."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(_finite(data), indent=2, default=str) + "\n")
+    return target
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def load_results(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())
+
+
+# -- one notebook's report -------------------------------------------------------------------------
+
+
+def export_html(notebook: Path, target: Path, *, show_code: bool = False, banner: Mapping[str, Any] | None = None) -> Path:
+    """The executed notebook as one HTML page: outputs (and code, if `show_code`), no network."""
+    import jinja2
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(
+        extra_loaders=[jinja2.DictLoader({"embedlab.html.j2": _TEMPLATE})], template_file="embedlab.html.j2",
+        exclude_input=not show_code, exclude_input_prompt=not show_code, exclude_output_prompt=True,
+    )
+    nb = nbformat.read(notebook, as_version=4)
+    body, _ = exporter.from_notebook_node(nb, resources={"embedlab_banner": _banner(banner or {}, target)})
+    target.write_text(body)
+    return target
+
+
+def _banner(banner: Mapping[str, Any], target: Path) -> str:
+    if not banner:
+        return ""
+    status = str(banner.get("status", ""))
+    params = " ".join(f"{k}={_short(v)}" for k, v in (banner.get("params") or {}).items())
+    summary = str(banner.get("summary") or "")
+    index = target.parent / "index.html"
+    return (
+        f'<div class="embedlab-banner"><span class="verdict {_e(status)}">{_e(status.upper())}</span> '
+        f'<strong>{_e(banner.get("name", ""))}</strong>'
+        + (f" &middot; {_e(summary)}" if summary and summary.lower() != status else "")
+        + f' &middot; <a href="{_e(index.name)}">all scenarios</a>'
+        + (f'<div class="params">{_e(params)}</div>' if params else "")
+        + "</div>"
+    )
+
+
+def notebook_figures(notebook: Path) -> list[str]:
+    """Base64 PNGs from the executed notebook's cells tagged `report-figure`, in order."""
+    nb = json.loads(Path(notebook).read_text())
+    found = []
+    for cell in nb.get("cells", []):
+        if FIGURE_TAG not in cell.get("metadata", {}).get("tags", []):
+            continue
+        for output in cell.get("outputs", []):
+            png = output.get("data", {}).get("image/png")
+            if png:
+                found.append("".join(png).replace("\n", "") if isinstance(png, list) else png.replace("\n", ""))
+    return found
+
+
+# -- junit ----------------------------------------------------------------------------------------
+
+
+def write_junit(path: Path, results: Mapping[str, Any]) -> Path:
+    """One testcase per notebook and parameter set; a failed verdict is a <failure>, a crash an <error>."""
+    scenarios = results.get("scenarios", [])
+    suite = ET.Element(
+        "testsuite", name="embedlab.regress", tests=str(len(scenarios)),
+        failures=str(sum(s["status"] in ("failed", "inconclusive") for s in scenarios)),
+        errors=str(sum(s["status"] == "error" for s in scenarios)), time=f"{results.get('wall_seconds', 0):.2f}",
+        timestamp=str(results.get("started_at", "")),
+    )
+    for s in scenarios:
+        case = ET.SubElement(suite, "testcase", classname=f"embedlab.regress.{s['notebook']}", name=s["slug"], time=f"{s['seconds']:.2f}")
+        report = s.get("report_html") or s.get("notebook_out") or "(no report)"
+        if s["status"] != "passed":
+            kind = "error" if s["status"] == "error" else "failure"
+            detail = "\n".join([s.get("summary") or "", *(s.get("reasons") or []), f"report: {report}"])
+            ET.SubElement(case, kind, message=s.get("summary") or s["status"], type=s["status"]).text = detail
+        ET.SubElement(case, "system-out").text = f"report: {report}\nparams: {json.dumps(s.get('params', {}))}"
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    path.write_bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True))
+    return path
+
+
+# -- history --------------------------------------------------------------------------------------
+
+
+def compare_runs(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per scenario in either run: verdict flips, p-value and latency p50/p99 changes."""
+    before = {s["name"]: s for s in previous.get("scenarios", [])}
+    now = {s["name"]: s for s in current.get("scenarios", [])}
+    rows = []
+    for name in [*now, *(n for n in before if n not in now)]:
+        old, new = before.get(name), now.get(name)
+        row: dict[str, Any] = {"name": name, "old_status": old and old["status"], "new_status": new and new["status"]}
+        row["change"] = "new" if old is None else "removed" if new is None else (
+            "flipped" if old["status"] != new["status"] else "same"
+        )
+        old_fig = (old or {}).get("figures") or {}
+        new_fig = (new or {}).get("figures") or {}
+        old_p, new_p = old_fig.get("p_values") or {}, new_fig.get("p_values") or {}
+        row["p_values"] = {k: (old_p.get(k), new_p.get(k)) for k in [*new_p, *(k for k in old_p if k not in new_p)]}
+        for pct in ("p50", "p99"):
+            a = (old_fig.get("latency_ms") or {}).get(pct)
+            b = (new_fig.get("latency_ms") or {}).get(pct)
+            row[pct] = (a, b)
+            row[f"{pct}_change"] = (b - a) / a if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 else None
+        rows.append(row)
+    return rows
+
+
+# -- index.html -----------------------------------------------------------------------------------
+
+_CSS = """
+body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 24px; color: #222; max-width: 1400px; }
+h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 18px; margin-top: 28px; } h3 { font-size: 15px; }
+.meta { color: #555; font-size: 13px; }
+table { border-collapse: collapse; font-size: 13px; width: 100%; }
+th, td { border: 1px solid #ddd; padding: 5px 8px; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+.verdict { font-weight: 700; padding: 1px 7px; border-radius: 4px; color: #fff; white-space: nowrap; }
+.verdict.passed { background: #2e7d32; } .verdict.failed { background: #c62828; }
+.verdict.error { background: #6a1b9a; } .verdict.inconclusive { background: #ef6c00; }
+.params, .figs { font-family: ui-monospace, monospace; font-size: 12px; }
+.flag { color: #c62828; font-weight: 700; } .muted { color: #777; }
+.scenario { border-top: 1px solid #ddd; padding-top: 8px; margin-top: 18px; }
+.scenario img { max-width: 100%; display: block; margin: 8px 0; border: 1px solid #eee; }
+.reason { color: #c62828; font-size: 13px; }
+"""
+
+
+def write_index(
+    path: Path,
+    results: Mapping[str, Any],
+    *,
+    previous: Mapping[str, Any] | None = None,
+    figures: Mapping[str, Sequence[str]] | None = None,
+) -> Path:
+    """The run's front page: summary table, changes since `previous`, and every figure inline."""
+    scenarios = results.get("scenarios", [])
+    counts = results.get("counts", {})
+    overall = "passed" if results.get("passed") else "failed"
+    tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "nothing ran"
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>embedlab regress {_e(results.get('run_id', ''))}: {overall.upper()}</title><style>{_CSS}</style></head><body>",
+        f'<h1>embedlab regress <span class="verdict {overall}">{"ALL PASSED" if overall == "passed" else "FAILED"}</span></h1>',
+        f'<p class="meta">run <code>{_e(results.get("run_id", ""))}</code> &middot; started {_e(results.get("started_at", ""))}'
+        f" &middot; wall {results.get('wall_seconds', 0):.1f} s &middot; {len(scenarios)} runs: {_e(tally)}"
+        f" &middot; matrix <code>{_e(results.get('matrix', ''))}</code></p>",
+        _history_section(results, previous),
+        _summary_table(scenarios),
+        "<h2>Figures</h2>",
+        *(_scenario_section(s, (figures or {}).get(s["name"], ())) for s in scenarios),
+        "</body></html>",
+    ]
+    path.write_text("\n".join(parts))
+    return path
+
+
+def _summary_table(scenarios: Sequence[Mapping[str, Any]]) -> str:
+    rows = []
+    for s in scenarios:
+        links = [f'<a href="{_e(s[key])}">{label}</a>' for key, label in (
+            ("report_html", "report"), ("notebook_out", "notebook"), ("result_json", "result"), ("logs", "logs")
+        ) if s.get(key)]
+        rows.append(
+            f'<tr><td><a href="#{_e(s["name"])}">{_e(s["notebook"])}</a><br><span class="muted">{_e(s["slug"])}</span></td>'
+            f'<td class="params">{_params_html(s.get("params", {}))}</td>'
+            f'<td>{_verdict(s["status"])}</td><td class="figs">{_figures_text(s.get("figures") or {})}</td>'
+            f'<td>{" &middot; ".join(links)}</td></tr>'
+        )
+    return (
+        "<h2>Scenarios</h2><table><tr><th>scenario</th><th>parameters</th><th>verdict</th>"
+        "<th>key figures</th><th>links</th></tr>" + "".join(rows) + "</table>"
+    )
+
+
+def _scenario_section(s: Mapping[str, Any], pngs: Sequence[str]) -> str:
+    reasons = s.get("reasons") or ([s["error"]] if s.get("error") else [])
+    images = "".join(
+        f'<img alt="{_e(s["name"])} figure {i + 1}" src="data:image/png;base64,{png}">' for i, png in enumerate(pngs)
+    ) or '<p class="muted">no figures: the notebook stopped before drawing them (see its report)</p>'
+    report = f' &middot; <a href="{_e(s["report_html"])}">full report</a>' if s.get("report_html") else ""
+    return (
+        f'<div class="scenario" id="{_e(s["name"])}"><h3>{_e(s["name"])} {_verdict(s["status"])}{report}</h3>'
+        + "".join(f'<div class="reason">{_e(r)}</div>' for r in reasons)
+        + images + "</div>"
+    )
+
+
+def _history_section(results: Mapping[str, Any], previous: Mapping[str, Any] | None) -> str:
+    if previous is None:
+        return '<h2>Changes</h2><p class="muted">No earlier run in this outputs folder to compare with.</p>'
+    rows = []
+    for row in compare_runs(previous, results):
+        verdict = (
+            f'{_verdict(row["old_status"])} &rarr; {_verdict(row["new_status"])}' if row["change"] == "flipped"
+            else _verdict(row["new_status"] or row["old_status"]) + f' <span class="muted">{row["change"]}</span>'
+        )
+        p_text = "<br>".join(f"{_e(k)}: {_num(a, 'p')} &rarr; {_num(b, 'p')}" for k, (a, b) in row["p_values"].items()) or "&ndash;"
+        latency = "<br>".join(
+            f"{pct} {_num(row[pct][0], 'ms')} &rarr; {_num(row[pct][1], 'ms')} {_change(row[f'{pct}_change'])}" for pct in ("p50", "p99")
+        )
+        flag = ' class="flag"' if row["change"] == "flipped" else ""
+        rows.append(f'<tr><td{flag}>{_e(row["name"])}</td><td>{verdict}</td><td class="figs">{p_text}</td><td class="figs">{latency}</td></tr>')
+    flips = sum(r["change"] == "flipped" for r in compare_runs(previous, results))
+    return (
+        f'<h2>Changes since run <code>{_e(previous.get("run_id", "?"))}</code></h2>'
+        f'<p class="meta">{flips} verdict flip{"s" if flips != 1 else ""}; latency changes over {LATENCY_CHANGE:.0%} are flagged.</p>'
+        "<table><tr><th>scenario</th><th>verdict</th><th>p-values (before &rarr; now)</th><th>latency (before &rarr; now)</th></tr>"
+        + "".join(rows) + "</table>"
+    )
+
+
+def _figures_text(fig: Mapping[str, Any]) -> str:
+    lines = []
+    for burst, p in (fig.get("p_values") or {}).items():
+        if p is not None:
+            lines.append(f"p({_e(burst)}) = {_num(p, 'p')}")
+    lat = fig.get("latency_ms") or {}
+    if lat:
+        lines.append(f"p50 {_num(lat.get('p50'), 'ms')} &middot; p99 {_num(lat.get('p99'), 'ms')}")
+    for burst, deltas in (fig.get("deltas") or {}).items():
+        if deltas is not None:
+            lines.append(f"&Delta; {_e(burst)}: " + " / ".join(f"{d:g}" for d in deltas))
+    return "<br>".join(lines) or "&ndash;"
+
+
+def _params_html(params: Mapping[str, Any]) -> str:
+    return "<br>".join(f"{_e(k)}={_e(_short(v))}" for k, v in params.items()) or "&ndash;"
+
+
+def _verdict(status: str | None) -> str:
+    status = status or "none"
+    return f'<span class="verdict {_e(status)}">{_e(status.upper())}</span>'
+
+
+def _num(value: Any, unit: str) -> str:
+    if not isinstance(value, (int, float)):
+        return "&ndash;"
+    return f"{value:.3g}" if unit == "p" else f"{value:.2f} ms"
+
+
+def _change(share: float | None) -> str:
+    if share is None:
+        return ""
+    text = f"({share:+.0%})"
+    return f'<span class="flag">{text}</span>' if abs(share) > LATENCY_CHANGE else f'<span class="muted">{text}</span>'
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
