@@ -16,16 +16,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from yarl import URL
 
 from .faults import Fault, FaultInjector
 from .http import JSON, error_response, is_loopback_host, json_response, make_app, start_site, url_is_loopback
 from .openai import WORKER_HEADER, ApiError, bad_request, loads, parse_embedding_request
 from .registry import DEFAULT_TTL, Instance, RegistrationConflict, Registry
 from .router import make_policy
+from .upstream import UpstreamClient, UpstreamError
 
 log = logging.getLogger("embedlab.frontend")
 
@@ -117,17 +118,13 @@ class Frontend:
                 web.put("/registry/instances/{instance_id}/weight", self.set_weight),
             ]
         )
-        self._session: aiohttp.ClientSession | None = None
+        self._upstream: UpstreamClient | None = None
         self._runner: web.AppRunner | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.port: int | None = None
 
     async def start(self) -> int:
-        # One pooled keep-alive session: a new connection per request would double the hop's cost.
-        connector = aiohttp.TCPConnector(limit=2048, keepalive_timeout=60)
-        self._session = aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=self.config.request_timeout), auto_decompress=False
-        )
+        self._upstream = UpstreamClient(timeout=self.config.request_timeout)
         self._runner, self.port = await start_site(self.app, self.config.host, self.config.port)
         self._sweeper = asyncio.create_task(self._sweep())
         if self.faults:
@@ -140,8 +137,8 @@ class Frontend:
             self._sweeper.cancel()
         if self._runner is not None:
             await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
+        if self._upstream is not None:
+            self._upstream.close()
 
     async def _sweep(self) -> None:
         # Four sweeps per TTL: a lapsed lease leaves dispatch well within 2 TTLs.
@@ -211,29 +208,27 @@ class Frontend:
 
     async def _forward(self, instance: Instance, body: bytes, live: Sequence[Instance]) -> web.Response | str:
         """Send the body to one instance; a Response to relay, or why the instance failed."""
-        assert self._session is not None
+        assert self._upstream is not None
         if self.faults:
             delay = self.faults.delay_seconds(instance, live)
             if delay:
                 await asyncio.sleep(delay)
         instance.inflight += 1
         try:
-            async with self._session.post(
-                instance.url + "/v1/embeddings", data=body, headers={"Content-Type": JSON}
-            ) as upstream:
-                payload = await upstream.read()
-                status = upstream.status
-                content_type = upstream.headers.get("Content-Type", JSON)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            # Cannot connect or the connection died: keep it out of dispatch until it heartbeats again.
+            upstream = await self._upstream.post(instance.url, body)
+        except UpstreamError as exc:
+            # Cannot connect, or the connection died: keep it out of dispatch until it heartbeats again.
             self.registry.mark_suspect(instance.instance_id)
-            log.warning("instance %s failed: %s", instance.label, exc.__class__.__name__)
-            return f"{instance.label}: {exc.__class__.__name__}: {exc}"
+            log.warning("instance %s failed: %s", instance.label, exc)
+            return f"{instance.label}: {exc}"
         finally:
             instance.inflight -= 1
-        if status >= 500:
-            return f"{instance.label} answered {status}: {payload[:200].decode(errors='replace')}"
-        return web.Response(body=payload, status=status, headers={"Content-Type": content_type, WORKER_HEADER: instance.label})
+        if upstream.status >= 500:
+            return f"{instance.label} answered {upstream.status}: {upstream.body[:200].decode(errors='replace')}"
+        return web.Response(
+            body=upstream.body, status=upstream.status,
+            headers={"Content-Type": upstream.content_type, WORKER_HEADER: instance.label},
+        )
 
     async def models(self, request: web.Request) -> web.Response:
         now = int(time.time())
@@ -279,8 +274,14 @@ class Frontend:
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
             raise bad_request("'weight' must be a positive number", param="weight")
         url = payload["url"]
-        if not url.startswith(("http://", "https://")):
-            raise bad_request("'url' must be an http(s) URL", param="url")
+        # Parse it as the dispatch will: a URL yarl rejects ('http://h:abc', 'http://[::1')
+        # was accepted here and then failed every request for the model with a 502.
+        try:
+            parsed_url = URL(url)
+        except ValueError:
+            parsed_url = None
+        if parsed_url is None or parsed_url.scheme not in ("http", "https") or not parsed_url.host:
+            raise bad_request("'url' must be an http(s) URL with a host", param="url")
         if not self.config.allow_remote_workers and not url_is_loopback(url):
             raise ApiError(
                 403, f"Worker URL {url} is not on loopback; start the frontend with --allow-remote-workers to accept it",
