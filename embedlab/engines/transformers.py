@@ -131,13 +131,14 @@ class TransformersEngine:
         if len(seqs) > step:
             return np.concatenate([self._forward(seqs[i : i + step]) for i in range(0, len(seqs), step)])
         width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), self._pad_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        # Build on numpy: one small torch tensor per row costs more than the copy itself.
+        ids_np = np.full((len(seqs), width), self._pad_id, dtype=np.int64)
+        lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
         for row, seq in enumerate(seqs):
-            ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-            mask[row, : len(seq)] = 1
-        ids = ids.to(self._device, non_blocking=True)
-        mask = mask.to(self._device, non_blocking=True)
+            ids_np[row, : len(seq)] = seq
+        mask_np = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+        ids = torch.from_numpy(ids_np).to(self._device)
+        mask = torch.from_numpy(mask_np).to(self._device)
         with torch.inference_mode():
             hidden = self._model(input_ids=ids, attention_mask=mask).last_hidden_state
             pooled = pool(hidden, mask, self.pooling).float()
