@@ -183,7 +183,8 @@ th { background: #f3f3f3; }
 .params, .figs { font-family: ui-monospace, monospace; font-size: 12px; }
 .flag { color: #c62828; font-weight: 700; } .muted { color: #777; }
 .scenario { border-top: 1px solid #ddd; padding-top: 8px; margin-top: 18px; }
-.scenario img { max-width: 100%; display: block; margin: 8px 0; border: 1px solid #eee; }
+.scenario .row { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
+.scenario img { max-width: 100%; margin: 8px 0; border: 1px solid #eee; }
 .reason { color: #c62828; font-size: 13px; }
 """
 
@@ -245,7 +246,7 @@ def _scenario_section(s: Mapping[str, Any], pngs: Sequence[str]) -> str:
     return (
         f'<div class="scenario" id="{_e(s["name"])}"><h3>{_e(s["name"])} {_verdict(s["status"])}{report}</h3>'
         + "".join(f'<div class="reason">{_e(r)}</div>' for r in reasons)
-        + images + "</div>"
+        + f'<div class="row">{images}</div></div>'
     )
 
 

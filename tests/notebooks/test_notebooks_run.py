@@ -1,0 +1,83 @@
+"""Each notebook, executed for real by papermill with small parameters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from papermill.exceptions import PapermillExecutionError
+
+from .conftest import BIN, NOTEBOOKS, REPO, assert_torn_down, code_cells, execute, processes_under, read, tagged
+
+
+def images(cell: dict) -> list[str]:  # type: ignore[type-arg]
+    return [o["data"]["image/png"] for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+
+
+def errors(nb: dict) -> list[str]:  # type: ignore[type-arg]
+    return [f"{o['ename']}: {o['evalue']}" for c in code_cells(nb) for o in c.get("outputs", []) if o["output_type"] == "error"]
+
+
+@pytest.mark.parametrize("cwd", ["repo-root", "notebooks"])
+def test_multi_model_by_hand_with_the_papermill_command(cwd: str, tmp_path: Path, run_dir: Path) -> None:
+    """`papermill notebooks/multi_model_dispatch.ipynb out.ipynb -p engine hash`, as the README says."""
+    where = REPO if cwd == "repo-root" else NOTEBOOKS
+    notebook = "notebooks/multi_model_dispatch.ipynb" if cwd == "repo-root" else "multi_model_dispatch.ipynb"
+    out = tmp_path / "out.ipynb"
+    proc = subprocess.run(
+        [str(BIN / "papermill"), notebook, str(out), "-p", "engine", "hash", "-p", "run_dir", str(run_dir)],
+        cwd=where, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    nb = read(out)
+    assert errors(nb) == []
+    printed = "".join(o.get("text", "") for c in code_cells(nb) for o in c["outputs"])
+    assert "multi-model on embedded: PASSED" in printed
+    assert_torn_down(run_dir)
+
+
+def test_multi_model_notebook_on_tiny_transformers(tmp_path: Path, run_dir: Path) -> None:
+    # No model_paths: the tiny models come from the same cache `make run` uses, built on first use.
+    result_json = tmp_path / "result.json"
+    execute(
+        NOTEBOOKS / "multi_model_dispatch.ipynb", tmp_path / "out.ipynb", engine="transformers",
+        models=["tiny-bert", "tiny-qwen3"], requests=6, run_dir=str(run_dir), result_json=str(result_json),
+    )
+    result = json.loads(result_json.read_text())
+    assert result["verdict"] == "passed", result["reasons"]
+    assert [b["deltas"] for b in result["bursts"]] == [[6, 0], [0, 6]]
+    assert_torn_down(run_dir)
+
+
+EXPLORE_SMALL = dict(requests=10, bursts=2, sweep_weights=[[1, 1], [4, 1]], sweep_requests=30)
+
+
+def test_explore_notebook_sweeps_and_stops_its_deployment(tmp_path: Path, run_dir: Path) -> None:
+    result_json = tmp_path / "sweep.json"
+    nb = execute(
+        NOTEBOOKS / "explore_routing.ipynb", tmp_path / "out.ipynb", run_dir=str(run_dir),
+        result_json=str(result_json), **EXPLORE_SMALL,
+    )
+    assert errors(nb) == []
+    sweep = json.loads(result_json.read_text())
+    assert sweep["verdict"] == "passed", sweep["reasons"]
+    assert [p["weights"] for p in sweep["points"]] == [[1, 1], [4, 1]]
+    assert [p["expected_shares"] for p in sweep["points"]] == [[0.5, 0.5], [0.8, 0.2]]
+    assert all(sum(p["deltas"]) == 30 for p in sweep["points"])
+    # Convergence figure and sweep figure, both drawn.
+    assert [len(images(c)) for c in tagged(nb, "report-figure")] == [1, 1]
+    assert_torn_down(run_dir)
+
+
+def test_explore_notebook_that_fails_midway_still_leaves_nothing_running(tmp_path: Path, run_dir: Path) -> None:
+    # One weight for two workers: the live change fails after the deployment started, so
+    # the Stop cell never runs. The kernel's exit must still take the deployment down.
+    with pytest.raises(PapermillExecutionError, match="2 workers but 1 weights"):
+        execute(NOTEBOOKS / "explore_routing.ipynb", tmp_path / "out.ipynb", run_dir=str(run_dir), new_weights=[5], **{
+            k: v for k, v in EXPLORE_SMALL.items() if k != "sweep_weights"
+        })
+    assert (run_dir / "worker-1.log").is_file(), "the deployment had started before the failure"
+    assert_torn_down(run_dir)
+    assert processes_under(run_dir) == []

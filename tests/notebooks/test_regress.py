@@ -1,0 +1,170 @@
+"""`embedlab regress` for real: every artifact, failures that keep their report, history, timeouts."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from embedlab import Deployment, DeploymentSpec
+from embedlab.report import export_html
+
+from .conftest import NOTEBOOKS, index_path, run_regress
+
+EXPECTED_RUNS = {
+    "same_model_load_balance--embedded-hash",
+    "multi_model_dispatch--embedded-hash",
+    "multi_model_dispatch--dynamo-hash",
+}
+
+
+def test_regress_writes_every_artifact(regress_run) -> None:  # type: ignore[no-untyped-def]
+    proc, index = regress_run
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run = index.parent
+    # Progress: a line as each notebook starts and ends.
+    for name in EXPECTED_RUNS:
+        assert re.search(rf"\[\d/3\] {re.escape(name)}: PASSED in [\d.]+ s", proc.stdout), proc.stdout
+
+    for name in EXPECTED_RUNS:
+        nb = nbformat.read(run / f"{name}.ipynb", as_version=4)
+        assert nb.metadata.papermill.parameters["result_json"].endswith(f"{name}.json")
+        html = (run / f"{name}.html").read_text()
+        assert "PASSED" in html and "data:image/png;base64," in html
+        assert "ScenarioPlan.from_params" not in html, "code is hidden unless --show-code"
+        assert not re.search(r"<script[^>]+src=\"https?:", html), "the report must not load anything from the network"
+
+    results = json.loads((run / "results.json").read_text())
+    assert results["passed"] is True and results["counts"]["passed"] == 3
+    by_name = {s["name"]: s for s in results["scenarios"]}
+    assert set(by_name) == EXPECTED_RUNS
+    same = by_name["same_model_load_balance--embedded-hash"]["figures"]
+    assert same["verdict"] == "passed"
+    # Three workers weighted 2:1:1, from the matrix's table for this notebook.
+    assert [w["weight"] for w in by_name["same_model_load_balance--embedded-hash"]["result"]["workers"]] == [2, 1, 1]
+    assert sum(same["deltas"]["embed-model"]) == 40 and all(d > 0 for d in same["deltas"]["embed-model"])
+    assert len(same["deltas"]["embed-model"]) == 3
+    assert 0.001 <= same["p_values"]["embed-model"] <= 1
+    assert same["latency_ms"]["p50"] > 0 and same["latency_ms"]["p99"] >= same["latency_ms"]["p50"]
+    dynamo = by_name["multi_model_dispatch--dynamo-hash"]
+    assert dynamo["figures"]["deltas"] == {"model-a": [8, 0], "model-b": [0, 8]}
+    assert dynamo["result"]["stack"] == "dynamo"
+    for scenario in results["scenarios"]:
+        for key in ("report_html", "notebook_out", "result_json", "logs"):
+            assert (run / scenario[key]).exists(), (scenario["name"], key)
+
+    suite = ET.parse(run / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("tests") == "3" and suite.get("failures") == "0"
+    assert {f"{c.get('classname')}:{c.get('name')}" for c in suite.iter("testcase")} == {
+        f"embedlab.regress.{n.split('--')[0]}:{n.split('--')[1]}" for n in EXPECTED_RUNS
+    }
+
+    page = index.read_text()
+    assert "ALL PASSED" in page and "No earlier run" in page
+    assert page.count('src="data:image/png;base64,') == 6, "two figures per run, inline"
+    for href in re.findall(r'href="([^"#]+)"', page):
+        assert (run / href).exists(), f"index.html links to a missing {href}"
+
+
+def test_show_code_keeps_the_code_in_the_report(regress_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, index = regress_run
+    executed = index.parent / "multi_model_dispatch--embedded-hash.ipynb"
+    html = export_html(executed, tmp_path / "with-code.html", show_code=True).read_text()
+    assert "ScenarioPlan" in html and "run_scenario" in html
+
+
+def test_regress_fails_for_real_keeps_the_report_and_shows_the_flip(regress_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, first_index = regress_run
+    out = first_index.parent.parent
+    matrix = tmp_path / "attach.toml"
+    with Deployment(DeploymentSpec.multi_model(["model-a", "model-b"]), run_dir=tmp_path / "deployment") as dep:
+        # Attached to a running embedded deployment, with its models listed in the wrong
+        # order: an expectation the deployment cannot meet. Named like the passing run of
+        # the shared regress so that history compares the two.
+        matrix.write_text(
+            'notebooks = ["multi_model_dispatch"]\n[[params]]\nname = "embedded-hash"\n'
+            f'frontend_url = "{dep.frontend_url}"\nsystem_urls = {json.dumps(dep.system_urls)}\n'
+            'models = ["model-b", "model-a"]\nrequests = 5\n'
+        )
+        bad = run_regress("--matrix", matrix, "--out", out)
+    assert bad.returncode == 1, bad.stdout + bad.stderr[-3000:]
+
+    run = index_path(bad).parent
+    report = run / "multi_model_dispatch--embedded-hash.html"
+    # The output names the failed scenario and where its report is.
+    assert "FAILED multi_model_dispatch--embedded-hash" in bad.stderr
+    assert f"report: {report}" in bad.stderr
+    assert "[1/1] multi_model_dispatch--embedded-hash: FAILED" in bad.stdout
+
+    nb = nbformat.read(run / "multi_model_dispatch--embedded-hash.ipynb", as_version=4)
+    raised = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert [o.ename for o in raised] == ["AssertionError"]
+    assert "traffic leaked onto worker 1" in raised[0].evalue
+    html = report.read_text()
+    assert "FAILED" in html and "traffic leaked onto worker 1" in html and "data:image/png;base64," in html
+
+    results = json.loads((run / "results.json").read_text())
+    (scenario,) = results["scenarios"]
+    assert results["passed"] is False and scenario["status"] == "failed"
+    assert scenario["figures"]["deltas"] == {"model-b": [0, 5], "model-a": [5, 0]}
+    failure = ET.parse(run / "junit.xml").getroot().find("testsuite/testcase/failure")
+    assert failure is not None and "traffic leaked" in (failure.text or "")
+
+    page = (run / "index.html").read_text()
+    first_run = first_index.parent.name
+    assert results["previous_run"] == first_run
+    assert f"Changes since run <code>{first_run}</code>" in page
+    assert "1 verdict flip;" in page
+    assert re.search(r'verdict passed">PASSED</span> &rarr; <span class="verdict failed">FAILED', page), "the flip is shown"
+
+
+def test_a_hung_cell_is_cut_by_the_timeout_and_reported(tmp_path: Path) -> None:
+    hang = new_notebook(
+        cells=[new_code_cell("run_dir = ''\nresult_json = ''", metadata={"tags": ["parameters"]}),
+               new_code_cell("import threading\nthreading.Event().wait()")],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                  "language_info": {"name": "python"}},
+    )
+    nbformat.write(hang, tmp_path / "hang.ipynb")
+    (tmp_path / "m.toml").write_text('notebooks = ["hang.ipynb"]\n[[params]]\nname = "forever"\n')
+    proc = run_regress("--matrix", tmp_path / "m.toml", "--out", tmp_path / "out", "--timeout", "3", timeout=120)
+    assert proc.returncode == 1
+    run = index_path(proc).parent
+    (scenario,) = json.loads((run / "results.json").read_text())["scenarios"]
+    assert scenario["status"] == "error" and "timed out" in scenario["error"].lower(), scenario["error"]
+    assert (run / "hang--forever.ipynb").is_file() and (run / "hang--forever.html").is_file()
+    assert "ERROR" in (run / "index.html").read_text()
+
+
+@pytest.mark.parametrize(
+    "matrix, message",
+    [
+        ('notebooks = ["multi_model_dispatch"]\n[[params]]\nbogus = 1\n', "takes no parameter ['bogus']"),
+        ('notebooks = ["no_such_notebook"]\n', "no_such_notebook.ipynb does not exist"),
+        ('notebooks = ["multi_model_dispatch"]\n[[params]]\nresult_json = "x"\n', "set by the runner"),
+        ('notebooks = [\n', "not valid TOML"),
+    ],
+)
+def test_a_bad_matrix_cannot_run(matrix: str, message: str, tmp_path: Path) -> None:
+    (tmp_path / "m.toml").write_text(matrix)
+    proc = run_regress("--matrix", tmp_path / "m.toml", "--out", tmp_path / "out", timeout=60)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert not (tmp_path / "out").exists(), "nothing is written for a matrix that cannot run"
+
+
+def test_the_default_matrix_covers_both_stacks_and_the_tiny_models() -> None:
+    from embedlab import load_matrix
+
+    jobs = {job.name: job.params for job in load_matrix(notebook_dir=NOTEBOOKS).jobs}
+    for stack in ("embedded", "dynamo"):
+        for notebook in ("same_model_load_balance", "multi_model_dispatch"):
+            assert jobs[f"{notebook}--{stack}-hash"]["engine"] == "hash"
+    assert jobs["same_model_load_balance--embedded-transformers-tiny"]["models"] == ["tiny-bert"]
+    assert jobs["same_model_load_balance--embedded-transformers-tiny"]["workers"] == 2
+    assert jobs["multi_model_dispatch--embedded-transformers-tiny"]["models"] == ["tiny-bert", "tiny-qwen3"]
