@@ -16,8 +16,9 @@ run: install
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# JupyterLab refuses root without --allow-root, and containers often run as root.
 lab: install
-	$(BIN)/jupyter lab --ip 127.0.0.1 --no-browser --notebook-dir notebooks
+	$(BIN)/jupyter lab --ip 127.0.0.1 --no-browser --notebook-dir notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 install: $(VENV)/.stamp-base $(VENV)/.stamp-dynamo $(VENV)/.stamp-vllm
 

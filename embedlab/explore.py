@@ -320,7 +320,7 @@ def plot_convergence(steps: Sequence[Step]) -> "Figure":
     ax.set_ylim(0, 1.1)
     ax.set_xlim(0, sent * 1.02)
     ax.set_xlabel("requests sent")
-    ax.set_ylabel("cumulative share since the last weight change")
+    ax.set_ylabel("cumulative share\n(since the last weight change)")
     ax.legend(fontsize=8, loc="lower right")
     ax.set_title("split convergence: observed (solid) against the weights (dashed)", fontsize=10)
     return fig

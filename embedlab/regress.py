@@ -44,7 +44,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .errors import ConfigError
+from .errors import ConfigError, NotebookRunError
 
 __all__ = ["DEFAULT_CELL_TIMEOUT", "Job", "Matrix", "Outcome", "RegressRun", "load_matrix", "regress", "run_job"]
 
@@ -335,6 +335,18 @@ class RegressRun:
     @property
     def failed(self) -> list[Outcome]:
         return [o for o in self.outcomes if not o.passed]
+
+    def raise_for_failures(self) -> None:
+        """Raise NotebookRunError, naming the first failed run and its report, if any run failed."""
+        if not self.failed:
+            return
+        first = self.failed[0]
+        report = first.html or first.notebook_out
+        raise NotebookRunError(
+            f"{len(self.failed)} of {len(self.outcomes)} notebook runs failed; first: {first.job.name}: "
+            f"{first.summary}. Its report: {report}; all runs: {self.index_html}",
+            report=report,
+        )
 
 
 def regress(

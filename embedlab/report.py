@@ -158,7 +158,10 @@ def compare_runs(previous: Mapping[str, Any], current: Mapping[str, Any]) -> lis
         old_fig = (old or {}).get("figures") or {}
         new_fig = (new or {}).get("figures") or {}
         old_p, new_p = old_fig.get("p_values") or {}, new_fig.get("p_values") or {}
-        row["p_values"] = {k: (old_p.get(k), new_p.get(k)) for k in [*new_p, *(k for k in old_p if k not in new_p)]}
+        row["p_values"] = {
+            k: (old_p.get(k), new_p.get(k)) for k in [*new_p, *(k for k in old_p if k not in new_p)]
+            if (old_p.get(k), new_p.get(k)) != (None, None)  # bursts without a fairness test
+        }
         for pct in ("p50", "p99"):
             a = (old_fig.get("latency_ms") or {}).get(pct)
             b = (new_fig.get("latency_ms") or {}).get(pct)
@@ -181,7 +184,7 @@ th { background: #f3f3f3; }
 .verdict.passed { background: #2e7d32; } .verdict.failed { background: #c62828; }
 .verdict.error { background: #6a1b9a; } .verdict.inconclusive { background: #ef6c00; }
 .params, .figs { font-family: ui-monospace, monospace; font-size: 12px; }
-.flag { color: #c62828; font-weight: 700; } .muted { color: #777; }
+.flag { color: #c62828; font-weight: 700; } .warn { color: #ef6c00; font-weight: 700; } .muted { color: #777; }
 .scenario { border-top: 1px solid #ddd; padding-top: 8px; margin-top: 18px; }
 .scenario .row { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
 .scenario img { max-width: 100%; margin: 8px 0; border: 1px solid #eee; }
@@ -307,7 +310,7 @@ def _change(share: float | None) -> str:
     if share is None:
         return ""
     text = f"({share:+.0%})"
-    return f'<span class="flag">{text}</span>' if abs(share) > LATENCY_CHANGE else f'<span class="muted">{text}</span>'
+    return f'<span class="warn">{text}</span>' if abs(share) > LATENCY_CHANGE else f'<span class="muted">{text}</span>'
 
 
 def _short(value: Any, limit: int = 60) -> str:

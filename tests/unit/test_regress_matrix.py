@@ -123,3 +123,28 @@ def test_junit_has_one_case_per_run_and_a_failure_for_a_failed_verdict(tmp_path:
 def test_write_json_turns_nan_into_null(tmp_path: Path) -> None:
     path = write_json(tmp_path / "r.json", {"p50": float("nan"), "nested": [float("inf"), 1.5], "path": tmp_path})
     assert json.loads(path.read_text()) == {"p50": None, "nested": [None, 1.5], "path": str(tmp_path)}
+
+
+def test_a_failed_run_raises_notebook_run_error_with_its_report(tmp_path: Path) -> None:
+    from embedlab import NotebookRunError
+    from embedlab.regress import Job, Outcome, RegressRun
+
+    def outcome(name: str, status: str) -> Outcome:
+        job = Job(notebook=NOTEBOOKS / "multi_model_dispatch.ipynb", slug=name, params={})
+        return Outcome(
+            job=job, status=status, seconds=1.0, notebook_out=tmp_path / f"{job.name}.ipynb",
+            html=tmp_path / f"{job.name}.html", result_json=tmp_path / "r.json", logs=tmp_path,
+            result={"scenario": "multi-model", "stack": "attached", "verdict": status, "reasons": ["it leaked"]},
+        )
+
+    def run(*outcomes: Outcome) -> RegressRun:
+        return RegressRun(
+            run_id="r", run_dir=tmp_path, outcomes=list(outcomes), wall_seconds=1.0, index_html=tmp_path / "index.html",
+            results_json=tmp_path / "results.json", junit_xml=tmp_path / "junit.xml",
+        )
+
+    run(outcome("good", "passed")).raise_for_failures()
+    with pytest.raises(NotebookRunError) as caught:
+        run(outcome("good", "passed"), outcome("bad", "failed")).raise_for_failures()
+    assert caught.value.report == tmp_path / "multi_model_dispatch--bad.html"
+    assert "1 of 2 notebook runs failed; first: multi_model_dispatch--bad: multi-model on attached: FAILED (it leaked)" in str(caught.value)
