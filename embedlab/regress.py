@@ -134,7 +134,8 @@ def load_matrix(path: str | Path | None = None, *, notebook_dir: Path | None = N
 def _notebook_path(name: str, *, base: Path, notebooks_dir: Path, where: str) -> Path:
     notebook = (base / name) if name.endswith(".ipynb") else notebooks_dir / f"{name}.ipynb"
     if not notebook.is_file():
-        raise ConfigError(f"{where}: notebook {notebook} does not exist")
+        hint = "" if name.endswith(".ipynb") else " (names are looked up there; set EMBEDLAB_NOTEBOOKS, or give a path to an .ipynb)"
+        raise ConfigError(f"{where}: notebook {notebook} does not exist{hint}")
     return notebook.resolve()
 
 
