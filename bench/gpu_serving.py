@@ -60,6 +60,26 @@ def plain_forward(model_dir: Path, *, device: str, dtype: str, batch: int, token
     return {"batch": batch, "tokens": tokens, "forwards": n, "tokens_per_s": n * batch * tokens / elapsed}
 
 
+def reference_vector(model_dir: Path, ids: list[int], *, device: str, dtype: str) -> "list[float]":
+    """LAST-pooled, normalised vector of one sequence by a direct forward, to check what is served."""
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device).eval()
+    with torch.inference_mode():
+        hidden = model(input_ids=torch.tensor([ids], device=device)).last_hidden_state[0, -1].float()
+    vector = torch.nn.functional.normalize(hidden, dim=-1).cpu().tolist()
+    del model
+    return vector
+
+
+def served_vector(url: str, model: str, ids: list[int]) -> "list[float]":
+    import httpx
+
+    body = httpx.post(url + "/v1/embeddings", json={"model": model, "input": [ids]}, timeout=120).json()
+    return body["data"][0]["embedding"]
+
+
 def gpu_names() -> list[str]:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
@@ -69,7 +89,7 @@ def gpu_names() -> list[str]:
 
 
 def spec(model_dir: Path, names: list[str], *, device: str, dtype: str, max_batch: int) -> DeploymentSpec:
-    args = ("--dtype", dtype, "--max-batch-size", str(max_batch), "--batch-wait-ms", "2")
+    args = ("--dtype", dtype, "--max-batch-size", str(max_batch), "--max-batch-tokens", str(max_batch * TOKENS), "--batch-wait-ms", "2")
     workers = tuple(
         WorkerSpec(model=name, engine="transformers", model_path=model_dir, device=None if device == "cuda" else "cpu", extra_args=args)
         for name in names
@@ -81,7 +101,8 @@ def load_matrix(dep: Deployment, model: str, settings: list[tuple[int, int]], re
     rows = []
     for concurrency, inputs in settings:
         body = body_for(model, inputs=inputs, tokens=TOKENS, text="", base64=True, seed=concurrency, max_id=max_id)
-        n = max(concurrency * 4, requests_for // inputs)
+        # Enough requests to reach steady state, but a c=1 run need not take minutes.
+        n = max(concurrency * 4, min(requests_for // inputs, 150 * concurrency))
         result = run_load(dep.frontend_url + "/v1/embeddings", body, requests=n, concurrency=concurrency, inputs_per_request=inputs,
                           processes=min(8, concurrency))
         row = {"concurrency": concurrency, "inputs_per_request": inputs, "requests": result.requests, "failed": result.failed,
@@ -100,6 +121,7 @@ def main() -> int:
     parser.add_argument("--model-dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "embedlab-qwen3-0.6b-shape")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "gpu_serving.json")
     parser.add_argument("--quick", action="store_true", help="small numbers, for a dry run")
+    parser.add_argument("--max-batch", type=int, default=256, help="the workers' largest dynamic batch (sequences)")
     args = parser.parse_args()
     started = time.time()
     report: dict[str, object] = {"machine": {"gpus": gpu_names(), "cpus": os.cpu_count(), "python": platform.python_version()}}
@@ -114,20 +136,30 @@ def main() -> int:
     print(f"plain forward, batch 64 x {TOKENS}: {reference['tokens_per_s']:,.0f} tokens/s", flush=True)
 
     requests_for = 256 if args.quick else 4096
-    settings = [(1, 1), (8, 1)] if args.quick else [(1, 1), (8, 1), (32, 1), (64, 1), (128, 1), (16, 8), (32, 8), (16, 32), (32, 32)]
-    with Deployment(spec(model_dir, ["qwen3-a", "qwen3-b"], device=args.device, dtype=args.dtype, max_batch=64)) as dep:
+    # (concurrency, inputs per request). Saturating a GPU at batch 256 takes about four
+    # batches of sequences in flight per worker.
+    settings = [(1, 1), (8, 1)] if args.quick else [(1, 1), (32, 1), (128, 1), (32, 8), (128, 8), (32, 32), (64, 32), (128, 16)]
+    with Deployment(spec(model_dir, ["qwen3-a", "qwen3-b"], device=args.device, dtype=args.dtype, max_batch=args.max_batch)) as dep:
         report["startup_s_two_models"] = dep.startup_seconds
         multi = multi_model_dispatch(dep, requests_per_burst=10)
         print(multi.summary(), flush=True)
-    with Deployment(spec(model_dir, ["qwen3", "qwen3"], device=args.device, dtype=args.dtype, max_batch=64)) as dep:
+    with Deployment(spec(model_dir, ["qwen3", "qwen3"], device=args.device, dtype=args.dtype, max_batch=args.max_batch)) as dep:
         report["startup_s"] = dep.startup_seconds
         same = same_model_load_balance(dep)
         print(same.summary(), flush=True)
+        import numpy as np
+
+        probe = list(range(10, 10 + TOKENS))
+        got = np.array(served_vector(dep.frontend_url, "qwen3", probe))
+        want = np.array(reference_vector(model_dir, probe, device=device0, dtype=args.dtype))
+        cosine = float(got @ want / (np.linalg.norm(got) * np.linalg.norm(want)))
+        report["served_vs_direct_cosine"] = cosine
+        print(f"served vector vs direct forward: cosine {cosine:.5f}", flush=True)
         report["scenarios"] = {"same_model": same.to_json(), "multi_model": multi.to_json()}
         print("two workers behind the frontend:", flush=True)
         two = load_matrix(dep, "qwen3", settings, requests_for, max_id)
     best = max(two, key=lambda r: r["tokens_per_s"])
-    with Deployment(spec(model_dir, ["qwen3"], device=args.device, dtype=args.dtype, max_batch=64)) as dep:
+    with Deployment(spec(model_dir, ["qwen3"], device=args.device, dtype=args.dtype, max_batch=args.max_batch)) as dep:
         print("one worker behind the frontend:", flush=True)
         one = load_matrix(dep, "qwen3", [(best["concurrency"] // 2 or 1, best["inputs_per_request"]), (best["concurrency"], best["inputs_per_request"])], requests_for // 2, max_id)
     one_best = max(one, key=lambda r: r["tokens_per_s"])
@@ -142,6 +174,7 @@ def main() -> int:
         "two_over_one": best["tokens_per_s"] / one_best["tokens_per_s"],
         "p50_ms_at_c1": next(r["p50_ms"] for r in two if r["concurrency"] == 1 and r["inputs_per_request"] == 1),
         "scenarios_passed": same.passed and multi.passed,
+        "served_vs_direct_cosine": report["served_vs_direct_cosine"],
         "wall_s": time.time() - started,
     }
     print(json.dumps(report["summary"], indent=2), flush=True)

@@ -80,7 +80,8 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (CUDA when present)")
     p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument("--max-batch-size", type=int, default=64)
+    p.add_argument("--max-batch-size", type=int, default=64, help="sequences per forward (dynamic batching)")
+    p.add_argument("--max-batch-tokens", type=int, default=16384, help="padded tokens per forward")
     p.add_argument("--batch-wait-ms", type=float, default=2.0)
     p.add_argument(
         "--engine-arg", action="append", default=[], metavar="KEY=VALUE",
@@ -105,7 +106,7 @@ def engine_options_from_args(args: argparse.Namespace) -> "EngineOptions":
     return EngineOptions(
         model_path=args.model_path, dim=args.dim, pooling=args.pooling.lower() if args.pooling else None,
         normalize=args.normalize, dtype=args.dtype, device=args.device, max_model_len=args.max_model_len,
-        max_batch_size=args.max_batch_size, batch_wait_ms=args.batch_wait_ms, extra_args=extra,
+        max_batch_size=args.max_batch_size, max_batch_tokens=args.max_batch_tokens, batch_wait_ms=args.batch_wait_ms, extra_args=extra,
         state_dir=Path(os.environ["EMBEDLAB_STATE_DIR"]) if os.environ.get("EMBEDLAB_STATE_DIR") else None,
     )
 

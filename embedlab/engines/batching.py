@@ -3,6 +3,11 @@
 A request's sequences wait at most `wait_ms` for company, or less once the batch is
 full; then one forward runs on a worker thread. Two batches may be in hand at once,
 so the next one gathers while the current one computes.
+
+A forward may return a `Deferred` instead of the vectors: the GPU work is queued and a
+copy to host memory is pending. A second thread waits for it, so the forward thread can
+queue the next batch's kernels before the current batch finishes, and the GPU never
+waits for Python between batches.
 """
 
 from __future__ import annotations
@@ -15,7 +20,14 @@ from typing import Callable
 
 import numpy as np
 
-RunBatch = Callable[[list[list[int]]], np.ndarray]
+class Deferred:
+    """Vectors still on their way from the device; `wait()` returns them."""
+
+    def wait(self) -> np.ndarray:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+RunBatch = Callable[[list[list[int]]], "np.ndarray | Deferred"]
 
 
 @dataclass(slots=True)
@@ -37,6 +49,7 @@ class DynamicBatcher:
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         # One thread: the device runs one forward at a time anyway.
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="forward")
+        self._waiter = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="device-sync")
         self._slots = asyncio.Semaphore(2)
         self._task: asyncio.Task[None] | None = None
         self._carry: _Pending | None = None
@@ -55,6 +68,7 @@ class DynamicBatcher:
             except asyncio.CancelledError:
                 pass
         self._executor.shutdown(wait=True, cancel_futures=True)
+        self._waiter.shutdown(wait=True, cancel_futures=True)
 
     async def submit(self, seqs: list[list[int]]) -> np.ndarray:
         future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
@@ -106,7 +120,15 @@ class DynamicBatcher:
             self.batches += 1
             self.sequences += len(seqs)
             work = loop.run_in_executor(self._executor, self._run_batch, seqs)
-            work.add_done_callback(lambda done, batch=batch: self._deliver(done, batch))
+            work.add_done_callback(lambda done, batch=batch: self._settle(done, batch))
+
+    def _settle(self, done: "asyncio.Future[np.ndarray | Deferred]", batch: list[_Pending]) -> None:
+        if done.exception() is None and isinstance(done.result(), Deferred):
+            deferred = done.result()
+            synced = asyncio.get_running_loop().run_in_executor(self._waiter, deferred.wait)  # type: ignore[union-attr]
+            synced.add_done_callback(lambda finished: self._deliver(finished, batch))
+            return
+        self._deliver(done, batch)  # type: ignore[arg-type]
 
     def _deliver(self, done: asyncio.Future[np.ndarray], batch: list[_Pending]) -> None:
         self._slots.release()

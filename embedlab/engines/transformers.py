@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import EngineError
 from .base import POOLINGS, Embeddings, EngineOptions, InvalidInput, check_length, reject_dimensions
-from .batching import DynamicBatcher
+from .batching import Deferred, DynamicBatcher
 from .tiny import default_pooling
 
 if TYPE_CHECKING:
@@ -123,13 +123,14 @@ class TransformersEngine:
         """One forward over already tokenized sequences (the batcher's unit of work)."""
         return self._forward(seqs)
 
-    def _forward(self, seqs: list[list[int]]) -> np.ndarray:
+    def _forward(self, seqs: list[list[int]]) -> "np.ndarray | Deferred":
         import torch
 
         # Oversized requests run in chunks, so one huge request cannot exhaust memory.
         step = self.options.max_batch_size
         if len(seqs) > step:
-            return np.concatenate([self._forward(seqs[i : i + step]) for i in range(0, len(seqs), step)])
+            parts = [self._forward(seqs[i : i + step]) for i in range(0, len(seqs), step)]
+            return np.concatenate([p.wait() if isinstance(p, Deferred) else p for p in parts])
         width = max(len(s) for s in seqs)
         # Build on numpy: one small torch tensor per row costs more than the copy itself.
         ids_np = np.full((len(seqs), width), self._pad_id, dtype=np.int64)
@@ -144,4 +145,22 @@ class TransformersEngine:
             pooled = pool(hidden, mask, self.pooling).float()
             if self.options.normalize:
                 pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
+            if self._device.type == "cuda":
+                return _DeviceCopy(pooled)
         return pooled.cpu().numpy()
+
+
+class _DeviceCopy(Deferred):
+    """An asynchronous copy to pinned host memory, queued behind the batch's kernels."""
+
+    def __init__(self, pooled: "torch.Tensor") -> None:
+        import torch
+
+        self.host = torch.empty(pooled.shape, dtype=pooled.dtype, pin_memory=True)
+        self.host.copy_(pooled, non_blocking=True)
+        self.done = torch.cuda.Event()
+        self.done.record()
+
+    def wait(self) -> np.ndarray:
+        self.done.synchronize()
+        return self.host.numpy()
