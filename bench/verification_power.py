@@ -24,7 +24,7 @@ from typing import Callable
 from scipy import stats
 
 from embedlab import Deployment, DeploymentSpec, ScenarioResult, multi_model_dispatch, same_model_load_balance
-from embedlab.failover import drain
+from embedlab.resilience import drain
 from embedlab.scenarios import DEFAULT_FAIRNESS_ALPHA, DEFAULT_SAME_MODEL_REQUESTS
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,77 +11,86 @@ Users import from `embedlab`, never from a submodule.
 
 from __future__ import annotations
 
-from .checks import CheckResult, DispatchCheck, fairness_p_value
-from .deployment import Deployment, Target, attach
-from .errors import (
-    CheckFailedError,
-    ConfigError,
-    CounterResetError,
-    EmbedlabError,
-    EngineError,
-    MetricNotFoundError,
-    MetricsError,
-    NotebookRunError,
-    ReadinessTimeoutError,
-    ScrapeError,
-    ServerError,
-    ServerExitedError,
-    ServerStartError,
-    ServerStopError,
-    TrafficError,
-)
-from .explore import Explorer, SweepResult
-from .metrics import MetricQuery, Snapshot, scrape
-from .plans import ScenarioPlan, run_scenario
-from .process import ManagedProcess
-from .regress import Matrix, RegressRun, load_matrix, regress
-from .scenarios import ScenarioResult, multi_model_dispatch, same_model_load_balance
-from .specs import DeploymentSpec, WorkerSpec
-from .traffic import BurstResult, RequestRecord, asend_burst, send_burst
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BurstResult",
-    "CheckFailedError",
-    "CheckResult",
-    "ConfigError",
-    "CounterResetError",
-    "Deployment",
-    "DeploymentSpec",
-    "DispatchCheck",
-    "EmbedlabError",
-    "EngineError",
-    "Explorer",
-    "ManagedProcess",
-    "Matrix",
-    "MetricNotFoundError",
-    "MetricQuery",
-    "MetricsError",
-    "NotebookRunError",
-    "ReadinessTimeoutError",
-    "RegressRun",
-    "RequestRecord",
-    "ScenarioPlan",
-    "ScenarioResult",
-    "ScrapeError",
-    "ServerError",
-    "ServerExitedError",
-    "ServerStartError",
-    "ServerStopError",
-    "Snapshot",
-    "SweepResult",
-    "Target",
-    "TrafficError",
-    "WorkerSpec",
-    "asend_burst",
-    "attach",
-    "fairness_p_value",
-    "load_matrix",
-    "multi_model_dispatch",
-    "regress",
-    "run_scenario",
-    "same_model_load_balance",
-    "scrape",
-    "send_burst",
-]
+# Public name -> the private module that defines it. Imported on first use, so a
+# server process (`python -m embedlab worker`) never pays for the harness's imports.
+_EXPORTS: dict[str, str] = {
+    "CheckResult": "checks",
+    "DispatchCheck": "checks",
+    "fairness_p_value": "checks",
+    "Deployment": "deployment",
+    "Target": "deployment",
+    "attach": "deployment",
+    "CheckFailedError": "errors",
+    "ConfigError": "errors",
+    "CounterResetError": "errors",
+    "EmbedlabError": "errors",
+    "EngineError": "errors",
+    "MetricNotFoundError": "errors",
+    "MetricsError": "errors",
+    "NotebookRunError": "errors",
+    "ReadinessTimeoutError": "errors",
+    "ScrapeError": "errors",
+    "ServerError": "errors",
+    "ServerExitedError": "errors",
+    "ServerStartError": "errors",
+    "ServerStopError": "errors",
+    "TrafficError": "errors",
+    "Explorer": "explore",
+    "SweepResult": "explore",
+    "drain": "resilience",
+    "failover": "resilience",
+    "MetricQuery": "metrics",
+    "Snapshot": "metrics",
+    "scrape": "metrics",
+    "ScenarioPlan": "plans",
+    "run_scenario": "plans",
+    "ManagedProcess": "process",
+    "Matrix": "regression",
+    "RegressRun": "regression",
+    "load_matrix": "regression",
+    "regress": "regression",
+    "ScenarioResult": "scenarios",
+    "multi_model_dispatch": "scenarios",
+    "same_model_load_balance": "scenarios",
+    "DeploymentSpec": "specs",
+    "WorkerSpec": "specs",
+    "BurstResult": "traffic",
+    "RequestRecord": "traffic",
+    "asend_burst": "traffic",
+    "send_burst": "traffic",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'embedlab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:
+    from .checks import CheckResult, DispatchCheck, fairness_p_value
+    from .deployment import Deployment, Target, attach
+    from .errors import CheckFailedError, ConfigError, CounterResetError, EmbedlabError, EngineError, MetricNotFoundError, MetricsError, NotebookRunError, ReadinessTimeoutError, ScrapeError, ServerError, ServerExitedError, ServerStartError, ServerStopError, TrafficError
+    from .explore import Explorer, SweepResult
+    from .resilience import drain, failover
+    from .metrics import MetricQuery, Snapshot, scrape
+    from .plans import ScenarioPlan, run_scenario
+    from .process import ManagedProcess
+    from .regression import Matrix, RegressRun, load_matrix, regress
+    from .scenarios import ScenarioResult, multi_model_dispatch, same_model_load_balance
+    from .specs import DeploymentSpec, WorkerSpec
+    from .traffic import BurstResult, RequestRecord, asend_burst, send_burst

@@ -2,4 +2,6 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+# The guard matters: vLLM's CPU engine spawns processes that re-import the main module.
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import httpx
 
+from . import clients
 from .errors import CheckFailedError, ConfigError
 from .metrics import DEFAULT_METRIC, MetricQuery, Snapshot, ascrape, scrape
+from .stats import binom_two_sided, chisquare_p
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -113,12 +115,9 @@ def fairness_p_value(observed: Sequence[float], weights: Sequence[float]) -> flo
     if total <= 0 or len(observed) < 2:
         return None
     share = [w / sum(weights) for w in weights]
-    from scipy import stats
-
     if len(observed) == 2:
-        return float(stats.binomtest(int(round(observed[0])), int(round(total)), share[0]).pvalue)
-    expected = [s * total for s in share]
-    return float(stats.chisquare(observed, expected).pvalue)
+        return binom_two_sided(int(round(observed[0])), int(round(total)), share[0])
+    return chisquare_p(observed, [s * total for s in share])
 
 
 def evaluate(
@@ -222,7 +221,7 @@ class DispatchCheck:
     def _scrape_sync(self) -> list[Snapshot]:
         if self.client is not None:
             return [scrape(u, metric=self.metric, client=self.client) for u in self.system_urls]
-        with httpx.Client(timeout=self.timeout) as client:
+        with clients.client(timeout=self.timeout) as client:
             return [scrape(u, metric=self.metric, client=client) for u in self.system_urls]
 
     def end(self) -> CheckResult:
@@ -275,7 +274,7 @@ class DispatchCheck:
 
     async def _scrape_all(self, client: httpx.AsyncClient | None) -> list[Snapshot]:
         own = client is None
-        http = client or httpx.AsyncClient(timeout=self.timeout)
+        http = client or clients.async_client(timeout=self.timeout)
         try:
             return list(await asyncio.gather(*(ascrape(u, metric=self.metric, client=http) for u in self.system_urls)))
         finally:

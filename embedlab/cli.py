@@ -190,8 +190,7 @@ def _run_tiny(args: argparse.Namespace) -> int:
 
 def _add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from .engines import ENGINES
-    from .plans import SCENARIOS
-    from .specs import STACKS
+    from .specs import SCENARIOS, STACKS
 
     p = sub.add_parser("scenario", help="launch (or attach to) a deployment, run one scenario, print the verdict")
     p.add_argument("scenario", choices=SCENARIOS)
@@ -262,7 +261,7 @@ def _add_regress(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 
 def _run_regress(args: argparse.Namespace) -> int:
-    from .regress import regress
+    from .regression import regress
 
     run = regress(
         matrix=args.matrix, out=args.out, timeout=args.timeout, show_code=args.show_code,

@@ -22,10 +22,11 @@ from typing import Sequence
 
 import httpx
 
+from . import clients
 from .errors import ConfigError
 from .metrics import DEFAULT_METRIC, MetricQuery
 from .ports import release_port, reserve_port
-from .process import ManagedProcess
+from .process import ManagedProcess, stop_together
 from .specs import DeploymentSpec
 from .stacks import ProcessSpec, StackContext, get_stack
 
@@ -162,15 +163,17 @@ class Deployment:
         for name in ("DYN_SYSTEM_PORT", "DYN_HTTP_PORT", "CUDA_VISIBLE_DEVICES"):
             self._env.pop(name, None)
         started = time.monotonic()
+        # Workers start alongside the frontend and register as soon as it answers:
+        # start-up costs one interpreter start, not two in a row.
         self.frontend = self._launch(self.stack.frontend(self._ctx))
-        with httpx.Client(timeout=2.0) as client:
+        gpus = visible_gpus()
+        for index in range(len(spec.workers)):
+            self.workers.append(self._launch(self._worker_spec(index), gpu=self._gpu_for(index, gpus)))
+        with clients.client(timeout=2.0) as client:
             self.startup_seconds["frontend"] = self.frontend.wait_ready(
                 lambda: client.get(f"{self.frontend_url}/health").status_code == 200,
                 timeout=spec.startup_timeout, what="its /health answered 200",
             )
-            gpus = visible_gpus()
-            for index, worker in enumerate(spec.workers):
-                self.workers.append(self._launch(self._worker_spec(index), gpu=self._gpu_for(index, gpus)))
             for index in range(len(spec.workers)):
                 self._wait_worker(client, index)
         self.startup_seconds["total"] = time.monotonic() - started
@@ -223,11 +226,15 @@ class Deployment:
         return port
 
     def stop(self) -> None:
-        """Stop every process, in reverse order of start. Safe to call more than once."""
+        """Stop every process, workers before the frontend. Safe to call more than once.
+
+        The workers are stopped together (their SIGTERMs go out in reverse order of start,
+        then all are awaited), so teardown takes one worker's shutdown, not N.
+        """
         errors: list[BaseException] = []
-        for proc in reversed(self.processes):
+        for group in (list(reversed(self.workers)), [self.frontend] if self.frontend else []):
             try:
-                proc.stop()
+                stop_together(group)
             except Exception as exc:  # keep stopping the rest
                 errors.append(exc)
         for port in self._ports:
@@ -243,7 +250,9 @@ class Deployment:
             raise ConfigError(f"live weights need the embedded frontend; this deployment runs {self.spec.stack}")
         if len(weights) != len(self.workers):
             raise ConfigError(f"{len(self.workers)} workers but {len(weights)} weights")
-        with httpx.Client(timeout=5.0) as client:
+        # The registry wants the token the frontend was started with, where one is set.
+        token = self._env.get("EMBEDLAB_TOKEN")
+        with clients.client(timeout=5.0, headers={"Authorization": f"Bearer {token}"} if token else None) as client:
             instances = {
                 i["endpoint"]: i["instance_id"]
                 for group in client.get(f"{self.frontend_url}/health").json()["models"].values()
@@ -268,7 +277,7 @@ class Deployment:
         old.stop()
         proc = self._launch(self._worker_spec(index), gpu=self._gpu_for(index, visible_gpus()))
         self.workers[index] = proc
-        with httpx.Client(timeout=2.0) as client:
+        with clients.client(timeout=2.0) as client:
             self._wait_worker(client, index)
 
 

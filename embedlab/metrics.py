@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from . import clients
 from .errors import CounterResetError, MetricNotFoundError, ScrapeError
 
 _SELECTOR = re.compile(r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{(.*)\})?\s*$")
@@ -119,7 +120,7 @@ def scrape(url: str, *, metric: MetricQuery | str = DEFAULT_METRIC, client: http
     query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
     target = metrics_url(url)
     own = client is None
-    http = client or httpx.Client(timeout=timeout)
+    http = client or clients.client(timeout=timeout)
     try:
         response = http.get(target)
     except httpx.HTTPError as exc:

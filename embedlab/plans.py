@@ -14,9 +14,8 @@ from .deployment import Deployment, Target, attach
 from .errors import ConfigError
 from .metrics import DEFAULT_METRIC
 from .scenarios import DEFAULT_SAME_MODEL_REQUESTS, ScenarioResult, multi_model_dispatch, same_model_load_balance
-from .specs import DeploymentSpec, WorkerSpec
+from .specs import SCENARIOS, DeploymentSpec, WorkerSpec
 
-SCENARIOS = ("same-model", "multi-model", "failover")
 TINY_MODELS = {"tiny-bert": "bert", "tiny-qwen3": "qwen3"}
 
 
@@ -172,7 +171,7 @@ def run_scenario(plan: ScenarioPlan, *, progress: bool = False, on_deployment: C
 
 def _run_on(plan: ScenarioPlan, deployment: Deployment | Target, progress: bool) -> ScenarioResult:
     if plan.scenario == "failover":
-        from .failover import failover
+        from .resilience import failover
 
         if not isinstance(deployment, Deployment):
             raise ConfigError("failover kills a worker: it cannot run attached")

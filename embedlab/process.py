@@ -92,14 +92,23 @@ class State(enum.Enum):
     STOPPED = "stopped"
 
 
+def _load_prctl() -> Callable[..., int] | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+# Resolved in the parent: a dlopen between fork and exec can deadlock on a loader lock
+# that another thread of the harness held at fork time.
+_prctl = _load_prctl()
+
+
 def _die_with_parent() -> None:
     # Runs in the child between fork and exec: if the harness dies, even by SIGKILL,
     # the kernel sends this child SIGTERM, and its own shutdown stops its children.
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def tail(path: Path, lines: int = 40) -> str:
@@ -155,9 +164,14 @@ class ManagedProcess:
         with open(self.log_path, "ab") as log:
             log.write(f"# embedlab: starting {self.name}: {' '.join(self.argv)}\n".encode())
             log.flush()
+            # The kernel sends the parent-death signal when the *thread* that forked the
+            # child exits, not the process: a server started from a worker thread (a
+            # thread pool, Jupyter's run_sync) died with that thread. Off the main
+            # thread, the watchdog alone stops the servers of a killed harness.
+            on_main_thread = threading.current_thread() is threading.main_thread()
             self._popen = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                cwd=self.cwd, start_new_session=True, preexec_fn=_die_with_parent,
+                cwd=self.cwd, start_new_session=True, preexec_fn=_die_with_parent if on_main_thread else None,
             )
         self.pgid = self._popen.pid  # leader of its own new session and group
         self.started_at = time.monotonic()
@@ -201,7 +215,7 @@ class ManagedProcess:
                     name=self.name, log_path=self.log_path,
                 )
             time.sleep(min(delay, deadline - now))
-            delay = min(delay * 1.5, 0.25)
+            delay = min(delay * 1.5, 0.05)
 
     def signal(self, sig: int) -> None:
         """Send `sig` to the whole process group."""
@@ -226,12 +240,16 @@ class ManagedProcess:
         """SIGTERM the group, wait, then SIGKILL it. Safe to call more than once."""
         if self._popen is None or self.state is State.STOPPED:
             return self.returncode
-        timeout = self.stop_timeout if timeout is None else timeout
         self.signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
+        return self._finish_stop(time.monotonic() + (self.stop_timeout if timeout is None else timeout))
+
+    def _finish_stop(self, deadline: float) -> int | None:
+        assert self._popen is not None
+        delay = 0.002
         while time.monotonic() < deadline and (self.alive() or self._group_alive()):
             self._reap()
-            time.sleep(0.02)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
         if self.alive() or self._group_alive():
             self.signal(signal.SIGKILL)
             try:
@@ -251,6 +269,22 @@ class ManagedProcess:
     def _reap(self) -> None:
         if self._popen is not None:
             self._popen.poll()
+
+
+def stop_together(procs: list["ManagedProcess"], *, timeout: float | None = None) -> None:
+    """SIGTERM every group in order, then wait for them all (SIGKILL past the deadline)."""
+    running = [p for p in procs if p._popen is not None and p.state is not State.STOPPED]
+    for proc in running:
+        proc.signal(signal.SIGTERM)
+    errors = []
+    deadline = time.monotonic() + (max((p.stop_timeout for p in running), default=0.0) if timeout is None else timeout)
+    for proc in running:
+        try:
+            proc._finish_stop(deadline)
+        except Exception as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 @atexit.register

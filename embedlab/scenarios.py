@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import httpx
 
+from . import clients
 from .checks import CheckResult, DispatchCheck
 from .deployment import Deployment, Target, target_of
 from .errors import ConfigError, CounterResetError, TrafficError
@@ -160,7 +161,7 @@ def _served_models(frontend_url: str) -> list[str]:
     """The frontend's /v1/models: also the preflight that it is reachable at all."""
     url = frontend_url.rstrip("/") + "/v1/models"
     try:
-        with httpx.Client(timeout=5.0) as client:
+        with clients.client(timeout=5.0) as client:
             response = client.get(url)
             response.raise_for_status()
             return [m["id"] for m in response.json().get("data", [])]
@@ -189,7 +190,7 @@ async def _run_burst(
         target.system_urls, expected, min_total_delta=min_total_delta, settle_seconds=settle_seconds,
         metric=target.metric, weights=weights, fairness_alpha=fairness_alpha, raise_on_failure=False,
     )
-    async with httpx.AsyncClient(timeout=10.0) as scrape_client:
+    async with clients.async_client(timeout=10.0) as scrape_client:
         # The baseline is in hand before the first request of the burst leaves.
         await check.abegin(scrape_client)
         traffic = await asend_burst(

@@ -9,6 +9,7 @@ from typing import Sequence
 from .errors import ConfigError
 
 STACKS = ("embedded", "dynamo")
+SCENARIOS = ("same-model", "multi-model", "failover")
 
 
 @dataclass(frozen=True, kw_only=True)

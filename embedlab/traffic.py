@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, TypeVar
 
 import httpx
 
+from . import clients
 from .errors import TrafficError
 from .serve.openai import WORKER_HEADER
 
@@ -165,9 +166,9 @@ async def asend_burst(
         queue.put_nowait(i)
     bar = _progress(n, model, progress)
     own = client is None
-    http = client or httpx.AsyncClient(
-        timeout=timeout, limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
-        transport=httpx.AsyncHTTPTransport(retries=0),
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    http = client or clients.async_client(
+        timeout=timeout, transport=httpx.AsyncHTTPTransport(retries=0, limits=limits, verify=clients.tls()),
     )
     t0 = time.perf_counter()
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # numpy stays out of the frontend, which parses these flags too
+    import numpy as np
 
 POOLINGS = ("mean", "cls", "last")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -25,7 +26,7 @@ class InvalidInput(ValueError):
 class Embeddings:
     """One request's vectors (rows, float32) and the tokens it used."""
 
-    vectors: np.ndarray
+    vectors: "np.ndarray"
     prompt_tokens: int
 
 
@@ -62,7 +63,9 @@ class Engine(Protocol):
     async def close(self) -> None: ...
 
 
-def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+def l2_normalize(vectors: "np.ndarray") -> "np.ndarray":
+    import numpy as np
+
     norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
     return vectors / np.maximum(norms, 1e-12)
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
 import signal
 import socket
+import sys
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from .openai import ApiError, dumps, error_body
 
@@ -33,6 +36,20 @@ _ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_
 @web.middleware
 async def openai_errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     """Answer every failure as OpenAI error JSON; a client mistake never becomes a 500."""
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in ("", "identity") and request.body_exists:
+        # Bodies are read as sent (auto_decompress=False in make_app): aiohttp's own
+        # decompression hangs request.read() forever on a truncated deflate stream, and
+        # answers other bad encodings in plain text before any handler runs.
+        response = web.Response(
+            body=error_body(
+                f"Content-Encoding {encoding[:40]!r} is not supported; send the JSON body uncompressed",
+                type="invalid_request_error", code="unsupported_content_encoding",
+            ),
+            status=415, content_type=JSON,
+        )
+        response.force_close()  # the unread body must not be parsed as the next request
+        return response
     try:
         return await handler(request)
     except ApiError as exc:
@@ -45,6 +62,17 @@ async def openai_errors(request: web.Request, handler: Callable[[web.Request], A
         return web.Response(
             body=error_body(message, type=kind, code=str(exc.status)), status=exc.status, content_type=JSON
         )
+    except (web.RequestPayloadError, HttpProcessingError) as exc:
+        # Raised by request.read() when the body cannot be read (a broken chunked stream):
+        # the client's fault, and the connection's framing is lost, so close it rather
+        # than read the next request from the debris.
+        response = web.Response(
+            body=error_body(f"The request body could not be read: {' '.join(str(exc).split())}"[:300],
+                            type="invalid_request_error", code="400"),
+            status=400, content_type=JSON,
+        )
+        response.force_close()
+        return response
     except (asyncio.CancelledError, KeyboardInterrupt):
         raise
     except Exception:
@@ -55,7 +83,10 @@ async def openai_errors(request: web.Request, handler: Callable[[web.Request], A
 
 
 def make_app(*, client_max_size: int = 1 << 20) -> web.Application:
-    return web.Application(middlewares=[openai_errors], client_max_size=client_max_size, handler_args={"access_log": None})
+    return web.Application(
+        middlewares=[openai_errors], client_max_size=client_max_size,
+        handler_args={"access_log": None, "auto_decompress": False},
+    )
 
 
 async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
@@ -77,12 +108,15 @@ def is_loopback_host(host: str) -> bool:
     except ValueError:
         try:
             return all(ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(host, None))
-        except OSError:
+        except (OSError, ValueError):  # UnicodeError (idna) and NUL bytes are ValueErrors
             return False
 
 
 def url_is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:  # 'http://[::1' and the like
+        return False
     return bool(host) and is_loopback_host(host)  # type: ignore[arg-type]
 
 
@@ -96,7 +130,11 @@ def install_event_loop_policy() -> None:
 
 
 def run_service(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:
-    """Run `main(stop)` until it returns; SIGTERM and SIGINT set `stop` for a clean shutdown."""
+    """Run `main(stop)` until it returns; SIGTERM and SIGINT set `stop` for a clean shutdown.
+
+    Once the service has shut down cleanly (sockets closed, lease given back) the process
+    exits at once: tearing the interpreter down would only add to every teardown's wait.
+    """
     install_event_loop_policy()
 
     async def runner() -> int:
@@ -106,7 +144,11 @@ def run_service(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:
             loop.add_signal_handler(sig, stop.set)
         return await main(stop)
 
-    return asyncio.run(runner())
+    code = asyncio.run(runner())
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def configure_logging(level: str = "INFO") -> None:

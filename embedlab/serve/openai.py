@@ -9,9 +9,10 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where vectors are encoded: the frontend never needs it
+    import numpy as np
 
 try:  # orjson is optional: about 5x faster on the float-heavy response bodies.
     import orjson as _orjson
@@ -20,6 +21,9 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 # OpenAI's own limit on inputs per request.
 MAX_INPUTS = 2048
+# No vocabulary comes near 2**31 ids; larger ids (JSON allows up to 2**64 - 1) overflowed
+# the engines' int64 arrays into a 500.
+MAX_TOKEN_ID = 2**31 - 1
 WORKER_HEADER = "x-embedlab-worker"
 
 Inputs = list[str] | list[list[int]]
@@ -82,6 +86,8 @@ def _token_list(value: list[Any], where: str) -> list[int]:
                 f"'{where}' must be a list of non-negative integer token ids, got {type(token).__name__}",
                 param="input",
             )
+        if token > MAX_TOKEN_ID:
+            raise bad_request(f"'{where}' has token id {token}, above the largest allowed, {MAX_TOKEN_ID}", param="input")
     return value
 
 
@@ -164,7 +170,9 @@ def parse_embedding_request(body: bytes) -> EmbeddingRequest:
     return EmbeddingRequest(model=model, inputs=inputs, encoding_format=encoding_format, dimensions=dimensions)
 
 
-def _encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:
+def _encode(vector: "np.ndarray", encoding_format: str) -> list[float] | str:
+    import numpy as np
+
     if encoding_format == "base64":
         # OpenAI's base64 format: little-endian float32 bytes.
         return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
@@ -172,7 +180,7 @@ def _encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:
 
 
 def embedding_response(
-    *, model: str, vectors: Sequence[np.ndarray] | np.ndarray, prompt_tokens: int, encoding_format: str = "float"
+    *, model: str, vectors: "Sequence[np.ndarray] | np.ndarray", prompt_tokens: int, encoding_format: str = "float"
 ) -> bytes:
     """Serialise an OpenAI embeddings response body."""
     payload = {
@@ -193,8 +201,10 @@ def dumps(payload: Any) -> bytes:
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
-def decode_embedding(value: list[float] | str) -> np.ndarray:
+def decode_embedding(value: list[float] | str) -> "np.ndarray":
     """Turn one `data[i].embedding` (float list or base64) back into float32."""
+    import numpy as np
+
     if isinstance(value, str):
         return np.frombuffer(base64.b64decode(value), dtype="<f4")
     return np.asarray(value, dtype=np.float32)

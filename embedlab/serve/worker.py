@@ -225,7 +225,7 @@ class Worker:
             "instance_id": cfg.instance_id, "endpoint": cfg.endpoint, "model": cfg.served_model_name,
             "url": self.url, "weight": cfg.weight, "pid": os.getpid(), "max_model_len": self.engine.max_model_len,
         }
-        delay = 0.02
+        delay = 0.01
         while True:
             try:
                 async with self._session.post(
@@ -240,7 +240,7 @@ class Worker:
                 if time.monotonic() > deadline:
                     raise EngineError(f"could not reach the frontend at {cfg.frontend_url}: {exc}") from exc
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
+                delay = min(delay * 2, 0.1)
 
     async def heartbeat_forever(self, ttl: float) -> None:
         assert self._session is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from embedlab import Deployment, DeploymentSpec, multi_model_dispatch, same_model_load_balance
-from embedlab.failover import drain, failover
+from embedlab.resilience import drain, failover
 from embedlab.stacks.dynamo import dynamo_installed
 
 

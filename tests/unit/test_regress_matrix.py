@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from embedlab import ConfigError, load_matrix
-from embedlab.regress import notebook_parameters, params_slug
+from embedlab.regression import notebook_parameters, params_slug
 from embedlab.report import compare_runs, write_json, write_junit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,7 +127,7 @@ def test_write_json_turns_nan_into_null(tmp_path: Path) -> None:
 
 def test_a_failed_run_raises_notebook_run_error_with_its_report(tmp_path: Path) -> None:
     from embedlab import NotebookRunError
-    from embedlab.regress import Job, Outcome, RegressRun
+    from embedlab.regression import Job, Outcome, RegressRun
 
     def outcome(name: str, status: str) -> Outcome:
         job = Job(notebook=NOTEBOOKS / "multi_model_dispatch.ipynb", slug=name, params={})

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from . import clients
 from .checks import evaluate
 from .deployment import Deployment
 from .errors import ConfigError
@@ -86,7 +87,7 @@ def failover(
                 deployment.kill_worker(victim, sig)
                 state["killed"] = time.perf_counter()
 
-        async with httpx.AsyncClient(timeout=5.0) as client:
+        async with clients.async_client(timeout=5.0) as client:
             before = await asyncio.gather(*(ascrape(urls[i], client=client) for i in survivors))
             victim_before = await ascrape(urls[victim], client=client)
 
@@ -172,7 +173,7 @@ def drain(
     target = deployment.target()
     system_url = deployment.system_urls[victim]
     started = time.monotonic()
-    with httpx.Client(timeout=10.0) as client:
+    with clients.client(timeout=10.0) as client:
         client.post(f"{system_url}/drain").raise_for_status()
     try:
         burst = run_sync(
@@ -184,7 +185,7 @@ def drain(
         )
     finally:
         if resume:
-            with httpx.Client(timeout=30.0) as client:
+            with clients.client(timeout=30.0) as client:
                 client.post(f"{system_url}/resume").raise_for_status()
     verdict, reasons = _verdict([burst], exact_total=True)
     return ScenarioResult(
