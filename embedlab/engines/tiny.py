@@ -139,13 +139,17 @@ def _spec(arch: str, shape: str | None, seed: int) -> dict[str, Any]:
     }
 
 
-def _is_complete(path: Path, spec: dict[str, Any]) -> bool | None:
-    """True: built with ``spec``; False: built differently; None: not built."""
+def _state(path: Path, spec: dict[str, Any]) -> str:
+    """Classify ``path``: missing, same (complete, same spec), stale (same
+    model from an older BUILD_VERSION) or other (another model, not ours)."""
     marker = read_marker(path)
     if marker is None:
-        return None
-    keys = ("arch", "shape", "seed", "build_version")
-    return all(marker.get(k) == spec[k] for k in keys)
+        if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+            return "missing"
+        return "other"
+    if any(marker.get(k) != spec[k] for k in ("arch", "shape", "seed")):
+        return "other"
+    return "same" if marker.get("build_version") == spec["build_version"] else "stale"
 
 
 def build_tiny_model(
@@ -161,22 +165,20 @@ def build_tiny_model(
     The directory is built next to ``outdir`` and renamed into place, and the
     marker file is written last, so a half-built directory never looks
     complete. An existing complete build with the same spec is returned
-    as is unless ``overwrite``; anything else already at ``outdir`` raises
-    FileExistsError unless ``overwrite``.
+    as is unless ``overwrite``; one from an older builder version is rebuilt;
+    anything else already at ``outdir`` raises FileExistsError unless
+    ``overwrite``.
     """
     spec = _spec(arch, shape, seed)
     out = Path(outdir).expanduser().absolute()
-    if not overwrite:
-        state = _is_complete(out, spec)
-        if state:
-            return out
-        if state is False:
-            raise FileExistsError(
-                f"{out} holds a different tiny model ({read_marker(out)}); "
-                "pass overwrite=True to replace it"
-            )
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise FileExistsError(f"{out} exists and is not a tiny model; pass overwrite=True")
+    state = _state(out, spec)
+    if state == "same" and not overwrite:
+        return out
+    if state == "other" and not overwrite:
+        what = read_marker(out) or "not a tiny model"
+        raise FileExistsError(f"{out} exists ({what}); pass overwrite=True to replace it")
+    # "stale" builds (older BUILD_VERSION) are ours: replace them silently.
+    replace = overwrite or state == "stale"
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
@@ -195,16 +197,16 @@ def build_tiny_model(
         os.chmod(tmp, 0o755)
         for f in tmp.iterdir():
             os.chmod(f, 0o644)
-        _install(tmp, out, spec, overwrite)
+        _install(tmp, out, spec, replace)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
-def _install(tmp: Path, out: Path, spec: dict[str, Any], overwrite: bool) -> None:
+def _install(tmp: Path, out: Path, spec: dict[str, Any], replace: bool) -> None:
     """Rename the finished build into place, tolerating a concurrent builder."""
-    if overwrite and (out.exists() or out.is_symlink()):
+    if replace and (out.exists() or out.is_symlink()):
         trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
         os.rename(out, trash / "old")
         shutil.rmtree(trash, ignore_errors=True)
@@ -214,7 +216,7 @@ def _install(tmp: Path, out: Path, spec: dict[str, Any], overwrite: bool) -> Non
         os.rename(tmp, out)
     except OSError:
         # Another process finished the same build first: keep theirs.
-        if not _is_complete(out, spec):
+        if _state(out, spec) != "same":
             raise
 
 
