@@ -274,14 +274,15 @@ class Frontend:
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
             raise bad_request("'weight' must be a positive number", param="weight")
         url = payload["url"]
-        # Parse it as the dispatch will: a URL yarl rejects ('http://h:abc', 'http://[::1')
-        # was accepted here and then failed every request for the model with a 502.
+        # Refuse here what the dispatch cannot use: a URL that does not parse ('http://h:abc',
+        # 'http://[::1') or https (the upstream client speaks plain HTTP) was accepted and
+        # then failed every request for the model with a 502.
         try:
             parsed_url = URL(url)
         except ValueError:
             parsed_url = None
-        if parsed_url is None or parsed_url.scheme not in ("http", "https") or not parsed_url.host:
-            raise bad_request("'url' must be an http(s) URL with a host", param="url")
+        if parsed_url is None or parsed_url.scheme != "http" or not parsed_url.host:
+            raise bad_request("'url' must be an http:// URL with a host and a valid port", param="url")
         if not self.config.allow_remote_workers and not url_is_loopback(url):
             raise ApiError(
                 403, f"Worker URL {url} is not on loopback; start the frontend with --allow-remote-workers to accept it",
