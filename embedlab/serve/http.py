@@ -83,8 +83,26 @@ async def openai_errors(request: web.Request, handler: Callable[[web.Request], A
 
 
 def make_app(*, client_max_size: int = 1 << 20) -> web.Application:
+    @web.middleware
+    async def declared_size(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        # A body declared over the limit is refused unread. aiohttp would buffer it up to
+        # the limit first: 8 MiB per request, which the soak saw as 15 MiB swings of RSS.
+        if request.content_length is not None and request.content_length > client_max_size:
+            response = web.Response(
+                body=error_body(
+                    f"The request body is too large: {request.content_length} bytes, the limit is {client_max_size}",
+                    type="invalid_request_error", code="413",
+                ),
+                status=413, content_type=JSON,
+            )
+            response.force_close()  # the unread body must not be parsed as the next request
+            return response
+        return await handler(request)
+
     return web.Application(
-        middlewares=[openai_errors], client_max_size=client_max_size,
+        middlewares=[openai_errors, declared_size], client_max_size=client_max_size,
         handler_args={"access_log": None, "auto_decompress": False},
     )
 
