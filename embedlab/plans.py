@@ -52,6 +52,8 @@ class ScenarioPlan:
     metric: str = str(DEFAULT_METRIC)
     run_dir: str = ""
     startup_timeout: float = 180.0
+    kill_after: int = 50  # failover: the worker dies after this many responses
+    victim: int = 1  # failover: the worker that dies
     worker_args: tuple[str, ...] = ()
     frontend_args: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
@@ -175,7 +177,10 @@ def _run_on(plan: ScenarioPlan, deployment: Deployment | Target, progress: bool)
 
         if not isinstance(deployment, Deployment):
             raise ConfigError("failover kills a worker: it cannot run attached")
-        return failover(deployment, requests=plan.requests or 200, concurrency=plan.concurrency or 8, progress=progress)
+        return failover(
+            deployment, requests=plan.requests or 200, concurrency=plan.concurrency or 8, kill_after=plan.kill_after,
+            victim=plan.victim, progress=progress,
+        )
     if plan.scenario == "same-model":
         return same_model_load_balance(
             deployment, requests=plan.requests or DEFAULT_SAME_MODEL_REQUESTS, concurrency=plan.concurrency or 4,

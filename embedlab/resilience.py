@@ -127,7 +127,7 @@ def failover(
         "kill_after_responses": kill_after,
         "killed_at_s": killed_at,
         "excluded_after_s": excluded_after,
-        "lease_ttl_s": ttl,
+        "lease_ttl_s": ttl if deployment.spec.stack == "embedded" else None,
         "failed_requests": len(failed),
         "responses_after_kill": len(after_kill),
         "errors_window_s": errors_window,

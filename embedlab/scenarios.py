@@ -142,6 +142,27 @@ class ScenarioResult:
             "extra": self.extra,
         }
 
+    def failover_summary(self) -> "pd.DataFrame":
+        """Failover's figures as a two-column table: when the victim died, when it left dispatch."""
+        import pandas as pd
+
+        x = self.extra
+        if self.scenario != "failover":
+            raise ValueError(f"{self.scenario} has no failover figures")
+        excluded = x["excluded_after_s"]
+        rows = [
+            ("victim", f"worker {x['victim']}"),
+            ("killed at", f"{x['killed_at_s']:.3f} s into the burst, after {x['kill_after_responses']} responses"),
+            ("out of dispatch", "never seen" if excluded is None else f"{excluded * 1000:.0f} ms after the kill"),
+            ("lease TTL", f"{x['lease_ttl_s']:g} s (limit: 2 TTLs)" if x["lease_ttl_s"] else "Dynamo's own discovery (file backend)"),
+            ("failed requests", str(x["failed_requests"])),
+            ("errors seen for", f"{x['errors_window_s']:.2f} s after the kill"),
+            ("responses after the kill", str(x["responses_after_kill"])),
+        ]
+        rows += [(f"served by {w.split('/')[0]}", str(n)) for w, n in sorted(self.bursts[0].traffic.served_by().items())]
+        rows.append(("verdict", "asserted" if x["asserted"] else "reported, not asserted"))
+        return pd.DataFrame(rows, columns=["figure", "value"])
+
     def save_json(self, path: str | Path) -> Path:
         """Write `to_json()` to `path` (parents created): what `embedlab regress` collects."""
         from .report import write_json

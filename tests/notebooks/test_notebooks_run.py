@@ -81,3 +81,20 @@ def test_explore_notebook_that_fails_midway_still_leaves_nothing_running(tmp_pat
     assert (run_dir / "worker-1.log").is_file(), "the deployment had started before the failure"
     assert_torn_down(run_dir)
     assert processes_under(run_dir) == []
+
+
+@pytest.mark.parametrize("stack", ["embedded", "dynamo"])
+def test_failover_notebook(stack: str, tmp_path: Path, run_dir: Path) -> None:
+    result_json = tmp_path / "result.json"
+    nb = execute(
+        NOTEBOOKS / "failover.ipynb", tmp_path / "out.ipynb", stack=stack, requests=120, kill_after=30,
+        run_dir=str(run_dir), result_json=str(result_json),
+    )
+    assert errors(nb) == []
+    result = json.loads(result_json.read_text())
+    assert result["verdict"] == "passed", result["reasons"]
+    assert result["extra"]["killed_at_s"] is not None
+    if stack == "embedded":
+        assert result["extra"]["failed_requests"] == 0 and result["extra"]["asserted"] is True
+    assert any(images(c) for c in tagged(nb, "report-figure")), "the timeline figure is missing"
+    assert_torn_down(run_dir)
