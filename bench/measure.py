@@ -1,0 +1,199 @@
+"""What the CPU benchmarks share: `hey` runs, process-group CPU time, a quiet machine, the machine.
+
+    from measure import hey, group_cpu_seconds, wait_for_quiet, machine_info
+
+`hey` (Debian's package) is the load generator: a Go binary that drives thousands of
+requests per second from one process, where a Python client tops out near 1,000 and
+would measure itself. Its CSV output gives every request's latency and start offset,
+so several `hey` processes started together (one per model) are pooled exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+HEY = shutil.which("hey") or "/usr/bin/hey"
+
+
+@dataclass(frozen=True)
+class HeyResult:
+    requests: int  # answered 200
+    failed: int  # not 200, or no answer at all
+    seconds: float
+    rps: float
+    p50_ms: float
+    p99_ms: float
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def require_hey() -> None:
+    if not os.path.exists(HEY):
+        raise SystemExit("hey is not installed: `apt-get install hey` (Debian), or `make bench`, which installs it")
+
+
+def _hey_argv(url: str, body: bytes, *, requests: int, concurrency: int, headers: Sequence[str]) -> list[str]:
+    argv = [HEY, "-n", str(requests), "-c", str(concurrency), "-m", "POST", "-T", "application/json", "-t", "60", "-o", "csv"]
+    for header in headers:
+        argv += ["-H", header]
+    return argv + ["-d", body.decode(), url]
+
+
+def _parse_csv(text: str) -> tuple[list[float], list[float], int]:
+    """(latencies s, end offsets s, non-200 count) from hey's CSV (one line per answered request)."""
+    latencies: list[float] = []
+    ends: list[float] = []
+    bad = 0
+    for line in text.splitlines()[1:]:
+        cols = line.split(",")
+        if len(cols) < 8:
+            continue
+        latency, status, offset = float(cols[0]), cols[6], float(cols[7])
+        if status != "200":
+            bad += 1
+            continue
+        latencies.append(latency)
+        ends.append(offset + latency)
+    return latencies, ends, bad
+
+
+def hey_many(
+    jobs: Sequence[tuple[str, bytes]], *, requests: int, concurrency: int, headers: Sequence[str] = ()
+) -> HeyResult:
+    """Run one `hey` per (url, body) job at once, `requests` and `concurrency` each; pool them.
+
+    Throughput is answered requests over the time from the common start to the last
+    answer; the processes start within a few milliseconds of each other.
+    """
+    require_hey()
+    procs = [
+        subprocess.Popen(_hey_argv(url, body, requests=requests, concurrency=concurrency, headers=headers),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        for url, body in jobs
+    ]
+    latencies: list[float] = []
+    last_end = 0.0
+    bad = 0
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=900)
+            if proc.returncode != 0:
+                raise RuntimeError(f"hey exited {proc.returncode}: {err.decode(errors='replace')[-500:]}")
+            lat, ends, b = _parse_csv(out.decode())
+            latencies += lat
+            last_end = max([last_end, *ends])
+            bad += b
+    finally:
+        # Ctrl-C or an error: hey is ours, stop it by its PID.
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    # hey gives each of its `concurrency` lanes requests // concurrency requests.
+    total = requests // concurrency * concurrency * len(jobs)
+    answered = len(latencies)
+    if not answered:
+        raise RuntimeError(f"no request was answered 200 by {jobs[0][0]} ({bad} failed)")
+    arr = np.asarray(latencies)
+    return HeyResult(
+        requests=answered, failed=total - answered, seconds=last_end, rps=answered / last_end,
+        p50_ms=float(np.percentile(arr, 50) * 1e3), p99_ms=float(np.percentile(arr, 99) * 1e3),
+    )
+
+
+def hey(url: str, body: bytes, *, requests: int, concurrency: int, headers: Sequence[str] = ()) -> HeyResult:
+    return hey_many([(url, body)], requests=requests, concurrency=concurrency, headers=headers)
+
+
+def median_result(results: Sequence[HeyResult]) -> dict[str, float]:
+    """The median of each figure over repeated runs (each figure on its own)."""
+    return {
+        "rps": statistics.median(r.rps for r in results),
+        "p50_ms": statistics.median(r.p50_ms for r in results),
+        "p99_ms": statistics.median(r.p99_ms for r in results),
+        "failed": sum(r.failed for r in results),
+        "runs": len(results),
+    }
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """User plus system CPU seconds of every live process in process group `pgid`.
+
+    From /proc/<pid>/stat (utime, stime: all threads of the process). The group, not
+    one PID, so that a server's helper processes are counted too.
+    """
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            continue  # exited meanwhile
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        # After the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / _TICK
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def wait_for_quiet(*, threshold: float = 1.5, poll_s: float = 30.0, max_wait_s: float = 600.0) -> dict[str, float]:
+    """Wait (bounded) until the 1-minute load average is at most `threshold`.
+
+    Other people's test suites share these cores; a benchmark taken under their load
+    says more about them than about us. Returns the load seen and the time waited, for
+    the JSON: after `max_wait_s` it measures anyway and says so.
+    """
+    started = time.monotonic()
+    load = load_average()
+    while load > threshold and time.monotonic() - started < max_wait_s:
+        print(f"  load average {load:.2f} > {threshold}: waiting {poll_s:.0f} s for the machine to quiet down", flush=True)
+        time.sleep(poll_s)
+        load = load_average()
+    return {"load_1m": round(load, 2), "waited_s": round(time.monotonic() - started, 1), "quiet": load <= threshold}
+
+
+def machine_info() -> dict[str, object]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = 0.0
+    try:
+        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        pass
+    hey_version = ""
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "hey"], capture_output=True, text=True, timeout=5)
+        hey_version = out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {
+        "cpu": model, "cores": os.cpu_count(), "memory_gib": round(mem_gib, 1), "kernel": platform.release(),
+        "python": platform.python_version(), "hey": hey_version,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }

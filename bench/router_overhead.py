@@ -1,0 +1,232 @@
+"""What a router costs: four paths to two hash workers, measured side by side in one run.
+
+    (a) direct   straight to one worker's request plane (its `address` in the frontend's /health)
+    (b) embedlab through the embedded frontend
+    (c) dynamo   through the real `python -m dynamo.frontend` (embedlab workers on the Dynamo runtime)
+    (d) litellm  through the LiteLLM proxy, both workers under one model_name, simple-shuffle
+
+Load comes from `hey` (one short input per request, keep-alive). At each concurrency the
+paths take turns, in a rotated order per repeat, so that a slow minute on a shared
+machine lands on every path alike; each figure is the median of the repeats. The
+frontends' CPU time per request comes from /proc (utime + stime of the process group).
+
+    make bench                                     # .venv with Dynamo, .venv-bench with LiteLLM, hey
+    .venv/bin/python bench/router_overhead.py      # writes bench/results/router_overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Callable
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from measure import HeyResult, group_cpu_seconds, hey, machine_info, median_result, require_hey, wait_for_quiet  # noqa: E402
+
+from embedlab import Deployment, DeploymentSpec, ManagedProcess  # noqa: E402
+from embedlab.ports import release_port, reserve_port  # noqa: E402
+
+MODEL = "bench-model"
+BODY = json.dumps({"model": MODEL, "input": "hello world"}).encode()
+LITELLM = REPO / ".venv-bench" / "bin" / "litellm"
+PATHS = ("direct", "embedlab", "dynamo", "litellm")
+HOST = "127.0.0.1"
+
+
+def direct_address(frontend_url: str) -> str:
+    """The request plane of the embedded deployment's first registered worker."""
+    models = httpx.get(f"{frontend_url}/health", timeout=5).json()["models"]
+    return str(models[MODEL][0]["address"])
+
+
+def litellm_config(worker_urls: list[str], master_key: str) -> str:
+    # JSON is YAML: no YAML writer needed. simple-shuffle is LiteLLM's weighted random.
+    deployments = [
+        {"model_name": MODEL, "litellm_params": {"model": f"openai/{MODEL}", "api_base": f"{url}/v1", "api_key": "unused"}}
+        for url in worker_urls
+    ]
+    config = {
+        "model_list": deployments,
+        "router_settings": {"routing_strategy": "simple-shuffle"},
+        "general_settings": {"master_key": master_key},
+        "litellm_settings": {"telemetry": False},
+    }
+    return json.dumps(config, indent=2)
+
+
+def start_litellm(stack: ExitStack, run_dir: Path, worker_urls: list[str]) -> tuple[str, ManagedProcess, str]:
+    if not LITELLM.exists():
+        raise SystemExit(f"{LITELLM} is missing: run `make bench` first (it builds .venv-bench with LiteLLM)")
+    master_key = f"sk-bench-{secrets.token_hex(8)}"
+    config = run_dir / "litellm.yaml"
+    config.write_text(litellm_config(worker_urls, master_key))
+    port = reserve_port(HOST)
+    stack.callback(release_port, port)
+    env = {
+        **os.environ,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # else it downloads a price list at every start
+        "LITELLM_LOG": "ERROR",  # a log line per request would be measured too
+        "LITELLM_TELEMETRY": "False",
+        "NO_DOCS": "True",
+    }
+    argv = [str(LITELLM), "--config", str(config), "--host", HOST, "--port", str(port), "--num_workers", "1"]
+    proc = ManagedProcess("litellm", argv, log_path=run_dir / "litellm.log", env=env, cwd=run_dir).start()
+    stack.callback(proc.stop)
+    url = f"http://{HOST}:{port}"
+    headers = {"Authorization": f"Bearer {master_key}"}
+
+    def ready() -> bool:
+        # Ready means it routes: an embeddings call through it to a worker answers 200.
+        return httpx.post(f"{url}/v1/embeddings", content=BODY, headers={**headers, "Content-Type": "application/json"},
+                          timeout=10).status_code == 200
+
+    proc.wait_ready(ready, timeout=180, what="an embeddings request through it answered 200")
+    return url, proc, master_key
+
+
+def interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--paths", default=",".join(PATHS), help="a subset of " + ",".join(PATHS))
+    parser.add_argument("--max-load", type=float, default=1.5, help="wait for the 1-minute load average to fall below this")
+    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "router_overhead.json")
+    args = parser.parse_args()
+    paths = [p for p in args.paths.split(",") if p]
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    require_hey()
+    # SIGTERM unwinds like Ctrl-C, so every process started below is stopped by its group.
+    signal.signal(signal.SIGTERM, interrupt)
+
+    with ExitStack() as stack:
+        embedded = stack.enter_context(Deployment(DeploymentSpec.same_model(MODEL, workers=2)))
+        targets: dict[str, tuple[str, list[str]]] = {}
+        cpu_groups: dict[str, int] = {}
+        if "direct" in paths:
+            targets["direct"] = (direct_address(embedded.frontend_url) + "/v1/embeddings", [])
+        if "embedlab" in paths:
+            targets["embedlab"] = (embedded.frontend_url + "/v1/embeddings", [])
+            cpu_groups["embedlab"] = embedded.frontend.pgid  # type: ignore[union-attr,assignment]
+        if "dynamo" in paths:
+            dynamo = stack.enter_context(Deployment(DeploymentSpec.same_model(MODEL, workers=2, stack="dynamo")))
+            targets["dynamo"] = (dynamo.frontend_url + "/v1/embeddings", [])
+            cpu_groups["dynamo"] = dynamo.frontend.pgid  # type: ignore[union-attr,assignment]
+        if "litellm" in paths:
+            worker_urls = [i["address"] for i in httpx.get(f"{embedded.frontend_url}/health").json()["models"][MODEL]]
+            url, proc, key = start_litellm(stack, embedded.run_dir, worker_urls)
+            targets["litellm"] = (url + "/v1/embeddings", [f"Authorization: Bearer {key}"])
+            cpu_groups["litellm"] = proc.pgid  # type: ignore[assignment]
+        print(f"run directory (logs): {embedded.run_dir}", flush=True)
+
+        # Warm every path once: connections, lazy imports, LiteLLM's first-call set-up.
+        for name, (url, headers) in targets.items():
+            hey(url, BODY, requests=200, concurrency=8, headers=headers)
+
+        rows: list[dict[str, object]] = []
+        loads: dict[str, dict[str, float]] = {}
+        for concurrency in concurrencies:
+            loads[f"c={concurrency}"] = wait_for_quiet(threshold=args.max_load)
+            runs: dict[str, list[HeyResult]] = {p: [] for p in targets}
+            cpu: dict[str, list[float]] = {p: [] for p in cpu_groups}
+            order = list(targets)
+            for rep in range(args.repeat):
+                for name in order[rep % len(order):] + order[: rep % len(order)]:
+                    url, headers = targets[name]
+                    before = group_cpu_seconds(cpu_groups[name]) if name in cpu_groups else 0.0
+                    result = hey(url, BODY, requests=args.requests, concurrency=concurrency, headers=headers)
+                    if name in cpu_groups:
+                        cpu[name].append((group_cpu_seconds(cpu_groups[name]) - before) * 1e3 / max(1, result.requests))
+                    runs[name].append(result)
+                    print(f"  c={concurrency:<3} run {rep + 1} {name:<9} {result.rps:9.1f} req/s  p50 {result.p50_ms:7.2f} ms  "
+                          f"p99 {result.p99_ms:7.2f} ms  failed {result.failed}", flush=True)
+            for name in targets:
+                row: dict[str, object] = {"path": name, "concurrency": concurrency, **median_result(runs[name])}
+                if name in cpu:
+                    row["cpu_ms_per_request"] = sorted(cpu[name])[len(cpu[name]) // 2]
+                row["all_rps"] = [round(r.rps, 1) for r in runs[name]]
+                rows.append(row)
+        loads["end"] = {"load_1m": round(os.getloadavg()[0], 2)}
+
+    report = build_report(rows, concurrencies, args, loads)
+    print_table(report)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {args.json.relative_to(REPO) if args.json.is_relative_to(REPO) else args.json}")
+    return 0 if report["targets"].get("met", False) else 1  # type: ignore[union-attr]
+
+
+def build_report(rows: list[dict[str, object]], concurrencies: list[int], args: argparse.Namespace,
+                 loads: dict[str, dict[str, float]]) -> dict[str, object]:
+    def get(path: str, c: int) -> dict[str, object] | None:
+        return next((r for r in rows if r["path"] == path and r["concurrency"] == c), None)
+
+    ratios = []
+    for c in concurrencies:
+        b = get("embedlab", c)
+        entry: dict[str, object] = {"concurrency": c}
+        for other, key in (("direct", "b_over_a"), ("dynamo", "b_over_c"), ("litellm", "b_over_d")):
+            o = get(other, c)
+            if b and o:
+                entry[key] = float(b["rps"]) / float(o["rps"])  # type: ignore[arg-type]
+        a = get("direct", c)
+        if b and a:
+            entry["p50_added_ms"] = float(b["p50_ms"]) - float(a["p50_ms"])  # type: ignore[arg-type]
+        ratios.append(entry)
+    targets: dict[str, object] = {}
+    top, low = max(concurrencies), min(concurrencies)
+    by_c = {r["concurrency"]: r for r in ratios}
+    if "b_over_c" in by_c.get(top, {}):
+        targets["b_over_c_at_top"] = {"value": by_c[top]["b_over_c"], "target": ">= 0.5", "met": by_c[top]["b_over_c"] >= 0.5}
+    if "b_over_d" in by_c.get(top, {}):
+        targets["b_over_d_at_top"] = {"value": by_c[top]["b_over_d"], "target": ">= 10", "met": by_c[top]["b_over_d"] >= 10}
+    if "p50_added_ms" in by_c.get(low, {}):
+        targets["p50_added_ms_at_low"] = {"value": by_c[low]["p50_added_ms"], "target": "< 1 ms", "met": by_c[low]["p50_added_ms"] < 1}
+    targets["met"] = all(t["met"] for t in targets.values() if isinstance(t, dict))
+    return {
+        "benchmark": "router_overhead",
+        "command": ".venv/bin/python bench/router_overhead.py",
+        "machine": machine_info(),
+        "load": loads,
+        "setup": {"workers": 2, "engine": "hash", "requests": args.requests, "repeat": args.repeat,
+                  "body": BODY.decode(), "load_generator": "hey (keep-alive)", "concurrency": concurrencies},
+        "rows": rows,
+        "ratios": ratios,
+        "targets": targets,
+    }
+
+
+def print_table(report: dict[str, object]) -> None:
+    rows = report["rows"]  # type: ignore[assignment]
+    print(f"\n{'path':<10} {'c':>3} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>11} {'failed':>7}")
+    for r in rows:  # type: ignore[attr-defined]
+        cpu = f"{r['cpu_ms_per_request']:11.3f}" if "cpu_ms_per_request" in r else f"{'':>11}"
+        print(f"{r['path']:<10} {r['concurrency']:>3} {r['rps']:9.1f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {cpu} {r['failed']:>7}")
+    print(f"\n{'c':>3} {'b/a':>6} {'b/c':>6} {'b/d':>7} {'p50 added ms':>13}")
+    fmt: Callable[[dict[str, object], str, str], str] = lambda d, k, f: format(d[k], f) if k in d else "-"  # noqa: E731
+    for r in report["ratios"]:  # type: ignore[attr-defined]
+        print(f"{r['concurrency']:>3} {fmt(r, 'b_over_a', '6.2f'):>6} {fmt(r, 'b_over_c', '6.2f'):>6} "
+              f"{fmt(r, 'b_over_d', '7.1f'):>7} {fmt(r, 'p50_added_ms', '13.2f'):>13}")
+    print()
+    for name, t in report["targets"].items():  # type: ignore[attr-defined]
+        if isinstance(t, dict):
+            print(f"target {name}: {t['value']:.2f} ({t['target']}) {'met' if t['met'] else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
