@@ -74,7 +74,13 @@ def test_matrices_that_cannot_work_fail_before_anything_runs(tmp_path: Path, tex
 
 def test_the_default_matrix_loads_from_the_package() -> None:
     names = [job.name for job in load_matrix(notebook_dir=NOTEBOOKS).jobs]
-    assert len(names) == len(set(names)) == 6
+    assert len(names) == len(set(names)), "two runs would overwrite each other"
+    # Every scenario runs on both stacks with the hash engine, and on real models.
+    for notebook in ("same_model_load_balance", "multi_model_dispatch", "failover"):
+        for stack in ("embedded", "dynamo"):
+            assert f"{notebook}--{stack}-hash" in names, names
+    for notebook in ("same_model_load_balance", "multi_model_dispatch"):
+        assert f"{notebook}--embedded-transformers-tiny" in names, names
 
 
 def test_notebook_parameters_reads_the_tagged_cell() -> None:
