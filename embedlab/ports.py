@@ -20,7 +20,7 @@ LOW, HIGH = 20000, 32000
 _DIR = Path(os.environ.get("EMBEDLAB_PORT_DIR") or Path(tempfile.gettempdir()) / f"embedlab-ports-{os.getuid()}")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -48,7 +48,7 @@ def _try_reserve(port: int) -> bool:
             owner = int(path.read_text() or 0)
         except (OSError, ValueError):
             return False
-        if owner and _pid_alive(owner):
+        if owner and pid_alive(owner):
             return False
         # The owner died without releasing: take the stale reservation over.
         path.write_text(str(os.getpid()))

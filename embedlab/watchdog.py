@@ -16,18 +16,10 @@ import sys
 import time
 from pathlib import Path
 
+from .ports import pid_alive
+
 POLL_SECONDS = 0.2
 TERM_GRACE_SECONDS = 3.0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _groups(path: Path) -> list[int]:
@@ -49,7 +41,7 @@ def _signal_groups(groups: list[int], sig: int) -> list[int]:
 
 
 def watch(parent: int, path: Path) -> None:
-    while _alive(parent) and os.getppid() == parent:
+    while pid_alive(parent) and os.getppid() == parent:
         time.sleep(POLL_SECONDS)
     groups = _signal_groups(_groups(path), signal.SIGTERM)
     deadline = time.monotonic() + TERM_GRACE_SECONDS

@@ -33,6 +33,16 @@ def error_response(error: ApiError) -> web.Response:
 _ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 413: "invalid_request_error"}
 
 
+def closing_error(status: int, message: str, *, code: str) -> web.Response:
+    """A client error that also closes the connection: its body, unread or broken, must
+    not be parsed as the next request."""
+    response = web.Response(
+        body=error_body(message, type="invalid_request_error", code=code), status=status, content_type=JSON
+    )
+    response.force_close()
+    return response
+
+
 @web.middleware
 async def openai_errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     """Answer every failure as OpenAI error JSON; a client mistake never becomes a 500."""
@@ -41,15 +51,10 @@ async def openai_errors(request: web.Request, handler: Callable[[web.Request], A
         # Bodies are read as sent (auto_decompress=False in make_app): aiohttp's own
         # decompression hangs request.read() forever on a truncated deflate stream, and
         # answers other bad encodings in plain text before any handler runs.
-        response = web.Response(
-            body=error_body(
-                f"Content-Encoding {encoding[:40]!r} is not supported; send the JSON body uncompressed",
-                type="invalid_request_error", code="unsupported_content_encoding",
-            ),
-            status=415, content_type=JSON,
+        return closing_error(
+            415, f"Content-Encoding {encoding[:40]!r} is not supported; send the JSON body uncompressed",
+            code="unsupported_content_encoding",
         )
-        response.force_close()  # the unread body must not be parsed as the next request
-        return response
     try:
         return await handler(request)
     except ApiError as exc:
@@ -66,13 +71,7 @@ async def openai_errors(request: web.Request, handler: Callable[[web.Request], A
         # Raised by request.read() when the body cannot be read (a broken chunked stream):
         # the client's fault, and the connection's framing is lost, so close it rather
         # than read the next request from the debris.
-        response = web.Response(
-            body=error_body(f"The request body could not be read: {' '.join(str(exc).split())}"[:300],
-                            type="invalid_request_error", code="400"),
-            status=400, content_type=JSON,
-        )
-        response.force_close()
-        return response
+        return closing_error(400, f"The request body could not be read: {' '.join(str(exc).split())}"[:300], code="400")
     except (asyncio.CancelledError, KeyboardInterrupt):
         raise
     except Exception:
@@ -90,15 +89,10 @@ def make_app(*, client_max_size: int = 1 << 20) -> web.Application:
         # A body declared over the limit is refused unread. aiohttp would buffer it up to
         # the limit first: 8 MiB per request, which the soak saw as 15 MiB swings of RSS.
         if request.content_length is not None and request.content_length > client_max_size:
-            response = web.Response(
-                body=error_body(
-                    f"The request body is too large: {request.content_length} bytes, the limit is {client_max_size}",
-                    type="invalid_request_error", code="413",
-                ),
-                status=413, content_type=JSON,
+            return closing_error(
+                413, f"The request body is too large: {request.content_length} bytes, the limit is {client_max_size}",
+                code="413",
             )
-            response.force_close()  # the unread body must not be parsed as the next request
-            return response
         return await handler(request)
 
     return web.Application(
