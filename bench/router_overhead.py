@@ -32,7 +32,9 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from measure import HeyResult, group_cpu_seconds, hey, machine_info, median_result, require_hey, wait_for_quiet  # noqa: E402
+from measure import (  # noqa: E402
+    ForeignCpu, HeyResult, group_cpu_seconds, hey, machine_info, median_result, require_hey, wait_for_quiet,
+)
 
 from embedlab import Deployment, DeploymentSpec, ManagedProcess  # noqa: E402
 from embedlab.ports import release_port, reserve_port  # noqa: E402
@@ -106,6 +108,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--paths", default=",".join(PATHS), help="a subset of " + ",".join(PATHS))
     parser.add_argument("--max-load", type=float, default=1.5, help="wait for the 1-minute load average to fall below this")
+    parser.add_argument("--max-foreign", type=float, default=0.3,
+                        help="wait until processes not ours use at most this many cores")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "router_overhead.json")
     args = parser.parse_args()
     paths = [p for p in args.paths.split(",") if p]
@@ -118,6 +122,7 @@ def main() -> int:
         embedded = stack.enter_context(Deployment(DeploymentSpec.same_model(MODEL, workers=2)))
         targets: dict[str, tuple[str, list[str]]] = {}
         cpu_groups: dict[str, int] = {}
+        own_pgids = [p.pgid for p in embedded.processes if p.pgid]
         if "direct" in paths:
             targets["direct"] = (direct_address(embedded.frontend_url) + "/v1/embeddings", [])
         if "embedlab" in paths:
@@ -127,11 +132,13 @@ def main() -> int:
             dynamo = stack.enter_context(Deployment(DeploymentSpec.same_model(MODEL, workers=2, stack="dynamo")))
             targets["dynamo"] = (dynamo.frontend_url + "/v1/embeddings", [])
             cpu_groups["dynamo"] = dynamo.frontend.pgid  # type: ignore[union-attr,assignment]
+            own_pgids += [p.pgid for p in dynamo.processes if p.pgid]
         if "litellm" in paths:
             worker_urls = [i["address"] for i in httpx.get(f"{embedded.frontend_url}/health").json()["models"][MODEL]]
             url, proc, key = start_litellm(stack, embedded.run_dir, worker_urls)
             targets["litellm"] = (url + "/v1/embeddings", [f"Authorization: Bearer {key}"])
             cpu_groups["litellm"] = proc.pgid  # type: ignore[assignment]
+            own_pgids.append(proc.pgid)  # type: ignore[arg-type]
         print(f"run directory (logs): {embedded.run_dir}", flush=True)
 
         # Warm every path once: connections, lazy imports, LiteLLM's first-call set-up.
@@ -141,25 +148,34 @@ def main() -> int:
         rows: list[dict[str, object]] = []
         loads: dict[str, dict[str, float]] = {}
         for concurrency in concurrencies:
-            loads[f"c={concurrency}"] = wait_for_quiet(threshold=args.max_load)
+            # The load average is checked before the first block only: ours keeps it up afterwards.
+            first = concurrency == concurrencies[0]
+            loads[f"c={concurrency}"] = wait_for_quiet(own_pgids, max_load=args.max_load if first else None,
+                                                      max_foreign_cores=args.max_foreign)
             runs: dict[str, list[HeyResult]] = {p: [] for p in targets}
+            foreign: dict[str, list[float]] = {p: [] for p in targets}
             cpu: dict[str, list[float]] = {p: [] for p in cpu_groups}
             order = list(targets)
             for rep in range(args.repeat):
                 for name in order[rep % len(order):] + order[: rep % len(order)]:
                     url, headers = targets[name]
                     before = group_cpu_seconds(cpu_groups[name]) if name in cpu_groups else 0.0
+                    meter = ForeignCpu(own_pgids)
                     result = hey(url, BODY, requests=args.requests, concurrency=concurrency, headers=headers)
+                    foreign[name].append(meter.cores())
                     if name in cpu_groups:
                         cpu[name].append((group_cpu_seconds(cpu_groups[name]) - before) * 1e3 / max(1, result.requests))
                     runs[name].append(result)
                     print(f"  c={concurrency:<3} run {rep + 1} {name:<9} {result.rps:9.1f} req/s  p50 {result.p50_ms:7.2f} ms  "
-                          f"p99 {result.p99_ms:7.2f} ms  failed {result.failed}", flush=True)
+                          f"p99 {result.p99_ms:7.2f} ms  failed {result.failed}  others' CPU {foreign[name][-1]:.2f} cores",
+                          flush=True)
             for name in targets:
                 row: dict[str, object] = {"path": name, "concurrency": concurrency, **median_result(runs[name])}
                 if name in cpu:
                     row["cpu_ms_per_request"] = sorted(cpu[name])[len(cpu[name]) // 2]
                 row["all_rps"] = [round(r.rps, 1) for r in runs[name]]
+                # Cores that processes not ours used during each run: the noise on the figure.
+                row["foreign_cores"] = [round(f, 2) for f in foreign[name]]
                 rows.append(row)
         loads["end"] = {"load_1m": round(os.getloadavg()[0], 2)}
 

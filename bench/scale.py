@@ -30,7 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from measure import HeyResult, group_cpu_seconds, hey, hey_many, machine_info, require_hey, wait_for_quiet  # noqa: E402
+from measure import (  # noqa: E402
+    ForeignCpu, HeyResult, group_cpu_seconds, hey, hey_many, machine_info, machine_jiffies, require_hey, wait_for_quiet,
+)
 
 from embedlab import Deployment, DeploymentSpec  # noqa: E402
 from embedlab.serve.registry import Registry  # noqa: E402
@@ -49,14 +51,6 @@ def spec_for(setting: str) -> DeploymentSpec:
     if kind == "workers":
         return DeploymentSpec.same_model(MODEL, workers=int(n), startup_timeout=180)
     return DeploymentSpec.multi_model([f"{MODEL}-{i}" for i in range(int(n))], startup_timeout=180)
-
-
-def machine_busy() -> tuple[int, int]:
-    """(busy, total) jiffies of all cores since boot, from /proc/stat."""
-    with open("/proc/stat") as handle:
-        fields = [int(x) for x in handle.readline().split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return sum(fields) - idle, sum(fields)
 
 
 def routing_cost_us(instances: int, models: int = 1, *, calls: int = 20000) -> float:
@@ -86,17 +80,19 @@ def measure(setting: str, *, requests: int, concurrency: int) -> dict[str, float
         worker_pgids = [w.pgid for w in dep.workers]
         f0 = group_cpu_seconds(frontend_pgid)  # type: ignore[arg-type]
         w0 = sum(group_cpu_seconds(p) for p in worker_pgids)  # type: ignore[arg-type]
-        b0, t0 = machine_busy()
+        b0, t0 = machine_jiffies()
+        meter = ForeignCpu([p.pgid for p in dep.processes if p.pgid])
         result: HeyResult = hey_many(jobs, requests=per_job, concurrency=lanes) if len(jobs) > 1 else \
             hey(jobs[0][0], jobs[0][1], requests=per_job, concurrency=lanes)
-        b1, t1 = machine_busy()
+        b1, t1 = machine_jiffies()
+        foreign = meter.cores()
         f1 = group_cpu_seconds(frontend_pgid)  # type: ignore[arg-type]
         w1 = sum(group_cpu_seconds(p) for p in worker_pgids)  # type: ignore[arg-type]
     n = max(1, result.requests)
     return {
         "rps": result.rps, "p50_ms": result.p50_ms, "p99_ms": result.p99_ms, "failed": result.failed,
         "frontend_cpu_ms_per_request": (f1 - f0) * 1e3 / n, "workers_cpu_ms_per_request": (w1 - w0) * 1e3 / n,
-        "machine_busy": (b1 - b0) / max(1, t1 - t0),
+        "machine_busy": (b1 - b0) / max(1, t1 - t0), "foreign_cores": foreign,
     }
 
 
@@ -111,6 +107,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--settings", default=",".join(SETTINGS))
     parser.add_argument("--max-load", type=float, default=1.5, help="wait for the 1-minute load average to fall below this")
+    parser.add_argument("--max-foreign", type=float, default=0.3,
+                        help="wait until processes not ours use at most this many cores")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "scale.json")
     args = parser.parse_args()
     require_hey()
@@ -121,12 +119,14 @@ def main() -> int:
     runs: dict[str, list[dict[str, float]]] = {s: [] for s in settings}
     loads = []
     for rep in range(args.repeat):
-        loads.append(wait_for_quiet(threshold=args.max_load))
+        # The load average is checked before the first round only: ours keeps it up afterwards.
+        loads.append(wait_for_quiet(max_load=args.max_load if rep == 0 else None, max_foreign_cores=args.max_foreign))
         for setting in settings[rep % len(settings):] + settings[: rep % len(settings)]:
             row = measure(setting, requests=args.requests, concurrency=args.concurrency)
             runs[setting].append(row)
             print(f"  run {rep + 1} {setting:<11} {row['rps']:8.1f} req/s  p50 {row['p50_ms']:6.2f} ms  "
-                  f"frontend {row['frontend_cpu_ms_per_request']:.3f} ms CPU/req  busy {row['machine_busy']:.0%}", flush=True)
+                  f"frontend {row['frontend_cpu_ms_per_request']:.3f} ms CPU/req  busy {row['machine_busy']:.0%}  "
+                  f"others' CPU {row['foreign_cores']:.2f} cores", flush=True)
     loads.append({"load_1m": round(os.getloadavg()[0], 2)})
 
     rows = []
