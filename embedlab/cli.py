@@ -87,6 +87,12 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
         "--engine-arg", action="append", default=[], metavar="KEY=VALUE",
         help="extra engine argument passed through (vllm: any AsyncEngineArgs field; value parsed as JSON when it can be)",
     )
+    # vLLM's own spelling of the above, so the seed's worker command lines run unchanged.
+    p.add_argument("--runner", choices=["pooling"], default=None, help="vLLM's runner; embedding workers are always 'pooling'")
+    p.add_argument(
+        "--pooler-config", default=None, metavar="JSON",
+        help='vLLM pooler config, e.g. \'{"pooling_type": "MEAN"}\': pooling_type sets --pooling, other keys go to vllm',
+    )
 
 
 def engine_options_from_args(args: argparse.Namespace) -> "EngineOptions":
@@ -103,8 +109,21 @@ def engine_options_from_args(args: argparse.Namespace) -> "EngineOptions":
             extra[key.replace("-", "_")] = json.loads(value)
         except ValueError:
             extra[key.replace("-", "_")] = value
+    pooling = args.pooling
+    if args.pooler_config is not None:
+        try:
+            pooler = json.loads(args.pooler_config)
+        except ValueError as exc:
+            raise ValueError(f"--pooler-config must be a JSON object, got {args.pooler_config!r}: {exc}") from None
+        if not isinstance(pooler, dict):
+            raise ValueError(f"--pooler-config must be a JSON object, got {args.pooler_config!r}")
+        pooler = {k.replace("-", "_"): v for k, v in pooler.items()}
+        # Not checked here: the engine says which pooling types it supports (exit 1, clearly).
+        pooling = pooler.pop("pooling_type", None) or pooling
+        if pooler:
+            extra["pooler_config"] = {**pooler, **dict(extra.get("pooler_config") or {})}  # type: ignore[arg-type]
     return EngineOptions(
-        model_path=args.model_path, dim=args.dim, pooling=args.pooling.lower() if args.pooling else None,
+        model_path=args.model_path, dim=args.dim, pooling=str(pooling).lower() if pooling else None,
         normalize=args.normalize, dtype=args.dtype, device=args.device, max_model_len=args.max_model_len,
         max_batch_size=args.max_batch_size, max_batch_tokens=args.max_batch_tokens, batch_wait_ms=args.batch_wait_ms, extra_args=extra,
         state_dir=Path(os.environ["EMBEDLAB_STATE_DIR"]) if os.environ.get("EMBEDLAB_STATE_DIR") else None,
