@@ -31,6 +31,7 @@ from .specs import DeploymentSpec
 from .stacks import ProcessSpec, StackContext, get_stack
 
 HOST = "127.0.0.1"
+VLLM_STOP_TIMEOUT = 30.0
 
 
 class DeploymentState(enum.Enum):
@@ -52,6 +53,23 @@ def visible_gpus() -> list[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def vllm_worker_env(index: int, *, run_dir: Path, env: dict[str, str], on_gpu: bool) -> dict[str, str]:
+    """What a vLLM worker needs beyond the run's environment; the user's own settings win.
+
+    - One model-class cache per run (`EMBEDLAB_VLLM_CACHE`): vLLM fills a cold one by
+      importing itself once more in a subprocess, 15-30 s of a start on 2 cores. A run
+      that restarts a worker finds it warm; an exported EMBEDLAB_VLLM_CACHE keeps one
+      across runs, outside the run directory, by the user's choice.
+    - On CPU, one core per worker, round robin: vLLM's default (`auto`) binds every
+      engine to the first core, so two workers would share one core and leave the other idle.
+    """
+    extra = {"EMBEDLAB_VLLM_CACHE": env.get("EMBEDLAB_VLLM_CACHE") or str(run_dir / "vllm-cache")}
+    if not on_gpu and not env.get("VLLM_CPU_OMP_THREADS_BIND"):
+        cores = sorted(os.sched_getaffinity(0))
+        extra["VLLM_CPU_OMP_THREADS_BIND"] = str(cores[index % len(cores)])
+    return extra
 
 
 def default_run_dir(prefix: str = "run") -> Path:
@@ -193,12 +211,21 @@ class Deployment:
 
     def _launch(self, pspec: ProcessSpec, *, gpu: str | None = None) -> ManagedProcess:
         env = {**self._env, **pspec.env, "EMBEDLAB_STATE_DIR": str(self.run_dir / f"{pspec.name}-state")}
+        stop_timeout = 10.0
         if pspec.name.startswith("worker-"):
             index = int(pspec.name.split("-")[1])
             env["DYN_SYSTEM_PORT"] = str(self._system_ports[index])
+            if self.spec.workers[index].engine == "vllm":
+                env.update(vllm_worker_env(index, run_dir=self.run_dir, env=env, on_gpu=bool(gpu)))
+                # After SIGTERM, vLLM's Worker process spends seconds finalising its heap
+                # (7 s for two workers on a loaded 2-core machine); a SIGKILL of the group
+                # before it is done would leave its shared-memory buffers in /dev/shm.
+                stop_timeout = VLLM_STOP_TIMEOUT
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
-        proc = ManagedProcess(pspec.name, pspec.argv, log_path=self.run_dir / f"{pspec.name}.log", env=env)
+        proc = ManagedProcess(
+            pspec.name, pspec.argv, log_path=self.run_dir / f"{pspec.name}.log", env=env, stop_timeout=stop_timeout
+        )
         return proc.start()
 
     def _wait_worker(self, client: httpx.Client, index: int) -> None:

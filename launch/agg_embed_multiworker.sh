@@ -52,6 +52,16 @@ if [ "$ENGINE" != "hash" ] && [ ${#gpus[@]} -eq 1 ]; then
   exit 2
 fi
 
+# vLLM on CPU binds every engine to the first core unless told otherwise: one core per
+# worker instead, unless VLLM_CPU_OMP_THREADS_BIND is set (then both workers take it).
+cores=()
+if [ "$ENGINE" = "vllm" ] && [ ${#gpus[@]} -eq 0 ] && [ -z "${VLLM_CPU_OMP_THREADS_BIND:-}" ]; then
+  IFS=',' read -r -a ranges <<< "$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)"
+  for r in "${ranges[@]}"; do
+    if [[ $r == *-* ]]; then for ((c = ${r%-*}; c <= ${r#*-}; c++)); do cores+=("$c"); done; else cores+=("$r"); fi
+  done
+fi
+
 pids=()
 cleanup() {
   trap - EXIT INT TERM
@@ -66,11 +76,12 @@ $EMBEDLAB frontend --host 127.0.0.1 --port "$HTTP_PORT" &
 pids+=($!)
 
 start_worker() {  # n model system_port
-  local n=$1 model=$2 port=$3 served cuda=() path=()
+  local n=$1 model=$2 port=$3 served pin=() path=()
   served=$(eval echo "\${SERVED_MODEL_NAME$n:-$model}")
   [ "$ENGINE" != "hash" ] && path=(--model-path "$model")
-  [ ${#gpus[@]} -ge 2 ] && cuda=("CUDA_VISIBLE_DEVICES=${gpus[$((n - 1))]}")
-  env "${cuda[@]}" DYN_SYSTEM_PORT="$port" $EMBEDLAB worker "${engine_args[@]}" "${path[@]}" \
+  [ ${#gpus[@]} -ge 2 ] && pin=("CUDA_VISIBLE_DEVICES=${gpus[$((n - 1))]}")
+  [ ${#cores[@]} -gt 0 ] && pin+=("VLLM_CPU_OMP_THREADS_BIND=${cores[$(( (n - 1) % ${#cores[@]} ))]}")
+  env "${pin[@]}" DYN_SYSTEM_PORT="$port" $EMBEDLAB worker "${engine_args[@]}" "${path[@]}" \
     --served-model-name "$served" --endpoint "dynamo.embed-worker-$n.generate" --frontend-url "$FRONTEND_URL" "${extra[@]}" &
   pids+=($!)
 }
