@@ -27,11 +27,13 @@ import time
 import timeit
 from pathlib import Path
 
+import httpx
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 from measure import (  # noqa: E402
-    ForeignCpu, HeyResult, group_cpu_seconds, hey, hey_many, machine_info, machine_jiffies, require_hey, wait_for_quiet,
+    ForeignCpu, HeyResult, group_cpu_seconds, hey_many, machine_info, machine_jiffies, require_hey, wait_for_quiet,
 )
 
 from embedlab import Deployment, DeploymentSpec  # noqa: E402
@@ -68,32 +70,67 @@ def routing_cost_us(instances: int, models: int = 1, *, calls: int = 20000) -> f
     return min(timeit.repeat(dispatch, number=calls, repeat=5)) / calls * 1e6
 
 
-def measure(setting: str, *, requests: int, concurrency: int) -> dict[str, float]:
-    with Deployment(spec_for(setting)) as dep:
-        models = sorted(set(dep.models))
-        jobs = [(dep.frontend_url + "/v1/embeddings", body(m)) for m in models]
-        lanes = max(1, concurrency // len(jobs))
-        per_job = max(lanes, requests // len(jobs))
-        # Warm up: connections from the frontend to every worker, lazy imports.
-        hey_many(jobs, requests=max(lanes * 4, 400 // len(jobs)), concurrency=lanes)
-        frontend_pgid = dep.frontend.pgid  # type: ignore[union-attr]
-        worker_pgids = [w.pgid for w in dep.workers]
-        f0 = group_cpu_seconds(frontend_pgid)  # type: ignore[arg-type]
-        w0 = sum(group_cpu_seconds(p) for p in worker_pgids)  # type: ignore[arg-type]
-        b0, t0 = machine_jiffies()
-        meter = ForeignCpu([p.pgid for p in dep.processes if p.pgid])
-        result: HeyResult = hey_many(jobs, requests=per_job, concurrency=lanes) if len(jobs) > 1 else \
-            hey(jobs[0][0], jobs[0][1], requests=per_job, concurrency=lanes)
-        b1, t1 = machine_jiffies()
-        foreign = meter.cores()
-        f1 = group_cpu_seconds(frontend_pgid)  # type: ignore[arg-type]
-        w1 = sum(group_cpu_seconds(p) for p in worker_pgids)  # type: ignore[arg-type]
+def context_switches(pids: list[int]) -> int:
+    """Voluntary plus involuntary context switches of the processes' main threads."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as handle:
+                for line in handle:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def run_load(jobs: list[tuple[str, bytes]], *, requests: int, concurrency: int, frontend_pgid: int | None,
+             workers: list[int], own: list[int]) -> dict[str, float]:
+    """One pooled `hey` run over `jobs`, with the CPU and context switches it cost."""
+    lanes = max(1, concurrency // len(jobs))
+    f0 = group_cpu_seconds(frontend_pgid) if frontend_pgid else 0.0
+    w0 = sum(group_cpu_seconds(p) for p in workers)
+    c0 = context_switches(workers)
+    b0, t0 = machine_jiffies()
+    meter = ForeignCpu(own)
+    result: HeyResult = hey_many(jobs, requests=max(lanes, requests // len(jobs)), concurrency=lanes)
+    b1, t1 = machine_jiffies()
+    foreign = meter.cores()
+    f1 = group_cpu_seconds(frontend_pgid) if frontend_pgid else 0.0
+    w1 = sum(group_cpu_seconds(p) for p in workers)
+    c1 = context_switches(workers)
     n = max(1, result.requests)
     return {
         "rps": result.rps, "p50_ms": result.p50_ms, "p99_ms": result.p99_ms, "failed": result.failed,
         "frontend_cpu_ms_per_request": (f1 - f0) * 1e3 / n, "workers_cpu_ms_per_request": (w1 - w0) * 1e3 / n,
-        "machine_busy": (b1 - b0) / max(1, t1 - t0), "foreign_cores": foreign,
+        "worker_switches_per_request": (c1 - c0) / n, "machine_busy": (b1 - b0) / max(1, t1 - t0),
+        "foreign_cores": foreign,
     }
+
+
+def measure(setting: str, *, requests: int, concurrency: int, clients: int) -> dict[str, float]:
+    """The frontend in front of the setting's workers, then (the control) the same workers direct.
+
+    Both use the same client shape: `clients` `hey` processes at concurrency // clients each,
+    to the frontend (spread over the models) or straight to the workers (spread over them).
+    So the only difference between settings is the pool, and between the two runs the frontend.
+    """
+    with Deployment(spec_for(setting)) as dep:
+        models = sorted(set(dep.models))
+        front_jobs = [(dep.frontend_url + "/v1/embeddings", body(models[i % len(models)])) for i in range(clients)]
+        listed = httpx.get(dep.frontend_url + "/health", timeout=5).json()["models"]
+        planes = [(inst["address"], model) for model in sorted(listed) for inst in listed[model]]
+        direct_jobs = [(planes[i % len(planes)][0] + "/v1/embeddings", body(planes[i % len(planes)][1])) for i in range(clients)]
+        workers = [w.pgid for w in dep.workers if w.pgid]
+        own = [p.pgid for p in dep.processes if p.pgid]
+        # Warm up: the frontend's connections to every worker, lazy imports.
+        for jobs in (front_jobs, direct_jobs):
+            hey_many(jobs, requests=max(4, 800 // clients), concurrency=max(1, concurrency // clients))
+        front = run_load(front_jobs, requests=requests, concurrency=concurrency, frontend_pgid=dep.frontend.pgid,  # type: ignore[union-attr]
+                         workers=workers, own=own)
+        direct = run_load(direct_jobs, requests=requests, concurrency=concurrency, frontend_pgid=None, workers=workers, own=own)
+    front.update({f"direct_{k}": v for k, v in direct.items() if k not in ("frontend_cpu_ms_per_request",)})
+    return front
 
 
 def interrupt(signum: int, frame: object) -> None:
@@ -105,6 +142,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=16, help="hey processes, at concurrency / clients each")
     parser.add_argument("--settings", default=",".join(SETTINGS))
     parser.add_argument("--max-load", type=float, default=1.5, help="wait for the 1-minute load average to fall below this")
     parser.add_argument("--max-foreign", type=float, default=0.3,
@@ -115,18 +153,22 @@ def main() -> int:
     signal.signal(signal.SIGTERM, interrupt)  # unwind like Ctrl-C: every deployment is stopped
     settings = args.settings.split(",")
 
-    routing = {s: routing_cost_us(int(s.split("=")[1]), int(s.split("=")[1]) if s.startswith("models") else 1) for s in settings}
     runs: dict[str, list[dict[str, float]]] = {s: [] for s in settings}
+    routing: dict[str, float] = {}
     loads = []
     for rep in range(args.repeat):
         # The load average is checked before the first round only: ours keeps it up afterwards.
         loads.append(wait_for_quiet(max_load=args.max_load if rep == 0 else None, max_foreign_cores=args.max_foreign))
+        if not routing:  # timed on a quiet machine too
+            routing = {s: routing_cost_us(int(s.split("=")[1]), int(s.split("=")[1]) if s.startswith("models") else 1)
+                       for s in settings}
         for setting in settings[rep % len(settings):] + settings[: rep % len(settings)]:
-            row = measure(setting, requests=args.requests, concurrency=args.concurrency)
+            row = measure(setting, requests=args.requests, concurrency=args.concurrency, clients=args.clients)
             runs[setting].append(row)
-            print(f"  run {rep + 1} {setting:<11} {row['rps']:8.1f} req/s  p50 {row['p50_ms']:6.2f} ms  "
-                  f"frontend {row['frontend_cpu_ms_per_request']:.3f} ms CPU/req  busy {row['machine_busy']:.0%}  "
-                  f"others' CPU {row['foreign_cores']:.2f} cores", flush=True)
+            print(f"  run {rep + 1} {setting:<11} {row['rps']:8.1f} req/s (direct {row['direct_rps']:7.1f})  "
+                  f"p50 {row['p50_ms']:6.2f} ms  CPU ms/req frontend {row['frontend_cpu_ms_per_request']:.3f} "
+                  f"workers {row['workers_cpu_ms_per_request']:.3f}  busy {row['machine_busy']:.0%}  "
+                  f"others' CPU {row['foreign_cores']:.2f}/{row['direct_foreign_cores']:.2f} cores", flush=True)
     loads.append({"load_1m": round(os.getloadavg()[0], 2)})
 
     rows = []
@@ -141,6 +183,8 @@ def main() -> int:
     if base:
         for r in rows:
             r["vs_2_workers"] = r["rps"] / base["rps"]
+            # The control: the same pools without the frontend, under the same client shape.
+            r["direct_vs_2_workers"] = r["direct_rps"] / base["direct_rps"]
         for setting in ("workers=16", "models=16"):
             r = next((x for x in rows if x["setting"] == setting), None)
             if r:
@@ -149,15 +193,20 @@ def main() -> int:
     report = {
         "benchmark": "scale", "command": ".venv/bin/python bench/scale.py", "machine": machine_info(), "load": loads,
         "setup": {"engine": "hash", "concurrency": args.concurrency, "requests": args.requests, "repeat": args.repeat,
-                  "load_generator": "hey (keep-alive); 16 models: 16 hey processes at concurrency 2, pooled"},
+                  "clients": args.clients,
+                  "load_generator": f"{args.clients} hey processes (keep-alive) at concurrency {args.concurrency // args.clients} "
+                                    "each, pooled; to the frontend spread over the models, direct spread over the workers"},
         "rows": rows, "targets": targets,
     }
-    print(f"\n{'setting':<11} {'req/s':>8} {'vs 2':>6} {'p50 ms':>7} {'p99 ms':>7} {'front CPU ms/req':>17} "
-          f"{'workers CPU ms/req':>19} {'busy':>5} {'routing us':>11}")
+    print(f"\n{'setting':<11} {'req/s':>8} {'vs 2':>6} {'p50 ms':>7} {'front CPU':>10} {'workers CPU':>12} "
+          f"{'sw/req':>7} {'routing us':>11} | {'direct req/s':>12} {'vs 2':>6} {'workers CPU':>12} {'sw/req':>7}")
     for r in rows:
-        print(f"{r['setting']:<11} {r['rps']:8.1f} {r.get('vs_2_workers', 0):6.2f} {r['p50_ms']:7.2f} {r['p99_ms']:7.2f} "
-              f"{r['frontend_cpu_ms_per_request']:17.3f} {r['workers_cpu_ms_per_request']:19.3f} {r['machine_busy']:5.0%} "
-              f"{r['routing_us']:11.2f}")
+        print(f"{r['setting']:<11} {r['rps']:8.1f} {r.get('vs_2_workers', 0):6.2f} {r['p50_ms']:7.2f} "
+              f"{r['frontend_cpu_ms_per_request']:10.3f} {r['workers_cpu_ms_per_request']:12.3f} "
+              f"{r['worker_switches_per_request']:7.2f} {r['routing_us']:11.2f} | {r['direct_rps']:12.1f} "
+              f"{r.get('direct_vs_2_workers', 0):6.2f} {r['direct_workers_cpu_ms_per_request']:12.3f} "
+              f"{r['direct_worker_switches_per_request']:7.2f}")
+    print("(CPU in ms per request; sw/req: the workers' context switches per request)")
     for name, t in targets.items():
         if isinstance(t, dict):
             print(f"target {name} vs 2 workers: {t['value']:.2f} ({t['target']}) {'met' if t['met'] else 'MISSED'}")
