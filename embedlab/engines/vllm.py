@@ -19,6 +19,7 @@ Deployment sets to `<run_dir>/vllm-cache`; without it the cache stays in the sta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import difflib
 import itertools
@@ -27,6 +28,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -167,7 +169,12 @@ class VllmEngine:
                 # A worker thread: the system port keeps answering /health (503) meanwhile.
                 await asyncio.shield(build)
             except asyncio.CancelledError:
-                # The thread cannot be stopped: shut down what it builds once it is built.
+                # Stopped mid-start. The thread cannot be interrupted, but the processes it
+                # waits on can: without them from_engine_args fails within seconds.
+                _stop_child_processes()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(build), timeout=60)
+                # Should it finish after all, its engine goes as soon as it is built.
                 build.add_done_callback(lambda _: self._engine.shutdown() if self._engine is not None else None)
                 raise
             assert self._engine is not None
@@ -388,3 +395,23 @@ class VllmEngine:
             raise EngineError(f"vLLM returned nothing for input[{index}]")
         return final
 
+
+def _stop_child_processes() -> None:
+    """SIGTERM this process's children: vLLM's EngineCore (which stops its own Worker) and
+    its model-inspection subprocess. Not multiprocessing's resource tracker, which must
+    outlive them to remove their shared memory. A worker process starts no other children.
+    """
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        # The command may hold spaces and parentheses: the fields start after the last ')'.
+        if int(stat[stat.rindex(")") + 2 :].split()[1]) != me or b"resource_tracker" in cmdline:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(entry.name), signal.SIGTERM)

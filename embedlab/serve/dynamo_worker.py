@@ -57,13 +57,22 @@ async def run(config: DynamoWorkerConfig) -> int:
     from dynamo.runtime import DistributedRuntime
 
     engine = create_engine(config.engine, config.engine_options)
+    loop = asyncio.get_running_loop()
+    # Until the runtime's own handlers below, a SIGTERM cancels the engine's start: left to
+    # Python's default it would kill this process and orphan a vLLM engine's processes.
+    starting = asyncio.ensure_future(engine.start())
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, starting.cancel)
     try:
-        await engine.start()
+        await starting
+    except asyncio.CancelledError:
+        await engine.close()
+        return 0
     except EngineError as exc:
         print(f"embedlab dynamo-worker: {exc}", file=sys.stderr, flush=True)
+        await engine.close()
         return 1
 
-    loop = asyncio.get_running_loop()
     runtime = DistributedRuntime(loop, os.environ.get("DYN_DISCOVERY_BACKEND", "file"), os.environ.get("DYN_REQUEST_PLANE", "tcp"))
     endpoint = runtime.endpoint(config.endpoint)
 

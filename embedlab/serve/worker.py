@@ -294,8 +294,21 @@ class RegistrationRefused(Exception):
 
 async def serve_worker(config: WorkerConfig, stop: asyncio.Event) -> int:
     worker = Worker(config)
+    # A stop during start-up cancels the start rather than waiting for it: a vLLM engine
+    # takes a minute to start on 2 cores, and registration waits for a frontend that a
+    # launch script may already have stopped.
+    starting = asyncio.create_task(worker.start())
+    stopper = asyncio.create_task(stop.wait())
     try:
-        await worker.start()
+        await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            await asyncio.wait({starting})
+            if not starting.cancelled() and starting.exception() is not None:
+                log.info("start-up ended by the stop request: %s", starting.exception())
+            await worker.close()
+            return 0
+        starting.result()
     except RegistrationRefused as exc:
         print(exc.message, file=sys.stderr, flush=True)
         await worker.close()
@@ -305,7 +318,6 @@ async def serve_worker(config: WorkerConfig, stop: asyncio.Event) -> int:
         await worker.close()
         return EXIT_START_FAILED
     heartbeat = asyncio.create_task(worker.heartbeat_forever(worker.lease_ttl))
-    stopper = asyncio.create_task(stop.wait())
     fatal = asyncio.create_task(worker.fatal.wait())
     await asyncio.wait({stopper, fatal}, return_when=asyncio.FIRST_COMPLETED)
     for task in (heartbeat, stopper, fatal):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +16,7 @@ from embedlab import Deployment, DeploymentSpec, WorkerSpec
 from embedlab.errors import ReadinessTimeoutError, ServerExitedError
 
 from ..conftest import REPO
+from ..proctools import descendants_of, group_members, wait_gone
 from .conftest import HostSnapshot, assert_all_gone, deployment_pids
 
 # Long enough for vLLM to fail on a loaded 2-core machine; a hang would still end here.
@@ -71,3 +74,40 @@ def test_broken_model_fails_readiness_with_the_log_tail(tiny_models: dict[str, P
     assert f"embedlab worker: vLLM could not start with {broken.resolve()}" in message  # the tail holds the reason
     assert_all_gone(deployment_pids(dep))
     assert before.new_files() == []
+
+
+def test_sigterm_during_start_stops_the_worker_and_its_engine_processes(tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    """A stop must not wait for vLLM's minute-long start, nor orphan what it spawned so far."""
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "embedlab", "worker", "--engine", "vllm", "--model-path", str(tiny_models["bert"]),
+             "--served-model-name", "m", "--endpoint", "dynamo.w.generate", "--frontend-url", "http://127.0.0.1:9"],
+            stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+            env={**os.environ, "EMBEDLAB_STATE_DIR": str(tmp_path / "state")},
+        )
+    try:
+        # vLLM's first process other than multiprocessing's resource tracker: the start is under way.
+        deadline = time.monotonic() + 240
+        while not [p for p in descendants_of(proc.pid) if b"resource_tracker" not in _cmdline(p)]:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "vLLM spawned nothing in 240 s"
+            time.sleep(0.1)
+        started_stopping = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=90) == 0, log.read_text()[-3000:]
+        assert wait_gone(group_members(proc.pid), timeout=30) == []
+        assert group_members(proc.pid) == []
+        print(f"stopped {time.monotonic() - started_stopping:.1f} s after SIGTERM")
+    finally:
+        if proc.poll() is None or group_members(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert not (tmp_path / "state" / "rpc").exists()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
