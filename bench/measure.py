@@ -189,12 +189,12 @@ class ForeignCpu:
 
 def wait_for_quiet(
     own_pgids: Sequence[int] = (), *, max_load: float | None = 1.5, max_foreign_cores: float = 0.3,
-    poll_s: float = 30.0, max_wait_s: float = 600.0,
+    poll_s: float = 30.0, max_wait_s: float = 600.0, window_s: float = 5.0,
 ) -> dict[str, float | bool]:
     """Wait (bounded) until other people's work leaves the cores alone; say what was seen.
 
     Other engineers' test suites share these 2 cores: a run taken under their load says
-    more about them than about us. Quiet means that, over 5 s, processes outside ours
+    more about them than about us. Quiet means that, over `window_s`, processes outside ours
     use at most `max_foreign_cores`, and that the 1-minute load average is at most
     `max_load`. Pass `max_load=None` after a block of our own measurements: they keep
     the load average up for a minute after they end, the foreign CPU does not lie.
@@ -203,7 +203,7 @@ def wait_for_quiet(
     started = time.monotonic()
     while True:
         meter = ForeignCpu(own_pgids)
-        time.sleep(5.0)
+        time.sleep(window_s)
         foreign = meter.cores()
         load = os.getloadavg()[0]
         quiet = foreign <= max_foreign_cores and (max_load is None or load <= max_load)

@@ -154,15 +154,21 @@ def main() -> int:
                                                       max_foreign_cores=args.max_foreign)
             runs: dict[str, list[HeyResult]] = {p: [] for p in targets}
             foreign: dict[str, list[float]] = {p: [] for p in targets}
+            quiet_start: dict[str, list[bool]] = {p: [] for p in targets}
             cpu: dict[str, list[float]] = {p: [] for p in cpu_groups}
             order = list(targets)
             for rep in range(args.repeat):
                 for name in order[rep % len(order):] + order[: rep % len(order)]:
                     url, headers = targets[name]
+                    # Each run, not just each block, starts on quiet cores (bounded: 2 minutes):
+                    # someone's test suite starting mid-block would otherwise land on one path.
+                    gate = wait_for_quiet(own_pgids, max_load=None, max_foreign_cores=args.max_foreign,
+                                          poll_s=10.0, max_wait_s=120.0, window_s=2.0)
                     before = group_cpu_seconds(cpu_groups[name]) if name in cpu_groups else 0.0
                     meter = ForeignCpu(own_pgids)
                     result = hey(url, BODY, requests=args.requests, concurrency=concurrency, headers=headers)
                     foreign[name].append(meter.cores())
+                    quiet_start[name].append(bool(gate["quiet"]))
                     if name in cpu_groups:
                         cpu[name].append((group_cpu_seconds(cpu_groups[name]) - before) * 1e3 / max(1, result.requests))
                     runs[name].append(result)
@@ -176,6 +182,7 @@ def main() -> int:
                 row["all_rps"] = [round(r.rps, 1) for r in runs[name]]
                 # Cores that processes not ours used during each run: the noise on the figure.
                 row["foreign_cores"] = [round(f, 2) for f in foreign[name]]
+                row["started_quiet"] = quiet_start[name]
                 rows.append(row)
         loads["end"] = {"load_1m": round(os.getloadavg()[0], 2)}
 
