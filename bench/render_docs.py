@@ -1,0 +1,488 @@
+"""Regenerate docs/benchmarks.md and its plots (docs/img/*.png) from bench/results/*.json.
+
+Every benchmark writes its JSON under bench/results/; this script only reads them, so
+the page always shows the numbers the scripts measured, never hand-copied ones.
+
+    .venv/bin/python bench/render_docs.py          # or: make bench-docs
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+DOCS = REPO / "docs"
+IMG = DOCS / "img"
+DPI = 80  # the PNGs are committed: small files that still read well
+
+PATH_LABELS = {
+    "direct": "(a) direct to one worker",
+    "embedlab": "(b) embedlab frontend",
+    "dynamo": "(c) Dynamo frontend",
+    "litellm": "(d) LiteLLM proxy",
+}
+COLORS = {"direct": "#7f7f7f", "embedlab": "#1f77b4", "dynamo": "#2ca02c", "litellm": "#d62728"}
+
+
+def load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]], align: str | None = None) -> str:
+    align = align or "l" + "r" * (len(header) - 1)
+    marks = {"l": "---", "r": "---:", "c": ":---:"}
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(marks[a] for a in align) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def num(x: float, digits: int = 0) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def machine_line(m: dict[str, Any], load: Any = None) -> str:
+    parts = [f"{m.get('cores')} cores ({m.get('cpu') or 'CPU'})", f"{m.get('memory_gib')} GiB",
+             f"Linux {m.get('kernel')}", f"Python {m.get('python')}"]
+    if m.get("hey"):
+        parts.append(f"hey {m['hey']}")
+    line = ", ".join(parts) + f"; run {m.get('date', '')}."
+    if load:
+        line += " " + load_summary(load)
+    return line
+
+
+def load_summary(load: Any) -> str:
+    """What the other work on the shared cores looked like before each block, and at the end."""
+    values = list(load.values()) if isinstance(load, dict) else list(load)
+    blocks = [v for v in values if isinstance(v, dict) and "waited_s" in v]
+    end = [v for v in values if isinstance(v, dict) and "waited_s" not in v and "load_1m" in v]
+    text = ("Before each block of measurements: other processes used "
+            + ", ".join(f"{v.get('foreign_cores', float('nan')):.2f}" for v in blocks)
+            + " cores, 1-minute load average " + ", ".join(f"{v['load_1m']:.2f}" for v in blocks))
+    if any(not v.get("quiet", True) for v in blocks):
+        text += " (some blocks ran without a quiet machine after 10 minutes of waiting)"
+    if end:
+        text += f"; load average at the end {end[-1]['load_1m']:.2f}"
+    return text + ". Other engineers' work shares these cores."
+
+
+# -- router overhead --------------------------------------------------------------------
+
+def router_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
+    rows = data["rows"]
+    concurrencies = data["setup"]["concurrency"]
+    paths = [p for p in PATH_LABELS if any(r["path"] == p for r in rows)]
+
+    def cell(path: str, c: int) -> dict[str, Any] | None:
+        return next((r for r in rows if r["path"] == path and r["concurrency"] == c), None)
+
+    body = [table(
+        ["path", "c", "req/s", "p50 ms", "p99 ms", "frontend CPU ms/request", "failed"],
+        [[PATH_LABELS[r["path"]], r["concurrency"], num(r["rps"]), num(r["p50_ms"], 2), num(r["p99_ms"], 2),
+          num(r["cpu_ms_per_request"], 3) if "cpu_ms_per_request" in r else "-", r["failed"]]
+         for c in concurrencies for p in paths if (r := cell(p, c))],
+    )]
+    body.append("\nRatios of throughput, measured side by side (b = embedlab, a = direct, c = Dynamo, d = LiteLLM):\n")
+    body.append(table(
+        ["concurrency", "b/a", "b/c", "b/d", "p50 added over direct, ms"],
+        [[r["concurrency"], num(r.get("b_over_a", float("nan")), 2), num(r.get("b_over_c", float("nan")), 2),
+          num(r.get("b_over_d", float("nan")), 1), num(r.get("p50_added_ms", float("nan")), 2)] for r in data["ratios"]],
+    ))
+    targets = []
+    t = data["targets"]
+    if "b_over_c_at_top" in t:
+        targets.append((f"router: embedlab / Dynamo throughput at c={max(concurrencies)}", ">= 0.5x",
+                        f"{t['b_over_c_at_top']['value']:.2f}x, {met(t['b_over_c_at_top']['met'])}"))
+    if "b_over_d_at_top" in t:
+        targets.append((f"router: embedlab / LiteLLM throughput at c={max(concurrencies)}", ">= 10x",
+                        f"{t['b_over_d_at_top']['value']:.1f}x, {met(t['b_over_d_at_top']['met'])}"))
+    if "p50_added_ms_at_low" in t:
+        targets.append((f"router: p50 added over direct at c={min(concurrencies)}", "< 1 ms",
+                        f"{t['p50_added_ms_at_low']['value']:.2f} ms, {met(t['p50_added_ms_at_low']['met'])}"))
+    plot_router(data, paths)
+    return "\n".join(body), targets
+
+
+def plot_router(data: dict[str, Any], paths: list[str]) -> None:
+    rows = data["rows"]
+    concurrencies = data["setup"]["concurrency"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.9), gridspec_kw={"width_ratios": [3, 2]})
+    width = 0.8 / len(paths)
+    for i, path in enumerate(paths):
+        values = [next(r["rps"] for r in rows if r["path"] == path and r["concurrency"] == c) for c in concurrencies]
+        xs = [j + (i - (len(paths) - 1) / 2) * width for j in range(len(concurrencies))]
+        left.bar(xs, values, width, label=PATH_LABELS[path], color=COLORS[path])
+    left.set_xticks(range(len(concurrencies)), [f"c={c}" for c in concurrencies])
+    left.set_yscale("log")
+    left.set_ylabel("requests/s (log)")
+    left.set_title("Throughput, two hash workers")
+    left.set_ylim(bottom=1)  # bars on a log axis need a fixed floor to compare by height
+    cpu_paths = [p for p in paths if any("cpu_ms_per_request" in r and r["path"] == p for r in rows)]
+    for i, path in enumerate(cpu_paths):
+        values = [next(r.get("cpu_ms_per_request", 0) for r in rows if r["path"] == path and r["concurrency"] == c)
+                  for c in concurrencies]
+        w = 0.8 / len(cpu_paths)
+        xs = [j + (i - (len(cpu_paths) - 1) / 2) * w for j in range(len(concurrencies))]
+        right.bar(xs, values, w, label=PATH_LABELS[path], color=COLORS[path])
+    right.set_xticks(range(len(concurrencies)), [f"c={c}" for c in concurrencies])
+    right.set_yscale("log")
+    right.set_ylim(bottom=0.1)
+    right.set_ylabel("router CPU ms per request (log)")
+    right.set_title("Router CPU per request")
+    handles, labels = left.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(paths), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    save(fig, "router_overhead.png")
+
+
+# -- scale ------------------------------------------------------------------------------
+
+def scale_label(setting: str) -> str:
+    kind, n = setting.split("=")
+    return f"{n} workers, 1 model" if kind == "workers" else f"{n} models, 1 worker each"
+
+
+def scale_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
+    rows = data["rows"]
+    body = table(
+        ["pool", "req/s", "vs 2 workers", "p50 ms", "p99 ms", "frontend CPU ms/req", "workers CPU ms/req",
+         "worker switches/req", "routing decision, us", "control: direct req/s", "direct vs 2 workers",
+         "direct: workers CPU ms/req"],
+        [[scale_label(r["setting"]), num(r["rps"]), f"{r.get('vs_2_workers', float('nan')):.2f}", num(r["p50_ms"], 1),
+          num(r["p99_ms"], 1), num(r["frontend_cpu_ms_per_request"], 3), num(r["workers_cpu_ms_per_request"], 3),
+          num(r["worker_switches_per_request"], 2), num(r["routing_us"], 2), num(r["direct_rps"]),
+          f"{r.get('direct_vs_2_workers', float('nan')):.2f}", num(r["direct_workers_cpu_ms_per_request"], 3)]
+         for r in rows],
+    )
+    targets = [(f"scale: throughput with {scale_label(k)} vs 2 workers", ">= 0.90", f"{v['value']:.2f}, {met(v['met'])}")
+               for k, v in data["targets"].items() if isinstance(v, dict)]
+    plot_scale(data)
+    return body, targets
+
+
+def plot_scale(data: dict[str, Any]) -> None:
+    rows = data["rows"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
+    labels = [r["setting"].replace("workers=", "").replace("models=16", "16 models") for r in rows]
+    width = 0.4
+    xs = list(range(len(rows)))
+    left.bar([x - width / 2 for x in xs], [r["rps"] for r in rows], width, color="#1f77b4", label="through the frontend")
+    left.bar([x + width / 2 for x in xs], [r["direct_rps"] for r in rows], width, color="#7f7f7f", label="direct to the workers (control)")
+    base = next((r["rps"] for r in rows if r["setting"] == "workers=2"), None)
+    if base:
+        left.axhline(0.9 * base, color="#d62728", linestyle="--", linewidth=1, label="90% of 2 workers, frontend")
+    left.legend(fontsize=7, loc="upper right")
+    left.set_xticks(xs, labels)
+    left.set_xlabel("hash workers")
+    left.set_ylabel("requests/s at c=32")
+    left.set_title("Throughput as the pool grows")
+    right.bar([x - width / 2 for x in xs], [r["frontend_cpu_ms_per_request"] for r in rows], width, label="frontend", color="#1f77b4")
+    right.bar([x + width / 2 for x in xs], [r["workers_cpu_ms_per_request"] for r in rows], width, label="all workers", color="#ff7f0e")
+    right.set_xticks(xs, labels)
+    right.set_ylabel("CPU ms per request")
+    right.set_title("Where the CPU goes")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, "scale.png")
+
+
+# -- time to verdict ----------------------------------------------------------------------
+
+def verdict_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
+    rows = data["rows"]
+    body = table(
+        ["scenario", "stack", "engine", "passed", "wall s", "import s", "launch + ready s", "burst + check s", "teardown s"],
+        [[r["scenario"], r["stack"], r["engine"], "yes" if r["passed"] else "**no**", num(r["wall"], 2), num(r["import"], 2),
+          num(r["launch_and_ready"], 2), num(r["burst_and_check"], 2), num(r["teardown"], 2)] for r in rows],
+        "llll" + "r" * 5,
+    )
+    both = data["both_hash_embedded_s"]
+    return body, [("time to verdict: both hash scenarios, embedded stack", "< 5 s", f"{both:.2f} s, {met(both < 5)}")]
+
+
+# -- GPU --------------------------------------------------------------------------------
+
+def gpu_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
+    s = data["summary"]
+    pf = data["plain_forward"]
+    parts = ["**Plain batched forward (the reference), one H200, same call:**\n"]
+    parts.append(table(["batch x tokens", "forwards", "tokens/s"],
+                       [[f"{pf['batch']} x {pf['tokens']}", pf["forwards"], num(pf["tokens_per_s"])]]))
+    parts.append("\n**Served throughput, two workers (one per GPU) behind the embedded frontend, 128-token inputs:**\n")
+    parts.append(table(
+        ["concurrency", "inputs/request", "requests", "req/s", "tokens/s", "per GPU vs plain forward", "p50 ms", "p99 ms"],
+        [[r["concurrency"], r["inputs_per_request"], r["requests"], num(r["rps"], 1), num(r["tokens_per_s"]),
+          f"{r['tokens_per_s'] / 2 / pf['tokens_per_s']:.0%}", num(r["p50_ms"], 1), num(r["p99_ms"], 1)]
+         for r in data["load_two_workers"]],
+    ))
+    parts.append("\n**One worker against two, at the best setting:**\n")
+    best_two = max(data["load_two_workers"], key=lambda r: r["tokens_per_s"])
+    parts.append(table(
+        ["workers", "concurrency", "inputs/request", "tokens/s", "p50 ms"],
+        [[1, r["concurrency"], r["inputs_per_request"], num(r["tokens_per_s"]), num(r["p50_ms"], 1)] for r in data["load_one_worker"]]
+        + [[2, best_two["concurrency"], best_two["inputs_per_request"], num(best_two["tokens_per_s"]), num(best_two["p50_ms"], 1)]],
+    ))
+    parts.append(f"\nTwo workers over one: **{s['two_over_one']:.2f}x**. "
+                 f"Latency at concurrency 1 (one 128-token input): **p50 {s['p50_ms_at_c1']:.1f} ms**. "
+                 f"Both scenarios passed on the GPUs: {'yes' if s['scenarios_passed'] else '**no**'}; "
+                 f"served vector against a direct forward: cosine {s['served_vs_direct_cosine']:.5f}.")
+    targets = [
+        ("GPU: served tokens/s per GPU vs plain forward", ">= 85%", f"{s['served_per_gpu_over_plain']:.0%}, {met(s['served_per_gpu_over_plain'] >= 0.85)}"),
+        ("GPU: two workers vs one", ">= 1.8x", f"{s['two_over_one']:.2f}x, {met(s['two_over_one'] >= 1.8)}"),
+        ("GPU: p50 at concurrency 1", "reported", f"{s['p50_ms_at_c1']:.1f} ms"),
+    ]
+    plot_gpu(data)
+    return "\n".join(parts), targets
+
+
+def plot_gpu(data: dict[str, Any]) -> None:
+    rows = data["load_two_workers"]
+    pf = data["plain_forward"]["tokens_per_s"]
+    fig, ax = plt.subplots(figsize=(10, 3.4))
+    labels = [f"c={r['concurrency']}\nx{r['inputs_per_request']}" for r in rows]
+    ax.bar(labels, [r["tokens_per_s"] / 1e3 for r in rows], color="#1f77b4", label="two workers, served")
+    ax.axhline(2 * pf / 1e3, color="#2ca02c", linestyle="--", linewidth=1, label="2 x plain forward (batch 64 x 128)")
+    ax.axhline(2 * 0.85 * pf / 1e3, color="#d62728", linestyle=":", linewidth=1, label="85% target")
+    one = max(data["load_one_worker"], key=lambda r: r["tokens_per_s"])
+    ax.axhline(one["tokens_per_s"] / 1e3, color="#ff7f0e", linestyle="-.", linewidth=1, label="one worker, best served")
+    ax.set_ylabel("thousand tokens/s")
+    ax.set_xlabel("concurrency and inputs per request (128 tokens each)")
+    ax.set_title("Qwen3-Embedding-0.6B shape, bf16, 2x H200, embedded stack")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    save(fig, "gpu_serving.png")
+
+
+def save(fig: Any, name: str) -> None:
+    IMG.mkdir(parents=True, exist_ok=True)
+    fig.savefig(IMG / name, dpi=DPI)
+    plt.close(fig)
+
+
+# -- the page ---------------------------------------------------------------------------
+
+INTRO = """# Benchmarks
+
+Generated by `bench/render_docs.py` from `bench/results/*.json`; do not edit by hand.
+Every CPU figure that compares two things is a ratio measured side by side in one run,
+on the same machine, under the same load. Benchmarks print their results; they are not
+timed tests, and nothing in the test suite depends on a machine's speed.
+
+**From a fresh clone**, each benchmark is one command (Python 3.11, Debian/Ubuntu, root
+for `apt-get install hey` where it is missing):
+
+| benchmark | command | writes |
+|---|---|---|
+| router overhead | `make bench-router` (= `make bench` then `.venv/bin/python bench/router_overhead.py`) | `bench/results/router_overhead.json` |
+| scale | `make bench-scale` (= `make bench` then `.venv/bin/python bench/scale.py`) | `bench/results/scale.json` |
+| time to verdict | `make bench-verdict` (= `make bench` then `.venv/bin/python bench/time_to_verdict.py`) | `bench/results/time_to_verdict.json` |
+| GPU serving | on a 2-GPU machine: `python bench/gpu_serving.py --out bench/results/gpu_h200x2.json` | `bench/results/gpu_h200x2.json` |
+| verification power | `.venv/bin/python bench/verification_power.py` | see [verification.md](verification.md) |
+| this page and its plots | `make bench-docs` (= `.venv/bin/python bench/render_docs.py`) | `docs/benchmarks.md`, `docs/img/*.png` |
+
+`make bench` builds `.venv/` with the Dynamo runtime (the peer frontend), `.venv-bench/`
+with the LiteLLM proxy (`litellm[proxy]==1.108.7`, the `bench` extra, in a venv of its own
+so that its pins never touch the workbench's), and installs `hey` from Debian, the load
+generator: one Go process drives thousands of requests per second, where a Python client
+tops out near 1,000 and would measure itself.
+
+**Noise.** The CPU benchmarks run on 2 shared cores. Before each block of measurements
+they wait (up to 10 minutes, polling every 30 s) for the 1-minute load average to fall
+below 1.5, and record the load they saw in the JSON. Paths and settings take turns in a
+rotated order, and each figure is the median of 3 runs.
+"""
+
+
+def main() -> int:
+    sections: list[str] = [INTRO]
+    targets: list[tuple[str, str, str]] = []
+    parts: list[tuple[str, str, Callable[[dict[str, Any]], tuple[str, list[tuple[str, str, str]]]], str]] = [
+        ("router_overhead", "Router overhead: embedlab against direct, Dynamo and LiteLLM", router_section, ROUTER_TEXT),
+        ("scale", "Scale: 2 to 16 workers, and 16 models", scale_section, SCALE_TEXT),
+        ("time_to_verdict", "Time to verdict", verdict_section, VERDICT_TEXT),
+        ("gpu_h200x2", "GPU serving: two H200s, Qwen3-Embedding-0.6B shape", gpu_section, GPU_TEXT),
+    ]
+    body: list[str] = []
+    for name, title, render, text in parts:
+        data = load(name)
+        if data is None:
+            body.append(f"## {title}\n\nNo results yet: `bench/results/{name}.json` is missing.\n")
+            continue
+        rendered, found = render(data)
+        targets += found
+        machine = data.get("machine", {})
+        if "gpus" in machine:
+            where = f"{len(machine['gpus'])}x {machine['gpus'][0]}, {machine['cpus']} CPU cores, Python {machine['python']} (the device machine, kind `nvidia-h200-x2`)."
+        else:
+            where = machine_line(machine, data.get("load"))
+        command = data.get("command") or DEFAULT_COMMANDS.get(name, "")
+        section = [f"## {title}\n", f"**Machine:** {where}\n"]
+        if command:
+            section.append(f"**Reproduce:** `{command}`\n")
+        section.append(text.strip() + "\n")
+        section.append(rendered + "\n")
+        img = {"router_overhead": "router_overhead.png", "scale": "scale.png", "gpu_h200x2": "gpu_serving.png"}.get(name)
+        if img:
+            section.append(f"![{title}](img/{img})\n")
+        notes = NOTES.get(name)
+        if notes:
+            section.append(notes.strip() + "\n")
+        if name in NUMBERS:
+            section.append(NUMBERS[name](data).strip() + "\n")
+        body.append("\n".join(section))
+    sections.append("## Targets\n\n" + table(["target", "goal", "measured"], targets, "lll") + "\n")
+    sections += body
+    sections.append(VERIFICATION_TEXT)
+    DOCS.mkdir(exist_ok=True)
+    (DOCS / "benchmarks.md").write_text("\n".join(sections).rstrip() + "\n")
+    print(f"wrote {DOCS / 'benchmarks.md'} and {len(list(IMG.glob('*.png')))} plots in {IMG}")
+    return 0
+
+
+ROUTER_TEXT = """
+Two hash workers on loopback (the hash engine answers in microseconds, so the router is
+what is measured), one short input per request, 2,000 requests per run, keep-alive.
+The four paths run in one process tree at once: (a) straight to one worker's request
+plane, (b) the embedlab frontend in front of both, (c) the real `dynamo.frontend` (1.6.1)
+in front of two embedlab workers on the Dynamo runtime, (d) the LiteLLM proxy
+(`--num_workers 1`, `simple-shuffle` over both workers' request planes under one
+`model_name`, `LITELLM_LOCAL_MODEL_COST_MAP=True`, a master key). CPU per request is the
+utime + stime delta of the router's process group over the run, divided by its requests:
+on 2 cores shared with the load generator and the workers it is the most robust figure.
+"""
+
+SCALE_TEXT = """
+The embedded frontend with 2, 4, 8 and 16 hash workers of one model, and 16 models of
+one worker each. Load: 16 `hey` processes at concurrency 2 each (32 in all), 4,000
+requests per run, pooled; to the frontend they spread over the models, and in the control
+run, straight to the same workers with no frontend, over the workers. Every setting thus
+sees the same client, and the control tells what the pool costs without the frontend.
+Each setting is launched afresh for each of 3 runs, in rotated order. "Routing decision"
+is the in-process cost of one registry lookup plus one weighted-random pick at that pool
+size, timed apart from any I/O; "worker switches" are the workers' context switches per
+request, from /proc.
+"""
+
+VERDICT_TEXT = """
+Wall time from nothing to a verdict, cold, each run in a fresh interpreter: imports,
+launch and readiness (event-driven, no fixed sleeps), the scenario's bursts and check,
+teardown. Median of 3 runs.
+"""
+
+GPU_TEXT = """
+Run on the two-GPU machine from a source checkout, its JSON and log copied back.
+Two transformers workers (bf16, dynamic batching up to 256 sequences) on a random-weight
+model with Qwen3-Embedding-0.6B's shapes, one per GPU, behind the embedded frontend; load
+from `bench/loadgen.py` (multi-process aiohttp; the GPU image has no `hey`). The plain
+batched forward is measured in the same call, on the same GPU. Log:
+[`bench/results/gpu_h200x2.log.txt`](../bench/results/gpu_h200x2.log.txt).
+"""
+
+# Results written before their script recorded its own command line.
+DEFAULT_COMMANDS = {
+    "gpu_h200x2": "python bench/gpu_serving.py --out bench/results/gpu_h200x2.json",
+}
+
+VERIFICATION_TEXT = """## Verification power
+
+How often the checks catch each injected routing fault, and how often they cry wolf on a
+clean deployment: [docs/verification.md](verification.md), from
+`.venv/bin/python bench/verification_power.py` (`bench/results/verification_power.json`).
+"""
+
+# What the profiles showed: the bounds behind the numbers above (py-spy on the live
+# frontend under `hey`, and the frontend's per-request steps timed in-process).
+NOTES: dict[str, str] = {
+    "router_overhead": """
+**What bounds the embedlab frontend.** Its own code is a small part of a request: parsing
+the body takes about 4 us, the registry lookup and weighted pick 2 us (6 us with 16
+instances), the Prometheus updates 11 us. A py-spy profile of the frontend under `hey`
+puts more than half of its busy samples in the two socket writes of each request (the
+body to the worker, the answer to the client: loopback TCP in this VM, which includes
+waking the receiving process) and most of the rest in aiohttp's HTTP machinery. At
+concurrency 1 the time added over direct is that on-path CPU plus two more process
+wake-ups (client to frontend, worker to frontend); on 2 shared cores each wake-up waits
+behind whatever else runs, so this figure is the one most sensitive to other load (trial
+runs of this script under a load average of 5 to 10 saw 4.6 to 7 ms added, and 2.3 to 2.9
+ms for the Dynamo frontend). At concurrency 32 the whole machine is the limit: `hey`, the frontend and both
+workers share 2 cores, and the frontend's lower CPU per request is what its throughput
+lead over Dynamo's frontend comes from.
+
+**The peers as measured here.** The Dynamo frontend is the real `dynamo.frontend` 1.6.1
+with embedlab's hash engine on the Dynamo runtime (TCP request plane, file discovery,
+every listener on loopback); the workers answer base64 float32 and the frontend encodes
+the client's floats. LiteLLM (1.108.7) costs about 33 ms of CPU per request here; its
+profile is pydantic validation of the response, a stack of some 25 ASGI middlewares, and
+about 14% in a "zero-cost diagnostic" it runs after every call to a model without a price
+in its cost map, which a self-hosted embedding model is.
+""",
+    "scale": """
+**The 90% target is missed, and the frontend is not what bounds it.** The control run
+sends the same client load straight to the same workers, with no frontend at all, and
+loses about as much from 2 to 16 workers; the frontend's own CPU per request stays flat
+across pool sizes while the workers' grows. What grows is the pool's cost on 2 cores:
+with 2 workers at concurrency 32 each worker has about 16 requests in flight and answers
+several per wake-up; with 16 workers it has about 2, so it wakes, switches and refills
+its caches for nearly every request (see "worker switches/req"), and 16 Python processes
+time-share 2 cores with the clients and the frontend. The CPU per request that the
+frontend and the workers spend together predicts the drop (figures below).
+
+**Does the registry or routing scale?** Yes. A py-spy profile of the frontend under the
+same load with 16 workers puts 1.2% of its samples in the registry lookup and the policy
+pick together (`Registry.live`, `WeightedRandom.pick`); one routing decision costs a few
+microseconds more at 16 instances than at 2 (the column above, timed in-process),
+against some 400 us of frontend CPU per request. Nearly half of the samples are the two
+socket writes per request; the write to a worker grows from about 14% of the samples
+with 2 workers to 29% with 16, because a write to a sleeping worker pays for waking it.
+So there was nothing in embedlab/serve to fix for this target: on a machine with a core
+per worker, the workers would not share cores and the question would be the frontend's
+alone.
+""",
+}
+
+
+
+def scale_numbers(data: dict[str, Any]) -> str:
+    """The figures behind the scale notes, from this run's JSON."""
+    rows = {r["setting"]: r for r in data["rows"]}
+    two, sixteen = rows.get("workers=2"), rows.get("workers=16")
+    if not two or not sixteen:
+        return ""
+    front = [r["frontend_cpu_ms_per_request"] for r in data["rows"]]
+    total2 = two["frontend_cpu_ms_per_request"] + two["workers_cpu_ms_per_request"]
+    total16 = sixteen["frontend_cpu_ms_per_request"] + sixteen["workers_cpu_ms_per_request"]
+    lines = [
+        f"In this run: the frontend's CPU per request stays between {min(front):.2f} and {max(front):.2f} ms; "
+        f"the workers' grows from {two['workers_cpu_ms_per_request']:.2f} ms (2 workers) to "
+        f"{sixteen['workers_cpu_ms_per_request']:.2f} ms (16), with {two['worker_switches_per_request']:.2f} and "
+        f"{sixteen['worker_switches_per_request']:.2f} worker context switches per request. Frontend plus workers: "
+        f"{total2:.2f} to {total16:.2f} ms per request, which predicts {total2 / total16:.2f}x the throughput; "
+        f"measured {sixteen['vs_2_workers']:.2f}x through the frontend and {sixteen['direct_vs_2_workers']:.2f}x "
+        f"direct to the workers."
+    ]
+    many = rows.get("models=16")
+    if many:
+        lines.append(f"With 16 models of one worker each: {many['vs_2_workers']:.2f}x through the frontend, "
+                     f"{many['direct_vs_2_workers']:.2f}x direct.")
+    return " ".join(lines)
+
+
+NUMBERS: dict[str, Callable[[dict[str, Any]], str]] = {"scale": scale_numbers}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
