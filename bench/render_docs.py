@@ -418,7 +418,8 @@ concurrency 1 the time added over direct is that on-path CPU plus two more proce
 wake-ups (client to frontend, worker to frontend); on 2 shared cores each wake-up waits
 behind whatever else runs, so this figure is the one most sensitive to other load (trial
 runs of this script under a load average of 5 to 10 saw 4.6 to 7 ms added, and 2.3 to 2.9
-ms for the Dynamo frontend). At concurrency 32 the whole machine is the limit: `hey`, the frontend and both
+ms for the Dynamo frontend). `hey` reports latencies to 0.1 ms, so each p50 carries
++-0.05 ms of rounding. At concurrency 32 the whole machine is the limit: `hey`, the frontend and both
 workers share 2 cores, and the frontend's lower CPU per request is what its throughput
 lead over Dynamo's frontend comes from.
 
@@ -428,7 +429,16 @@ every listener on loopback); the workers answer base64 float32 and the frontend 
 the client's floats. LiteLLM (1.108.7) costs about 33 ms of CPU per request here; its
 profile is pydantic validation of the response, a stack of some 25 ASGI middlewares, and
 about 14% in a "zero-cost diagnostic" it runs after every call to a model without a price
-in its cost map, which a self-hosted embedding model is.
+in its cost map, which a self-hosted embedding model is. FACTS.md measured both peers on a
+machine like this one against stub workers and saw more (Dynamo 891, 2,046 and 2,691
+req/s at c=1, 8 and 32; LiteLLM about 100): the ratios here are between paths measured
+in one run against the same two workers, which is what they are for.
+
+**How stable the figures are.** Two earlier runs of this script on the same day, while
+other work used up to 1.5 cores, gave 1.73x and 1.55x the Dynamo frontend's throughput at
+c=32, and 0.90 and 1.00 ms added over direct at c=1 (the second misses the target by the
+rounding above). The run shown waited, before every single run, until other processes
+used at most 0.3 cores (`started_quiet` and `foreign_cores` per run in the JSON).
 """,
     "scale": """
 **The 90% target is missed, and the frontend is not what bounds it.** The control run
