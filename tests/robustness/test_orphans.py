@@ -130,6 +130,10 @@ def sigkill_and_wait(pid: int) -> None:
 # -- SIGINT: teardown completes -------------------------------------------------------------
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _frontend_requests(url: str) -> float:
     text = httpx.get(f"{url}/metrics", timeout=2).text
     return sum(
@@ -152,6 +156,9 @@ def test_sigint_mid_scenario_tears_everything_down(tmp_path: Path) -> None:
                 "--run-dir", str(run_dir),
             ],
             stdout=stdout, stderr=stderr, start_new_session=True,
+            # A shell without job control starts background jobs with SIGINT ignored, and
+            # children inherit that; a terminal's foreground job has the default action.
+            preexec_fn=_default_sigint,
         )
     known: set[int] = set()
     groups: list[int] = []
