@@ -34,6 +34,9 @@ def test_committed_notebook_has_no_outputs_and_the_python3_kernel(path: Path) ->
     assert nb["metadata"]["kernelspec"]["name"] == "python3", "papermill needs kernelspec python3"
     assert nb["metadata"]["language_info"]["name"] == "python", "papermill needs language_info"
     assert "papermill" not in nb["metadata"], f"{path.name} is an executed papermill output, not a source notebook"
+    # nbformat 4.5 requires cell ids; without them every papermill run warns and rewrites them.
+    missing = [i for i, cell in enumerate(nb["cells"]) if not cell.get("id")]
+    assert not missing, f"{path.name}: cells {missing} have no id (nbformat.validator.normalize adds them)"
 
 
 @pytest.mark.parametrize("path", committed_notebooks(), ids=lambda p: p.name)
