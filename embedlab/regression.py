@@ -260,6 +260,23 @@ def key_figures(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _ipc_kernel_manager() -> type:
+    """A kernel manager whose kernel talks over Unix sockets instead of loopback TCP.
+
+    The kernel then opens no port at all, and ipykernel's warning about unencrypted TCP,
+    printed once per notebook, does not apply.
+    """
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import default
+
+    class IpcKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _default_transport(self) -> str:
+            return "ipc"
+
+    return IpcKernelManager
+
+
 def run_job(job: Job, run_dir: Path, *, timeout: float = DEFAULT_CELL_TIMEOUT, show_code: bool = False) -> Outcome:
     """Execute one notebook with papermill, then export its report; never raises for a failed notebook."""
     import papermill
@@ -277,7 +294,7 @@ def run_job(job: Job, run_dir: Path, *, timeout: float = DEFAULT_CELL_TIMEOUT, s
     try:
         papermill.execute_notebook(
             str(job.notebook), str(notebook_out), parameters=params, kernel_name="python3", progress_bar=False,
-            execution_timeout=timeout, cwd=str(run_dir.resolve()),
+            execution_timeout=timeout, cwd=str(run_dir.resolve()), kernel_manager_class=_ipc_kernel_manager(),
         )
     except PapermillExecutionError as exc:
         error = f"{exc.ename}: {_first_line(exc.evalue)} (cell {exc.exec_count})"
