@@ -22,7 +22,6 @@ import os
 import secrets
 import signal
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable

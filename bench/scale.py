@@ -23,7 +23,6 @@ import os
 import signal
 import statistics
 import sys
-import time
 import timeit
 from pathlib import Path
 

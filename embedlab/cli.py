@@ -10,7 +10,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:
+    from .engines.base import EngineOptions
 
 EXIT_FAILED = 1
 EXIT_CANNOT_RUN = 2
@@ -95,7 +98,7 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def engine_options_from_args(args: argparse.Namespace) -> "EngineOptions":
+def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
     import json
 
     from .engines import EngineOptions

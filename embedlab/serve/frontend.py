@@ -22,7 +22,7 @@ from prometheus_client.core import GaugeMetricFamily
 from yarl import URL
 
 from .faults import Fault, FaultInjector
-from .http import JSON, error_response, is_loopback_host, json_response, make_app, start_site, url_is_loopback
+from .http import error_response, is_loopback_host, json_response, make_app, start_site, url_is_loopback
 from .openai import WORKER_HEADER, ApiError, bad_request, loads, parse_embedding_request
 from .registry import DEFAULT_TTL, Instance, RegistrationConflict, Registry
 from .router import make_policy

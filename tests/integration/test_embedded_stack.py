@@ -8,7 +8,6 @@ import sys
 import time
 
 import httpx
-import pytest
 
 from embedlab import Deployment, DeploymentSpec, WorkerSpec, scrape, send_burst
 from embedlab.ports import release_port, reserve_port
