@@ -83,6 +83,15 @@ def test_the_default_matrix_loads_from_the_package() -> None:
         assert f"{notebook}--embedded-transformers-tiny" in names, names
 
 
+def test_the_default_matrix_runs_failover_as_specified() -> None:
+    """200 requests at concurrency 8, one worker SIGKILLed after 50 responses."""
+    jobs = {job.name: job for job in load_matrix(notebook_dir=NOTEBOOKS).jobs}
+    defaults = notebook_parameters(NOTEBOOKS / "failover.ipynb")
+    for stack in ("embedded", "dynamo"):
+        params = {**defaults, **{k: repr(v) for k, v in jobs[f"failover--{stack}-hash"].params.items()}}
+        assert (params["requests"], params["concurrency"], params["kill_after"]) == ("200", "8", "50"), params
+
+
 def test_notebook_parameters_reads_the_tagged_cell() -> None:
     params = notebook_parameters(NOTEBOOKS / "same_model_load_balance.ipynb")
     assert params["stack"] == '"embedded"' and params["system_urls"] == "[]"
