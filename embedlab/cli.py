@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 if TYPE_CHECKING:
     from .engines.base import EngineOptions
@@ -25,6 +25,15 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # One line and exit 2, as for every other reason a command cannot run.
         self.exit(EXIT_CANNOT_RUN, f"{self.prog}: error: {message}\n")
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        # --help shows every real default, also of options without help text (and not
+        # "None" or "False", which say nothing).
+        meaningful = action.default not in (None, False, "", []) and action.default is not argparse.SUPPRESS
+        if action.option_strings and meaningful and "default" not in (action.help or "").lower():
+            action.help = f"{action.help} (default: %(default)s)" if action.help else "default: %(default)s"
+        return action
 
 
 def _positive_float(text: str) -> float:
