@@ -16,9 +16,11 @@ import multiprocessing as mp
 import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Coroutine, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -79,15 +81,20 @@ async def _lane_group(url: str, body: bytes, count: int, lanes: int, start_at: f
     return latencies, failed
 
 
-def _process(args: tuple[str, bytes, int, int, float, Any]) -> None:
-    url, body, count, lanes, start_at, queue = args
+def run_fast(main: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run on uvloop where it is installed: a load generator must not measure itself."""
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    queue.put(asyncio.run(_lane_group(url, body, count, lanes, start_at)))
+    return asyncio.run(main)
+
+
+def _process(args: tuple[str, bytes, int, int, float, Any]) -> None:
+    url, body, count, lanes, start_at, queue = args
+    queue.put(run_fast(_lane_group(url, body, count, lanes, start_at)))
 
 
 def run_load(url: str, body: bytes, *, requests: int, concurrency: int, processes: int | None = None, inputs_per_request: int = 1) -> LoadResult:

@@ -37,7 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from embedlab import Deployment, DeploymentSpec
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loadgen import run_fast  # noqa: E402
+
+from embedlab import Deployment, DeploymentSpec  # noqa: E402
 
 MODEL = "soak-model"
 RSS_LIMIT = 0.10
@@ -187,13 +190,7 @@ async def _drive(base: str, requests: list[Request], lanes: int, start_at: float
 
 def _process(args: tuple[str, list[Request], int, float, float, Any]) -> None:
     base, requests, lanes, start_at, deadline, queue = args
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
-    queue.put(asyncio.run(_drive(base, requests, lanes, start_at, deadline)))
+    queue.put(run_fast(_drive(base, requests, lanes, start_at, deadline)))
 
 
 def run_load(base: str, requests: list[Request], *, concurrency: int, processes: int, max_seconds: float) -> tuple[Tally, float]:
