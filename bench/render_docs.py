@@ -402,12 +402,11 @@ teardown. Median of 3 runs.
 """
 
 GPU_TEXT = """
-Run on the two-GPU machine from a source checkout, its JSON and log copied back.
+Run on the two-GPU machine from a source checkout, its JSON copied back.
 Two transformers workers (bf16, dynamic batching up to 256 sequences) on a random-weight
 model with Qwen3-Embedding-0.6B's shapes, one per GPU, behind the embedded frontend; load
 from `bench/loadgen.py` (multi-process aiohttp; the GPU image has no `hey`). The plain
-batched forward is measured in the same call, on the same GPU. Log:
-[`bench/results/gpu_h200x2.log.txt`](../bench/results/gpu_h200x2.log.txt).
+batched forward is measured in the same call, on the same GPU.
 """
 
 # Results written before their script recorded its own command line.

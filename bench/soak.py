@@ -41,10 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import run_fast  # noqa: E402
 
 from embedlab import Deployment, DeploymentSpec  # noqa: E402
+from embedlab.serve.frontend import DEFAULT_MAX_BODY  # noqa: E402
 
 MODEL = "soak-model"
 RSS_LIMIT = 0.10
-MAX_BODY = 8 << 20  # the frontend's default --max-body-bytes
+MAX_BODY = DEFAULT_MAX_BODY  # the frontend's default --max-body-bytes
 
 # A request: (class, method, path, body, headers). Class "valid" must get 200.
 Request = tuple[str, str, str, bytes, dict[str, str]]

@@ -31,15 +31,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from embedlab import Deployment, DeploymentSpec
+from embedlab.engines.base import EngineOptions
+from embedlab.serve.frontend import DEFAULT_MAX_BODY
 
 SERVED = ("model-a", "model-b")
-HASH_DIM = 384  # the hash engine's default vector size
+HASH_DIM = EngineOptions().dim  # the hash engine's default vector size
 EXAMPLES = 2000
 # Models that generated registrations may claim. Their instances point at nothing, so
 # requests for them would be honest 502s: the embeddings generator never names them,
 # and registrations never name a served model (that would hijack the valid traffic).
 REG_PREFIX = "fuzz-reg-"
-MAX_BODY = 8 << 20
+MAX_BODY = DEFAULT_MAX_BODY  # the frontend's default --max-body-bytes
 
 
 @dataclass(frozen=True)

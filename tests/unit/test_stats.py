@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from scipy import stats  # a required dependency: missing, it must fail, not skip
 
 from embedlab.stats import binom_two_sided, chisquare_p
-
-stats = pytest.importorskip("scipy.stats")
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 20, 40, 101, 400])

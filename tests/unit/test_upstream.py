@@ -9,8 +9,13 @@ import pytest
 from embedlab.serve.upstream import UpstreamClient, UpstreamError
 
 
-async def serve(responses: list[bytes], *, close_after: bool = False) -> tuple[asyncio.base_events.Server, str, list[bytes]]:
-    """A raw server: answers each request (read up to the body) with the next canned bytes."""
+async def serve(
+    responses: list[bytes], *, close_after: bool = False, closed: asyncio.Event | None = None,
+) -> tuple[asyncio.base_events.Server, str, list[bytes]]:
+    """A raw server: answers each request (read up to the body) with the next canned bytes.
+
+    `closed` is set each time the server has closed a connection.
+    """
     seen: list[bytes] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -26,6 +31,9 @@ async def serve(responses: list[bytes], *, close_after: bool = False) -> tuple[a
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         writer.close()
+        await writer.wait_closed()
+        if closed is not None:
+            closed.set()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -66,10 +74,11 @@ def test_chunked_response_split_across_packets() -> None:
 def test_stale_idle_connection_is_retried_on_a_fresh_one() -> None:
     async def main() -> None:
         ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
-        server, url, seen = await serve([ok, ok], close_after=True)  # closes after each answer
+        closed = asyncio.Event()
+        server, url, seen = await serve([ok, ok], close_after=True, closed=closed)  # closes after each answer
         client = UpstreamClient(timeout=5)
         await client.post(url, b"{}")
-        await asyncio.sleep(0.05)  # let the close arrive
+        await closed.wait()  # the pooled connection is now stale
         assert (await client.post(url, b"{}")).status == 200
         assert len(seen) == 2
         server.close()
