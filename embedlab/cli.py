@@ -30,7 +30,8 @@ class _Parser(argparse.ArgumentParser):
         action = super().add_argument(*args, **kwargs)
         # --help shows every real default, also of options without help text (and not
         # "None" or "False", which say nothing).
-        meaningful = action.default not in (None, False, "", []) and action.default is not argparse.SUPPRESS
+        # `is`, not `in`: 0 == False, and a default of 0 is worth showing.
+        meaningful = not any(action.default is v for v in (None, False, argparse.SUPPRESS)) and action.default not in ("", [])
         if action.option_strings and meaningful and "default" not in (action.help or "").lower():
             action.help = f"{action.help} (default: %(default)s)" if action.help else "default: %(default)s"
         return action
@@ -268,10 +269,10 @@ def _run_scenario(args: argparse.Namespace) -> int:
         if burst.check is not None and burst.check.p_value is not None:
             print(f"fairness p-value ({burst.name}): {burst.check.p_value:.4g}")
     if result.scenario == "failover":
-        x = result.extra
-        excluded = "never" if x["excluded_after_s"] is None else f"{x['excluded_after_s']:.3f} s after the kill"
-        print(f"worker {x['victim']} killed at {x['killed_at_s']:.3f} s; out of dispatch {excluded}; "
-              f"{x['failed_requests']} failed requests" + ("" if x["asserted"] else " (reported, not asserted)"))
+        summary = result.failover_summary()
+        width = max(map(len, summary["figure"]))
+        for figure, value in summary.itertuples(index=False):
+            print(f"{figure:<{width}}  {value}")
     lat = result.latency_ms()
     print(f"latency p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms; wall {result.wall_seconds:.2f} s")
     if args.json:

@@ -16,7 +16,9 @@ import httpx
 
 @lru_cache(maxsize=1)
 def tls() -> ssl.SSLContext:
-    return ssl.create_default_context()
+    # httpx's own context (certifi's CAs, SSL_CERT_FILE/SSL_CERT_DIR): the same trust a
+    # plain httpx client has, built once.
+    return httpx.create_ssl_context()
 
 
 def client(**options: Any) -> httpx.Client:

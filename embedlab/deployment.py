@@ -215,7 +215,7 @@ class Deployment:
         if pspec.name.startswith("worker-"):
             index = int(pspec.name.split("-")[1])
             env["DYN_SYSTEM_PORT"] = str(self._system_ports[index])
-            if self.spec.workers[index].engine == "vllm":
+            if self.spec.workers[index].runs_vllm:
                 env.update(vllm_worker_env(index, run_dir=self.run_dir, env=env, on_gpu=bool(gpu)))
                 # After SIGTERM, vLLM's Worker process spends seconds finalising its heap
                 # (7 s for two workers on a loaded 2-core machine); a SIGKILL of the group

@@ -1,8 +1,9 @@
 """ManagedProcess: one child in its own session, with a log file, readiness, and group teardown.
 
 Nothing starts in `__init__`: a half-built object never owns a process. Every process
-started here is stopped by its process group: on `stop()`, at interpreter exit, and
-(through a parent-death signal) when the harness itself is killed.
+started here is stopped by its process group: on `stop()`, at interpreter exit, and when
+the harness itself is killed (through a parent-death signal for processes started from
+the main thread, and the watchdog for all of them).
 """
 
 from __future__ import annotations
@@ -291,10 +292,11 @@ def stop_together(procs: list["ManagedProcess"], *, timeout: float | None = None
 def _stop_all() -> None:
     with _live_lock:
         survivors = list(_live)
-    for proc in survivors:
-        try:
-            proc.stop(timeout=3)
-        except Exception:
-            pass
+    # All groups get SIGTERM at once and share one deadline: each process's own stop
+    # timeout (vLLM needs its 30 s to release /dev/shm), not one timeout per survivor.
+    try:
+        stop_together(survivors)
+    except Exception:
+        pass
     with _live_lock:
         _watchdog.close()

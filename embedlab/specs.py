@@ -27,6 +27,11 @@ class WorkerSpec:
     extra_args: tuple[str, ...] = ()
     kind: str = "embedlab"  # or "dynamo-vllm": Dynamo's own `python -m dynamo.vllm --embedding-worker`
 
+    @property
+    def runs_vllm(self) -> bool:
+        """vLLM runs inside: embedlab's vllm engine, or Dynamo's own vLLM worker."""
+        return self.engine == "vllm" or self.kind == "dynamo-vllm"
+
     def __post_init__(self) -> None:
         if not self.model:
             raise ConfigError("a worker needs a model name")
