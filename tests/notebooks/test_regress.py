@@ -14,7 +14,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from embedlab import Deployment, DeploymentSpec
 from embedlab.report import export_html
 
-from .conftest import NOTEBOOKS, index_path, run_regress
+from .conftest import index_path, run_regress
 
 EXPECTED_RUNS = {
     "same_model_load_balance--embedded-hash",
@@ -156,15 +156,3 @@ def test_a_bad_matrix_cannot_run(matrix: str, message: str, tmp_path: Path) -> N
     assert proc.returncode == 2
     assert message in proc.stderr
     assert not (tmp_path / "out").exists(), "nothing is written for a matrix that cannot run"
-
-
-def test_the_default_matrix_covers_both_stacks_and_the_tiny_models() -> None:
-    from embedlab import load_matrix
-
-    jobs = {job.name: job.params for job in load_matrix(notebook_dir=NOTEBOOKS).jobs}
-    for stack in ("embedded", "dynamo"):
-        for notebook in ("same_model_load_balance", "multi_model_dispatch"):
-            assert jobs[f"{notebook}--{stack}-hash"]["engine"] == "hash"
-    assert jobs["same_model_load_balance--embedded-transformers-tiny"]["models"] == ["tiny-bert"]
-    assert jobs["same_model_load_balance--embedded-transformers-tiny"]["workers"] == 2
-    assert jobs["multi_model_dispatch--embedded-transformers-tiny"]["models"] == ["tiny-bert", "tiny-qwen3"]

@@ -81,6 +81,13 @@ def test_the_default_matrix_loads_from_the_package() -> None:
             assert f"{notebook}--{stack}-hash" in names, names
     for notebook in ("same_model_load_balance", "multi_model_dispatch"):
         assert f"{notebook}--embedded-transformers-tiny" in names, names
+    jobs = {job.name: job.params for job in load_matrix(notebook_dir=NOTEBOOKS).jobs}
+    for stack in ("embedded", "dynamo"):
+        for notebook in ("same_model_load_balance", "multi_model_dispatch", "failover"):
+            assert jobs[f"{notebook}--{stack}-hash"]["engine"] == "hash"
+    assert jobs["same_model_load_balance--embedded-transformers-tiny"]["models"] == ["tiny-bert"]
+    assert jobs["same_model_load_balance--embedded-transformers-tiny"]["workers"] == 2
+    assert jobs["multi_model_dispatch--embedded-transformers-tiny"]["models"] == ["tiny-bert", "tiny-qwen3"]
 
 
 def test_the_default_matrix_runs_failover_as_specified() -> None:
