@@ -26,16 +26,13 @@ from measure import machine_info, wait_for_quiet  # noqa: E402
 CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from embedlab import Deployment
-from embedlab.plans import ScenarioPlan
+from embedlab import ScenarioPlan
 imported = time.perf_counter()
 plan = ScenarioPlan(scenario=sys.argv[1], stack=sys.argv[2], engine=sys.argv[3])
-spec = plan.deployment_spec()
-dep = Deployment(spec)
+dep = plan.deployment()
 dep.start()
 ready = time.perf_counter()
-from embedlab.plans import _run_on
-result = _run_on(plan, dep, False)
+result = plan.run_on(dep)
 checked = time.perf_counter()
 dep.stop()
 stopped = time.perf_counter()

@@ -82,15 +82,50 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from .checks import CheckResult, DispatchCheck, fairness_p_value
-    from .deployment import Deployment, Target, attach
-    from .errors import CheckFailedError, ConfigError, CounterResetError, EmbedlabError, EngineError, MetricNotFoundError, MetricsError, NotebookRunError, ReadinessTimeoutError, ScrapeError, ServerError, ServerExitedError, ServerStartError, ServerStopError, TrafficError
-    from .explore import Explorer, SweepResult
-    from .resilience import drain, failover
-    from .metrics import MetricQuery, Snapshot, scrape
-    from .plans import ScenarioPlan, run_scenario
-    from .process import ManagedProcess
-    from .regression import Matrix, RegressRun, load_matrix, regress
-    from .scenarios import ScenarioResult, multi_model_dispatch, same_model_load_balance
-    from .specs import DeploymentSpec, WorkerSpec
-    from .traffic import BurstResult, RequestRecord, asend_burst, send_burst
+    # `X as X`: an explicit re-export, for type checkers (the names load lazily above).
+    from .checks import (
+        CheckResult as CheckResult,
+        DispatchCheck as DispatchCheck,
+        fairness_p_value as fairness_p_value,
+    )
+    from .deployment import Deployment as Deployment, Target as Target, attach as attach
+    from .errors import (
+        CheckFailedError as CheckFailedError,
+        ConfigError as ConfigError,
+        CounterResetError as CounterResetError,
+        EmbedlabError as EmbedlabError,
+        EngineError as EngineError,
+        MetricNotFoundError as MetricNotFoundError,
+        MetricsError as MetricsError,
+        NotebookRunError as NotebookRunError,
+        ReadinessTimeoutError as ReadinessTimeoutError,
+        ScrapeError as ScrapeError,
+        ServerError as ServerError,
+        ServerExitedError as ServerExitedError,
+        ServerStartError as ServerStartError,
+        ServerStopError as ServerStopError,
+        TrafficError as TrafficError,
+    )
+    from .explore import Explorer as Explorer, SweepResult as SweepResult
+    from .resilience import drain as drain, failover as failover
+    from .metrics import MetricQuery as MetricQuery, Snapshot as Snapshot, scrape as scrape
+    from .plans import ScenarioPlan as ScenarioPlan, run_scenario as run_scenario
+    from .process import ManagedProcess as ManagedProcess
+    from .regression import (
+        Matrix as Matrix,
+        RegressRun as RegressRun,
+        load_matrix as load_matrix,
+        regress as regress,
+    )
+    from .scenarios import (
+        ScenarioResult as ScenarioResult,
+        multi_model_dispatch as multi_model_dispatch,
+        same_model_load_balance as same_model_load_balance,
+    )
+    from .specs import DeploymentSpec as DeploymentSpec, WorkerSpec as WorkerSpec
+    from .traffic import (
+        BurstResult as BurstResult,
+        RequestRecord as RequestRecord,
+        asend_burst as asend_burst,
+        send_burst as send_burst,
+    )

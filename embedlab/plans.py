@@ -124,6 +124,10 @@ class ScenarioPlan:
             raise ConfigError("this plan attaches to a running deployment; it has nothing to launch")
         return Deployment(self.deployment_spec(), run_dir=self.run_dir or None)
 
+    def run_on(self, deployment: Deployment | Target, *, progress: bool = False) -> ScenarioResult:
+        """This plan's scenario on a deployment that the caller started and stops."""
+        return _run_on(self, deployment, progress)
+
     def target(self) -> Target:
         models: Sequence[str | None] | None = None
         if self.models:
@@ -161,7 +165,7 @@ def run_scenario(plan: ScenarioPlan, *, progress: bool = False, on_deployment: C
     """Launch (or attach), run the plan's scenario, tear down; returns the result."""
     if plan.attached:
         return _run_on(plan, plan.target(), progress)
-    deployment = Deployment(plan.deployment_spec(), run_dir=plan.run_dir or None)
+    deployment = plan.deployment()
     with deployment:
         if on_deployment is not None:
             on_deployment(deployment)

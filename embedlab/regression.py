@@ -31,6 +31,7 @@ The matrix is TOML (see `embedlab/matrices/default.toml`):
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import os
@@ -260,6 +261,7 @@ def key_figures(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@functools.cache
 def _ipc_kernel_manager() -> type:
     """A kernel manager whose kernel talks over Unix sockets instead of loopback TCP.
 

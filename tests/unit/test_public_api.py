@@ -1,0 +1,34 @@
+"""The curated public API: every exported name resolves, and type checkers see the same list."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import embedlab
+
+
+def test_every_exported_name_resolves_from_its_module() -> None:
+    missing = [name for name in embedlab.__all__ if getattr(embedlab, name, None) is None]
+    assert not missing, missing
+
+
+def test_type_checking_block_reexports_exactly_the_exports() -> None:
+    tree = ast.parse(Path(embedlab.__file__).read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    seen = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom)
+        for alias in node.names:
+            assert alias.asname == alias.name, f"{alias.name}: write `{alias.name} as {alias.name}` (explicit re-export)"
+            seen[alias.name] = node.module
+    assert seen == embedlab._EXPORTS
+
+
+def test_importing_the_package_loads_no_submodule() -> None:
+    # The lazy API is what keeps a worker's start-up free of the harness's imports.
+    code = "import sys, embedlab; print(sorted(m for m in sys.modules if m.startswith('embedlab.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
