@@ -74,8 +74,10 @@ async def _lane_group(url: str, body: bytes, count: int, lanes: int, start_at: f
                         ok = resp.status == 200
                 except aiohttp.ClientError:
                     ok = False
-                latencies.append(time.perf_counter() - t)
-                failed += not ok
+                if ok:  # throughput and latency count answered requests only, like hey's 200s
+                    latencies.append(time.perf_counter() - t)
+                else:
+                    failed += 1
 
         await asyncio.gather(*(lane() for _ in range(lanes)))
     return latencies, failed
@@ -108,7 +110,13 @@ def run_load(url: str, body: bytes, *, requests: int, concurrency: int, processe
     procs = [ctx.Process(target=_process, args=((url, body, c, l, start_at, queue),)) for c, l in zip(counts, lanes)]
     for p in procs:
         p.start()
-    results = [queue.get() for _ in procs]
+    try:
+        # Bounded: a child that died never reports, and must not hang the benchmark.
+        results = [queue.get(timeout=600) for _ in procs]
+    except BaseException:
+        for p in procs:  # ours, by PID
+            p.kill()
+        raise
     for p in procs:
         p.join()
     ended = time.time()
@@ -117,7 +125,8 @@ def run_load(url: str, body: bytes, *, requests: int, concurrency: int, processe
     seconds = ended - start_at
     return LoadResult(
         requests=len(latencies), failed=failed, seconds=seconds, rps=len(latencies) / seconds,
-        p50_ms=float(np.percentile(latencies, 50) * 1000), p99_ms=float(np.percentile(latencies, 99) * 1000),
+        p50_ms=float(np.percentile(latencies, 50) * 1000) if len(latencies) else float("nan"),
+        p99_ms=float(np.percentile(latencies, 99) * 1000) if len(latencies) else float("nan"),
         inputs_per_second=len(latencies) * inputs_per_request / seconds, concurrency=concurrency,
     )
 
