@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Mapping
+
+if TYPE_CHECKING:
+    from embedlab import Deployment
 
 
 def children_of(pid: int) -> list[int]:
@@ -74,3 +78,25 @@ def kill_all(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def deployment_pids(dep: "Deployment") -> dict[int, list[int]]:
+    """Process group id -> every live process of that group and below (by PID, never by name)."""
+    found: dict[int, list[int]] = {}
+    for proc in dep.processes:
+        if proc.pgid is not None and proc.pid is not None:
+            found[proc.pgid] = sorted(set(group_members(proc.pgid)) | set(descendants_of(proc.pid)) | {proc.pid})
+    return found
+
+
+def assert_all_gone(pids: Iterable[int], groups: Iterable[int], what: str = "after teardown", *, timeout: float = 15.0) -> None:
+    """Every pid dead (zombies count as dead) and every process group empty, within `timeout`."""
+    survivors = wait_gone(list(pids), timeout=timeout)
+    assert survivors == [], f"{what}: processes survived: {survivors}"
+    left = {g: members for g in groups if (members := group_members(g))}
+    assert not left, f"{what}: a process group survived: {left}"
+
+
+def assert_groups_gone(by_group: Mapping[int, Iterable[int]], *, timeout: float = 15.0) -> None:
+    """`assert_all_gone` for `deployment_pids`' map."""
+    assert_all_gone([p for members in by_group.values() for p in members], by_group, timeout=timeout)

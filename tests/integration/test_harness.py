@@ -19,7 +19,7 @@ from embedlab import (
 )
 from embedlab.stacks.dynamo import dynamo_installed
 
-from ..proctools import descendants_of, group_members, wait_gone
+from ..proctools import assert_all_gone, descendants_of
 from ..netcheck import listening_addresses
 
 STACKS = ["embedded", "dynamo"]
@@ -34,8 +34,8 @@ def require(stack: str) -> None:
 def assert_torn_down(dep: Deployment) -> None:
     pids = [p.pid for p in dep.processes if p.pid]
     groups = [p.pgid for p in dep.processes if p.pgid]
-    assert pids and wait_gone(pids) == [], "a process of the deployment survived"
-    assert all(group_members(g) == [] for g in groups), "a process group of the deployment survived"
+    assert pids, "the deployment started no process"
+    assert_all_gone(pids, groups, "deployment")
 
 
 @pytest.mark.parametrize("stack", STACKS)

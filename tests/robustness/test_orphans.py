@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..proctools import alive, descendants_of, group_members, wait_gone
+from ..proctools import alive, assert_all_gone, descendants_of, group_members, wait_gone
 
 HARNESS = Path(__file__).with_name("orphan_harness.py")
 START_TIMEOUT = 120.0
@@ -114,14 +114,6 @@ def harness(mode: str, tmp_path: Path) -> Iterator[Started]:
         proc.stdout.close()
 
 
-def assert_all_gone(pids: list[int], groups: list[int], what: str) -> None:
-    survivors = wait_gone(pids, timeout=GONE_TIMEOUT)
-    assert survivors == [], f"{what}: processes survived: {survivors}"
-    assert all(group_members(g) == [] for g in groups), f"{what}: a process group survived: " + str(
-        {g: group_members(g) for g in groups if group_members(g)}
-    )
-
-
 def sigkill_and_wait(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
     assert wait_gone([pid], timeout=10) == []
@@ -194,7 +186,7 @@ def test_sigint_mid_scenario_tears_everything_down(tmp_path: Path) -> None:
         assert returncode == 130, f"exit code {returncode}:\n{err.read_text()[-2000:]}"
         assert "interrupted" in err.read_text()
         assert "PASSED" not in out.read_text(), "the scenario finished: the interrupt did not land mid-run"
-        assert_all_gone(pids, groups, "after SIGINT")
+        assert_all_gone(pids, groups, "after SIGINT", timeout=GONE_TIMEOUT)
     finally:
         _teardown(proc, known, groups)
 
@@ -210,7 +202,7 @@ def test_sigkill_harness_parent_death_signal_alone_stops_the_servers(tmp_path: P
         assert len(servers) == 3 and all(alive(p) for p in servers)
         os.kill(h.proc.pid, signal.SIGKILL)
         h.proc.wait(timeout=10)
-        assert_all_gone(h.pids, h.groups, "parent-death signal")
+        assert_all_gone(h.pids, h.groups, "parent-death signal", timeout=GONE_TIMEOUT)
 
 
 def test_sigkill_harness_watchdog_stops_what_the_signal_cannot_reach(tmp_path: Path) -> None:
@@ -220,7 +212,7 @@ def test_sigkill_harness_watchdog_stops_what_the_signal_cannot_reach(tmp_path: P
         assert len(orphans) >= 2, "the wrapped worker and the SIGTERM-ignoring sleep run under the shell"
         os.kill(h.proc.pid, signal.SIGKILL)
         h.proc.wait(timeout=10)
-        assert_all_gone(h.pids, h.groups, "watchdog")
+        assert_all_gone(h.pids, h.groups, "watchdog", timeout=GONE_TIMEOUT)
 
 
 def test_without_the_watchdog_a_wrapped_server_is_orphaned(tmp_path: Path) -> None:
@@ -244,4 +236,4 @@ def test_deployment_started_on_a_thread_outlives_the_thread_but_not_the_harness(
         assert len(servers) == 3 and all(alive(p) for p in servers)
         os.kill(h.proc.pid, signal.SIGKILL)
         h.proc.wait(timeout=10)
-        assert_all_gone(h.pids, h.groups, "watchdog, thread-started deployment")
+        assert_all_gone(h.pids, h.groups, "watchdog, thread-started deployment", timeout=GONE_TIMEOUT)

@@ -13,11 +13,8 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
 import pytest
-
-from embedlab import Deployment
-
-from ..proctools import descendants_of, group_members, wait_gone
 
 # The input limit every test deployment uses: small, so an over-long input is cheap to send.
 MAX_MODEL_LEN = 128
@@ -103,21 +100,5 @@ class HostSnapshot:
         shm = [f"/dev/shm/{n}" for n in set(os.listdir("/dev/shm")) - self.shm]
         home = [p for p in set().union(*(_walk(d) for d in HOME_DIRS)) - self.home if _looks_like_vllm(p, False)]
         return sorted(tmp + shm + home)
-
-
-def deployment_pids(dep: Deployment) -> dict[int, list[int]]:
-    """Process group id -> every live process of that group and below (by PID, never by name)."""
-    found: dict[int, list[int]] = {}
-    for proc in dep.processes:
-        if proc.pgid is not None and proc.pid is not None:
-            found[proc.pgid] = sorted(set(group_members(proc.pgid)) | set(descendants_of(proc.pid)) | {proc.pid})
-    return found
-
-
-def assert_all_gone(pids: dict[int, list[int]]) -> None:
-    survivors = wait_gone([p for group in pids.values() for p in group], timeout=5)
-    assert survivors == [], f"processes left after teardown: {survivors}"
-    for pgid in pids:
-        assert group_members(pgid) == [], f"process group {pgid} still has members"
 
 

@@ -22,8 +22,8 @@ from embedlab import Deployment, DeploymentSpec, WorkerSpec, multi_model_dispatc
 from embedlab.engines import EngineOptions, create_engine
 from embedlab.serve.openai import decode_embedding
 
-from ..proctools import descendants_of
-from .conftest import MAX_MODEL_LEN, STARTUP_TIMEOUT, HostSnapshot, assert_all_gone, deployment_pids
+from ..proctools import assert_groups_gone, deployment_pids, descendants_of
+from .conftest import MAX_MODEL_LEN, STARTUP_TIMEOUT, HostSnapshot
 
 TEXTS = [
     "Hello world!",
@@ -167,8 +167,8 @@ def test_teardown_leaves_no_process_and_no_file_outside_the_run_dir(lab: Lab) ->
     assert len(pids[lab.dep.workers[0].pgid]) >= 4, pids  # type: ignore[index]
     run_dir = lab.dep.run_dir
     lab.dep.stop()
-    assert_all_gone(pids)
-    assert_all_gone(lab.pids_at_start)
+    assert_groups_gone(pids)
+    assert_groups_gone(lab.pids_at_start)
     assert all(w.returncode == 0 for w in lab.dep.workers), [w.returncode for w in lab.dep.workers]
     assert lab.before.new_files() == []
     # The socket files are gone too; the state stayed inside the run directory.

@@ -16,8 +16,8 @@ from embedlab import Deployment, DeploymentSpec, WorkerSpec
 from embedlab.errors import ReadinessTimeoutError, ServerExitedError
 
 from ..conftest import REPO
-from ..proctools import descendants_of, group_members, wait_gone
-from .conftest import HostSnapshot, assert_all_gone, deployment_pids
+from ..proctools import assert_groups_gone, deployment_pids, descendants_of, group_members, wait_gone
+from .conftest import HostSnapshot
 
 # Long enough for vLLM to fail on a loaded 2-core machine; a hang would still end here.
 BROKEN_TIMEOUT = 300.0
@@ -72,7 +72,7 @@ def test_broken_model_fails_readiness_with_the_log_tail(tiny_models: dict[str, P
     message = str(info.value)
     assert "worker-0 exited with code 1" in message and str(tmp_path / "run" / "worker-0.log") in message
     assert f"embedlab worker: vLLM could not start with {broken.resolve()}" in message  # the tail holds the reason
-    assert_all_gone(deployment_pids(dep))
+    assert_groups_gone(deployment_pids(dep))
     assert before.new_files() == []
 
 

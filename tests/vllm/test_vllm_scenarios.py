@@ -13,7 +13,8 @@ from embedlab import Deployment, DeploymentSpec, WorkerSpec, multi_model_dispatc
 from embedlab.stacks.dynamo import dynamo_installed
 
 from ..conftest import REPO
-from .conftest import MAX_MODEL_LEN, STARTUP_TIMEOUT, HostSnapshot, assert_all_gone, deployment_pids
+from ..proctools import assert_groups_gone, deployment_pids
+from .conftest import MAX_MODEL_LEN, STARTUP_TIMEOUT, HostSnapshot
 
 
 def test_same_model_scenario_from_the_cli_with_default_tiny_models(tiny_models: dict[str, Path], tmp_path: Path) -> None:
@@ -57,7 +58,7 @@ def test_multi_model_on_the_dynamo_stack(tiny_models: dict[str, Path], tmp_path:
         result = multi_model_dispatch(dep, requests_per_burst=10)
         assert result.passed, result.summary()
         pids = deployment_pids(dep)
-    assert_all_gone(pids)
+    assert_groups_gone(pids)
     assert before.new_files() == []
     # vLLM's own log line: the Qwen3 worker pooled LAST, as its model asks, with no flag.
     assert "pooling_type=LAST(source=user)" in (tmp_path / "worker-1.log").read_text()
