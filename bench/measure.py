@@ -16,7 +16,7 @@ import shutil
 import statistics
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -33,9 +33,6 @@ class HeyResult:
     rps: float
     p50_ms: float
     p99_ms: float
-
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 def require_hey() -> None:
@@ -239,3 +236,11 @@ def machine_info() -> dict[str, object]:
         "python": platform.python_version(), "hey": hey_version,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
+
+
+def worker_addresses(frontend_url: str) -> dict[str, list[str]]:
+    """Model -> the request-plane addresses of its live instances, from the embedded frontend's /health."""
+    import httpx
+
+    models = httpx.get(f"{frontend_url}/health", timeout=5).json()["models"]
+    return {model: [str(i["address"]) for i in instances] for model, instances in models.items()}

@@ -17,6 +17,7 @@ frontends' CPU time per request comes from /proc (utime + stime of the process g
 from __future__ import annotations
 
 import argparse
+import statistics
 import json
 import os
 import secrets
@@ -33,6 +34,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from measure import (  # noqa: E402
     ForeignCpu, HeyResult, group_cpu_seconds, hey, machine_info, median_result, require_hey, wait_for_quiet,
+    worker_addresses,
 )
 
 from embedlab import Deployment, DeploymentSpec, ManagedProcess  # noqa: E402
@@ -43,12 +45,6 @@ BODY = json.dumps({"model": MODEL, "input": "hello world"}).encode()
 LITELLM = REPO / ".venv-bench" / "bin" / "litellm"
 PATHS = ("direct", "embedlab", "dynamo", "litellm")
 HOST = "127.0.0.1"
-
-
-def direct_address(frontend_url: str) -> str:
-    """The request plane of the embedded deployment's first registered worker."""
-    models = httpx.get(f"{frontend_url}/health", timeout=5).json()["models"]
-    return str(models[MODEL][0]["address"])
 
 
 def litellm_config(worker_urls: list[str], master_key: str) -> str:
@@ -123,7 +119,8 @@ def main() -> int:
         cpu_groups: dict[str, int] = {}
         own_pgids = [p.pgid for p in embedded.processes if p.pgid]
         if "direct" in paths:
-            targets["direct"] = (direct_address(embedded.frontend_url) + "/v1/embeddings", [])
+            # The first registered worker's request plane.
+            targets["direct"] = (worker_addresses(embedded.frontend_url)[MODEL][0] + "/v1/embeddings", [])
         if "embedlab" in paths:
             targets["embedlab"] = (embedded.frontend_url + "/v1/embeddings", [])
             cpu_groups["embedlab"] = embedded.frontend.pgid  # type: ignore[union-attr,assignment]
@@ -133,7 +130,7 @@ def main() -> int:
             cpu_groups["dynamo"] = dynamo.frontend.pgid  # type: ignore[union-attr,assignment]
             own_pgids += [p.pgid for p in dynamo.processes if p.pgid]
         if "litellm" in paths:
-            worker_urls = [i["address"] for i in httpx.get(f"{embedded.frontend_url}/health").json()["models"][MODEL]]
+            worker_urls = worker_addresses(embedded.frontend_url)[MODEL]
             url, proc, key = start_litellm(stack, embedded.run_dir, worker_urls)
             targets["litellm"] = (url + "/v1/embeddings", [f"Authorization: Bearer {key}"])
             cpu_groups["litellm"] = proc.pgid  # type: ignore[assignment]
@@ -177,7 +174,7 @@ def main() -> int:
             for name in targets:
                 row: dict[str, object] = {"path": name, "concurrency": concurrency, **median_result(runs[name])}
                 if name in cpu:
-                    row["cpu_ms_per_request"] = sorted(cpu[name])[len(cpu[name]) // 2]
+                    row["cpu_ms_per_request"] = statistics.median(cpu[name])
                 row["all_rps"] = [round(r.rps, 1) for r in runs[name]]
                 # Cores that processes not ours used during each run: the noise on the figure.
                 row["foreign_cores"] = [round(f, 2) for f in foreign[name]]

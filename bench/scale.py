@@ -26,13 +26,13 @@ import sys
 import timeit
 from pathlib import Path
 
-import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 from measure import (  # noqa: E402
     ForeignCpu, HeyResult, group_cpu_seconds, hey_many, machine_info, machine_jiffies, require_hey, wait_for_quiet,
+    worker_addresses,
 )
 
 from embedlab import Deployment, DeploymentSpec  # noqa: E402
@@ -117,8 +117,8 @@ def measure(setting: str, *, requests: int, concurrency: int, clients: int) -> d
     with Deployment(spec_for(setting)) as dep:
         models = sorted(set(dep.models))
         front_jobs = [(dep.frontend_url + "/v1/embeddings", body(models[i % len(models)])) for i in range(clients)]
-        listed = httpx.get(dep.frontend_url + "/health", timeout=5).json()["models"]
-        planes = [(inst["address"], model) for model in sorted(listed) for inst in listed[model]]
+        listed = worker_addresses(dep.frontend_url)
+        planes = [(address, model) for model in sorted(listed) for address in listed[model]]
         direct_jobs = [(planes[i % len(planes)][0] + "/v1/embeddings", body(planes[i % len(planes)][1])) for i in range(clients)]
         workers = [w.pgid for w in dep.workers if w.pgid]
         own = [p.pgid for p in dep.processes if p.pgid]
