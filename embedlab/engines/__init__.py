@@ -8,9 +8,11 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
-from .base import Embeddings, Engine, EngineOptions, InvalidInput
+from .base import Embeddings, Engine, EngineOptions, InvalidInput, check_dimensions
 
-__all__ = ["ENGINES", "Embeddings", "Engine", "EngineOptions", "InvalidInput", "create_engine", "register_engine"]
+__all__ = [
+    "ENGINES", "Embeddings", "Engine", "EngineOptions", "InvalidInput", "check_dimensions", "create_engine", "register_engine",
+]
 
 # name -> "module:attribute" of a factory taking EngineOptions
 ENGINES: dict[str, str] = {

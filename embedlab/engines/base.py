@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, Sequence
 
+from ..errors import EngineError
+
 if TYPE_CHECKING:  # numpy stays out of the frontend, which parses these flags too
     import numpy as np
 
-POOLINGS = ("mean", "cls", "last")
+# In the order the vllm engine's error message has always listed them (upper-cased there).
+POOLINGS = ("mean", "last", "cls")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -49,7 +53,10 @@ class EngineOptions:
 
 
 class Engine(Protocol):
-    """An embedding engine. `start()` loads the model; `embed()` may be called concurrently."""
+    """An embedding engine. `start()` loads the model; `embed()` may be called concurrently.
+
+    `embed()` trusts its `dimensions`: callers pass it through `check_dimensions` first.
+    """
 
     name: str
     dim: int
@@ -78,6 +85,32 @@ def check_length(tokens: int, max_model_len: int, index: int) -> None:
         )
 
 
-def reject_dimensions(name: str, dimensions: int | None) -> None:
-    if dimensions is not None:
-        raise InvalidInput(f"The {name} engine does not support 'dimensions'", param="dimensions", code="unsupported_parameter")
+def check_dimensions(engine: Engine, dimensions: object) -> None:
+    """Refuse a `dimensions` the engine cannot honour, before the request reaches it.
+
+    Called where requests enter an engine, not in each engine: the Dynamo worker passes
+    the request's raw value, unchecked by the OpenAI parser.
+    """
+    if dimensions is None:
+        return
+    if not engine.supports_dimensions:
+        raise InvalidInput(
+            f"The {engine.name} engine does not support 'dimensions'", param="dimensions", code="unsupported_parameter"
+        )
+    if isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1:
+        raise InvalidInput("'dimensions' must be a positive integer", param="dimensions")
+    # 'dimensions' shortens a vector, as OpenAI's does. Unbounded, {"dimensions": 2**62}
+    # asked numpy for an impossible array (a 500), and 10**7 for a 40 MB response.
+    if dimensions > engine.dim:
+        raise InvalidInput(
+            f"'dimensions' is {dimensions}, more than this model's {engine.dim}", param="dimensions",
+            code="unsupported_parameter",
+        )
+
+
+def model_dir(path: str | os.PathLike[str]) -> Path:
+    """`path` as a Path, if it is a model directory; else the EngineError a worker exits with."""
+    path = Path(path)
+    if not path.is_dir() or not (path / "config.json").is_file():
+        raise EngineError(f"{path} is not a model directory (no config.json)")
+    return path

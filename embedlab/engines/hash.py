@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .base import Embeddings, EngineOptions, InvalidInput, check_length
+from .base import Embeddings, EngineOptions, check_length
 
 
 class HashEngine:
@@ -33,13 +33,7 @@ class HashEngine:
         return self.embed_sync(inputs, dimensions=dimensions)
 
     def embed_sync(self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None) -> Embeddings:
-        # 'dimensions' shortens a vector, as OpenAI's does. Unbounded, {"dimensions": 2**62}
-        # asked numpy for an impossible array (a 500), and 10**7 for a 40 MB response.
-        if dimensions is not None and dimensions > self.dim:
-            raise InvalidInput(
-                f"'dimensions' is {dimensions}, more than this model's {self.dim}", param="dimensions",
-                code="unsupported_parameter",
-            )
+        # check_dimensions bounded 'dimensions' where the request entered (1..self.dim).
         dim = dimensions or self.dim
         vectors = np.empty((len(inputs), dim), dtype=np.float32)
         tokens = 0

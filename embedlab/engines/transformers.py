@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from ..errors import EngineError
-from .base import POOLINGS, Embeddings, EngineOptions, InvalidInput, check_length, reject_dimensions
+from .base import POOLINGS, Embeddings, EngineOptions, InvalidInput, check_length, model_dir
 from .batching import Deferred, DynamicBatcher
 from .tiny import default_pooling
 
@@ -68,8 +68,7 @@ class TransformersEngine:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        if not self.model_path.is_dir() or not (self.model_path / "config.json").is_file():
-            raise EngineError(f"{self.model_path} is not a model directory (no config.json)")
+        model_dir(self.model_path)
         device = self.options.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -112,16 +111,11 @@ class TransformersEngine:
         return seqs
 
     async def embed(self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None) -> Embeddings:
-        reject_dimensions(self.name, dimensions)
         if self._batcher is None:
             raise EngineError("the transformers engine was not started")
         seqs = self.tokenize(inputs)
         vectors = await self._batcher.submit(seqs)
         return Embeddings(vectors=vectors, prompt_tokens=sum(len(s) for s in seqs))
-
-    def embed_batch_sync(self, seqs: list[list[int]]) -> np.ndarray:
-        """One forward over already tokenized sequences (the batcher's unit of work)."""
-        return self._forward(seqs)
 
     def _forward(self, seqs: list[list[int]]) -> "np.ndarray | Deferred":
         import torch

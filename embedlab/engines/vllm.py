@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from ..errors import EngineError
-from .base import Embeddings, EngineOptions, InvalidInput, reject_dimensions
+from .base import POOLINGS, Embeddings, EngineOptions, InvalidInput, model_dir
 from .tiny import default_pooling
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("embedlab.engines.vllm")
 
-VLLM_POOLINGS = ("MEAN", "LAST", "CLS")
+VLLM_POOLINGS = tuple(p.upper() for p in POOLINGS)  # vLLM's PoolingType names
 # The CPU KV cache, unless a model's max_model_len needs more: small enough for two engines
 # side by side on a small machine. Embeddings keep nothing in it between requests.
 CPU_KV_CACHE_BYTES = 64 << 20
@@ -151,6 +151,10 @@ class VllmEngine:
         self.max_model_len = 0
         self._engine: AsyncLLM | None = None
         self._params: Any = None
+        # Bound by _build, with PoolingParams: a from-import in _encode_one would run the
+        # import machinery once per input on the request path.
+        self._tokens_prompt: Any = None
+        self._validation_error: Any = None
         self._env = _Environment()
         self._state_dir: Path | None = None
         self._own_state_dir = False
@@ -202,10 +206,7 @@ class VllmEngine:
         path = self.options.model_path
         if path is None:
             raise EngineError("the vllm engine needs --model-path DIR (a local model directory)")
-        path = Path(path).expanduser().resolve()
-        if not path.is_dir() or not (path / "config.json").is_file():
-            raise EngineError(f"{path} is not a model directory (no config.json)")
-        return path
+        return model_dir(Path(path).expanduser().resolve())
 
     def _check_pooling(self, model_path: Path) -> str:
         pooling = (self.options.pooling or default_pooling(model_path)).upper()
@@ -319,7 +320,8 @@ class VllmEngine:
         referenced after they finish, and would keep the engine alive past close().
         """
         try:
-            from vllm import PoolingParams
+            from vllm import PoolingParams, TokensPrompt
+            from vllm.exceptions import VLLMValidationError
             from vllm.v1.engine.async_llm import AsyncLLM
         except ImportError as exc:
             raise EngineError(f"the vllm engine needs vLLM: run `make vllm` ({exc})") from exc
@@ -327,6 +329,8 @@ class VllmEngine:
         # task="embed": left unset, vLLM picks "token_embed" (a vector per token).
         # use_activation=None means L2-normalise for embed; False gives the raw pooled vector.
         self._params = PoolingParams(task="embed", use_activation=None if self.options.normalize else False)
+        self._tokens_prompt = TokensPrompt
+        self._validation_error = VLLMValidationError
         try:
             self._engine = AsyncLLM.from_engine_args(engine_args)
         except Exception as exc:  # bad config, missing weights, a core process that died
@@ -356,7 +360,6 @@ class VllmEngine:
     # -- requests -------------------------------------------------------------------------
 
     async def embed(self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None) -> Embeddings:
-        reject_dimensions(self.name, dimensions)
         if self._engine is None:
             raise EngineError("the vllm engine is not running")
         vectors, tokens = await self._encode_all(inputs)
@@ -377,16 +380,14 @@ class VllmEngine:
         return vectors, sum(len(out.prompt_token_ids or ()) for out in outputs)
 
     async def _encode_one(self, item: str | Sequence[int], index: int) -> Any:
-        from vllm import TokensPrompt
-        from vllm.exceptions import VLLMValidationError
-
         assert self._engine is not None
-        prompt: Any = item if isinstance(item, str) else TokensPrompt(prompt_token_ids=[int(t) for t in item])
+        # parse_inputs has already checked every id is a plain, non-negative int.
+        prompt: Any = item if isinstance(item, str) else self._tokens_prompt(prompt_token_ids=list(item))
         final = None
         try:
             async for out in self._engine.encode(prompt, self._params, request_id=f"embedlab-{next(self._ids)}"):
                 final = out  # a pooling request yields exactly one, finished, output
-        except VLLMValidationError as exc:
+        except self._validation_error as exc:
             # Not a ValueError: vLLM's own tree, for the request's fault. The engine stays up.
             message = " ".join(str(exc).split())
             code = "context_length_exceeded" if "maximum context length" in message else None

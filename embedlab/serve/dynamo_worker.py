@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from ..engines import EngineOptions, InvalidInput, create_engine
+from ..engines import EngineOptions, InvalidInput, check_dimensions, create_engine
 from ..errors import EngineError
 from .openai import ApiError, parse_inputs
 from .registry import validate_endpoint
@@ -83,6 +83,7 @@ async def run(config: DynamoWorkerConfig) -> int:
                 raise ApiError(404, f"this worker serves '{config.served_model_name}', not '{request.get('model')}'")
             inputs = parse_inputs(request.get("input"))
             dimensions = request.get("dimensions")
+            check_dimensions(engine, dimensions)
             result = await engine.embed(inputs, dimensions=dimensions)
         except (ApiError, InvalidInput) as exc:
             raise InvalidArgument(str(exc)) from None

@@ -19,7 +19,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from ..engines import EngineOptions, InvalidInput, create_engine
+from ..engines import EngineOptions, InvalidInput, check_dimensions, create_engine
 from ..errors import EngineError
 from .http import error_response, json_response, make_app, start_site
 from .openai import ApiError, bad_request, embedding_response, parse_embedding_request
@@ -130,6 +130,7 @@ class Worker:
                     404, f"The model '{parsed.model}' does not exist. Served models: {self.config.served_model_name}",
                     type="not_found_error", param="model", code="model_not_found",
                 )
+            check_dimensions(self.engine, parsed.dimensions)
             result = await self.engine.embed(parsed.inputs, dimensions=parsed.dimensions)
             payload = embedding_response(
                 model=self.config.served_model_name, vectors=result.vectors,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embedlab.engines import EngineOptions, InvalidInput, create_engine
+from embedlab.engines import EngineOptions, InvalidInput, check_dimensions, create_engine
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -56,8 +56,10 @@ def test_dimensions_and_length_are_client_errors(tiny_models: dict[str, Path]) -
         engine = create_engine("transformers", EngineOptions(model_path=tiny_models["bert"], device="cpu", max_model_len=8))
         await engine.start()
         try:
-            with pytest.raises(InvalidInput):
-                await engine.embed(["x"], dimensions=8)
+            # Refused where requests enter the engine (the workers' handlers), not in embed().
+            with pytest.raises(InvalidInput, match="does not support 'dimensions'") as refused:
+                check_dimensions(engine, 8)
+            assert (refused.value.param, refused.value.code) == ("dimensions", "unsupported_parameter")
             with pytest.raises(InvalidInput, match="maximum of 8"):
                 await engine.embed(["word " * 20])
             with pytest.raises(InvalidInput, match="vocabulary"):
