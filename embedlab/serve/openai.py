@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 if TYPE_CHECKING:  # numpy is imported where vectors are encoded: the frontend never needs it
     import numpy as np
 
-try:  # orjson is optional: about 5x faster on the float-heavy response bodies.
+# orjson is a required dependency (pyproject.toml), about 5x faster on the float-heavy
+# response bodies. The fallback stays on purpose: the GPU image runs the serving stack
+# from a checkout, without orjson installed.
+try:
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
@@ -170,23 +173,22 @@ def parse_embedding_request(body: bytes) -> EmbeddingRequest:
     return EmbeddingRequest(model=model, inputs=inputs, encoding_format=encoding_format, dimensions=dimensions)
 
 
-def _encode(vector: "np.ndarray", encoding_format: str) -> list[float] | str:
-    import numpy as np
-
-    if encoding_format == "base64":
-        # OpenAI's base64 format: little-endian float32 bytes.
-        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
-    return np.asarray(vector, dtype=np.float32).tolist()
-
-
 def embedding_response(
     *, model: str, vectors: "Sequence[np.ndarray] | np.ndarray", prompt_tokens: int, encoding_format: str = "float"
 ) -> bytes:
     """Serialise an OpenAI embeddings response body."""
+    import numpy as np  # once per response, not per vector; never at import: the frontend uses this module too
+
+    def encode(vector: "np.ndarray") -> list[float] | str:
+        if encoding_format == "base64":
+            # OpenAI's base64 format: little-endian float32 bytes.
+            return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+        return np.asarray(vector, dtype=np.float32).tolist()
+
     payload = {
         "object": "list",
         "data": [
-            {"object": "embedding", "index": i, "embedding": _encode(vector, encoding_format)}
+            {"object": "embedding", "index": i, "embedding": encode(vector)}
             for i, vector in enumerate(vectors)
         ],
         "model": model,
