@@ -19,14 +19,13 @@ from typing import Sequence
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
-from yarl import URL
 
 from .faults import Fault, FaultInjector
-from .http import error_response, is_loopback_host, json_response, make_app, start_site, url_is_loopback
+from .http import error_response, is_loopback_host, json_response, make_app, start_site
 from .openai import WORKER_HEADER, ApiError, bad_request, loads, parse_embedding_request
 from .registry import DEFAULT_TTL, Instance, RegistrationConflict, Registry
 from .router import make_policy
-from .upstream import UpstreamClient, UpstreamError
+from .upstream import UpstreamClient, UpstreamError, WorkerUrlError, parse_worker_url
 
 log = logging.getLogger("embedlab.frontend")
 
@@ -101,7 +100,7 @@ class Frontend:
     def __init__(self, config: FrontendConfig) -> None:
         self.config = config
         self.faults = FaultInjector(config.faults, seed=config.seed)
-        self.registry = Registry(ttl=config.lease_ttl, on_remove=self.faults.remember)
+        self.registry = Registry(ttl=config.lease_ttl, on_remove=self._instance_left)
         self.policy = make_policy(config.router_mode, seed=config.seed)
         self.metrics = _Metrics(self.registry)
         self.app = make_app(client_max_size=config.max_body_bytes)
@@ -139,6 +138,13 @@ class Frontend:
             await self._runner.cleanup()
         if self._upstream is not None:
             self._upstream.close()
+
+    def _instance_left(self, instance: Instance) -> None:
+        self.faults.remember(instance)
+        # Idle connections to a worker that left would otherwise stay open, and its pool
+        # in the client for good; another instance may still serve on the same URL.
+        if self._upstream is not None and not any(i.url == instance.url for i in self.registry.instances()):
+            self._upstream.drop(instance.url)
 
     async def _sweep(self) -> None:
         # Four sweeps per TTL: a lapsed lease leaves dispatch well within 2 TTLs.
@@ -276,18 +282,22 @@ class Frontend:
         url = payload["url"]
         # Refuse here what the dispatch cannot use: a URL that does not parse ('http://h:abc',
         # 'http://[::1') or https (the upstream client speaks plain HTTP) was accepted and
-        # then failed every request for the model with a 502.
+        # then failed every request for the model with a 502. The upstream client's own
+        # parser decides, so that what registers is exactly what dispatch can connect to.
         try:
-            parsed_url = URL(url)
-        except ValueError:
-            parsed_url = None
-        if parsed_url is None or parsed_url.scheme != "http" or not parsed_url.host:
-            raise bad_request("'url' must be an http:// URL with a host and a valid port", param="url")
-        if not self.config.allow_remote_workers and not url_is_loopback(url):
+            host: str | None = parse_worker_url(url)[0]
+            invalid: WorkerUrlError | None = None
+        except WorkerUrlError as exc:
+            host, invalid = exc.host, exc
+        # A URL that names a remote host is refused as remote even when it is also
+        # malformed: 'http://127.0.0.1@example.com:9' is a remote worker in disguise.
+        if host is not None and not self.config.allow_remote_workers and not is_loopback_host(host):
             raise ApiError(
                 403, f"Worker URL {url} is not on loopback; start the frontend with --allow-remote-workers to accept it",
                 type="permission_error", param="url", code="remote_worker_refused",
             )
+        if invalid is not None:
+            raise bad_request(f"Bad 'url': {invalid}; it must be http://host:port, optionally with a trailing '/'", param="url")
         pid = payload.get("pid")
         max_len = payload.get("max_model_len")
         try:

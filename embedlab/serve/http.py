@@ -10,7 +10,6 @@ import signal
 import socket
 import sys
 from typing import Any, Awaitable, Callable
-from urllib.parse import urlsplit
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -36,9 +35,7 @@ _ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_
 def closing_error(status: int, message: str, *, code: str) -> web.Response:
     """A client error that also closes the connection: its body, unread or broken, must
     not be parsed as the next request."""
-    response = web.Response(
-        body=error_body(message, type="invalid_request_error", code=code), status=status, content_type=JSON
-    )
+    response = error_response(ApiError(status, message, code=code))
     response.force_close()
     return response
 
@@ -122,14 +119,6 @@ def is_loopback_host(host: str) -> bool:
             return all(ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(host, None))
         except (OSError, ValueError):  # UnicodeError (idna) and NUL bytes are ValueErrors
             return False
-
-
-def url_is_loopback(url: str) -> bool:
-    try:
-        host = urlsplit(url).hostname
-    except ValueError:  # 'http://[::1' and the like
-        return False
-    return bool(host) and is_loopback_host(host)  # type: ignore[arg-type]
 
 
 def install_event_loop_policy() -> None:

@@ -22,6 +22,54 @@ class UpstreamError(Exception):
     """The worker could not be reached, or broke the connection or the protocol."""
 
 
+class WorkerUrlError(ValueError):
+    """A worker URL the upstream client cannot use. `host` is the host it names, where it
+    names one, so that registration can still refuse a remote host as remote."""
+
+    def __init__(self, message: str, host: str | None = None) -> None:
+        super().__init__(message)
+        self.host = host
+
+
+def parse_worker_url(url: str) -> tuple[str, int]:
+    """(host, port) of a worker's request plane: `http://host:port`, optionally with "/".
+
+    The one parser for worker URLs, used by registration, its loopback check and the
+    connection pools alike: two parsers disagreed, so URLs that registration accepted
+    failed at dispatch (a trailing space made the port a ValueError there, port 0
+    became 80, a path was silently ignored).
+    """
+    if url != url.strip():
+        raise WorkerUrlError(f"worker URL {url!r} has surrounding whitespace")
+    # urlsplit drops tabs and newlines anywhere in a URL, and the resolver would take
+    # non-ASCII hosts through IDNA: what is accepted must be what is connected to.
+    if not url.isascii() or not url.isprintable() or " " in url:
+        raise WorkerUrlError(f"worker URL {url!r} must be printable ASCII without spaces")
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # 'http://[::1' and the like
+        raise WorkerUrlError(f"worker URL {url!r} does not parse: {exc}") from None
+    host = parts.hostname
+    if parts.scheme != "http":
+        raise WorkerUrlError(f"worker URL {url!r} must be http:// (the upstream client speaks plain HTTP)", host)
+    if not host:
+        raise WorkerUrlError(f"worker URL {url!r} has no host")
+    if "@" in parts.netloc:
+        raise WorkerUrlError(f"worker URL {url!r} must not carry user info", host)
+    if "?" in url or "#" in url:
+        raise WorkerUrlError(f"worker URL {url!r} must not carry a query or a fragment", host)
+    if parts.path not in ("", "/"):
+        # Requests always go to /v1/embeddings: a path prefix would be ignored, not used.
+        raise WorkerUrlError(f"worker URL {url!r} must not carry a path", host)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not port:  # missing, out of range, not a number, or 0
+        raise WorkerUrlError(f"worker URL {url!r} needs a port from 1 to 65535", host)
+    return host, port
+
+
 @dataclass(slots=True)
 class UpstreamResponse:
     status: int
@@ -39,23 +87,33 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[UpstreamResponse] | None = None
         self.closed = False
         self.got_bytes = False
+        # The worker closed the connection (not we): only then is a reused connection
+        # stale rather than the worker slow.
+        self.peer_closed = False
         self.keep_alive = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:  # not our own abort()
+            self.peer_closed = True
         self.closed = True
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_exception(UpstreamError(f"connection lost: {exc or 'closed by the worker'}"))
         self.pool.forget(self)
+
+    def eof_received(self) -> None:
+        self.peer_closed = True
 
     def send(self, head: bytes, body: bytes) -> asyncio.Future[UpstreamResponse]:
         assert self.transport is not None
         self.waiter = asyncio.get_running_loop().create_future()
         self.buffer.clear()
         self.got_bytes = False
-        self.transport.write(head + body)
+        # Not head + body: that copies the whole body per request. uvloop writes the
+        # two buffers with one writev; the stdlib loop joins them (3.11) or uses sendmsg.
+        self.transport.writelines((head, body))
         return self.waiter
 
     def data_received(self, data: bytes) -> None:
@@ -94,7 +152,12 @@ class _Connection(asyncio.Protocol):
             name, _, value = line.partition(":")
             name = name.strip().lower()
             if name == "content-length":
-                length = int(value.strip())
+                value = value.strip()
+                # int() would also take '+5', '1_0' and ' 5', and its ValueError escaped
+                # data_received instead of failing this request.
+                if not (value.isascii() and value.isdigit()):
+                    raise UpstreamError(f"bad Content-Length {value[:40]!r}")
+                length = int(value)
             elif name == "transfer-encoding" and "chunked" in value.lower():
                 chunked = True
             elif name == "content-type":
@@ -111,7 +174,10 @@ class _Connection(asyncio.Protocol):
                 raise UpstreamError("response body too large")
             if len(self.buffer) - start < length:
                 return None
-            body = bytes(self.buffer[start : start + length])
+            # Through a view: slicing the bytearray would copy the body once more. The
+            # view is released at once, since a bytearray with a live view cannot resize.
+            with memoryview(self.buffer) as view:
+                body = bytes(view[start : start + length])
         else:
             raise UpstreamError("response without Content-Length or chunked framing")
         return UpstreamResponse(status=status, content_type=content_type, body=body)
@@ -146,6 +212,7 @@ class _Pool:
         self.host = host
         self.port = port
         self.idle: deque[_Connection] = deque()
+        self.closed = False
         self.head_prefix = f"POST /v1/embeddings HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n".encode()
 
     def forget(self, conn: _Connection) -> None:
@@ -154,15 +221,24 @@ class _Pool:
         except ValueError:
             pass
 
-    async def connect(self) -> _Connection:
+    async def connect(self, timeout: float) -> _Connection:
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await loop.create_connection(lambda: _Connection(self), self.host, self.port)
+            # A host that drops SYNs would otherwise hold the request for the kernel's
+            # connect timeout (minutes), outside the request timeout.
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(self), self.host, self.port), timeout
+            )
+        except asyncio.TimeoutError:
+            raise UpstreamError(f"cannot connect to {self.host}:{self.port} within {timeout:g} s") from None
         except OSError as exc:
             raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}") from None
         return conn
 
     def close(self) -> None:
+        # A request in flight on this pool must not park its connection here afterwards:
+        # nothing would ever take it out again.
+        self.closed = True
         while self.idle:
             self.idle.popleft().abort()
 
@@ -178,10 +254,11 @@ class UpstreamClient:
     def _pool(self, base_url: str) -> _Pool:
         pool = self._pools.get(base_url)
         if pool is None:
-            parts = urlsplit(base_url)
-            if parts.scheme != "http" or not parts.hostname:
-                raise UpstreamError(f"unsupported worker URL {base_url!r} (http only)")
-            pool = self._pools[base_url] = _Pool(parts.hostname, parts.port or 80)
+            try:
+                host, port = parse_worker_url(base_url)
+            except ValueError as exc:
+                raise UpstreamError(str(exc)) from None
+            pool = self._pools[base_url] = _Pool(host, port)
         return pool
 
     async def post(self, base_url: str, body: bytes) -> UpstreamResponse:
@@ -189,6 +266,9 @@ class UpstreamClient:
         head = pool.head_prefix + b"Content-Length: %d\r\n\r\n" % len(body)
         # A pooled connection may have been closed by the worker while idle; that is no
         # fault of the worker, so retry once on a fresh connection before reporting one.
+        # Only a close by the worker before any byte of the answer counts as stale: a
+        # timeout on a reused connection is a slow worker, and retrying it would double
+        # the wait.
         while pool.idle:
             conn = pool.idle.pop()
             if conn.closed:
@@ -196,10 +276,10 @@ class UpstreamClient:
             try:
                 return await self._exchange(pool, conn, head, body)
             except UpstreamError:
-                if conn.got_bytes:
+                if conn.got_bytes or not conn.peer_closed:
                     raise
                 break
-        return await self._exchange(pool, await pool.connect(), head, body)
+        return await self._exchange(pool, await pool.connect(self.timeout), head, body)
 
     async def _exchange(self, pool: _Pool, conn: _Connection, head: bytes, body: bytes) -> UpstreamResponse:
         loop = asyncio.get_running_loop()
@@ -212,7 +292,7 @@ class UpstreamClient:
             raise
         finally:
             timer.cancel()
-        if conn.keep_alive and not conn.closed and len(pool.idle) < self.max_idle:
+        if conn.keep_alive and not conn.closed and not pool.closed and len(pool.idle) < self.max_idle:
             pool.idle.append(conn)
         else:
             conn.abort()

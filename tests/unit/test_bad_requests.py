@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import httpx
 import pytest
@@ -85,3 +86,43 @@ def test_unknown_route_and_method_are_json_errors(inprocess_stack) -> None:  # t
         assert client.get("/v1/nothing").json()["error"]["type"] == "not_found_error"
         response = client.get("/v1/embeddings")
         assert response.status_code == 405 and "error" in response.json()
+
+
+BAD_WORKER_URLS = [
+    "http://127.0.0.1:9000 ", " http://127.0.0.1:9000", "http://127.0.0.1:90\t00", "http://127.0.0.1:0",
+    "http://127.0.0.1", "http://127.0.0.1:65536", "http://127.0.0.1:abc", "http://127.0.0.1:9000/prefix",
+    "http://127.0.0.1:9000?x=1", "http://127.0.0.1:9000#f", "http://user@127.0.0.1:9000", "https://127.0.0.1:9000",
+    "http://[::1", "http://:9000", "http://",
+]
+
+
+@pytest.mark.parametrize("url", BAD_WORKER_URLS, ids=[repr(u) for u in BAD_WORKER_URLS])
+def test_registration_refuses_a_worker_url_dispatch_would_read_differently(inprocess_stack, url: str) -> None:  # type: ignore[no-untyped-def]
+    # Most were registered once, and then failed dispatch with a 500 (the port's
+    # ValueError) or went where the URL did not say (port 0 became 80, a path was dropped).
+    registration = {"instance_id": "bad-url", "endpoint": "test.bad.generate", "model": "model-a", "url": url}
+    with httpx.Client(base_url=inprocess_stack.url, timeout=30) as client:
+        response = client.post("/registry/instances", json=registration)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert (error["type"], error["param"]) == ("invalid_request_error", "url") and error["message"]
+        assert "bad-url" not in client.get("/registry/instances").text
+        assert client.post("/v1/embeddings", json={"model": "model-a", "input": "x"}).status_code == 200
+
+
+def test_a_worker_that_leaves_takes_its_connection_pool_along(inprocess_stack) -> None:  # type: ignore[no-untyped-def]
+    upstream = inprocess_stack.frontend._upstream
+    # A bound port that does not listen: dispatch fails, but only after the client made a
+    # pool for it. No real worker, whose heartbeat would register its URL again meanwhile.
+    with socket.socket() as unused, httpx.Client(base_url=inprocess_stack.url, timeout=30) as client:
+        unused.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{unused.getsockname()[1]}"
+        for instance_id in ("p1", "p2"):
+            registration = {"instance_id": instance_id, "endpoint": "test.gone.generate", "model": "model-p", "url": url + "/"}
+            assert client.post("/registry/instances", json=registration).status_code == 201
+        assert client.post("/v1/embeddings", json={"model": "model-p", "input": "x"}).status_code == 502
+        assert url in upstream._pools
+        assert client.delete("/registry/instances/p1").status_code == 200
+        assert url in upstream._pools, "another instance still serves on that URL"
+        assert client.delete("/registry/instances/p2").status_code == 200
+        assert url not in upstream._pools
