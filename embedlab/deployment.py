@@ -27,7 +27,7 @@ from .errors import ConfigError
 from .metrics import DEFAULT_METRIC, MetricQuery
 from .ports import release_port, reserve_port
 from .process import ManagedProcess, stop_together
-from .specs import DeploymentSpec
+from .specs import TOKEN_ENV, DeploymentSpec
 from .stacks import ProcessSpec, StackContext, get_stack
 
 HOST = "127.0.0.1"
@@ -278,7 +278,7 @@ class Deployment:
         if len(weights) != len(self.workers):
             raise ConfigError(f"{len(self.workers)} workers but {len(weights)} weights")
         # The registry wants the token the frontend was started with, where one is set.
-        token = self._env.get("EMBEDLAB_TOKEN")
+        token = self._env.get(TOKEN_ENV)
         with clients.client(timeout=5.0, headers={"Authorization": f"Bearer {token}"} if token else None) as client:
             instances = {
                 i["endpoint"]: i["instance_id"]

@@ -9,6 +9,9 @@ from typing import Sequence
 from .errors import ConfigError
 
 STACKS = ("embedded", "dynamo")
+# The shared registry token of a frontend reachable beyond loopback (read by the frontend,
+# sent by workers and by the harness).
+TOKEN_ENV = "EMBEDLAB_TOKEN"
 SCENARIOS = ("same-model", "multi-model", "failover")
 
 

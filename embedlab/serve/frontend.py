@@ -20,6 +20,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from ..specs import TOKEN_ENV
 from .faults import Fault, FaultInjector
 from .http import error_response, is_loopback_host, json_response, make_app, start_site
 from .openai import WORKER_HEADER, ApiError, bad_request, loads, parse_embedding_request
@@ -29,7 +30,6 @@ from .upstream import UpstreamClient, UpstreamError, WorkerUrlError, parse_worke
 
 log = logging.getLogger("embedlab.frontend")
 
-TOKEN_ENV = "EMBEDLAB_TOKEN"
 DEFAULT_MAX_BODY = 8 << 20
 
 
