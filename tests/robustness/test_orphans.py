@@ -42,6 +42,11 @@ class Started:
     def server(self, name: str) -> dict[str, int]:
         return self.report["servers"][name]
 
+    def sigkill(self) -> None:
+        """SIGKILL the harness process itself and reap it: nothing of it runs its teardown."""
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
 
 def _everything_under(harness_pid: int, groups: list[int]) -> list[int]:
     return sorted({*descendants_of(harness_pid), *(m for g in groups for m in group_members(g))})
@@ -200,8 +205,7 @@ def test_sigkill_harness_parent_death_signal_alone_stops_the_servers(tmp_path: P
         sigkill_and_wait(h.report["watchdog"])
         servers = [s["pid"] for s in h.report["servers"].values()]
         assert len(servers) == 3 and all(alive(p) for p in servers)
-        os.kill(h.proc.pid, signal.SIGKILL)
-        h.proc.wait(timeout=10)
+        h.sigkill()
         assert_all_gone(h.pids, h.groups, "parent-death signal", timeout=GONE_TIMEOUT)
 
 
@@ -210,8 +214,7 @@ def test_sigkill_harness_watchdog_stops_what_the_signal_cannot_reach(tmp_path: P
         wrapper = h.server("wrapper")
         orphans = [p for p in group_members(wrapper["pgid"]) if p != wrapper["pid"]]
         assert len(orphans) >= 2, "the wrapped worker and the SIGTERM-ignoring sleep run under the shell"
-        os.kill(h.proc.pid, signal.SIGKILL)
-        h.proc.wait(timeout=10)
+        h.sigkill()
         assert_all_gone(h.pids, h.groups, "watchdog", timeout=GONE_TIMEOUT)
 
 
@@ -221,8 +224,7 @@ def test_without_the_watchdog_a_wrapped_server_is_orphaned(tmp_path: Path) -> No
         wrapper = h.server("wrapper")
         orphans = [p for p in group_members(wrapper["pgid"]) if p != wrapper["pid"]]
         sigkill_and_wait(h.report["watchdog"])
-        os.kill(h.proc.pid, signal.SIGKILL)
-        h.proc.wait(timeout=10)
+        h.sigkill()
         # The direct children die of the signal...
         assert wait_gone([s["pid"] for s in h.report["servers"].values()], timeout=GONE_TIMEOUT) == []
         # ...the wrapper's children do not: this is the watchdog's job. (Torn down on exit.)
@@ -234,6 +236,5 @@ def test_deployment_started_on_a_thread_outlives_the_thread_but_not_the_harness(
     with harness("thread", tmp_path) as h:
         servers = [s["pid"] for s in h.report["servers"].values()]
         assert len(servers) == 3 and all(alive(p) for p in servers)
-        os.kill(h.proc.pid, signal.SIGKILL)
-        h.proc.wait(timeout=10)
+        h.sigkill()
         assert_all_gone(h.pids, h.groups, "watchdog, thread-started deployment", timeout=GONE_TIMEOUT)
