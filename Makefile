@@ -8,13 +8,21 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 PYTEST_ARGS ?=
 OUT ?= outputs
 
-.PHONY: run test lab install dynamo vllm clean-venv
+.PHONY: run test lab install dynamo vllm clean-venv test-debs
 
 run: install
 	$(BIN)/embedlab regress --out $(OUT)
 
-test: install
+test: install test-debs
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Debian packages the suite drives: installed with apt-get (through sudo when not root)
+# where missing. Where that cannot be done, one line says what to install, or how to do
+# without on purpose.
+test-debs:
+ifneq ($(EMBEDLAB_ALLOW_NO_BROWSER),1)
+	@scripts/ensure-debs "or skip the browser tests on purpose: make test EMBEDLAB_ALLOW_NO_BROWSER=1" chromium:chromium
+endif
 
 # JupyterLab refuses root without --allow-root, and containers often run as root.
 lab: install
@@ -73,7 +81,7 @@ $(BENCH_VENV)/.stamp: pyproject.toml
 	touch $@
 
 bench-hey:
-	@command -v hey >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq hey; }
+	@scripts/ensure-debs "or run the benchmarks on a machine that has it" hey:hey
 
 bench-router: bench
 	$(BIN)/python bench/router_overhead.py

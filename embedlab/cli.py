@@ -280,7 +280,7 @@ def _run_scenario(args: argparse.Namespace) -> int:
     if args.plot:
         result.plot().savefig(args.plot, dpi=100)
     print(result.summary())
-    return 0 if result.passed else EXIT_FAILED
+    return 0 if result.ok else EXIT_FAILED
 
 
 def _add_regress(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -326,8 +326,16 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ign
 ]
 
 
+DESCRIPTION = (
+    "Prove how a frontend routes /v1/embeddings traffic across embedding workers: launch a frontend and "
+    "its workers (or attach to a running deployment), send bounded bursts, and judge each worker's own "
+    "request counter. Run one scenario with `embedlab scenario`, every scenario notebook with `embedlab regress`."
+)
+EPILOG = "exit codes: 0 passed (or figures reported, not asserted), 1 a check failed, 2 could not run, 130 interrupted"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="embedlab", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(prog="embedlab", description=DESCRIPTION, epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in SUBCOMMANDS:
         add(sub)

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .errors import ConfigError
-from .scenarios import DEFAULT_FAIRNESS_ALPHA, FAILED, INCONCLUSIVE, PASSED, ScenarioResult, same_model_load_balance
+from .scenarios import DEFAULT_FAIRNESS_ALPHA, ScenarioResult, same_model_load_balance
+from .verdicts import Verdict
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -187,15 +188,14 @@ class SweepResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def verdict(self) -> str:
-        verdicts = {p.result.verdict for p in self.points}
-        if INCONCLUSIVE in verdicts:
-            return INCONCLUSIVE
-        return FAILED if FAILED in verdicts or not self.points else PASSED
+    def verdict(self) -> Verdict:
+        if not self.points:
+            return Verdict.FAILED
+        return Verdict.worst([Verdict(p.result.verdict) for p in self.points])
 
     @property
     def passed(self) -> bool:
-        return self.verdict == PASSED
+        return self.verdict == Verdict.PASSED
 
     @property
     def reasons(self) -> list[str]:

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from .scenarios import Burst, ScenarioResult
+    from .traffic import RequestRecord
 
 OBSERVED, EXPECTED, BAD = "#1f77b4", "#c7c7c7", "#d62728"
 
@@ -20,6 +21,14 @@ def _figure(width: float, height: float, ncols: int = 1) -> tuple["Figure", list
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     return fig, list(axes)
+
+
+# A frontend that names no serving worker (Dynamo's) gives one line for all responses.
+ALL_RESPONSES = "all responses (the frontend names no worker)"
+
+
+def _served_by(record: "RequestRecord") -> str:
+    return record.worker.split("/")[0] if record.worker else ALL_RESPONSES
 
 
 def _delta(burst: "Burst", index: int) -> float:
@@ -65,16 +74,16 @@ def plot_deltas(result: "ScenarioResult") -> "Figure":
 def plot_latency(result: "ScenarioResult") -> "Figure":
     """Latency over the run, coloured by serving worker, and its distribution per burst."""
     fig, (timeline, dist) = _figure(9.0, 3.2, 2)
-    workers = sorted({r.worker or "unattributed" for b in result.bursts for r in b.traffic.records})
+    workers = sorted({_served_by(r) for b in result.bursts for r in b.traffic.records if r.ok})
     palette = {w: f"C{k % 10}" for k, w in enumerate(workers)}
     offset = 0.0
     for burst in result.bursts:
         records = burst.traffic.records
         for worker in workers:
-            picked = [r for r in records if (r.worker or "unattributed") == worker and r.ok]
+            picked = [r for r in records if r.ok and _served_by(r) == worker]
             timeline.scatter(
                 [offset + r.started for r in picked], [r.latency * 1000 for r in picked], s=8, color=palette[worker],
-                label=worker.split("/")[0] if burst is result.bursts[0] else None,
+                label=worker if burst is result.bursts[0] else None,
             )
         failed = [r for r in records if not r.ok]
         if failed:
@@ -99,10 +108,10 @@ def plot_timeline(result: "ScenarioResult") -> "Figure":
     fig, (ax,) = _figure(8.0, 3.4)
     burst = result.bursts[0]
     records = sorted(burst.traffic.records, key=lambda r: r.started + r.latency)
-    workers = sorted({r.worker or "unattributed" for r in records if r.ok})
+    workers = sorted({_served_by(r) for r in records if r.ok})
     for k, worker in enumerate(workers):
-        done = [r.started + r.latency for r in records if r.ok and (r.worker or "unattributed") == worker]
-        ax.step(done, np.arange(1, len(done) + 1), where="post", color=f"C{k % 10}", label=worker.split("/")[0])
+        done = [r.started + r.latency for r in records if r.ok and _served_by(r) == worker]
+        ax.step(done, np.arange(1, len(done) + 1), where="post", color=f"C{k % 10}", label=worker)
     failed = [r.started + r.latency for r in records if not r.ok]
     if failed:
         ax.scatter(failed, np.zeros(len(failed)), marker="x", color=BAD, s=40, zorder=5, label=f"failed ({len(failed)})")

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .errors import ConfigError, NotebookRunError
+from .verdicts import Verdict
 
 __all__ = ["DEFAULT_CELL_TIMEOUT", "Job", "Matrix", "Outcome", "RegressRun", "load_matrix", "regress", "run_job"]
 
@@ -54,7 +55,6 @@ DEFAULT_CELL_TIMEOUT = 600.0
 RUNNER_PARAMS = ("run_dir", "result_json")
 # Left out of a generated slug: long, machine-specific, or the same in every set.
 _SLUG_SKIP = {"frontend_url", "system_urls", "model_paths", *RUNNER_PARAMS}
-PASSED, FAILED, INCONCLUSIVE, ERROR = "passed", "failed", "inconclusive", "error"
 
 
 # -- the matrix ---------------------------------------------------------------------------------
@@ -85,6 +85,13 @@ def default_notebook_dir() -> Path:
     if os.environ.get("EMBEDLAB_NOTEBOOKS"):
         return Path(os.environ["EMBEDLAB_NOTEBOOKS"])
     return Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def shown_path(path: Path) -> str:
+    """`path` relative to the source checkout when it lies inside it: shorter, and the same on every machine."""
+    root = Path(__file__).resolve().parent.parent
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(resolved)
 
 
 def default_matrix_path() -> Path:
@@ -197,7 +204,7 @@ class Outcome:
     """What one notebook run left behind."""
 
     job: Job
-    status: str  # passed, failed, inconclusive, error
+    status: Verdict
     seconds: float
     notebook_out: Path
     html: Path | None
@@ -207,13 +214,17 @@ class Outcome:
     error: str | None = None
     figures: list[str] = field(default_factory=list)  # base64 PNGs, for index.html
 
+    def __post_init__(self) -> None:
+        self.status = Verdict(self.status)
+
     @property
     def passed(self) -> bool:
-        return self.status == PASSED
+        """Nothing asserted failed: the notebook passed, or only reported its figures."""
+        return self.status.ok
 
     @property
     def summary(self) -> str:
-        if self.error and (self.result is None or self.result.get("passed")):
+        if self.error and (self.result is None or self.result.get("ok", self.result.get("passed"))):
             return self.error
         if self.result is not None:
             r = self.result
@@ -250,14 +261,18 @@ class Outcome:
 
 
 def key_figures(result: dict[str, Any]) -> dict[str, Any]:
-    """The numbers a reader compares between runs: deltas, p-values, latency percentiles."""
+    """The numbers a reader compares between runs: deltas, p-values, latency percentiles,
+    and requests lost, which a reported (not asserted) failover must not hide."""
     bursts = result.get("bursts") or []
+    extra = result.get("extra") or {}
     return {
         "verdict": result.get("verdict"),
         "p_values": result.get("p_values") or {},
         "latency_ms": result.get("latency_ms") or {},
         "deltas": {b.get("name", str(i)): b.get("deltas") for i, b in enumerate(bursts)},
         "expected": {b.get("name", str(i)): b.get("expected") for i, b in enumerate(bursts)},
+        "failed_requests": sum(int((b.get("traffic") or {}).get("failed") or 0) for b in bursts),
+        "out_of_dispatch_s": extra.get("excluded_after_s"),
     }
 
 
@@ -314,19 +329,20 @@ def run_job(job: Job, run_dir: Path, *, timeout: float = DEFAULT_CELL_TIMEOUT, s
             figures = notebook_figures(notebook_out)
         except Exception as exc:  # a broken export must not hide the notebook's own verdict
             error = (error + "; " if error else "") + f"HTML export failed: {exc.__class__.__name__}: {exc}"
-            status = ERROR
+            status = Verdict.ERROR
     return Outcome(
         job=job, status=status, seconds=seconds, notebook_out=notebook_out, html=html, result_json=result_json,
         logs=logs, result=result, error=error, figures=figures,
     )
 
 
-def _status(error: str | None, result: dict[str, Any] | None) -> str:
-    if result is not None and result.get("verdict") in (FAILED, INCONCLUSIVE):
-        return str(result["verdict"])
+def _status(error: str | None, result: dict[str, Any] | None) -> Verdict:
+    verdict = (result or {}).get("verdict")
+    if verdict in (Verdict.FAILED, Verdict.INCONCLUSIVE):
+        return Verdict(verdict)
     if error is not None:
-        return ERROR
-    return PASSED
+        return Verdict.ERROR
+    return Verdict.REPORTED if verdict == Verdict.REPORTED else Verdict.PASSED
 
 
 def _first_line(text: str) -> str:
@@ -406,9 +422,9 @@ def regress(
         "started_at": started_at.isoformat(timespec="seconds"),
         "started_ts": started_at.timestamp(),
         "wall_seconds": round(wall, 2),
-        "matrix": str(plan.path),
+        "matrix": shown_path(plan.path),
         "passed": all(o.passed for o in outcomes),
-        "counts": {s: sum(o.status == s for o in outcomes) for s in (PASSED, FAILED, INCONCLUSIVE, ERROR)},
+        "counts": {str(v): sum(o.status == v for o in outcomes) for v in Verdict},
         "previous_run": str(previous.parent.name) if previous else None,
         "scenarios": [o.to_json(run_dir) for o in outcomes],
     }

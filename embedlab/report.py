@@ -13,9 +13,19 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .verdicts import Verdict
+
 __all__ = ["compare_runs", "export_html", "load_results", "notebook_figures", "write_index", "write_json", "write_junit"]
 
 FIGURE_TAG = "report-figure"  # cells whose images index.html shows inline
+
+# One colour per verdict, on every page. Only a pass is green; a report (figures shown,
+# nothing asserted) is a neutral slate, so it never reads as a pass.
+VERDICT_COLOURS = {
+    Verdict.PASSED: "#2e7d32", Verdict.FAILED: "#c62828", Verdict.INCONCLUSIVE: "#ef6c00",
+    Verdict.REPORTED: "#546e7a", Verdict.ERROR: "#6a1b9a",
+}
+_VERDICT_CSS = "".join(f".verdict.{v} {{ background: {c}; }}\n" for v, c in VERDICT_COLOURS.items())
 LATENCY_CHANGE = 0.25  # a latency percentile that moves by more than this share is flagged
 
 # nbconvert's lab template, minus everything it would fetch from a CDN (require.js,
@@ -29,9 +39,7 @@ _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
   border: 1px solid #ccc; background: #fafafa; }
 .embedlab-banner .verdict { font-weight: 700; padding: 2px 8px; border-radius: 4px; color: #fff; }
 .embedlab-banner .params { font-family: monospace; font-size: 12px; color: #444; margin-top: 6px; }
-.verdict.passed { background: #2e7d32; } .verdict.failed { background: #c62828; }
-.verdict.error { background: #6a1b9a; } .verdict.inconclusive { background: #ef6c00; }
-""" + """</style>{%- endblock extra_css -%}
+""" + _VERDICT_CSS + """</style>{%- endblock extra_css -%}
 {%- block body_header -%}
 {{ super() }}
 {{ resources.embedlab_banner }}
@@ -122,18 +130,23 @@ def write_junit(path: Path, results: Mapping[str, Any]) -> Path:
     scenarios = results.get("scenarios", [])
     suite = ET.Element(
         "testsuite", name="embedlab.regress", tests=str(len(scenarios)),
-        failures=str(sum(s["status"] in ("failed", "inconclusive") for s in scenarios)),
-        errors=str(sum(s["status"] == "error" for s in scenarios)), time=f"{results.get('wall_seconds', 0):.2f}",
+        failures=str(sum(s["status"] in (Verdict.FAILED, Verdict.INCONCLUSIVE) for s in scenarios)),
+        errors=str(sum(s["status"] == Verdict.ERROR for s in scenarios)), time=f"{results.get('wall_seconds', 0):.2f}",
         timestamp=str(results.get("started_at", "")),
     )
     for s in scenarios:
         case = ET.SubElement(suite, "testcase", classname=f"embedlab.regress.{s['notebook']}", name=s["slug"], time=f"{s['seconds']:.2f}")
         report = s.get("report_html") or s.get("notebook_out") or "(no report)"
-        if s["status"] != "passed":
-            kind = "error" if s["status"] == "error" else "failure"
+        status = Verdict(s["status"])
+        if not status.ok:
+            kind = "error" if status == Verdict.ERROR else "failure"
             detail = "\n".join([s.get("summary") or "", *(s.get("reasons") or []), f"report: {report}"])
-            ET.SubElement(case, kind, message=s.get("summary") or s["status"], type=s["status"]).text = detail
-        ET.SubElement(case, "system-out").text = f"report: {report}\nparams: {json.dumps(s.get('params', {}))}"
+            ET.SubElement(case, kind, message=s.get("summary") or status, type=status).text = detail
+        out = [f"verdict: {status}", f"report: {report}", f"params: {json.dumps(s.get('params', {}))}"]
+        if status == Verdict.REPORTED:
+            # A passing case that asserted nothing: its figures are what a reader must see.
+            out[1:1] = [f"reported, not asserted: {s.get('summary') or ''}", *(f"  {r}" for r in s.get("reasons") or [])]
+        ET.SubElement(case, "system-out").text = "\n".join(out)
     root = ET.Element("testsuites")
     root.append(suite)
     ET.indent(root)
@@ -181,14 +194,13 @@ table { border-collapse: collapse; font-size: 13px; width: 100%; }
 th, td { border: 1px solid #ddd; padding: 5px 8px; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; }
 .verdict { font-weight: 700; padding: 1px 7px; border-radius: 4px; color: #fff; white-space: nowrap; }
-.verdict.passed { background: #2e7d32; } .verdict.failed { background: #c62828; }
-.verdict.error { background: #6a1b9a; } .verdict.inconclusive { background: #ef6c00; }
+""" + _VERDICT_CSS + """
 .params, .figs { font-family: ui-monospace, monospace; font-size: 12px; }
 .flag { color: #c62828; font-weight: 700; } .warn { color: #ef6c00; font-weight: 700; } .muted { color: #777; }
 .scenario { border-top: 1px solid #ddd; padding-top: 8px; margin-top: 18px; }
 .scenario .row { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
 .scenario img { max-width: 100%; margin: 8px 0; border: 1px solid #eee; }
-.reason { color: #c62828; font-size: 13px; }
+.reason { color: #c62828; font-size: 13px; } .reason.reported { color: #37474f; }
 """
 
 
@@ -202,13 +214,19 @@ def write_index(
     """The run's front page: summary table, changes since `previous`, and every figure inline."""
     scenarios = results.get("scenarios", [])
     counts = results.get("counts", {})
-    overall = "passed" if results.get("passed") else "failed"
     tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "nothing ran"
+    reported = counts.get(Verdict.REPORTED, 0)
+    if not results.get("passed"):
+        overall, heading = Verdict.FAILED, "FAILED"
+    elif reported:
+        overall, heading = Verdict.REPORTED, f"NO FAILURES &middot; {reported} REPORTED, NOT ASSERTED"
+    else:
+        overall, heading = Verdict.PASSED, "ALL PASSED"
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>embedlab regress {_e(results.get('run_id', ''))}: {overall.upper()}</title><style>{_CSS}</style></head><body>",
-        f'<h1>embedlab regress <span class="verdict {overall}">{"ALL PASSED" if overall == "passed" else "FAILED"}</span></h1>',
+        f'<h1>embedlab regress <span class="verdict {overall}">{heading}</span></h1>',
         f'<p class="meta">run <code>{_e(results.get("run_id", ""))}</code> &middot; started {_e(results.get("started_at", ""))}'
         f" &middot; wall {results.get('wall_seconds', 0):.1f} s &middot; {len(scenarios)} runs: {_e(tally)}"
         f" &middot; matrix <code>{_e(results.get('matrix', ''))}</code></p>",
@@ -242,13 +260,14 @@ def _summary_table(scenarios: Sequence[Mapping[str, Any]]) -> str:
 
 def _scenario_section(s: Mapping[str, Any], pngs: Sequence[str]) -> str:
     reasons = s.get("reasons") or ([s["error"]] if s.get("error") else [])
+    style = "reason reported" if s["status"] == Verdict.REPORTED else "reason"
     images = "".join(
         f'<img alt="{_e(s["name"])} figure {i + 1}" src="data:image/png;base64,{png}">' for i, png in enumerate(pngs)
     ) or '<p class="muted">no figures: the notebook stopped before drawing them (see its report)</p>'
     report = f' &middot; <a href="{_e(s["report_html"])}">full report</a>' if s.get("report_html") else ""
     return (
         f'<div class="scenario" id="{_e(s["name"])}"><h3>{_e(s["name"])} {_verdict(s["status"])}{report}</h3>'
-        + "".join(f'<div class="reason">{_e(r)}</div>' for r in reasons)
+        + "".join(f'<div class="{style}">{_e(r)}</div>' for r in reasons)
         + f'<div class="row">{images}</div></div>'
     )
 
@@ -282,6 +301,11 @@ def _figures_text(fig: Mapping[str, Any]) -> str:
     for burst, p in (fig.get("p_values") or {}).items():
         if p is not None:
             lines.append(f"p({_e(burst)}) = {_num(p, 'p')}")
+    failed = fig.get("failed_requests")
+    if failed or fig.get("out_of_dispatch_s") is not None:
+        lines.append(f'<span class="{"flag" if failed else "muted"}">{failed or 0} failed request{"s" if failed != 1 else ""}</span>')
+    if fig.get("out_of_dispatch_s") is not None:
+        lines.append(f"out of dispatch {fig['out_of_dispatch_s'] * 1000:.0f} ms after the kill")
     lat = fig.get("latency_ms") or {}
     if lat:
         lines.append(f"p50 {_num(lat.get('p50'), 'ms')} &middot; p99 {_num(lat.get('p99'), 'ms')}")

@@ -19,7 +19,7 @@ from .checks import evaluate
 from .deployment import Deployment
 from .errors import ConfigError
 from .metrics import ascrape
-from .scenarios import FAILED, PASSED, Burst, ScenarioResult, _run_burst, _served_models, _verdict, _workers
+from .scenarios import FAILED, PASSED, REPORTED, Burst, ScenarioResult, _run_burst, _served_models, _verdict, _workers
 from .traffic import RequestRecord, asend_burst, default_inputs, run_sync
 
 
@@ -141,13 +141,19 @@ def failover(
             shown = "never" if excluded_after is None else f"after {excluded_after:.2f} s"
             reasons.append(f"the dead instance left dispatch {shown}, not within 2 TTLs ({2 * ttl:g} s)")
         reasons += list(check.reasons)
+        verdict = FAILED if reasons else PASSED
+    else:
+        # Nothing asserted: the figures are the result, and the summary line carries them.
+        shown = "not within the watch" if excluded_after is None else f"{excluded_after * 1000:.0f} ms after the kill"
+        reasons = [f"{len(failed)} of {requests} requests failed", f"out of dispatch {shown}"]
+        verdict = REPORTED
     burst = Burst(name=model, model=model, expected=frozenset(survivors), traffic=traffic, check=check,
                   expected_shares={i: 1 / len(survivors) for i in survivors})
     return ScenarioResult(
         scenario="failover", stack=deployment.spec.stack,
         params={"requests": requests, "concurrency": concurrency, "kill_after": kill_after, "victim": victim, "model": model,
                 "signal": signal.Signals(sig).name},
-        workers=_workers(deployment.target()), bursts=[burst], verdict=FAILED if reasons else PASSED, reasons=reasons,
+        workers=_workers(deployment.target()), bursts=[burst], verdict=verdict, reasons=reasons,
         wall_seconds=time.monotonic() - started, extra=extra,
     )
 

@@ -19,6 +19,7 @@ from .checks import CheckResult, DispatchCheck
 from .deployment import Deployment, Target, target_of
 from .errors import ConfigError, CounterResetError, TrafficError
 from .traffic import BurstResult, Input, RequestRecord, asend_burst, default_inputs, run_sync
+from .verdicts import Verdict
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,7 +29,7 @@ DEFAULT_FAIRNESS_ALPHA = 0.001
 # The smallest same-model burst at which the fairness test catches a 90/10 skew of a
 # 50/50 pool 99% of the time at DEFAULT_FAIRNESS_ALPHA (bench/verification_power.py).
 DEFAULT_SAME_MODEL_REQUESTS = 40
-PASSED, FAILED, INCONCLUSIVE = "passed", "failed", "inconclusive"
+PASSED, FAILED, INCONCLUSIVE, REPORTED = Verdict.PASSED, Verdict.FAILED, Verdict.INCONCLUSIVE, Verdict.REPORTED
 
 
 @dataclass
@@ -49,14 +50,17 @@ class Burst:
 
 @dataclass
 class ScenarioResult:
-    """What a scenario found. `passed` is True only for a clean pass."""
+    """What a scenario found. `passed` is True only for a clean pass; `ok` also for a report.
+
+    A `reported` verdict asserted nothing: its `reasons` are the figures it shows.
+    """
 
     scenario: str
     stack: str
     params: dict[str, Any]
     workers: list[dict[str, Any]]
     bursts: list[Burst]
-    verdict: str
+    verdict: Verdict
     reasons: list[str]
     wall_seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -64,6 +68,11 @@ class ScenarioResult:
     @property
     def passed(self) -> bool:
         return self.verdict == PASSED
+
+    @property
+    def ok(self) -> bool:
+        """Nothing asserted failed: passed, or reported (figures shown, not asserted)."""
+        return Verdict(self.verdict).ok
 
     def summary(self) -> str:
         head = f"{self.scenario} on {self.stack}: {self.verdict.upper()}"
@@ -124,6 +133,7 @@ class ScenarioResult:
             "stack": self.stack,
             "verdict": self.verdict,
             "passed": self.passed,
+            "ok": self.ok,
             "reasons": self.reasons,
             "params": self.params,
             "workers": self.workers,
@@ -159,7 +169,10 @@ class ScenarioResult:
             ("errors seen for", f"{x['errors_window_s']:.2f} s after the kill"),
             ("responses after the kill", str(x["responses_after_kill"])),
         ]
-        rows += [(f"served by {w.split('/')[0]}", str(n)) for w, n in sorted(self.bursts[0].traffic.served_by().items())]
+        served = sorted(self.bursts[0].traffic.served_by().items())
+        rows += [(f"served by {w.split('/')[0]}", str(n)) for w, n in served] or [
+            ("served by", "not named: this frontend marks no response with its worker")
+        ]
         rows.append(("verdict", "asserted" if x["asserted"] else "reported, not asserted"))
         return pd.DataFrame(rows, columns=["figure", "value"])
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from embedlab import Deployment, DeploymentSpec, multi_model_dispatch, same_model_load_balance
@@ -20,13 +24,25 @@ def test_failover_on_embedded_loses_nothing(tmp_path) -> None:  # type: ignore[n
     result.plot()
 
 
-def test_failover_on_dynamo_is_reported_not_asserted(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_failover_on_dynamo_is_reported_not_asserted_and_says_so(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The CLI as a user runs it: the last line says REPORTED, never PASSED, and it exits 0."""
     assert dynamo_installed()
-    with Deployment(DeploymentSpec.same_model("m", workers=2, stack="dynamo"), run_dir=tmp_path) as dep:
-        result = failover(dep, requests=120, concurrency=8, kill_after=30)
-    assert result.passed and result.extra["asserted"] is False
-    assert result.extra["killed_at_s"] is not None
-    assert result.bursts[0].check is not None and result.bursts[0].check.rows[0].delta > 0
+    out = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "embedlab", "scenario", "failover", "--stack", "dynamo", "--requests", "120",
+         "--json", str(out), "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("failover on dynamo: REPORTED (") and "PASSED" not in proc.stdout, proc.stdout[-2000:]
+    result = json.loads(out.read_text())
+    assert (result["verdict"], result["passed"], result["ok"]) == ("reported", False, True)
+    failed = result["extra"]["failed_requests"]
+    assert f"{failed} of 120 requests failed" in last
+    assert result["extra"]["asserted"] is False and result["extra"]["killed_at_s"] is not None
+    survivor = result["bursts"][0]["check"]["rows"][0]
+    assert survivor["worker"] == 0 and survivor["delta"] > 0
 
 
 def test_drained_worker_gets_nothing_then_resumes(tmp_path) -> None:  # type: ignore[no-untyped-def]

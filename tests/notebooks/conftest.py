@@ -115,6 +115,15 @@ notebooks = ["multi_model_dispatch"]
 stack = "dynamo"
 engine = "hash"
 requests = 8
+
+# Dynamo decides its own failover: reported, not asserted.
+[[params]]
+name = "dynamo-hash"
+notebooks = ["failover"]
+stack = "dynamo"
+engine = "hash"
+requests = 120
+kill_after = 30
 """
 
 

@@ -17,9 +17,10 @@ from embedlab.report import export_html
 from .conftest import index_path, run_regress
 
 EXPECTED_RUNS = {
-    "same_model_load_balance--embedded-hash",
-    "multi_model_dispatch--embedded-hash",
-    "multi_model_dispatch--dynamo-hash",
+    "same_model_load_balance--embedded-hash": "PASSED",
+    "multi_model_dispatch--embedded-hash": "PASSED",
+    "multi_model_dispatch--dynamo-hash": "PASSED",
+    "failover--dynamo-hash": "REPORTED",
 }
 
 
@@ -28,21 +29,21 @@ def test_regress_writes_every_artifact(regress_run) -> None:  # type: ignore[no-
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     run = index.parent
     # Progress: a line as each notebook starts and ends.
-    for name in EXPECTED_RUNS:
-        assert re.search(rf"\[\d/3\] {re.escape(name)}: PASSED in [\d.]+ s", proc.stdout), proc.stdout
+    for name, verdict in EXPECTED_RUNS.items():
+        assert re.search(rf"\[\d/4\] {re.escape(name)}: {verdict} in [\d.]+ s", proc.stdout), proc.stdout
 
-    for name in EXPECTED_RUNS:
+    for name, verdict in EXPECTED_RUNS.items():
         nb = nbformat.read(run / f"{name}.ipynb", as_version=4)
         assert nb.metadata.papermill.parameters["result_json"].endswith(f"{name}.json")
         html = (run / f"{name}.html").read_text()
-        assert "PASSED" in html and "data:image/png;base64," in html
+        assert f'<span class="verdict {verdict.lower()}">{verdict}</span>' in html and "data:image/png;base64," in html
         assert "ScenarioPlan.from_params" not in html, "code is hidden unless --show-code"
         assert not re.search(r"<script[^>]+src=\"https?:", html), "the report must not load anything from the network"
 
     results = json.loads((run / "results.json").read_text())
-    assert results["passed"] is True and results["counts"]["passed"] == 3
+    assert results["passed"] is True and (results["counts"]["passed"], results["counts"]["reported"]) == (3, 1)
     by_name = {s["name"]: s for s in results["scenarios"]}
-    assert set(by_name) == EXPECTED_RUNS
+    assert set(by_name) == set(EXPECTED_RUNS)
     same = by_name["same_model_load_balance--embedded-hash"]["figures"]
     assert same["verdict"] == "passed"
     # Three workers weighted 2:1:1, from the matrix's table for this notebook.
@@ -54,19 +55,26 @@ def test_regress_writes_every_artifact(regress_run) -> None:  # type: ignore[no-
     dynamo = by_name["multi_model_dispatch--dynamo-hash"]
     assert dynamo["figures"]["deltas"] == {"model-a": [8, 0], "model-b": [0, 8]}
     assert dynamo["result"]["stack"] == "dynamo"
+    failover = by_name["failover--dynamo-hash"]
+    assert (failover["status"], failover["verdict"]) == ("reported", "reported")
+    lost = failover["figures"]["failed_requests"]
+    assert lost == failover["result"]["extra"]["failed_requests"] and failover["figures"]["out_of_dispatch_s"] is not None
     for scenario in results["scenarios"]:
         for key in ("report_html", "notebook_out", "result_json", "logs"):
             assert (run / scenario[key]).exists(), (scenario["name"], key)
 
     suite = ET.parse(run / "junit.xml").getroot().find("testsuite")
-    assert suite is not None and suite.get("tests") == "3" and suite.get("failures") == "0"
+    assert suite is not None and suite.get("tests") == "4" and suite.get("failures") == "0"
     assert {f"{c.get('classname')}:{c.get('name')}" for c in suite.iter("testcase")} == {
         f"embedlab.regress.{n.split('--')[0]}:{n.split('--')[1]}" for n in EXPECTED_RUNS
     }
+    (reported,) = [c for c in suite.iter("testcase") if c.get("classname") == "embedlab.regress.failover"]
+    assert f"{lost} of 120 requests failed" in (reported.findtext("system-out") or "")
 
     page = index.read_text()
-    assert "ALL PASSED" in page and "No earlier run" in page
-    assert page.count('src="data:image/png;base64,') == 6, "two figures per run, inline"
+    assert "ALL PASSED" not in page and "NO FAILURES &middot; 1 REPORTED, NOT ASSERTED" in page and "No earlier run" in page
+    assert f"{lost} failed request" in page, "a lost request shows among the key figures"
+    assert page.count('src="data:image/png;base64,') == 8, "two figures per run, inline"
     for href in re.findall(r'href="([^"#]+)"', page):
         assert (run / href).exists(), f"index.html links to a missing {href}"
 

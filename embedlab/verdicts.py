@@ -1,0 +1,41 @@
+"""The verdicts a scenario or a notebook run can end in, named once.
+
+    passed        everything asserted held
+    failed        something asserted did not hold
+    inconclusive  the evidence cannot decide (a counter reset mid-burst)
+    reported      figures shown, nothing asserted: what a stack decides that embedlab does not
+    error         the run itself broke before a verdict (a notebook cell raised, a kernel died)
+
+Only `passed` is green anywhere. `reported` is not a failure either: it exits 0 and
+counts as a passing JUnit test case, but every view shows it under its own name.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["Verdict"]
+
+
+class Verdict(enum.StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    INCONCLUSIVE = "inconclusive"
+    REPORTED = "reported"
+    ERROR = "error"
+
+    @property
+    def ok(self) -> bool:
+        """Nothing asserted failed: a pass, or figures that were only reported."""
+        return self in (Verdict.PASSED, Verdict.REPORTED)
+
+    @classmethod
+    def worst(cls, verdicts: "list[Verdict] | tuple[Verdict, ...]") -> "Verdict":
+        """One verdict for several: doubt, then failure, then a report win over a pass.
+
+        Doubt first: a failure seen beside a counter reset may be the reset's doing.
+        """
+        for candidate in (cls.ERROR, cls.INCONCLUSIVE, cls.FAILED, cls.REPORTED):
+            if candidate in verdicts:
+                return candidate
+        return cls.PASSED
