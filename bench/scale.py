@@ -35,6 +35,7 @@ from measure import (  # noqa: E402
 )
 
 from embedlab import Deployment, DeploymentSpec  # noqa: E402
+# Not the public API: the frontend's own registry and policies, timed without HTTP around them.
 from embedlab.serve.registry import Registry  # noqa: E402
 from embedlab.serve.router import make_policy  # noqa: E402
 

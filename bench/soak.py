@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import run_fast  # noqa: E402
 
 from embedlab import Deployment, DeploymentSpec  # noqa: E402
-from embedlab.serve.frontend import DEFAULT_MAX_BODY  # noqa: E402
+# The frontend's body limit, read where it is defined once (not part of the public API).
+from embedlab.defaults import MAX_BODY_BYTES as DEFAULT_MAX_BODY  # noqa: E402
 
 MODEL = "soak-model"
 RSS_LIMIT = 0.10

@@ -65,6 +65,7 @@ def main() -> int:
     args = parser.parse_args()
     load = wait_for_quiet(max_load=args.max_load, max_foreign_cores=args.max_foreign)  # other people's tests on these cores would be timed too
     if "transformers" in args.engines:
+        # Not the public API: the tiny models are built ahead, so the timing is the verdict's alone.
         from embedlab.engines.tiny import cached_tiny_model
 
         cached_tiny_model("bert"), cached_tiny_model("qwen3")  # building models is not part of a verdict

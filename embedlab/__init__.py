@@ -1,10 +1,10 @@
 """embedlab: prove, with numbers and pictures, how a frontend routes /v1/embeddings traffic.
 
-    from embedlab import Deployment, DeploymentSpec, multi_model_dispatch
+    from embedlab import ScenarioPlan, plot, run_scenario, table
 
-    with Deployment(DeploymentSpec.multi_model(["model-a", "model-b"])) as dep:
-        result = multi_model_dispatch(dep)
-    assert result.passed, result.summary()
+    result = run_scenario(ScenarioPlan(scenario="multi-model", stack="dynamo"))
+    table(result), plot(result)
+    assert result.ok, result.summary()
 
 Users import from `embedlab`, never from a submodule.
 """
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# Public name -> the private module that defines it. Imported on first use, so a
-# server process (`python -m embedlab worker`) never pays for the harness's imports.
+# Public name -> the module that defines it. Imported on first use, so a server process
+# (`python -m embedlab worker`) never pays for the harness's imports.
 _EXPORTS: dict[str, str] = {
     "CheckResult": "checks",
     "DispatchCheck": "checks",
@@ -40,29 +40,37 @@ _EXPORTS: dict[str, str] = {
     "ServerStartError": "errors",
     "ServerStopError": "errors",
     "TrafficError": "errors",
-    "Explorer": "explore",
-    "SweepResult": "explore",
-    "drain": "resilience",
-    "failover": "resilience",
     "MetricQuery": "metrics",
     "Snapshot": "metrics",
     "scrape": "metrics",
-    "ScenarioPlan": "plans",
-    "run_scenario": "plans",
     "ManagedProcess": "process",
     "Matrix": "regression",
     "RegressRun": "regression",
     "load_matrix": "regression",
     "regress": "regression",
-    "ScenarioResult": "scenarios",
-    "multi_model_dispatch": "scenarios",
-    "same_model_load_balance": "scenarios",
+    "Explorer": "scenarios.explore",
+    "ScenarioPlan": "scenarios.plans",
+    "ScenarioResult": "scenarios.results",
+    "SweepResult": "scenarios.explore",
+    "drain": "scenarios.resilience",
+    "failover": "scenarios.resilience",
+    "multi_model_dispatch": "scenarios.dispatch",
+    "register_scenario": "scenarios.registry",
+    "run_scenario": "scenarios.plans",
+    "same_model_load_balance": "scenarios.dispatch",
+    "scenario_names": "scenarios.registry",
     "DeploymentSpec": "specs",
     "WorkerSpec": "specs",
     "BurstResult": "traffic",
     "RequestRecord": "traffic",
     "asend_burst": "traffic",
     "send_burst": "traffic",
+    "Verdict": "verdicts",
+    "figures_table": "views",
+    "plot": "views",
+    "plot_latency": "views",
+    "register_figure": "views",
+    "table": "views",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -88,7 +96,11 @@ if TYPE_CHECKING:
         DispatchCheck as DispatchCheck,
         fairness_p_value as fairness_p_value,
     )
-    from .deployment import Deployment as Deployment, Target as Target, attach as attach
+    from .deployment import (
+        Deployment as Deployment,
+        Target as Target,
+        attach as attach,
+    )
     from .errors import (
         CheckFailedError as CheckFailedError,
         ConfigError as ConfigError,
@@ -106,10 +118,11 @@ if TYPE_CHECKING:
         ServerStopError as ServerStopError,
         TrafficError as TrafficError,
     )
-    from .explore import Explorer as Explorer, SweepResult as SweepResult
-    from .resilience import drain as drain, failover as failover
-    from .metrics import MetricQuery as MetricQuery, Snapshot as Snapshot, scrape as scrape
-    from .plans import ScenarioPlan as ScenarioPlan, run_scenario as run_scenario
+    from .metrics import (
+        MetricQuery as MetricQuery,
+        Snapshot as Snapshot,
+        scrape as scrape,
+    )
     from .process import ManagedProcess as ManagedProcess
     from .regression import (
         Matrix as Matrix,
@@ -117,15 +130,42 @@ if TYPE_CHECKING:
         load_matrix as load_matrix,
         regress as regress,
     )
-    from .scenarios import (
-        ScenarioResult as ScenarioResult,
+    from .scenarios.dispatch import (
         multi_model_dispatch as multi_model_dispatch,
         same_model_load_balance as same_model_load_balance,
     )
-    from .specs import DeploymentSpec as DeploymentSpec, WorkerSpec as WorkerSpec
+    from .scenarios.explore import (
+        Explorer as Explorer,
+        SweepResult as SweepResult,
+    )
+    from .scenarios.plans import (
+        ScenarioPlan as ScenarioPlan,
+        run_scenario as run_scenario,
+    )
+    from .scenarios.registry import (
+        register_scenario as register_scenario,
+        scenario_names as scenario_names,
+    )
+    from .scenarios.resilience import (
+        drain as drain,
+        failover as failover,
+    )
+    from .scenarios.results import ScenarioResult as ScenarioResult
+    from .specs import (
+        DeploymentSpec as DeploymentSpec,
+        WorkerSpec as WorkerSpec,
+    )
     from .traffic import (
         BurstResult as BurstResult,
         RequestRecord as RequestRecord,
         asend_burst as asend_burst,
         send_burst as send_burst,
+    )
+    from .verdicts import Verdict as Verdict
+    from .views import (
+        figures_table as figures_table,
+        plot as plot,
+        plot_latency as plot_latency,
+        register_figure as register_figure,
+        table as table,
     )

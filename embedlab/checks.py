@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import httpx
 
 from . import clients
-from .errors import CheckFailedError, ConfigError
+from .errors import CheckFailedError, ConfigError, CounterResetError, MetricsError
 from .metrics import DEFAULT_METRIC, MetricQuery, Snapshot, ascrape, scrape
 from .stats import binom_two_sided, chisquare_p
 
@@ -173,6 +173,28 @@ def evaluate(
     )
 
 
+def _named(index: int, exc: MetricsError) -> MetricsError:
+    """The same error, its message naming the worker by index: a missing counter is one worker's."""
+    named = type(exc)(f"worker {index}: {exc}", url=exc.url)
+    if isinstance(named, CounterResetError):
+        named.worker_index = index
+    return named
+
+
+def _for_worker(index: int, read: Callable[..., Snapshot], url: str, **options: Any) -> Snapshot:
+    try:
+        return read(url, **options)
+    except MetricsError as exc:
+        raise _named(index, exc) from exc
+
+
+async def _afor_worker(index: int, url: str, **options: Any) -> Snapshot:
+    try:
+        return await ascrape(url, **options)
+    except MetricsError as exc:
+        raise _named(index, exc) from exc
+
+
 @dataclass
 class DispatchCheck:
     """Snapshot every worker before a burst and after it; judge the deltas by worker index.
@@ -220,9 +242,9 @@ class DispatchCheck:
 
     def _scrape_sync(self) -> list[Snapshot]:
         if self.client is not None:
-            return [scrape(u, metric=self.metric, client=self.client) for u in self.system_urls]
+            return [_for_worker(i, scrape, u, metric=self.metric, client=self.client) for i, u in enumerate(self.system_urls)]
         with clients.client(timeout=self.timeout) as client:
-            return [scrape(u, metric=self.metric, client=client) for u in self.system_urls]
+            return [_for_worker(i, scrape, u, metric=self.metric, client=client) for i, u in enumerate(self.system_urls)]
 
     def end(self) -> CheckResult:
         """Take the deltas (after `settle_seconds`) and judge them."""
@@ -276,7 +298,15 @@ class DispatchCheck:
         own = client is None
         http = client or clients.async_client(timeout=self.timeout)
         try:
-            return list(await asyncio.gather(*(ascrape(u, metric=self.metric, client=http) for u in self.system_urls)))
+            found = await asyncio.gather(
+                *(_afor_worker(i, u, metric=self.metric, client=http) for i, u in enumerate(self.system_urls)),
+                return_exceptions=True,
+            )
+            # The first worker by index that failed, not the first failure to arrive: the same error every run.
+            for item in found:
+                if isinstance(item, BaseException):
+                    raise item
+            return list(found)  # type: ignore[arg-type]
         finally:
             if own:
                 await http.aclose()

@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from . import defaults
+from .errors import ConfigError
+
 if TYPE_CHECKING:
     from .engines.base import EngineOptions
 
@@ -52,13 +55,13 @@ def _add_frontend(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     from .serve.router import POLICIES
 
     p = sub.add_parser("frontend", help="run the embedded frontend (OpenAI /v1/embeddings, routed by model name)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=int(os.environ.get("DYN_HTTP_PORT", 8000)))
+    p.add_argument("--host", default=defaults.HOST)
+    p.add_argument("--port", type=int, default=int(os.environ.get(defaults.HTTP_PORT_ENV, defaults.FRONTEND_PORT)))
     p.add_argument("--router-mode", choices=sorted(POLICIES), default="weighted-random")
     p.add_argument("--seed", type=int, default=None, help="seed the routing choices, for reproducible experiments")
-    p.add_argument("--lease-ttl", type=_positive_float, default=3.0, help="seconds a worker's lease lives without heartbeat")
-    p.add_argument("--max-body-bytes", type=int, default=8 << 20)
-    p.add_argument("--request-timeout", type=_positive_float, default=120.0)
+    p.add_argument("--lease-ttl", type=_positive_float, default=defaults.LEASE_TTL_S, help="seconds a worker's lease lives without heartbeat")
+    p.add_argument("--max-body-bytes", type=int, default=defaults.MAX_BODY_BYTES)
+    p.add_argument("--request-timeout", type=_positive_float, default=defaults.REQUEST_TIMEOUT_S)
     p.add_argument("--allow-remote-workers", action="store_true", help="accept workers whose request plane is not on loopback")
     p.add_argument(
         "--fault", action="append", default=[], metavar="NAME[:PARAM]",
@@ -87,11 +90,11 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--engine", choices=sorted(ENGINES), default="hash")
     p.add_argument("--model-path", type=Path, default=None, help="local model directory (transformers, vllm)")
-    p.add_argument("--dim", type=int, default=384, help="vector size of the hash engine")
+    p.add_argument("--dim", type=int, default=defaults.HASH_DIM, help="vector size of the hash engine")
     p.add_argument("--pooling", choices=["mean", "cls", "last", "MEAN", "CLS", "LAST"], default=None)
     p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto (CUDA when present)")
+    p.add_argument("--device", default=defaults.DEVICE, help="cpu, cuda or auto (CUDA when present)")
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--max-batch-size", type=int, default=64, help="sequences per forward (dynamic batching)")
     p.add_argument("--max-batch-tokens", type=int, default=16384, help="padded tokens per forward")
@@ -117,7 +120,7 @@ def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
     for item in args.engine_arg:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"--engine-arg must be KEY=VALUE, got {item!r}")
+            raise ConfigError(f"--engine-arg must be KEY=VALUE, got {item!r}")
         try:
             extra[key.replace("-", "_")] = json.loads(value)
         except ValueError:
@@ -127,9 +130,9 @@ def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
         try:
             pooler = json.loads(args.pooler_config)
         except ValueError as exc:
-            raise ValueError(f"--pooler-config must be a JSON object, got {args.pooler_config!r}: {exc}") from None
+            raise ConfigError(f"--pooler-config must be a JSON object, got {args.pooler_config!r}: {exc}") from None
         if not isinstance(pooler, dict):
-            raise ValueError(f"--pooler-config must be a JSON object, got {args.pooler_config!r}")
+            raise ConfigError(f"--pooler-config must be a JSON object, got {args.pooler_config!r}")
         pooler = {k.replace("-", "_"): v for k, v in pooler.items()}
         # Not checked here: the engine says which pooling types it supports (exit 1, clearly).
         pooling = pooler.pop("pooling_type", None) or pooling
@@ -139,7 +142,7 @@ def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
         model_path=args.model_path, dim=args.dim, pooling=str(pooling).lower() if pooling else None,
         normalize=args.normalize, dtype=args.dtype, device=args.device, max_model_len=args.max_model_len,
         max_batch_size=args.max_batch_size, max_batch_tokens=args.max_batch_tokens, batch_wait_ms=args.batch_wait_ms, extra_args=extra,
-        state_dir=Path(os.environ["EMBEDLAB_STATE_DIR"]) if os.environ.get("EMBEDLAB_STATE_DIR") else None,
+        state_dir=Path(os.environ[defaults.STATE_DIR_ENV]) if os.environ.get(defaults.STATE_DIR_ENV) else None,
     )
 
 
@@ -148,10 +151,10 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     _add_engine_flags(p)
     p.add_argument("--served-model-name", required=True)
     p.add_argument("--endpoint", required=True, help="namespace.component.endpoint, unique per model")
-    p.add_argument("--frontend-url", default=os.environ.get("EMBEDLAB_FRONTEND_URL", "http://127.0.0.1:8000"))
-    p.add_argument("--system-port", type=int, default=int(os.environ.get("DYN_SYSTEM_PORT", 0)))
-    p.add_argument("--system-host", default=os.environ.get("DYN_SYSTEM_HOST", "127.0.0.1"))
-    p.add_argument("--host", default="127.0.0.1", help="request-plane address")
+    p.add_argument("--frontend-url", default=os.environ.get(defaults.FRONTEND_URL_ENV, f"http://{defaults.HOST}:{defaults.FRONTEND_PORT}"))
+    p.add_argument("--system-port", type=int, default=int(os.environ.get(defaults.SYSTEM_PORT_ENV, 0)))
+    p.add_argument("--system-host", default=os.environ.get(defaults.SYSTEM_HOST_ENV, defaults.HOST))
+    p.add_argument("--host", default=defaults.HOST, help="request-plane address")
     p.add_argument("--weight", type=_positive_float, default=1.0)
     p.add_argument("--instance-id", default=None)
     p.add_argument("--register-timeout", type=_positive_float, default=60.0)
@@ -222,38 +225,44 @@ def _run_tiny(args: argparse.Namespace) -> int:
 
 def _add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from .engines import ENGINES
-    from .specs import SCENARIOS, STACKS
+    from .scenarios.registry import SCENARIOS
+    from .stacks import STACKS
 
-    p = sub.add_parser("scenario", help="launch (or attach to) a deployment, run one scenario, print the verdict")
-    p.add_argument("scenario", choices=SCENARIOS)
-    p.add_argument("--stack", choices=STACKS, default="embedded")
+    listing = "; ".join(f"{s.name}: {s.help}" for s in map(SCENARIOS.get, SCENARIOS.names()))
+    p = sub.add_parser(
+        "scenario", help="launch (or attach to) a deployment, run one scenario, print the verdict",
+        description=f"Scenarios: {listing}.",
+    )
+    p.add_argument("scenario", choices=SCENARIOS.names())
+    p.add_argument("--stack", choices=STACKS.names(), default="embedded")
     p.add_argument("--engine", choices=sorted(ENGINES), default="hash")
     p.add_argument("--models", default="", help="comma-separated model names; worker i serves models[i] in multi-model")
     p.add_argument("--model-path", action="append", default=[], help="one per model, or one for all (default: tiny local models)")
-    p.add_argument("--workers", type=int, default=2, help="workers of the one model, for same-model")
+    p.add_argument("--workers", type=int, default=None, help="workers of the one model (default: 2)")
     p.add_argument("--weights", default="", help="comma-separated worker weights, for same-model")
-    p.add_argument("--requests", type=int, default=None, help="requests per burst (default: 40 same-model, 10 multi-model, 200 failover)")
-    p.add_argument("--concurrency", type=int, default=None, help="requests in flight (default: 4; 8 for failover)")
+    p.add_argument("--requests", type=int, default=None, help="requests per burst (default: the scenario's own)")
+    p.add_argument("--concurrency", type=int, default=None, help="requests in flight (default: the scenario's own)")
+    p.add_argument("--victim", type=int, default=1, help="failover and drain: the worker that leaves")
+    p.add_argument("--kill-after", type=int, default=50, help="failover: the victim dies after this many responses")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--router-mode", default="weighted-random")
     p.add_argument("--pooling", default=None)
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--frontend-url", default="", help="attach: the frontend of a running deployment (launches nothing)")
     p.add_argument("--system-url", action="append", default=[], help="attach: one per worker, in worker order")
-    p.add_argument("--metric", default="dynamo_component_requests_total", help='counter selector, e.g. http_requests_total{handler="/v1/embeddings"}')
+    p.add_argument("--metric", default=defaults.METRIC, help='counter selector, e.g. http_requests_total{handler="/v1/embeddings"}')
     p.add_argument("--run-dir", default="", help="where logs go (default: a fresh directory under the temp dir)")
-    p.add_argument("--startup-timeout", type=_positive_float, default=180.0)
+    p.add_argument("--startup-timeout", type=_positive_float, default=defaults.STARTUP_TIMEOUT_S)
     p.add_argument("--worker-arg", action="append", default=[], help="extra argument for every worker (repeat)")
     p.add_argument("--json", type=Path, default=None, help="write the full result as JSON here")
-    p.add_argument("--plot", type=Path, default=None, help="write the delta figure (PNG) here")
+    p.add_argument("--plot", type=Path, default=None, help="write the scenario's main figure (PNG) here")
     p.add_argument("--progress", action="store_true")
     p.set_defaults(run=_run_scenario)
 
 
 def _run_scenario(args: argparse.Namespace) -> int:
-    import json
-
-    from .plans import ScenarioPlan, run_scenario
+    from .scenarios.plans import ScenarioPlan, run_scenario
+    from .views import figures_table, plot, table
 
     plan = ScenarioPlan(
         scenario=args.scenario, stack=args.stack, engine=args.engine, models=args.models,
@@ -261,24 +270,24 @@ def _run_scenario(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, seed=args.seed, router_mode=args.router_mode, pooling=args.pooling,
         max_model_len=args.max_model_len, frontend_url=args.frontend_url, system_urls=tuple(args.system_url),
         metric=args.metric, run_dir=args.run_dir, startup_timeout=args.startup_timeout, worker_args=tuple(args.worker_arg),
+        victim=args.victim, kill_after=args.kill_after, progress=args.progress,
     )
-    result = run_scenario(plan, progress=args.progress)
+    result = run_scenario(plan)
     with _pandas_display():
-        print(result.table.drop(columns=["ok"]).to_string(index=False))
+        print(table(result).drop(columns=["ok"]).to_string(index=False))
     for burst in result.bursts:
         if burst.check is not None and burst.check.p_value is not None:
             print(f"fairness p-value ({burst.name}): {burst.check.p_value:.4g}")
-    if result.scenario == "failover":
-        summary = result.failover_summary()
-        width = max(map(len, summary["figure"]))
-        for figure, value in summary.itertuples(index=False):
-            print(f"{figure:<{width}}  {value}")
+    figures = figures_table(result)
+    width = max(map(len, figures["figure"]), default=0)
+    for figure, value in figures.itertuples(index=False):
+        print(f"{figure:<{width}}  {value}")
     lat = result.latency_ms()
     print(f"latency p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms; wall {result.wall_seconds:.2f} s")
     if args.json:
-        args.json.write_text(json.dumps(result.to_json(), indent=2, default=str))
+        result.save_json(args.json)
     if args.plot:
-        result.plot().savefig(args.plot, dpi=100)
+        plot(result).savefig(args.plot, dpi=100)
     print(result.summary())
     return 0 if result.ok else EXIT_FAILED
 
@@ -287,7 +296,7 @@ def _add_regress(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p = sub.add_parser("regress", help="run every notebook for every parameter set of a matrix; write reports")
     p.add_argument("--matrix", type=Path, default=None, help="a TOML matrix (default: the packaged default matrix)")
     p.add_argument("--out", type=Path, default=Path("outputs"), help="runs go to OUT/<run-id>/ (default: outputs)")
-    p.add_argument("--timeout", type=_positive_float, default=600.0, help="seconds any one notebook cell may take")
+    p.add_argument("--timeout", type=_positive_float, default=defaults.CELL_TIMEOUT_S, help="seconds any one notebook cell may take")
     p.add_argument("--show-code", action="store_true", help="show code cells in the HTML reports")
     p.set_defaults(run=_run_regress)
 
@@ -356,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckFailedError as exc:
         print(f"embedlab: FAILED: {str(exc).splitlines()[0]}", file=sys.stderr)
         return EXIT_FAILED
-    except (EmbedlabError, ValueError, OSError) as exc:
+    except (EmbedlabError, OSError) as exc:
         message = " ".join(str(exc).split()) or exc.__class__.__name__
         print(f"embedlab {args.command}: error: {message}", file=sys.stderr)
         return EXIT_CANNOT_RUN

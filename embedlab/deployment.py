@@ -23,15 +23,16 @@ from typing import Sequence
 import httpx
 
 from . import clients
+from .defaults import (
+    CUDA_VISIBLE_ENV, HOST, HTTP_PORT_ENV, NAMESPACE, RUN_ROOT_ENV, STATE_DIR_ENV, STOP_TIMEOUT_S, SYSTEM_PORT_ENV,
+    TOKEN_ENV, VLLM_CACHE_ENV, VLLM_STOP_TIMEOUT_S,
+)
 from .errors import ConfigError
 from .metrics import DEFAULT_METRIC, MetricQuery
 from .ports import release_port, reserve_port
 from .process import ManagedProcess, stop_together
-from .specs import TOKEN_ENV, DeploymentSpec
+from .specs import DeploymentSpec
 from .stacks import ProcessSpec, StackContext, get_stack
-
-HOST = "127.0.0.1"
-VLLM_STOP_TIMEOUT = 30.0
 
 
 class DeploymentState(enum.Enum):
@@ -43,7 +44,7 @@ class DeploymentState(enum.Enum):
 
 def visible_gpus() -> list[str]:
     """GPU ids a worker may be pinned to: CUDA_VISIBLE_DEVICES, else what nvidia-smi lists."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    env = os.environ.get(CUDA_VISIBLE_ENV)
     if env is not None:
         return [d for d in env.split(",") if d.strip() and d.strip() != "-1"]
     if shutil.which("nvidia-smi") is None:
@@ -65,7 +66,7 @@ def vllm_worker_env(index: int, *, run_dir: Path, env: dict[str, str], on_gpu: b
     - On CPU, one core per worker, round robin: vLLM's default (`auto`) binds every
       engine to the first core, so two workers would share one core and leave the other idle.
     """
-    extra = {"EMBEDLAB_VLLM_CACHE": env.get("EMBEDLAB_VLLM_CACHE") or str(run_dir / "vllm-cache")}
+    extra = {VLLM_CACHE_ENV: env.get(VLLM_CACHE_ENV) or str(run_dir / "vllm-cache")}
     if not on_gpu and not env.get("VLLM_CPU_OMP_THREADS_BIND"):
         cores = sorted(os.sched_getaffinity(0))
         extra["VLLM_CPU_OMP_THREADS_BIND"] = str(cores[index % len(cores)])
@@ -73,7 +74,7 @@ def vllm_worker_env(index: int, *, run_dir: Path, env: dict[str, str], on_gpu: b
 
 
 def default_run_dir(prefix: str = "run") -> Path:
-    base = Path(os.environ.get("EMBEDLAB_RUN_ROOT") or Path(tempfile.gettempdir()) / "embedlab-runs")
+    base = Path(os.environ.get(RUN_ROOT_ENV) or Path(tempfile.gettempdir()) / "embedlab-runs")
     path = base / f"{time.strftime('%Y%m%d-%H%M%S')}-{prefix}-{secrets.token_hex(3)}"
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -81,7 +82,11 @@ def default_run_dir(prefix: str = "run") -> Path:
 
 @dataclass(frozen=True)
 class Target:
-    """What checks and scenarios need from a deployment, launched or attached."""
+    """What checks and scenarios need from a deployment, launched or attached.
+
+    `system_urls[i]` is worker i's system server; `models[i]` the model it serves (None
+    where an attached deployment did not say).
+    """
 
     frontend_url: str
     system_urls: tuple[str, ...]
@@ -96,7 +101,7 @@ class Deployment:
 
     def __init__(self, spec: DeploymentSpec, *, run_dir: Path | str | None = None, host: str = HOST) -> None:
         self.spec = spec
-        self.stack = get_stack(spec.stack)
+        self.stack = get_stack(spec.stack)  # an unknown stack fails here, before anything starts
         self.host = host
         self._run_dir = Path(run_dir) if run_dir is not None else None
         self.state = DeploymentState.NEW
@@ -138,10 +143,25 @@ class Deployment:
         return ([self.frontend] if self.frontend else []) + self.workers
 
     def target(self) -> Target:
+        """What the checks read: the system URLs by worker index, and the spec's counter."""
+        query = MetricQuery.parse(self.spec.metric)
         return Target(
             frontend_url=self.frontend_url, system_urls=tuple(self.system_urls), models=tuple(self.models),
-            weights=tuple(w.weight for w in self.spec.workers), stack=self.spec.stack,
+            metric=query, weights=tuple(w.weight for w in self.spec.workers), stack=self.spec.stack,
         )
+
+    def endpoint(self, index: int) -> str:
+        """Worker `index`'s endpoint path, `namespace.component.endpoint`."""
+        return self._context().endpoint(index)
+
+    @property
+    def health_url(self) -> str:
+        """The frontend's page that lists the instances it dispatches to."""
+        return self.stack.health_url(self._context())
+
+    def dispatchable_endpoints(self, client: httpx.Client) -> set[str]:
+        """The endpoint paths the frontend would dispatch to now."""
+        return self.stack.dispatchable_endpoints(client.get(self.health_url).json())
 
     def _context(self) -> StackContext:
         if self._ctx is None:
@@ -172,13 +192,13 @@ class Deployment:
         spec = self.spec
         frontend_port = self._reserve()
         self._system_ports = [self._reserve() for _ in spec.workers]
-        namespace = spec.namespace or ("dynamo" if spec.stack == "embedded" else f"embedlab{secrets.token_hex(4)}")
+        namespace = spec.namespace or (NAMESPACE if spec.stack == "embedded" else f"embedlab{secrets.token_hex(4)}")
         self._ctx = StackContext(
             spec=spec, run_dir=self.run_dir, host=self.host, frontend_port=frontend_port, namespace=namespace
         )
         self._env = {**os.environ, **self.stack.prepare(self._ctx), **dict(spec.env)}
         # The user's own overrides must not leak in and point processes at other ports.
-        for name in ("DYN_SYSTEM_PORT", "DYN_HTTP_PORT", "CUDA_VISIBLE_DEVICES"):
+        for name in (SYSTEM_PORT_ENV, HTTP_PORT_ENV, CUDA_VISIBLE_ENV):
             self._env.pop(name, None)
         started = time.monotonic()
         # Workers start alongside the frontend and register as soon as it answers:
@@ -210,19 +230,13 @@ class Deployment:
         return gpus[index % len(gpus)]
 
     def _launch(self, pspec: ProcessSpec, *, gpu: str | None = None) -> ManagedProcess:
-        env = {**self._env, **pspec.env, "EMBEDLAB_STATE_DIR": str(self.run_dir / f"{pspec.name}-state")}
-        stop_timeout = 10.0
-        if pspec.name.startswith("worker-"):
-            index = int(pspec.name.split("-")[1])
-            env["DYN_SYSTEM_PORT"] = str(self._system_ports[index])
-            if self.spec.workers[index].runs_vllm:
-                env.update(vllm_worker_env(index, run_dir=self.run_dir, env=env, on_gpu=bool(gpu)))
-                # After SIGTERM, vLLM's Worker process spends seconds finalising its heap
-                # (7 s for two workers on a loaded 2-core machine); a SIGKILL of the group
-                # before it is done would leave its shared-memory buffers in /dev/shm.
-                stop_timeout = VLLM_STOP_TIMEOUT
+        env = {**self._env, **pspec.env, STATE_DIR_ENV: str(self.run_dir / f"{pspec.name}-state")}
+        stop_timeout = STOP_TIMEOUT_S
+        if pspec.worker is not None and self.spec.workers[pspec.worker].runs_vllm:
+            env.update(vllm_worker_env(pspec.worker, run_dir=self.run_dir, env=env, on_gpu=bool(gpu)))
+            stop_timeout = VLLM_STOP_TIMEOUT_S
         if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpu
+            env[CUDA_VISIBLE_ENV] = gpu
         proc = ManagedProcess(
             pspec.name, pspec.argv, log_path=self.run_dir / f"{pspec.name}.log", env=env, stop_timeout=stop_timeout
         )
@@ -231,7 +245,7 @@ class Deployment:
     def _wait_worker(self, client: httpx.Client, index: int) -> None:
         proc = self.workers[index]
         model = self.spec.workers[index].model
-        endpoint = self._context().endpoint(index)
+        endpoint = self.endpoint(index)
         system_url = self.system_urls[index]
 
         def ready() -> bool:
@@ -240,7 +254,7 @@ class Deployment:
             listed = {m["id"] for m in client.get(f"{self.frontend_url}/v1/models").json().get("data", [])}
             if model not in listed:
                 return False
-            return endpoint in self.stack.registered_endpoints(client, self._context())
+            return endpoint in self.dispatchable_endpoints(client)
 
         self.startup_seconds[proc.name] = proc.wait_ready(
             ready, timeout=self.spec.startup_timeout,
@@ -286,7 +300,7 @@ class Deployment:
                 for i in group
             }
             for index, weight in enumerate(weights):
-                endpoint = self._context().endpoint(index)
+                endpoint = self.endpoint(index)
                 if endpoint not in instances:
                     raise ConfigError(f"worker {index} ({endpoint}) is not registered")
                 client.put(f"{self.frontend_url}/registry/instances/{instances[endpoint]}/weight", json={"weight": weight}).raise_for_status()

@@ -46,8 +46,11 @@ class EmbedlabError(Exception):
     """Base class of every error embedlab raises on purpose."""
 
 
-class ConfigError(EmbedlabError):
-    """A spec, an argument or a matrix that cannot work as given."""
+class ConfigError(EmbedlabError, ValueError):
+    """A spec, an argument or a matrix that cannot work as given.
+
+    Also a `ValueError`, which it is: code that validates values may catch either.
+    """
 
 
 class ServerError(EmbedlabError):

@@ -13,7 +13,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from . import clients
-from .errors import CounterResetError, MetricNotFoundError, ScrapeError
+from .defaults import METRIC
+from .errors import ConfigError, CounterResetError, MetricNotFoundError, ScrapeError
 
 _SELECTOR = re.compile(r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{(.*)\})?\s*$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
@@ -23,7 +24,7 @@ _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?
 class MetricQuery:
     """A counter name plus labels every matching sample must carry."""
 
-    name: str = "dynamo_component_requests_total"
+    name: str = METRIC
     labels: tuple[tuple[str, str], ...] = ()
 
     @classmethod
@@ -31,14 +32,14 @@ class MetricQuery:
         """`name` or `name{label="value",...}`, as PromQL writes an instant selector."""
         match = _SELECTOR.match(selector)
         if not match:
-            raise ValueError(f"not a metric selector: {selector!r}")
+            raise ConfigError(f"not a metric selector: {selector!r}")
         name, body = match.group(1), match.group(2) or ""
         labels: list[tuple[str, str]] = []
         pos = 0
         while pos < len(body.strip()):
             label = _LABEL.match(body, pos)
             if not label:
-                raise ValueError(f"cannot read the labels of {selector!r} at {body[pos:]!r}")
+                raise ConfigError(f"cannot read the labels of {selector!r} at {body[pos:]!r}")
             labels.append((label.group(1), label.group(2).replace('\\"', '"').replace("\\\\", "\\")))
             pos = label.end()
         return cls(name=name, labels=tuple(labels))

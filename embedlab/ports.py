@@ -16,8 +16,10 @@ import socket
 import tempfile
 from pathlib import Path
 
+from .defaults import PORT_DIR_ENV
+
 LOW, HIGH = 20000, 32000
-_DIR = Path(os.environ.get("EMBEDLAB_PORT_DIR") or Path(tempfile.gettempdir()) / f"embedlab-ports-{os.getuid()}")
+_DIR = Path(os.environ.get(PORT_DIR_ENV) or Path(tempfile.gettempdir()) / f"embedlab-ports-{os.getuid()}")
 
 
 def pid_alive(pid: int) -> bool:

@@ -22,6 +22,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from .defaults import PORT_DIR_ENV, STOP_TIMEOUT_S
 from .errors import ReadinessTimeoutError, ServerExitedError, ServerStopError
 
 _PR_SET_PDEATHSIG = 1
@@ -44,7 +45,7 @@ class _Watchdog:
     def _ensure(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             return
-        directory = Path(os.environ.get("EMBEDLAB_PORT_DIR") or "/tmp") / f"embedlab-watchdog-{os.getuid()}"
+        directory = Path(os.environ.get(PORT_DIR_ENV) or "/tmp") / f"embedlab-watchdog-{os.getuid()}"
         directory.mkdir(parents=True, exist_ok=True)
         self._path = directory / f"{os.getpid()}.groups"
         self._write()
@@ -131,7 +132,7 @@ class ManagedProcess:
         log_path: Path,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
-        stop_timeout: float = 10.0,
+        stop_timeout: float = STOP_TIMEOUT_S,
     ) -> None:
         self.name = name
         self.argv = list(argv)

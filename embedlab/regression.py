@@ -16,184 +16,27 @@ One run writes one folder, `<out>/<run-id>/`:
 A failed notebook never stops the run: papermill writes the executed notebook before it
 raises, and its report is exported like any other, so the evidence survives.
 
-The matrix is TOML (see `embedlab/matrices/default.toml`):
-
-    notebooks = ["same_model_load_balance", "multi_model_dispatch"]
-    [defaults]            # under every set
-    requests = 20
-    [[params]]            # one parameter set
-    name = "embedded-hash"
-    stack = "embedded"
-    [params.multi_model_dispatch]   # for that notebook only
-    models = ["a", "b"]
+The matrix (which notebooks and scenarios, with which parameters) is `embedlab.matrix`.
 """
 
 from __future__ import annotations
 
-import ast
 import functools
-import hashlib
 import json
 import os
-import re
 import secrets
 import time
-import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .errors import ConfigError, NotebookRunError
+from .defaults import CELL_TIMEOUT_S
+from .errors import NotebookRunError
+from .matrix import Job, Matrix, load_matrix, shown_path
 from .verdicts import Verdict
 
-__all__ = ["DEFAULT_CELL_TIMEOUT", "Job", "Matrix", "Outcome", "RegressRun", "load_matrix", "regress", "run_job"]
-
-DEFAULT_CELL_TIMEOUT = 600.0
-# Set by the runner for every job; a matrix that sets them would scatter outputs.
-RUNNER_PARAMS = ("run_dir", "result_json")
-# Left out of a generated slug: long, machine-specific, or the same in every set.
-_SLUG_SKIP = {"frontend_url", "system_urls", "model_paths", *RUNNER_PARAMS}
-
-
-# -- the matrix ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Job:
-    """One notebook with one parameter set."""
-
-    notebook: Path
-    slug: str
-    params: dict[str, Any]
-
-    @property
-    def name(self) -> str:
-        """`<notebook>--<params-slug>`: file names and the key that history compares by."""
-        return f"{self.notebook.stem}--{self.slug}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Matrix:
-    path: Path
-    jobs: tuple[Job, ...]
-
-
-def default_notebook_dir() -> Path:
-    """`$EMBEDLAB_NOTEBOOKS`, else `notebooks/` of the source checkout embedlab runs from."""
-    if os.environ.get("EMBEDLAB_NOTEBOOKS"):
-        return Path(os.environ["EMBEDLAB_NOTEBOOKS"])
-    return Path(__file__).resolve().parent.parent / "notebooks"
-
-
-def shown_path(path: Path) -> str:
-    """`path` relative to the source checkout when it lies inside it: shorter, and the same on every machine."""
-    root = Path(__file__).resolve().parent.parent
-    resolved = Path(path).resolve()
-    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(resolved)
-
-
-def default_matrix_path() -> Path:
-    return Path(str(resources.files("embedlab") / "matrices" / "default.toml"))
-
-
-def load_matrix(path: str | Path | None = None, *, notebook_dir: Path | None = None) -> Matrix:
-    """Read and check a matrix: unknown notebooks and unknown parameters fail here, not mid-run.
-
-    A notebook is a name in `notebook_dir` (default: `default_notebook_dir()`) or a path
-    to an .ipynb, relative to the matrix file.
-    """
-    path = Path(path) if path is not None else default_matrix_path()
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read matrix {path}: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"matrix {path} is not valid TOML: {exc}") from exc
-    unknown = sorted(set(data) - {"notebooks", "defaults", "params"})
-    if unknown:
-        raise ConfigError(f"matrix {path}: unknown top-level keys {unknown} (expected notebooks, defaults, params)")
-    notebooks_dir = notebook_dir or default_notebook_dir()
-    defaults = data.get("defaults", {})
-    sets = data.get("params") or [{}]
-    if not isinstance(defaults, dict) or not isinstance(sets, list):
-        raise ConfigError(f"matrix {path}: [defaults] must be a table and [[params]] an array of tables")
-    jobs: list[Job] = []
-    for number, pset in enumerate(sets, 1):
-        where = f"matrix {path}, parameter set {number}" + (f" ({pset['name']!r})" if "name" in pset else "")
-        names = pset.get("notebooks", data.get("notebooks"))
-        if not names or not isinstance(names, list):
-            raise ConfigError(f"{where}: no notebooks to run (a top-level `notebooks = [...]` list)")
-        for name in names:
-            notebook = _notebook_path(name, base=path.parent, notebooks_dir=notebooks_dir, where=where)
-            params = _params_for(notebook.stem, defaults, pset)
-            _check_params(notebook, params, where)
-            jobs.append(Job(notebook=notebook, slug=pset.get("name") or params_slug(params), params=params))
-    seen: dict[str, int] = {}
-    for job in jobs:
-        seen[job.name] = seen.get(job.name, 0) + 1
-    clashes = sorted(n for n, count in seen.items() if count > 1)
-    if clashes:
-        raise ConfigError(f"matrix {path}: runs {clashes} would overwrite each other; give their sets distinct `name`s")
-    return Matrix(path=path, jobs=tuple(jobs))
-
-
-def _notebook_path(name: str, *, base: Path, notebooks_dir: Path, where: str) -> Path:
-    notebook = (base / name) if name.endswith(".ipynb") else notebooks_dir / f"{name}.ipynb"
-    if not notebook.is_file():
-        hint = "" if name.endswith(".ipynb") else " (names are looked up there; set EMBEDLAB_NOTEBOOKS, or give a path to an .ipynb)"
-        raise ConfigError(f"{where}: notebook {notebook} does not exist{hint}")
-    return notebook.resolve()
-
-
-def _params_for(stem: str, defaults: dict[str, Any], pset: dict[str, Any]) -> dict[str, Any]:
-    """[defaults], then the set's plain values, then the set's table for this notebook."""
-    own = {k: v for k, v in pset.items() if k not in ("name", "notebooks") and not isinstance(v, dict)}
-    return {**defaults, **own, **pset.get(stem, {})}
-
-
-def _check_params(notebook: Path, params: dict[str, Any], where: str) -> None:
-    taken = notebook_parameters(notebook)
-    unknown = sorted(set(params) - set(taken))
-    if unknown:
-        raise ConfigError(f"{where}: {notebook.name} takes no parameter {unknown}; it takes {sorted(taken)}")
-    reserved = sorted(set(params) & set(RUNNER_PARAMS))
-    if reserved:
-        raise ConfigError(f"{where}: {reserved} are set by the runner for every run; leave them out of the matrix")
-
-
-def notebook_parameters(notebook: Path) -> dict[str, str]:
-    """Names assigned in the cell tagged `parameters`, with their default's source text."""
-    nb = json.loads(notebook.read_text())
-    for cell in nb.get("cells", []):
-        if cell.get("cell_type") == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
-            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            tree = ast.parse(source)
-            return {
-                t.id: ast.get_source_segment(source, node.value) or ""
-                for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
-                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)
-            }
-    raise ConfigError(f"{notebook} has no code cell tagged 'parameters'")
-
-
-def params_slug(params: dict[str, Any], *, limit: int = 80) -> str:
-    """A file-name-safe summary of a parameter set, e.g. `embedded-hash-tiny-bert+tiny-qwen3`."""
-    parts = []
-    for key, value in params.items():
-        if key in _SLUG_SKIP or value in ("", None, [], ()):
-            continue
-        if isinstance(value, (list, tuple)):
-            value = "+".join(str(v) for v in value)
-        parts.append(str(value) if key in ("stack", "engine", "models") else f"{key}={value}")
-    if params.get("frontend_url"):
-        parts.append("attached")
-    slug = re.sub(r"[^A-Za-z0-9_.+=-]+", "_", "-".join(parts)) or "default"
-    if len(slug) > limit:
-        digest = hashlib.sha1(slug.encode()).hexdigest()[:8]
-        slug = f"{slug[: limit - 9]}-{digest}"
-    return slug
+__all__ = ["Matrix", "Outcome", "RegressRun", "key_figures", "load_matrix", "regress", "run_job"]
 
 
 # -- one run ------------------------------------------------------------------------------------
@@ -242,7 +85,7 @@ class Outcome:
         result = self.result or {}
         return {
             "name": self.job.name,
-            "notebook": self.job.notebook.stem,
+            "notebook": self.job.label or self.job.notebook.stem,
             "slug": self.job.slug,
             "params": self.job.params,
             "status": self.status,
@@ -264,7 +107,7 @@ def key_figures(result: dict[str, Any]) -> dict[str, Any]:
     """The numbers a reader compares between runs: deltas, p-values, latency percentiles,
     and requests lost, which a reported (not asserted) failover must not hide."""
     bursts = result.get("bursts") or []
-    extra = result.get("extra") or {}
+    failover = result.get("failover") or {}
     return {
         "verdict": result.get("verdict"),
         "p_values": result.get("p_values") or {},
@@ -272,7 +115,7 @@ def key_figures(result: dict[str, Any]) -> dict[str, Any]:
         "deltas": {b.get("name", str(i)): b.get("deltas") for i, b in enumerate(bursts)},
         "expected": {b.get("name", str(i)): b.get("expected") for i, b in enumerate(bursts)},
         "failed_requests": sum(int((b.get("traffic") or {}).get("failed") or 0) for b in bursts),
-        "out_of_dispatch_s": extra.get("excluded_after_s"),
+        "out_of_dispatch_s": failover.get("excluded_after_s"),
     }
 
 
@@ -294,7 +137,7 @@ def _ipc_kernel_manager() -> type:
     return IpcKernelManager
 
 
-def run_job(job: Job, run_dir: Path, *, timeout: float = DEFAULT_CELL_TIMEOUT, show_code: bool = False) -> Outcome:
+def run_job(job: Job, run_dir: Path, *, timeout: float = CELL_TIMEOUT_S, show_code: bool = False) -> Outcome:
     """Execute one notebook with papermill, then export its report; never raises for a failed notebook."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -389,7 +232,7 @@ def regress(
     *,
     matrix: str | Path | None = None,
     out: str | Path = "outputs",
-    timeout: float = DEFAULT_CELL_TIMEOUT,
+    timeout: float = CELL_TIMEOUT_S,
     show_code: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> RegressRun:

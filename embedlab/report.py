@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .jsonio import load_json as load_results, write_json
 from .verdicts import Verdict
 
 __all__ = ["compare_runs", "export_html", "load_results", "notebook_figures", "write_index", "write_json", "write_junit"]
@@ -45,31 +45,6 @@ _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {{ resources.embedlab_banner }}
 {%- endblock body_header -%}
 """
-
-
-# -- files ----------------------------------------------------------------------------------------
-
-
-def write_json(path: str | Path, data: Any) -> Path:
-    """JSON for people and browsers: NaN and infinities become null, paths become strings."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(_finite(data), indent=2, default=str) + "\n")
-    return target
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_finite(v) for v in value]
-    return value
-
-
-def load_results(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
 
 
 # -- one notebook's report -------------------------------------------------------------------------

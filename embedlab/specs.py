@@ -1,18 +1,17 @@
-"""Frozen descriptions of what to launch: a deployment is a stack plus an ordered list of workers."""
+"""Frozen descriptions of what to launch: a deployment is a stack plus an ordered list of workers.
+
+Plain data: which stacks exist is the stack registry's business (`embedlab.stacks`), and a
+`Deployment` refuses an unknown one before anything starts.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from .defaults import LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
 from .errors import ConfigError
-
-STACKS = ("embedded", "dynamo")
-# The shared registry token of a frontend reachable beyond loopback (read by the frontend,
-# sent by workers and by the harness).
-TOKEN_ENV = "EMBEDLAB_TOKEN"
-SCENARIOS = ("same-model", "multi-model", "failover")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,13 +55,12 @@ class DeploymentSpec:
     seed: int | None = None
     namespace: str | None = None  # default: "dynamo" on embedded, a unique one per run on dynamo
     frontend_args: tuple[str, ...] = ()
-    startup_timeout: float = 120.0
-    lease_ttl: float = 3.0
+    startup_timeout: float = STARTUP_TIMEOUT_S
+    lease_ttl: float = LEASE_TTL_S
+    metric: str = METRIC  # the counter the checks read on every worker, e.g. 'name{label="value"}'
     env: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if self.stack not in STACKS:
-            raise ConfigError(f"unknown stack {self.stack!r}; choose from {', '.join(STACKS)}")
         if not self.workers:
             raise ConfigError("a deployment needs at least one worker")
         object.__setattr__(self, "workers", tuple(self.workers))
@@ -109,6 +107,3 @@ class DeploymentSpec:
             raise ConfigError(f"{len(models)} models but {len(paths)} model paths")
         specs = tuple(WorkerSpec(model=m, engine=engine, model_path=p) for m, p in zip(models, paths))
         return cls(stack=stack, workers=specs, **options)  # type: ignore[arg-type]
-
-    def with_stack(self, stack: str) -> "DeploymentSpec":
-        return replace(self, stack=stack)

@@ -11,13 +11,13 @@ import concurrent.futures
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence, TypeVar
 
 import httpx
 
 from . import clients
-from .errors import TrafficError
-from .serve.openai import WORKER_HEADER
+from .errors import ConfigError, TrafficError
+from .defaults import WORKER_HEADER
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,6 +62,20 @@ class RequestRecord:
         return self.error is None
 
 
+def latency_ms(records: Iterable[RequestRecord]) -> dict[str, float]:
+    """p50, p90, p99 and mean of the answered requests, in ms; NaN where none was answered.
+
+    The one latency summary: bursts, scenario results and sweeps all report through it.
+    """
+    import numpy as np
+
+    values = np.array([r.latency for r in records if r.ok], dtype=float) * 1000.0
+    if values.size == 0:
+        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "mean": float("nan")}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(values.mean())}
+
+
 @dataclass
 class BurstResult:
     model: str
@@ -85,13 +99,7 @@ class BurstResult:
         return Counter(r.worker for r in self.records if r.ok and r.worker)
 
     def latency_ms(self) -> dict[str, float]:
-        import numpy as np
-
-        values = np.array([r.latency for r in self.records if r.ok]) * 1000.0
-        if values.size == 0:
-            return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "mean": float("nan")}
-        p50, p90, p99 = np.percentile(values, [50, 90, 99])
-        return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(values.mean())}
+        return latency_ms(self.records)
 
     @property
     def throughput(self) -> float:
@@ -156,7 +164,7 @@ async def asend_burst(
 ) -> BurstResult:
     """Send `n` requests for `model` with at most `concurrency` in flight; record every one."""
     if n < 1 or concurrency < 1:
-        raise ValueError("n and concurrency must be at least 1")
+        raise ConfigError("n and concurrency must be at least 1")
     payloads = list(inputs) if inputs else default_inputs(n)
     url = frontend_url.rstrip("/") + "/v1/embeddings"
     records: list[RequestRecord] = []

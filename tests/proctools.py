@@ -100,3 +100,22 @@ def assert_all_gone(pids: Iterable[int], groups: Iterable[int], what: str = "aft
 def assert_groups_gone(by_group: Mapping[int, Iterable[int]], *, timeout: float = 15.0) -> None:
     """`assert_all_gone` for `deployment_pids`' map."""
     assert_all_gone([p for members in by_group.values() for p in members], by_group, timeout=timeout)
+
+
+def processes_under(run_dir: Path) -> list[int]:
+    """PIDs whose EMBEDLAB_STATE_DIR lies under `run_dir`: what a notebook's deployment started.
+
+    Found by the folder the test gave it, never by a process name.
+    """
+    marker = f"EMBEDLAB_STATE_DIR={run_dir}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if any(item.startswith(marker) for item in environ.split(b"\0")):
+            found.append(int(entry.name))
+    return found

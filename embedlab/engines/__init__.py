@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
+from ..errors import ConfigError
 from .base import Embeddings, Engine, EngineOptions, InvalidInput, check_dimensions
 
 __all__ = [
@@ -31,7 +32,7 @@ def create_engine(name: str, options: EngineOptions) -> Engine:
     try:
         target: object = ENGINES[name]
     except KeyError:
-        raise ValueError(f"unknown engine {name!r}; choose from {', '.join(ENGINES)}") from None
+        raise ConfigError(f"unknown engine {name!r}; choose from {', '.join(ENGINES)}") from None
     if isinstance(target, str):
         module, _, attribute = target.partition(":")
         target = getattr(importlib.import_module(module), attribute)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, Sequence
 
+from ..defaults import DEVICE, HASH_DIM
 from ..errors import EngineError
 
 if TYPE_CHECKING:  # numpy stays out of the frontend, which parses these flags too
@@ -14,7 +15,6 @@ if TYPE_CHECKING:  # numpy stays out of the frontend, which parses these flags t
 
 # In the order the vllm engine's error message has always listed them (upper-cased there).
 POOLINGS = ("mean", "last", "cls")
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 class InvalidInput(ValueError):
@@ -39,11 +39,11 @@ class EngineOptions:
     """Everything a worker's flags say about its engine. Unused fields are ignored."""
 
     model_path: Path | None = None
-    dim: int = 384
+    dim: int = HASH_DIM
     pooling: str | None = None  # None: the model's own default (MEAN, or LAST for decoder models)
     normalize: bool = True
     dtype: str = "float32"
-    device: str = "cpu"
+    device: str = DEVICE  # cpu, cuda[:N], or auto: CUDA where torch sees it
     max_model_len: int | None = None
     max_batch_size: int = 64
     max_batch_tokens: int = 16384
@@ -68,13 +68,6 @@ class Engine(Protocol):
     async def embed(self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None) -> Embeddings: ...
 
     async def close(self) -> None: ...
-
-
-def l2_normalize(vectors: "np.ndarray") -> "np.ndarray":
-    import numpy as np
-
-    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
-    return vectors / np.maximum(norms, 1e-12)
 
 
 def check_length(tokens: int, max_model_len: int, index: int) -> None:

@@ -10,6 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import ConfigError
 from .base import Embeddings, EngineOptions, check_length
 
 
@@ -19,7 +20,7 @@ class HashEngine:
 
     def __init__(self, options: EngineOptions) -> None:
         if options.dim < 1:
-            raise ValueError(f"hash engine: dim must be positive, got {options.dim}")
+            raise ConfigError(f"hash engine: dim must be positive, got {options.dim}")
         self.dim = options.dim
         self.max_model_len = options.max_model_len or 8192
 

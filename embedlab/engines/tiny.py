@@ -19,6 +19,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..defaults import MODEL_CACHE_ENV
+from ..errors import ConfigError
+from .tiny_tokenizers import write_bert_tokenizer, write_json, write_qwen_tokenizer
+
 __all__ = [
     "ARCHS",
     "SHAPES",
@@ -36,50 +40,6 @@ BUILD_VERSION = 2
 ARCHS = ("bert", "qwen3")
 POOLING = {"bert": "MEAN", "qwen3": "LAST"}
 SHAPES: dict[str, str] = {"qwen3-embedding-0.6b": "qwen3"}
-
-EOS = "<|endoftext|>"
-BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-# The pre-tokenizer regex of Qwen2/Qwen3 tokenizers; transformers 5 rebuilds
-# Qwen2Tokenizer with exactly this pipeline, so tokenizer.json must match it.
-QWEN_PRETOKENIZE_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
-    r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
-
-CORPUS = """\
-The quick brown fox jumps over the lazy dog. A small model can still learn
-useful things about words, sentences and documents. Embedding models turn text
-into vectors of numbers, so that similar meanings end up close together.
-Search engines compare a query with many passages and return the nearest ones.
-The weather today is sunny with a light wind from the west, and tomorrow it
-may rain in the morning before clearing up in the afternoon.
-Cats and dogs are popular pets; many people also keep birds, fish and rabbits.
-She opened the window, made a cup of tea and started reading a long novel.
-Computers process data with programs written in languages such as Python, C,
-Rust and Go. A server answers requests from clients over the network, and a
-router decides which worker should handle each request.
-The train leaves the station at nine o'clock and arrives in the city at noon.
-Mountains, rivers, forests and lakes cover most of the northern region.
-Good software is tested, measured and documented; bad software surprises you.
-He bought apples, bread, cheese, milk and eggs at the market on Saturday.
-Music, painting and dance are arts that people have enjoyed for thousands of
-years. The museum shows old maps, coins, tools and letters from the past.
-Numbers like 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 42, 100 and 2024 appear often.
-What is the capital of France? Paris is the capital and largest city of France.
-How many legs does a spider have? A spider has eight legs and spins a web.
-Students learn mathematics, history, science and languages at school.
-The doctor said that regular exercise, sleep and healthy food help the body.
-Please send me the report by Friday, and let me know if you have questions.
-An embedding of a sentence is a point in a space with many dimensions.
-Cosine similarity measures the angle between two vectors; a value near one
-means the texts are alike, and a value near zero means they are unrelated.
-Workers share the load, and metrics show how many requests each one served.
-The ocean is deep and blue, the sky is wide and bright, and the night is quiet.
-Children played in the park while their parents talked on a wooden bench.
-I think, therefore I am. To be or not to be, that is the question.
-Hello world! This is a test. Another test follows; it is short and simple.
-"""
-
 
 def read_marker(model_dir: str | os.PathLike) -> dict[str, Any] | None:
     """Return the parsed ``embedlab-tiny.json`` of ``model_dir``, or None."""
@@ -125,10 +85,10 @@ def default_pooling(model_dir: str | os.PathLike) -> str:
 
 def _spec(arch: str, shape: str | None, seed: int) -> dict[str, Any]:
     if arch not in ARCHS:
-        raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS}")
+        raise ConfigError(f"unknown arch {arch!r}; expected one of {ARCHS}")
     if shape is not None and SHAPES.get(shape) != arch:
         known = ", ".join(f"{s!r} (arch {a!r})" for s, a in SHAPES.items())
-        raise ValueError(f"unknown shape {shape!r} for arch {arch!r}; known: {known}")
+        raise ConfigError(f"unknown shape {shape!r} for arch {arch!r}; known: {known}")
     return {
         "arch": arch,
         "shape": shape,
@@ -184,15 +144,15 @@ def build_tiny_model(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     try:
         if arch == "bert":
-            vocab_size = _write_bert_tokenizer(tmp)
+            vocab_size = write_bert_tokenizer(tmp)
             _write_bert_model(tmp, vocab_size, seed)
         elif shape is None:
-            vocab_size, eos_id = _write_qwen_tokenizer(tmp, model_max_length=512)
+            vocab_size, eos_id = write_qwen_tokenizer(tmp, model_max_length=512)
             _write_qwen_model(tmp, _qwen_tiny_config(vocab_size, eos_id), seed, "float32")
         else:
-            _, eos_id = _write_qwen_tokenizer(tmp, model_max_length=32768)
+            _, eos_id = write_qwen_tokenizer(tmp, model_max_length=32768)
             _write_qwen_model(tmp, _qwen_06b_config(eos_id), seed, "bfloat16")
-        _write_json(tmp / MARKER, spec)  # last: its presence means "complete"
+        write_json(tmp / MARKER, spec)  # last: its presence means "complete"
         # mkdtemp makes the dir 0700 and safetensors writes files 0600.
         os.chmod(tmp, 0o755)
         for f in tmp.iterdir():
@@ -231,154 +191,13 @@ def cached_tiny_model(
     It lives in ``<base>/<arch>[-<shape>]-seed0`` where ``<base>`` is
     ``cache_dir``, else ``$EMBEDLAB_CACHE``, else ``~/.cache/embedlab/models``.
     """
-    base = cache_dir or os.environ.get("EMBEDLAB_CACHE") or "~/.cache/embedlab/models"
+    base = cache_dir or os.environ.get(MODEL_CACHE_ENV) or "~/.cache/embedlab/models"
     name = f"{arch}-{shape}-seed0" if shape else f"{arch}-seed0"
     return build_tiny_model(arch, Path(base).expanduser() / name, shape=shape, seed=0)
 
 
 # --------------------------------------------------------------------------
 # writers
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-
-
-def _corpus_lines() -> list[str]:
-    return [line for line in CORPUS.splitlines() if line.strip()]
-
-
-def _added_tokens_decoder(tok: Any, tokens: list[str]) -> dict[str, dict[str, Any]]:
-    return {
-        str(tok.token_to_id(t)): {
-            "content": t,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": True,
-        }
-        for t in tokens
-    }
-
-
-def _write_bert_tokenizer(d: Path) -> int:
-    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
-    from tokenizers.models import WordPiece
-    from tokenizers.trainers import WordPieceTrainer
-
-    # Same pipeline that transformers' BertTokenizer(Fast) builds, so loading
-    # through either the class or tokenizer.json gives identical ids.
-    tok = Tokenizer(WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
-    )
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    # The trainer numbers "##c" continuation pieces in hash-map order, which
-    # changes from process to process; seeding them as special tokens fixes
-    # their ids (and so the merge tie-breaks), then they are demoted again.
-    chars: set[str] = set()
-    for line in _corpus_lines():
-        for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(line)):
-            chars.update(word)
-    continuations = [f"##{c}" for c in sorted(chars)]
-    trainer = WordPieceTrainer(
-        vocab_size=2000,
-        min_frequency=1,
-        special_tokens=BERT_SPECIALS + continuations,
-        show_progress=False,
-    )
-    tok.train_from_iterator(_corpus_lines(), trainer=trainer)
-    raw = json.loads(tok.to_str())
-    raw["added_tokens"] = [t for t in raw["added_tokens"] if t["content"] in BERT_SPECIALS]
-    tok = Tokenizer.from_str(json.dumps(raw))
-    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS]:0 $A:0 [SEP]:0",
-        pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
-    )
-    tok.save(str(d / "tokenizer.json"))
-    vocab = tok.get_vocab()
-    (d / "vocab.txt").write_text(
-        "".join(t + "\n" for t, _ in sorted(vocab.items(), key=lambda kv: kv[1]))
-    )
-    _write_json(
-        d / "tokenizer_config.json",
-        {
-            "tokenizer_class": "BertTokenizerFast",
-            "do_lower_case": True,
-            "tokenize_chinese_chars": True,
-            "strip_accents": None,
-            "unk_token": "[UNK]",
-            "sep_token": "[SEP]",
-            "pad_token": "[PAD]",
-            "cls_token": "[CLS]",
-            "mask_token": "[MASK]",
-            "model_max_length": 512,
-            "padding_side": "right",
-            "clean_up_tokenization_spaces": True,
-            "added_tokens_decoder": _added_tokens_decoder(tok, BERT_SPECIALS),
-        },
-    )
-    _write_json(
-        d / "special_tokens_map.json",
-        {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-         "cls_token": "[CLS]", "mask_token": "[MASK]"},
-    )
-    return tok.get_vocab_size(with_added_tokens=True)
-
-
-def _write_qwen_tokenizer(d: Path, *, model_max_length: int) -> tuple[int, int]:
-    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
-    from tokenizers.models import BPE
-    from tokenizers.trainers import BpeTrainer
-
-    # Mirrors the Qwen2Tokenizer pipeline (see QWEN_PRETOKENIZE_REGEX).
-    tok = Tokenizer(BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="",
-                        fuse_unk=False, byte_fallback=False))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    tok.decoder = decoders.ByteLevel()
-    trainer = BpeTrainer(
-        vocab_size=1024,
-        min_frequency=1,
-        special_tokens=[EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_corpus_lines(), trainer=trainer)
-    eos_id = tok.token_to_id(EOS)
-    # Qwen3-Embedding appends <|endoftext|> to every input and pools on it.
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"$A:0 {EOS}:0",
-        pair=f"$A:0 {EOS}:0 $B:1 {EOS}:1",
-        special_tokens=[(EOS, eos_id)],
-    )
-    tok.save(str(d / "tokenizer.json"))
-    _write_json(
-        d / "tokenizer_config.json",
-        {
-            "tokenizer_class": "Qwen2Tokenizer",
-            "add_prefix_space": False,
-            "bos_token": None,
-            "eos_token": EOS,
-            "pad_token": EOS,
-            "unk_token": None,
-            "errors": "replace",
-            "model_max_length": model_max_length,
-            "padding_side": "left",
-            "split_special_tokens": False,
-            "clean_up_tokenization_spaces": False,
-            "added_tokens_decoder": _added_tokens_decoder(tok, [EOS]),
-        },
-    )
-    _write_json(d / "special_tokens_map.json", {"eos_token": EOS, "pad_token": EOS})
-    return tok.get_vocab_size(with_added_tokens=True), eos_id
 
 
 def _with_legacy_keys(cfg: dict[str, Any], dtype: str) -> dict[str, Any]:
@@ -420,7 +239,7 @@ def _write_bert_model(d: Path, vocab_size: int, seed: int) -> None:
         },
         "float32",
     )
-    _write_json(d / "config.json", cfg)
+    write_json(d / "config.json", cfg)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = BertModel(BertConfig.from_dict(cfg))
@@ -479,7 +298,7 @@ def _write_qwen_model(d: Path, raw_cfg: dict[str, Any], seed: int, dtype: str) -
     from transformers import Qwen3Config, Qwen3Model
 
     cfg = _with_legacy_keys(raw_cfg, dtype)
-    _write_json(d / "config.json", cfg)
+    write_json(d / "config.json", cfg)
     config = Qwen3Config.from_dict(cfg)
     torch_dtype = getattr(torch, dtype)
     # Weights are stored like Qwen3-Embedding: base-model names, no lm_head

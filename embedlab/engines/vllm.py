@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from ..defaults import VLLM_CACHE_ENV
 from ..errors import EngineError
 from .base import POOLINGS, Embeddings, EngineOptions, InvalidInput, model_dir
 from .tiny import default_pooling
@@ -48,7 +49,6 @@ VLLM_POOLINGS = tuple(p.upper() for p in POOLINGS)  # vLLM's PoolingType names
 # The CPU KV cache, unless a model's max_model_len needs more: small enough for two engines
 # side by side on a small machine. Embeddings keep nothing in it between requests.
 CPU_KV_CACHE_BYTES = 64 << 20
-CACHE_ENV = "EMBEDLAB_VLLM_CACHE"
 # VLLM_RPC_BASE_PATH (ZMQ ipc:// socket files, never unlinked by vLLM) is <state>/rpc, set
 # apart below: a socket path has at most 107 bytes, and vLLM appends "/<uuid4>" (37).
 MAX_RPC_BASE = 107 - 37
@@ -232,7 +232,7 @@ class VllmEngine:
         self._env.set("VLLM_RPC_BASE_PATH", self._rpc_base(state / "rpc", system_tmp))
         # The model-class cache: a cold one costs a subprocess that imports vLLM (15-30 s
         # on 2 cores), so Deployment shares one per run, and a user may keep one on purpose.
-        cache = Path(os.environ.get(CACHE_ENV) or state / "cache" / "vllm").expanduser().resolve()
+        cache = Path(os.environ.get(VLLM_CACHE_ENV) or state / "cache" / "vllm").expanduser().resolve()
         cache.mkdir(parents=True, exist_ok=True)
         self._env.set("VLLM_CACHE_ROOT", str(cache))
         for name, value in FIXED_ENV.items():

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
+from ..defaults import DISCOVERY, DISCOVERY_ENV, REQUEST_PLANE, REQUEST_PLANE_ENV
 from ..engines import EngineOptions, InvalidInput, check_dimensions, create_engine
 from ..errors import EngineError
 from .openai import ApiError, parse_inputs
@@ -73,7 +74,7 @@ async def run(config: DynamoWorkerConfig) -> int:
         await engine.close()
         return 1
 
-    runtime = DistributedRuntime(loop, os.environ.get("DYN_DISCOVERY_BACKEND", "file"), os.environ.get("DYN_REQUEST_PLANE", "tcp"))
+    runtime = DistributedRuntime(loop, os.environ.get(DISCOVERY_ENV, DISCOVERY), os.environ.get(REQUEST_PLANE_ENV, REQUEST_PLANE))
     endpoint = runtime.endpoint(config.endpoint)
 
     # The parameter must be named `context`: Dynamo passes it by that name.

@@ -17,6 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..errors import ConfigError
 from .registry import Instance, Registry
 from .router import Policy
 
@@ -44,20 +45,20 @@ def parse_fault(spec: str) -> Fault:
     """Parse `NAME[:param]`, e.g. `leak:0.1`, `stick`, `slow:50`."""
     name, _, raw = spec.strip().partition(":")
     if name not in CATALOGUE:
-        raise ValueError(f"unknown fault {name!r}; choose from {', '.join(CATALOGUE)}")
+        raise ConfigError(f"unknown fault {name!r}; choose from {', '.join(CATALOGUE)}")
     takes_param, low, high = CATALOGUE[name]
     if not takes_param:
         if raw:
-            raise ValueError(f"fault {name!r} takes no parameter")
+            raise ConfigError(f"fault {name!r} takes no parameter")
         return Fault(name)
     if not raw:
-        raise ValueError(f"fault {name!r} needs a parameter: {name}:VALUE")
+        raise ConfigError(f"fault {name!r} needs a parameter: {name}:VALUE")
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"fault {name!r}: {raw!r} is not a number") from None
+        raise ConfigError(f"fault {name!r}: {raw!r} is not a number") from None
     if not low <= value <= high:
-        raise ValueError(f"fault {name!r}: {value:g} is outside [{low:g}, {high:g}]")
+        raise ConfigError(f"fault {name!r}: {value:g} is outside [{low:g}, {high:g}]")
     return Fault(name, value)
 
 

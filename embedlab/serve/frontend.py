@@ -20,17 +20,16 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from ..specs import TOKEN_ENV
+from ..defaults import LEASE_TTL_S, MAX_BODY_BYTES, REQUEST_TIMEOUT_S, TOKEN_ENV
+from ..errors import ConfigError
 from .faults import Fault, FaultInjector
 from .http import error_response, is_loopback_host, json_response, make_app, start_site
 from .openai import WORKER_HEADER, ApiError, bad_request, loads, parse_embedding_request
-from .registry import DEFAULT_TTL, Instance, RegistrationConflict, Registry
+from .registry import Instance, RegistrationConflict, Registry
 from .router import make_policy
 from .upstream import UpstreamClient, UpstreamError, WorkerUrlError, parse_worker_url
 
 log = logging.getLogger("embedlab.frontend")
-
-DEFAULT_MAX_BODY = 8 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,16 +40,16 @@ class FrontendConfig:
     port: int = 8000
     router_mode: str = "weighted-random"
     seed: int | None = None
-    lease_ttl: float = DEFAULT_TTL
-    max_body_bytes: int = DEFAULT_MAX_BODY
-    request_timeout: float = 120.0
+    lease_ttl: float = LEASE_TTL_S
+    max_body_bytes: int = MAX_BODY_BYTES
+    request_timeout: float = REQUEST_TIMEOUT_S
     token: str | None = field(default=None, repr=False)
     allow_remote_workers: bool = False
     faults: tuple[Fault, ...] = ()
 
     def __post_init__(self) -> None:
         if not is_loopback_host(self.host) and not self.token:
-            raise ValueError(
+            raise ConfigError(
                 f"refusing to bind {self.host}: a frontend reachable beyond loopback needs a shared token "
                 f"in ${TOKEN_ENV} for registration and the registry endpoints"
             )

@@ -11,12 +11,16 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..defaults import WORKER_HEADER
+
+__all__ = ["WORKER_HEADER", "ApiError", "bad_request", "decode_embedding", "embedding_response", "loads", "parse_embedding_request"]
+
 if TYPE_CHECKING:  # numpy is imported where vectors are encoded: the frontend never needs it
     import numpy as np
 
 # orjson is a required dependency (pyproject.toml), about 5x faster on the float-heavy
-# response bodies. The fallback stays on purpose: the GPU image runs the serving stack
-# from a checkout, without orjson installed.
+# response bodies. The fallback stays on purpose: the GPU machines' image has no orjson,
+# and the serving stack runs there from a source checkout.
 try:
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
@@ -27,7 +31,6 @@ MAX_INPUTS = 2048
 # No vocabulary comes near 2**31 ids; larger ids (JSON allows up to 2**64 - 1) overflowed
 # the engines' int64 arrays into a 500.
 MAX_TOKEN_ID = 2**31 - 1
-WORKER_HEADER = "x-embedlab-worker"
 
 Inputs = list[str] | list[list[int]]
 

@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-DEFAULT_TTL = 3.0
+from ..defaults import LEASE_TTL_S
+from ..errors import ConfigError
 
 
 class RegistrationConflict(Exception):
@@ -32,7 +33,7 @@ def endpoint_slashed(endpoint: str) -> str:
 def validate_endpoint(endpoint: str) -> str:
     parts = endpoint.split(".")
     if len(parts) != 3 or not all(parts):
-        raise ValueError(f"endpoint must be 'namespace.component.endpoint', got {endpoint!r}")
+        raise ConfigError(f"endpoint must be 'namespace.component.endpoint', got {endpoint!r}")
     return endpoint
 
 
@@ -75,12 +76,12 @@ class Registry:
     def __init__(
         self,
         *,
-        ttl: float = DEFAULT_TTL,
+        ttl: float = LEASE_TTL_S,
         clock: Callable[[], float] = time.monotonic,
         on_remove: Callable[[Instance], None] | None = None,
     ) -> None:
         if ttl <= 0:
-            raise ValueError("ttl must be positive")
+            raise ConfigError("ttl must be positive")
         self.ttl = ttl
         self._clock = clock
         self._on_remove = on_remove
@@ -102,7 +103,7 @@ class Registry:
     ) -> Instance:
         validate_endpoint(endpoint)
         if weight <= 0:
-            raise ValueError(f"weight must be positive, got {weight}")
+            raise ConfigError(f"weight must be positive, got {weight}")
         self.expire()
         for other in self._instances.values():
             if other.endpoint == endpoint and other.model != model and other.instance_id != instance_id:
@@ -140,7 +141,7 @@ class Registry:
 
     def set_weight(self, instance_id: str, weight: float) -> bool:
         if weight <= 0:
-            raise ValueError(f"weight must be positive, got {weight}")
+            raise ConfigError(f"weight must be positive, got {weight}")
         instance = self._instances.get(instance_id)
         if instance is None:
             return False

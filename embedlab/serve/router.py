@@ -10,6 +10,7 @@ import itertools
 import random
 from typing import Callable, Protocol, Sequence
 
+from ..errors import ConfigError
 from .registry import Instance
 
 
@@ -73,5 +74,5 @@ def make_policy(mode: str, *, seed: int | None = None) -> Policy:
     try:
         factory = POLICIES[mode]
     except KeyError:
-        raise ValueError(f"unknown router mode {mode!r}; choose from {', '.join(POLICIES)}") from None
+        raise ConfigError(f"unknown router mode {mode!r}; choose from {', '.join(POLICIES)}") from None
     return factory(random.Random(seed))

@@ -19,8 +19,9 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from ..defaults import LEASE_TTL_S, MAX_BODY_BYTES, METRIC
 from ..engines import EngineOptions, InvalidInput, check_dimensions, create_engine
-from ..errors import EngineError
+from ..errors import ConfigError, EngineError
 from .http import error_response, json_response, make_app, start_site
 from .openai import ApiError, bad_request, embedding_response, parse_embedding_request
 from .registry import validate_endpoint
@@ -48,12 +49,12 @@ class WorkerConfig:
     instance_id: str = field(default_factory=lambda: secrets.token_hex(8))
     token: str | None = field(default=None, repr=False)
     register_timeout: float = 60.0
-    max_body_bytes: int = 8 << 20
+    max_body_bytes: int = MAX_BODY_BYTES
 
     def __post_init__(self) -> None:
         validate_endpoint(self.endpoint)
         if self.weight <= 0:
-            raise ValueError(f"--weight must be positive, got {self.weight}")
+            raise ConfigError(f"--weight must be positive, got {self.weight}")
 
     @property
     def labels(self) -> dict[str, str]:
@@ -78,7 +79,8 @@ class WorkerMetrics:
             return Counter(name, doc, names, registry=self.prom)
 
         # .labels() now, so every series is exported at 0 before the first request.
-        self.requests = counter("dynamo_component_requests", "Requests this worker received.").labels(**labels)
+        # The counter every check reads (prometheus_client adds the _total suffix).
+        self.requests = counter(METRIC.removesuffix("_total"), "Requests this worker received.").labels(**labels)
         self.errors = counter("dynamo_component_errors", "Requests this worker answered with an error.").labels(**labels)
         self.request_bytes = counter("dynamo_component_request_bytes", "Request body bytes received.").labels(**labels)
         self.response_bytes = counter("dynamo_component_response_bytes", "Response body bytes sent.").labels(**labels)
@@ -112,7 +114,7 @@ class Worker:
         self._session: aiohttp.ClientSession | None = None
         self.fatal = asyncio.Event()
         self.exit_code = 0
-        self.lease_ttl = 3.0
+        self.lease_ttl = LEASE_TTL_S
 
     # -- request plane ------------------------------------------------------------------
 
@@ -234,7 +236,7 @@ class Worker:
                 ) as resp:
                     body = await resp.json(content_type=None)
                     if resp.status == 201:
-                        return float(body.get("lease_ttl_s", 3.0))
+                        return float(body.get("lease_ttl_s", LEASE_TTL_S))
                     message = body.get("error", {}).get("message", str(body)) if isinstance(body, dict) else str(body)
                     raise RegistrationRefused(resp.status, message)
             except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:

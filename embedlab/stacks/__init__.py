@@ -1,23 +1,30 @@
-"""Stacks by name: how each one starts its frontend and workers."""
+"""Stacks by name: how each one starts its frontend and workers.
+
+The one list of stacks. Installed packages add theirs through the `embedlab.stacks`
+entry-point group; `register_stack` adds one at run time.
+"""
 
 from __future__ import annotations
 
-import importlib
-
+from ..plugins import Registry
 from .base import ProcessSpec, Stack, StackContext
 
-__all__ = ["STACKS", "ProcessSpec", "Stack", "StackContext", "get_stack"]
+__all__ = ["STACKS", "ProcessSpec", "Stack", "StackContext", "get_stack", "register_stack"]
 
-STACKS: dict[str, str] = {
-    "embedded": "embedlab.stacks.embedded:EmbeddedStack",
-    "dynamo": "embedlab.stacks.dynamo:DynamoStack",
-}
+STACKS: Registry[type] = Registry(
+    "stack",
+    group="embedlab.stacks",
+    builtins={
+        "embedded": "embedlab.stacks.embedded:EmbeddedStack",
+        "dynamo": "embedlab.stacks.dynamo:DynamoStack",
+    },
+)
+
+
+def register_stack(name: str, stack: type | str) -> None:
+    """Make `stack=NAME` launchable: `stack` is a Stack class or its "module:Class" path."""
+    STACKS.register(name, stack)
 
 
 def get_stack(name: str) -> Stack:
-    try:
-        target = STACKS[name]
-    except KeyError:
-        raise ValueError(f"unknown stack {name!r}; choose from {', '.join(STACKS)}") from None
-    module, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module), attribute)()  # type: ignore[no-any-return]
+    return STACKS.get(name)()  # type: ignore[no-any-return]

@@ -5,18 +5,25 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-import httpx
-
+from ..defaults import SYSTEM_PORT_ENV, worker_endpoint
 from ..specs import DeploymentSpec, WorkerSpec
 
 
 @dataclass(frozen=True, kw_only=True)
 class ProcessSpec:
-    name: str
+    """One process of a deployment: what it is, how to start it."""
+
+    role: str  # "frontend", "worker", or a stack's own service
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    worker: int | None = None  # the worker's index, for role "worker"
+
+    @property
+    def name(self) -> str:
+        """The process's name in logs and errors: `frontend`, `worker-0`, ..."""
+        return self.role if self.worker is None else f"{self.role}-{self.worker}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,8 +42,7 @@ class StackContext:
         return f"http://{self.host}:{self.frontend_port}"
 
     def endpoint(self, index: int) -> str:
-        worker = self.spec.workers[index]
-        return worker.endpoint or f"{self.namespace}.embed-worker-{index + 1}.generate"
+        return self.spec.workers[index].endpoint or worker_endpoint(self.namespace, index)
 
 
 class Stack(Protocol):
@@ -48,10 +54,16 @@ class Stack(Protocol):
 
     def frontend(self, ctx: StackContext) -> ProcessSpec: ...
 
-    def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec: ...
+    def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
+        """Worker `index`'s process; its system server listens on `system_port` (see `system_port_env`)."""
+        ...
 
-    def registered_endpoints(self, client: httpx.Client, ctx: StackContext) -> set[str]:
-        """Endpoint paths (`ns.comp.ep`) with a live instance the frontend knows."""
+    def health_url(self, ctx: StackContext) -> str:
+        """The frontend's page that lists the instances it dispatches to."""
+        ...
+
+    def dispatchable_endpoints(self, health: Any) -> set[str]:
+        """Endpoint paths (`ns.comp.ep`) the frontend would dispatch to now, read from `health_url`'s JSON."""
         ...
 
 
@@ -65,3 +77,8 @@ def worker_engine_args(worker: WorkerSpec) -> list[str]:
     if worker.max_model_len:
         argv += ["--max-model-len", str(worker.max_model_len)]
     return argv + list(worker.extra_args)
+
+
+def system_port_env(system_port: int) -> dict[str, str]:
+    """How every stack hands a worker its system port: Dynamo's own variable, the one channel."""
+    return {SYSTEM_PORT_ENV: str(system_port)}

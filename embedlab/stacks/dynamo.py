@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import shlex
+from typing import Any
 
-import httpx
-
+from ..defaults import DISCOVERY, DISCOVERY_ENV, REQUEST_PLANE, REQUEST_PLANE_ENV, SYSTEM_HOST_ENV
 from ..errors import ConfigError
 from ..specs import WorkerSpec
-from .base import ProcessSpec, StackContext, worker_engine_args
+from .base import ProcessSpec, StackContext, system_port_env, worker_engine_args
 
 # embedlab router mode -> Dynamo's. Across worker sets of one model Dynamo always picks
 # at random weighted by live instances; the mode chooses inside a set.
@@ -36,13 +36,13 @@ class DynamoStack:
         kv = ctx.run_dir / "dynamo-kv"
         kv.mkdir(parents=True, exist_ok=False)  # fresh per run: stale records block other models
         return {
-            "DYN_DISCOVERY_BACKEND": "file",
+            DISCOVERY_ENV: DISCOVERY,
             "DYN_FILE_KV": str(kv),
-            "DYN_REQUEST_PLANE": "tcp",
+            REQUEST_PLANE_ENV: REQUEST_PLANE,
             "DYN_LOG": "warn",
             "DYN_TCP_RPC_HOST": ctx.host,
             "DYN_TCP_RESPONSE_STREAM_HOST": ctx.host,
-            "DYN_SYSTEM_HOST": ctx.host,
+            SYSTEM_HOST_ENV: ctx.host,
             "DYN_NAMESPACE": ctx.namespace,
         }
 
@@ -53,20 +53,24 @@ class DynamoStack:
             ctx.python, "-m", "dynamo.frontend", "--http-host", ctx.host, "--http-port", str(ctx.frontend_port),
             "--namespace", ctx.namespace, "--router-mode", ROUTER_MODES[ctx.spec.router_mode],
         ]
-        return ProcessSpec(name="frontend", argv=argv + list(ctx.spec.frontend_args))
+        return ProcessSpec(role="frontend", argv=argv + list(ctx.spec.frontend_args))
 
     def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
         endpoint = ctx.endpoint(index)
         if worker.kind == "dynamo-vllm":
-            return ProcessSpec(name=f"worker-{index}", argv=dynamo_vllm_argv(ctx, worker, endpoint))
-        argv = [
-            ctx.python, "-m", "embedlab", "dynamo-worker", "--served-model-name", worker.model, "--endpoint", endpoint,
-        ]
-        return ProcessSpec(name=f"worker-{index}", argv=argv + worker_engine_args(worker))
+            argv = dynamo_vllm_argv(ctx, worker, endpoint)
+        else:
+            argv = [
+                ctx.python, "-m", "embedlab", "dynamo-worker", "--served-model-name", worker.model, "--endpoint", endpoint,
+                *worker_engine_args(worker),
+            ]
+        return ProcessSpec(role="worker", worker=index, argv=argv, env=system_port_env(system_port))
 
-    def registered_endpoints(self, client: httpx.Client, ctx: StackContext) -> set[str]:
-        instances = client.get(f"{ctx.frontend_url}/health").json().get("instances", [])
-        return {f"{i['namespace']}.{i['component']}.{i['endpoint']}" for i in instances}
+    def health_url(self, ctx: StackContext) -> str:
+        return f"{ctx.frontend_url}/health"
+
+    def dispatchable_endpoints(self, health: Any) -> set[str]:
+        return {f"{i['namespace']}.{i['component']}.{i['endpoint']}" for i in health.get("instances", [])}
 
 
 def dynamo_vllm_argv(ctx: StackContext, worker: WorkerSpec, endpoint: str) -> list[str]:

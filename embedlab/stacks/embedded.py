@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import httpx
+from typing import Any
 
 from ..specs import WorkerSpec
-from .base import ProcessSpec, StackContext, worker_engine_args
+from .base import ProcessSpec, StackContext, system_port_env, worker_engine_args
 
 
 class EmbeddedStack:
@@ -22,17 +22,21 @@ class EmbeddedStack:
         ]
         if spec.seed is not None:
             argv += ["--seed", str(spec.seed)]
-        return ProcessSpec(name="frontend", argv=argv + list(spec.frontend_args))
+        return ProcessSpec(role="frontend", argv=argv + list(spec.frontend_args))
 
     def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
         argv = [
             ctx.python, "-m", "embedlab", "worker", "--served-model-name", worker.model,
-            "--endpoint", ctx.endpoint(index), "--frontend-url", ctx.frontend_url,
-            "--system-port", str(system_port), "--weight", str(worker.weight),
+            "--endpoint", ctx.endpoint(index), "--frontend-url", ctx.frontend_url, "--weight", str(worker.weight),
             "--register-timeout", str(ctx.spec.startup_timeout),
         ]
-        return ProcessSpec(name=f"worker-{index}", argv=argv + worker_engine_args(worker))
+        return ProcessSpec(
+            role="worker", worker=index, argv=argv + worker_engine_args(worker), env=system_port_env(system_port)
+        )
 
-    def registered_endpoints(self, client: httpx.Client, ctx: StackContext) -> set[str]:
-        models = client.get(f"{ctx.frontend_url}/health").json().get("models", {})
-        return {i["endpoint"] for instances in models.values() for i in instances}
+    def health_url(self, ctx: StackContext) -> str:
+        return f"{ctx.frontend_url}/health"
+
+    def dispatchable_endpoints(self, health: Any) -> set[str]:
+        # A suspect instance failed a dispatch; the frontend skips it until it heartbeats again.
+        return {i["endpoint"] for group in health.get("models", {}).values() for i in group if not i.get("suspect")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 
 from embedlab import Deployment, DeploymentSpec, Explorer
+from embedlab import table as embedlab_table
 
 
 def test_live_weights_move_the_split_and_the_sweep_tracks_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -19,7 +20,7 @@ def test_live_weights_move_the_split_and_the_sweep_tracks_them(tmp_path) -> None
     after_change = explorer.steps[1:3]
     # 1:19 live: worker 1 must take most of the traffic, which it did not at 1:1.
     assert sum(s.deltas[1] for s in after_change) >= 30, [s.deltas for s in after_change]
-    table = explorer.table
+    table = embedlab_table(explorer)
     assert list(table[table.step == 2].cumulative_share.round(3)) == [
         round(sum(s.deltas[w] for s in after_change) / 40, 3) for w in (0, 1)
     ]

@@ -16,10 +16,11 @@ from embedlab import (
     multi_model_dispatch,
     same_model_load_balance,
     send_burst,
+    table,
 )
 from embedlab.stacks.dynamo import dynamo_installed
 
-from ..proctools import assert_all_gone, descendants_of
+from ..proctools import assert_all_gone, descendants_of, processes_under
 from ..netcheck import listening_addresses
 
 STACKS = ["embedded", "dynamo"]
@@ -57,8 +58,10 @@ def test_both_scenarios_on_each_stack(stack: str, tmp_path) -> None:  # type: ig
     assert multi.passed, multi.summary()
     deltas = [[r.delta for r in b.check.rows] for b in multi.bursts]  # type: ignore[union-attr]
     assert deltas == [[10, 0], [0, 10]]
-    table = multi.table
-    assert list(table.columns[:4]) == ["burst", "model", "worker", "worker_model"]
+    rows = table(multi)
+    # Workers by index, counts as integers, and no column that repeats another.
+    assert list(rows.columns[:3]) == ["burst", "worker", "serves"]
+    assert list(rows.delta) == [10, 0, 0, 10] and str(rows.delta.dtype) == "Int64"
     json.dumps(multi.to_json())
     assert_torn_down(dep)
 
@@ -98,7 +101,7 @@ def test_cli_scenarios_print_the_table_and_verdict(stack: str, tmp_path) -> None
     proc = run_cli("scenario", "multi-model", "--stack", stack, "--json", str(out), "--run-dir", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "multi-model on " + stack + ": PASSED" in proc.stdout
-    assert "worker_model" in proc.stdout and "delta" in proc.stdout
+    assert "serves" in proc.stdout and "delta" in proc.stdout
     assert json.loads(out.read_text())["verdict"] == "passed"
 
 
@@ -116,3 +119,19 @@ def test_cli_exit_codes_for_failure_and_cannot_run(tmp_path) -> None:  # type: i
         )
     assert swapped.returncode == 1, swapped.stdout + swapped.stderr
     assert "FAILED" in swapped.stdout and "leaked" in swapped.stdout
+
+
+def test_cli_drain_passes_on_embedded(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    proc = run_cli("scenario", "drain", "--stack", "embedded", "--run-dir", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "drain on embedded: PASSED"
+    assert "drained" in proc.stdout and "its delta while drained  0" in proc.stdout
+
+
+def test_cli_metric_that_no_worker_exports_exits_2_naming_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A launched deployment reads the asked-for counter too: a missing one is an error, not a silent pass."""
+    proc = run_cli("scenario", "same-model", "--metric", "no_such_metric_total", "--run-dir", str(tmp_path / "run"))
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert "no_such_metric_total" in line and "worker 0" in line, line
+    assert processes_under(tmp_path / "run") == [], "the deployment was torn down"

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from embedlab import Deployment, DeploymentSpec, multi_model_dispatch, same_model_load_balance
-from embedlab.resilience import drain, failover
+from embedlab import Deployment, DeploymentSpec, multi_model_dispatch, plot, same_model_load_balance
+from embedlab import drain, failover
 from embedlab.stacks.dynamo import dynamo_installed
 
 
@@ -18,10 +18,12 @@ def test_failover_on_embedded_loses_nothing(tmp_path) -> None:  # type: ignore[n
         result = failover(dep, requests=200, concurrency=8, kill_after=50)
         assert not dep.workers[1].alive()
     assert result.passed, result.summary()
-    assert result.extra["failed_requests"] == 0
-    assert result.extra["excluded_after_s"] is not None and result.extra["excluded_after_s"] < 2 * 3.0
+    figures = result.failover
+    assert figures is not None and figures.failed_requests == 0
+    assert figures.excluded_after_s is not None and figures.excluded_after_s < 2 * 3.0
+    assert [e.kind for e in result.events] == ["kill", "out of dispatch"]
     assert sum(result.bursts[0].traffic.served_by().values()) == 200
-    result.plot()
+    plot(result)
 
 
 def test_failover_on_dynamo_is_reported_not_asserted_and_says_so(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -38,9 +40,9 @@ def test_failover_on_dynamo_is_reported_not_asserted_and_says_so(tmp_path) -> No
     assert last.startswith("failover on dynamo: REPORTED (") and "PASSED" not in proc.stdout, proc.stdout[-2000:]
     result = json.loads(out.read_text())
     assert (result["verdict"], result["passed"], result["ok"]) == ("reported", False, True)
-    failed = result["extra"]["failed_requests"]
+    failed = result["failover"]["failed_requests"]
     assert f"{failed} of 120 requests failed" in last
-    assert result["extra"]["asserted"] is False and result["extra"]["killed_at_s"] is not None
+    assert result["failover"]["asserted"] is False and result["failover"]["killed_at_s"] is not None
     survivor = result["bursts"][0]["check"]["rows"][0]
     assert survivor["worker"] == 0 and survivor["delta"] > 0
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,31 +9,12 @@ from typing import Any, Iterator
 
 import pytest
 
-from ..proctools import kill_all, wait_gone
+from ..proctools import kill_all, processes_under, wait_gone
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
 BIN = Path(sys.executable).parent
 CELL_TIMEOUT = 300
-
-
-def processes_under(run_dir: Path) -> list[int]:
-    """PIDs whose EMBEDLAB_STATE_DIR lies under `run_dir`: what a notebook's deployment started.
-
-    Found by the folder the test gave it, never by a process name.
-    """
-    marker = f"EMBEDLAB_STATE_DIR={run_dir}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if any(item.startswith(marker) for item in environ.split(b"\0")):
-            found.append(int(entry.name))
-    return found
 
 
 def assert_torn_down(run_dir: Path) -> None:

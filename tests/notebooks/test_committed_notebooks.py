@@ -11,7 +11,10 @@ import pytest
 
 from .conftest import NOTEBOOKS, REPO, code_cells, tagged
 
-SCENARIO_NOTEBOOKS = ["same_model_load_balance", "multi_model_dispatch"]
+SCENARIO_NOTEBOOKS = {
+    "same_model_load_balance": "same-model", "multi_model_dispatch": "multi-model", "failover": "failover",
+    "scenario": None,
+}
 COMMON_PARAMETERS = {"stack", "engine", "models", "model_paths", "requests", "concurrency", "seed", "run_dir", "result_json"}
 
 
@@ -20,9 +23,9 @@ def committed_notebooks() -> list[Path]:
     return [REPO / line for line in listed.splitlines() if line]
 
 
-def test_the_three_notebooks_are_committed() -> None:
+def test_every_notebook_is_committed() -> None:
     names = {p.stem for p in committed_notebooks() if p.parent == NOTEBOOKS}
-    assert {"same_model_load_balance", "multi_model_dispatch", "explore_routing"} <= names, names
+    assert {*SCENARIO_NOTEBOOKS, "explore_routing"} <= names, names
 
 
 @pytest.mark.parametrize("path", committed_notebooks(), ids=lambda p: p.name)
@@ -59,12 +62,29 @@ def test_notebook_is_thin(path: Path) -> None:
 
 @pytest.mark.parametrize("name", SCENARIO_NOTEBOOKS)
 def test_scenario_notebook_parameters(name: str) -> None:
+    """Each scenario notebook takes the common parameters, hands every one of them to its plan,
+    and names a registered scenario in its metadata (the matrix checks its parameters by it)."""
+    from embedlab import ScenarioPlan
+    from embedlab.scenarios.registry import get_scenario
+
     nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
     source = "".join(code_cells(nb)[0]["source"])
     names = {t.id for node in ast.parse(source).body for t in node.targets}  # type: ignore[attr-defined]
-    assert COMMON_PARAMETERS | {"frontend_url", "system_urls"} <= names, names
+    assert COMMON_PARAMETERS <= names, names
+    scenario = SCENARIO_NOTEBOOKS[name]
+    assert nb["metadata"].get("embedlab", {}).get("scenario") == scenario
+    if scenario is None:
+        assert "scenario" in names, "the generic notebook takes the scenario's name"
+    elif not get_scenario(scenario).launches:
+        assert {"frontend_url", "system_urls"} <= names, "a scenario that can attach takes the attach parameters"
     if name == "same_model_load_balance":
         assert {"workers", "weights"} <= names
+    plan_fields = set(ScenarioPlan.__dataclass_fields__)
+    assert names - {"result_json"} <= plan_fields, f"{name} takes parameters no plan has: {names - plan_fields}"
     code = "".join("".join(c["source"]) for c in code_cells(nb))
-    for call in ("ScenarioPlan.from_params(", "run_scenario(plan)", "result.table", "result.plot()", "result.plot_latency()", "save_json(result_json)"):
+    handed = code[code.index("ScenarioPlan.from_params("):]
+    handed = handed[: handed.index(")")]
+    missing = sorted(n for n in names - {"result_json"} if f"{n}={n}" not in handed)
+    assert not missing, f"{name} never hands {missing} to its plan: a silent no-op"
+    for call in ("run_scenario(plan)", "table(result)", "plot(result)", "plot_latency(result)", "save_json(result_json)"):
         assert call in code, f"{name} lacks {call}"

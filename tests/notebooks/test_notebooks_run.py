@@ -92,13 +92,13 @@ def test_failover_notebook(stack: str, tmp_path: Path, run_dir: Path) -> None:
     )
     assert errors(nb) == []
     result = json.loads(result_json.read_text())
-    assert result["extra"]["killed_at_s"] is not None
+    assert result["failover"]["killed_at_s"] is not None
     if stack == "embedded":
         assert result["verdict"] == "passed", result["reasons"]
-        assert result["extra"]["failed_requests"] == 0 and result["extra"]["asserted"] is True
+        assert result["failover"]["failed_requests"] == 0 and result["failover"]["asserted"] is True
     else:
         # Dynamo decides its failover; the notebook shows the figures and asserts nothing.
-        assert result["verdict"] == "reported" and result["extra"]["asserted"] is False, result["reasons"]
+        assert result["verdict"] == "reported" and result["failover"]["asserted"] is False, result["reasons"]
     last = "".join(code_cells(nb)[-1]["outputs"][-1]["text"]).strip()
     assert last.startswith(f"failover on {stack}: {result['verdict'].upper()}"), last
     assert any(images(c) for c in tagged(nb, "report-figure")), "the timeline figure is missing"

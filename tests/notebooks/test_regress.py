@@ -58,7 +58,7 @@ def test_regress_writes_every_artifact(regress_run) -> None:  # type: ignore[no-
     failover = by_name["failover--dynamo-hash"]
     assert (failover["status"], failover["verdict"]) == ("reported", "reported")
     lost = failover["figures"]["failed_requests"]
-    assert lost == failover["result"]["extra"]["failed_requests"] and failover["figures"]["out_of_dispatch_s"] is not None
+    assert lost == failover["result"]["failover"]["failed_requests"] and failover["figures"]["out_of_dispatch_s"] is not None
     for scenario in results["scenarios"]:
         for key in ("report_html", "notebook_out", "result_json", "logs"):
             assert (run / scenario[key]).exists(), (scenario["name"], key)

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from embedlab import Deployment, DeploymentSpec
 from embedlab.engines.base import EngineOptions
-from embedlab.serve.frontend import DEFAULT_MAX_BODY
+from embedlab.defaults import MAX_BODY_BYTES as DEFAULT_MAX_BODY
 
 SERVED = ("model-a", "model-b")
 HASH_DIM = EngineOptions().dim  # the hash engine's default vector size

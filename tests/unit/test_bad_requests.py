@@ -8,7 +8,7 @@ import socket
 import httpx
 import pytest
 
-from embedlab.serve.frontend import DEFAULT_MAX_BODY
+from embedlab.defaults import MAX_BODY_BYTES as DEFAULT_MAX_BODY
 
 J = {"Content-Type": "application/json"}
 

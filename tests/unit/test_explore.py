@@ -7,7 +7,7 @@ import math
 import pytest
 
 from embedlab import ConfigError
-from embedlab.explore import cumulative_shares, expected_shares, weights_label
+from embedlab.scenarios.explore import cumulative_shares, expected_shares, weights_label
 
 
 def test_expected_shares_follow_the_weights() -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from embedlab import ConfigError, load_matrix
-from embedlab.regression import notebook_parameters, params_slug
-from embedlab.report import compare_runs, write_json, write_junit
+from embedlab.matrix import notebook_parameters, params_slug
+from embedlab.jsonio import write_json
+from embedlab.report import compare_runs, write_junit
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
@@ -56,6 +57,20 @@ notebooks = ["multi_model_dispatch"]
     ]
 
 
+def test_a_scenario_entry_runs_the_generic_notebook_with_its_name(tmp_path: Path) -> None:
+    matrix = load_matrix(write(tmp_path, """
+scenarios = ["drain"]
+[[params]]
+name = "embedded-hash"
+requests = 12
+[params.drain]
+victim = 0
+"""), notebook_dir=NOTEBOOKS)
+    (job,) = matrix.jobs
+    assert job.name == "drain--embedded-hash" and job.notebook == (NOTEBOOKS / "scenario.ipynb").resolve()
+    assert job.params == {"scenario": "drain", "requests": 12, "victim": 0}
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
@@ -63,7 +78,11 @@ notebooks = ["multi_model_dispatch"]
         ('notebooks = ["multi_model_dispatch"]\n[[params]]\nrun_dir = "/x"\n', "set by the runner"),
         ('notebooks = ["multi_model_dispatch"]\n[[params]]\nname = "a"\n[[params]]\nname = "a"\n', "overwrite each other"),
         ('notebook = ["multi_model_dispatch"]\n', "unknown top-level keys ['notebook']"),
-        ("[[params]]\nstack = 'embedded'\n", "no notebooks to run"),
+        ("[[params]]\nstack = 'embedded'\n", "nothing to run"),
+        ('scenarios = ["no-such-scenario"]\n', "unknown scenario 'no-such-scenario'; registered: same-model, multi-model, failover, drain"),
+        ('notebooks = ["multi_model_dispatch"]\n[[params]]\nstack = "nonsense"\n', "unknown stack 'nonsense'"),
+        ('scenarios = ["drain"]\n[[params]]\nstack = "dynamo"\n', "drain runs on embedded, not on dynamo"),
+        ('notebooks = ["same_model_load_balance"]\n[[params]]\nworkers = 0\n', "workers must be a whole number of at least 1"),
     ],
 )
 def test_matrices_that_cannot_work_fail_before_anything_runs(tmp_path: Path, text: str, message: str) -> None:
@@ -88,6 +107,8 @@ def test_the_default_matrix_loads_from_the_package() -> None:
     assert jobs["same_model_load_balance--embedded-transformers-tiny"]["models"] == ["tiny-bert"]
     assert jobs["same_model_load_balance--embedded-transformers-tiny"]["workers"] == 2
     assert jobs["multi_model_dispatch--embedded-transformers-tiny"]["models"] == ["tiny-bert", "tiny-qwen3"]
+    # drain runs through the generic notebook, on the embedded stack.
+    assert jobs["drain--embedded-hash"] == {"scenario": "drain", "stack": "embedded", "engine": "hash"}
 
 
 def test_the_default_matrix_runs_failover_as_specified() -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from embedlab.regression import _status, key_figures, shown_path
+from embedlab.matrix import shown_path
+from embedlab.regression import _status, key_figures
 from embedlab.report import VERDICT_COLOURS, compare_runs, write_index, write_junit
 from embedlab.verdicts import Verdict
 
@@ -19,7 +20,7 @@ FAILOVER_RESULT = {
     "reasons": ["2 of 200 requests failed", "out of dispatch 9600 ms after the kill"],
     "p_values": {}, "latency_ms": {"p50": 3.0, "p99": 9000.0},
     "bursts": [{"name": "embed-model", "deltas": [150], "expected": [0], "traffic": {"failed": 2}}],
-    "extra": {"excluded_after_s": 9.6, "failed_requests": 2},
+    "failover": {"excluded_after_s": 9.6, "failed_requests": 2},
 }
 
 

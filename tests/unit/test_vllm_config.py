@@ -11,7 +11,7 @@ from embedlab import load_matrix
 from embedlab.cli import build_parser, engine_options_from_args
 from embedlab.deployment import vllm_worker_env
 from embedlab.engines.vllm import CPU_KV_CACHE_BYTES, cpu_kv_cache_bytes, position_limit
-from embedlab.plans import ScenarioPlan
+from embedlab import ScenarioPlan
 
 from ..conftest import REPO
 

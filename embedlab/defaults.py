@@ -1,0 +1,60 @@
+"""Every default, and every name that crosses a process boundary, defined once.
+
+The frontend, the workers and the harness run in different processes and must agree on
+these: an environment variable one side sets and the other reads, a header, the endpoint
+naming, the counter the checks read. Serving and harness both import them from here,
+and this module imports nothing of embedlab.
+"""
+
+from __future__ import annotations
+
+# -- environment variables ------------------------------------------------------------------
+# Dynamo's own names, which embedlab's processes honour as Dynamo's do.
+SYSTEM_PORT_ENV = "DYN_SYSTEM_PORT"  # a worker's system server: /metrics, /health, /live
+SYSTEM_HOST_ENV = "DYN_SYSTEM_HOST"
+HTTP_PORT_ENV = "DYN_HTTP_PORT"  # the frontend's port, as the launch scripts set it
+DISCOVERY_ENV = "DYN_DISCOVERY_BACKEND"  # file or etcd: where Dynamo's processes find each other
+REQUEST_PLANE_ENV = "DYN_REQUEST_PLANE"  # tcp: no NATS needed
+DISCOVERY, REQUEST_PLANE = "file", "tcp"  # what the dynamo stack runs on unless told otherwise
+# embedlab's own.
+TOKEN_ENV = "EMBEDLAB_TOKEN"  # the registry token of a frontend reachable beyond loopback
+FRONTEND_URL_ENV = "EMBEDLAB_FRONTEND_URL"  # where a worker registers
+STATE_DIR_ENV = "EMBEDLAB_STATE_DIR"  # a process's own state folder under the run dir
+VLLM_CACHE_ENV = "EMBEDLAB_VLLM_CACHE"  # vLLM's model-class cache, shared by a run's workers
+RUN_ROOT_ENV = "EMBEDLAB_RUN_ROOT"  # where runs without an explicit run dir go
+PORT_DIR_ENV = "EMBEDLAB_PORT_DIR"  # port reservations and watchdog files
+MODEL_CACHE_ENV = "EMBEDLAB_CACHE"  # the tiny local models
+NOTEBOOKS_ENV = "EMBEDLAB_NOTEBOOKS"  # where `embedlab regress` looks notebooks up
+CUDA_VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"  # one GPU per worker, set by the deployment
+
+# -- the wire -----------------------------------------------------------------------------------
+WORKER_HEADER = "x-embedlab-worker"  # the frontend names the serving instance: <endpoint>/<instance id>
+METRIC = "dynamo_component_requests_total"  # the counter every check reads, one per worker
+
+# -- endpoints ----------------------------------------------------------------------------------
+NAMESPACE = "dynamo"  # the embedded stack's namespace, as in the seed's launch script
+
+
+def worker_endpoint(namespace: str, index: int) -> str:
+    """Worker `index`'s endpoint path, as the seed's launch script names it (1-based)."""
+    return f"{namespace}.embed-worker-{index + 1}.generate"
+
+
+# -- serving ------------------------------------------------------------------------------------
+HOST = "127.0.0.1"  # everything binds loopback unless told otherwise
+FRONTEND_PORT = 8000
+LEASE_TTL_S = 3.0  # a worker's lease on the embedded frontend, kept alive by heartbeat
+MAX_BODY_BYTES = 8 << 20  # a request body larger than this is a 413
+REQUEST_TIMEOUT_S = 120.0  # the frontend's wait for one worker's answer
+DEVICE = "auto"  # CUDA where torch sees it, else the CPU
+HASH_DIM = 384
+
+# -- harness ------------------------------------------------------------------------------------
+FAIRNESS_ALPHA = 0.001  # a same-model split with a p-value below this does not fit the weights
+# vLLM on 2 cores takes 55-75 s to start two workers side by side, more under load.
+STARTUP_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 10.0
+CELL_TIMEOUT_S = 600.0  # `embedlab regress`: what any one notebook cell may take
+# After SIGTERM, vLLM's Worker process spends seconds finalising its heap; a SIGKILL of
+# the group before it is done would leave its shared-memory buffers in /dev/shm.
+VLLM_STOP_TIMEOUT_S = 30.0

@@ -1,0 +1,90 @@
+"""Registries by name: built-ins, what users register at run time, and installed plugins.
+
+    STACKS = Registry("stack", group="embedlab.stacks", builtins={"embedded": "embedlab.stacks.embedded:EmbeddedStack"})
+    STACKS.register("mine", MyStack)          # or "my_package.module:MyStack"
+    STACKS.get("mine"), STACKS.names()
+
+A built-in is a "module:attribute" string, imported on first use, so listing names (for
+`--help` or a check of a matrix) imports nothing heavy. Installed packages add theirs
+through an entry-point group, as pytest and papermill plugins do: the entry point's name
+is the registered name, its value what it registers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import Callable, Generic, Mapping, TypeVar
+
+from .errors import ConfigError
+
+__all__ = ["Registry", "resolve"]
+
+T = TypeVar("T")
+
+
+def resolve(target: str) -> object:
+    """Import `module:attribute`."""
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+class Registry(Generic[T]):
+    """Name -> T. Unknown names are a `ConfigError` that lists the known ones."""
+
+    def __init__(
+        self, kind: str, *, group: str, builtins: Mapping[str, T | str], adapt: Callable[[str, object], T] | None = None
+    ) -> None:
+        """`adapt(name, loaded)` turns what a string or an entry point loads into a T."""
+        self.kind = kind
+        self.group = group
+        self._entries: dict[str, T | str] = dict(builtins)
+        self._adapt = adapt
+        self._plugins_loaded = False
+        self._from_plugins: set[str] = set()
+
+    def register(self, name: str, target: T | str, *, replace: bool = False) -> None:
+        """Add `name`. Registering a name twice is an error unless `replace`."""
+        if not name or not isinstance(name, str):
+            raise ConfigError(f"a {self.kind} needs a name, got {name!r}")
+        self._load_plugins()
+        # A plugin's module may register its own entry when it is imported: that is no clash.
+        if name in self._entries and not replace and name not in self._from_plugins:
+            raise ConfigError(f"a {self.kind} named {name!r} is already registered (pass replace=True to replace it)")
+        self._from_plugins.discard(name)
+        self._entries[name] = target
+
+    def unregister(self, name: str) -> None:
+        self._entries.pop(name, None)
+
+    def names(self) -> list[str]:
+        self._load_plugins()
+        return list(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names()
+
+    def get(self, name: str) -> T:
+        self._load_plugins()
+        try:
+            target = self._entries[name]
+        except KeyError:
+            raise ConfigError(f"unknown {self.kind} {name!r}; choose from {', '.join(self._entries)}") from None
+        if isinstance(target, str):
+            loaded = resolve(target)
+            registered = self._entries[name]
+            if not isinstance(registered, str):  # the import registered it, with its own options
+                return registered
+            target = self._adapt(name, loaded) if self._adapt else loaded  # type: ignore[assignment]
+            self._entries[name] = target
+        return target  # type: ignore[return-value]
+
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        for point in entry_points(group=self.group):
+            # A plugin never shadows a built-in or a name registered at run time.
+            if point.name not in self._entries:
+                self._entries[point.name] = point.value
+                self._from_plugins.add(point.name)

@@ -1,0 +1,132 @@
+"""The piece every scenario is made of: one burst between two counter snapshots, judged.
+
+    spec = BurstSpec(name="m", model="m", expected=frozenset({0, 1}), requests=40)
+    burst = run_sync(run_burst(target, spec))
+    verdict, reasons = judge([burst], exact_total=True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import httpx
+
+from .. import clients
+from ..checks import DispatchCheck
+from ..deployment import Deployment, Target, target_of
+from ..errors import ConfigError, CounterResetError, TrafficError
+from ..traffic import Input, RequestRecord, asend_burst, default_inputs
+from ..verdicts import Verdict
+from .results import Burst, WorkerInfo
+
+__all__ = ["BurstSpec", "judge", "run_burst", "served_models", "serving", "workers_of"]
+
+@dataclass(frozen=True, kw_only=True)
+class BurstSpec:
+    """One burst and how to judge it.
+
+    `min_total_delta` None means exactly the requests sent must be counted; `weights`
+    (one per worker) with `fairness_alpha` adds the test of the split.
+    """
+
+    name: str
+    model: str
+    expected: frozenset[int]
+    requests: int
+    concurrency: int = 4
+    inputs: Sequence[Input] | None = None
+    min_total_delta: float | None = None
+    weights: Sequence[float] | None = None
+    fairness_alpha: float | None = None
+    settle_seconds: float = 0.0
+    timeout: float = 60.0
+    on_response: Callable[[RequestRecord], None] | None = field(default=None, compare=False)
+
+
+def workers_of(deployment: Deployment | Target) -> list[WorkerInfo]:
+    """Each worker by index, with its model, weight and (where launched) endpoint."""
+    target = target_of(deployment)
+    weights = target.weights or (1.0,) * len(target.system_urls)
+    endpoints = (
+        [deployment.endpoint(i) for i in range(len(target.system_urls))] if isinstance(deployment, Deployment)
+        else [None] * len(target.system_urls)
+    )
+    return [
+        WorkerInfo(index=i, system_url=url, model=model, weight=weights[i], endpoint=endpoints[i])
+        for i, (url, model) in enumerate(zip(target.system_urls, target.models))
+    ]
+
+
+def served_models(frontend_url: str) -> list[str]:
+    """The frontend's /v1/models: also the preflight that it is reachable at all."""
+    url = frontend_url.rstrip("/") + "/v1/models"
+    try:
+        with clients.client(timeout=5.0) as client:
+            response = client.get(url)
+            response.raise_for_status()
+            return [m["id"] for m in response.json().get("data", [])]
+    except (httpx.HTTPError, ValueError, KeyError, AttributeError) as exc:
+        raise TrafficError(f"cannot list models at {url}: {exc.__class__.__name__}: {exc}") from exc
+
+
+def serving(deployment: Deployment | Target, model: str | None, *, at_least: int = 2) -> tuple[str, list[int]]:
+    """The model to send (default: the only one served) and the indices of the workers serving it."""
+    target = target_of(deployment)
+    known = [m for m in target.models if m is not None]
+    if model is None:
+        candidates = sorted(set(known)) or served_models(target.frontend_url)
+        if len(candidates) != 1:
+            raise ConfigError(f"this scenario needs one model; this deployment serves {candidates}: pass model=")
+        model = candidates[0]
+    indices = [i for i, m in enumerate(target.models) if m in (model, None)]
+    if len(indices) < at_least:
+        raise ConfigError(f"this scenario needs at least {at_least} workers serving '{model}', found {len(indices)}")
+    return model, indices
+
+
+async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) -> Burst:
+    """Snapshot every worker, send the burst, snapshot again, judge the deltas by worker index."""
+    check = DispatchCheck(
+        target.system_urls, spec.expected,
+        min_total_delta=spec.requests if spec.min_total_delta is None else spec.min_total_delta,
+        settle_seconds=spec.settle_seconds, metric=target.metric, weights=spec.weights,
+        fairness_alpha=spec.fairness_alpha, raise_on_failure=False,
+    )
+    async with clients.async_client(timeout=10.0) as scrape_client:
+        # The baseline is in hand before the first request of the burst leaves.
+        await check.abegin(scrape_client)
+        traffic = await asend_burst(
+            target.frontend_url, spec.model, spec.requests, concurrency=spec.concurrency,
+            inputs=spec.inputs or default_inputs(spec.requests), timeout=spec.timeout, progress=progress,
+            on_response=spec.on_response,
+        )
+        share_of = spec.weights if spec.weights is not None else [1.0] * len(target.system_urls)
+        total = sum(share_of[i] for i in spec.expected) or 1.0
+        burst = Burst(
+            name=spec.name, model=spec.model, expected=spec.expected, traffic=traffic,
+            expected_shares={i: share_of[i] / total for i in spec.expected},
+        )
+        try:
+            burst.check = await check.aend(scrape_client)
+        except CounterResetError as exc:
+            burst.inconclusive = f"counter reset on worker {exc.worker_index}"
+    return burst
+
+
+def judge(bursts: Sequence[Burst], *, exact_total: bool) -> tuple[Verdict, list[str]]:
+    """A verdict over bursts: a counter reset is inconclusive; a failed request, a leak, a silent
+    worker, a skewed split or (with `exact_total`) a count other than the requests sent fails."""
+    for burst in bursts:
+        if burst.inconclusive:
+            return Verdict.INCONCLUSIVE, [f"{burst.name}: {burst.inconclusive}"]
+    reasons: list[str] = []
+    for burst in bursts:
+        failed = burst.traffic.failures
+        if failed:
+            reasons.append(f"{burst.name}: {len(failed)} of {burst.traffic.n} requests failed ({failed[0].error})")
+        assert burst.check is not None
+        reasons += [f"{burst.name}: {r}" for r in burst.check.reasons]
+        if exact_total and not failed and burst.check.total_delta != burst.traffic.n:
+            reasons.append(f"{burst.name}: counters moved {burst.check.total_delta:g} for {burst.traffic.n} requests sent")
+    return (Verdict.FAILED if reasons else Verdict.PASSED), reasons

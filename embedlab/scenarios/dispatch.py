@@ -1,0 +1,129 @@
+"""Dispatch scenarios: does each request reach the right workers, in the right proportions?
+
+    with Deployment(DeploymentSpec.multi_model(["a", "b"])) as dep:
+        result = multi_model_dispatch(dep)
+    result.ok, table(result), plot(result)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from ..defaults import FAIRNESS_ALPHA
+from ..deployment import Deployment, Target, target_of
+from ..errors import ConfigError
+from ..traffic import Input, RequestRecord, default_inputs, run_sync
+from .bursts import BurstSpec, judge, run_burst, served_models, serving, workers_of
+from .results import Burst, ScenarioResult
+
+if TYPE_CHECKING:
+    from .plans import ScenarioPlan
+
+__all__ = ["multi_model_dispatch", "run_multi_model", "run_same_model", "same_model_load_balance"]
+
+
+def same_model_load_balance(
+    deployment: Deployment | Target,
+    *,
+    requests: int = 40,
+    concurrency: int = 4,
+    model: str | None = None,
+    weights: Sequence[float] | None = None,
+    fairness_alpha: float | None = FAIRNESS_ALPHA,
+    min_total_delta: float | None = None,
+    settle_seconds: float = 0.0,
+    inputs: Sequence[Input] | None = None,
+    timeout: float = 60.0,
+    progress: bool = False,
+    on_response: Callable[[RequestRecord], None] | None = None,
+) -> ScenarioResult:
+    """Two or more workers serve one model: every one must move, and the split must fit the weights.
+
+    The verdict fails if a worker stays still, if the counters moved by other than the
+    requests sent, or if the split's p-value against the weights is below `fairness_alpha`.
+    40 requests is the smallest burst at which a 90/10 skew of a 50/50 pool is caught 99%
+    of the time at the default alpha (bench/verification_power.py).
+    """
+    target = target_of(deployment)
+    served_models(target.frontend_url)
+    model, indices = serving(target, model)
+    weights = list(weights) if weights is not None else list(target.weights or [1.0] * len(target.system_urls))
+    params = {"requests": requests, "concurrency": concurrency, "model": model, "weights": weights, "fairness_alpha": fairness_alpha}
+    spec = BurstSpec(
+        name=model, model=model, expected=frozenset(indices), requests=requests, concurrency=concurrency,
+        inputs=inputs or default_inputs(requests), min_total_delta=min_total_delta, weights=weights,
+        fairness_alpha=fairness_alpha, settle_seconds=settle_seconds, timeout=timeout, on_response=on_response,
+    )
+    started = time.monotonic()
+    burst = run_sync(run_burst(target, spec, progress=progress))
+    verdict, reasons = judge([burst], exact_total=True)
+    return ScenarioResult(
+        scenario="same-model", stack=target.stack, params=params, workers=workers_of(deployment), bursts=[burst],
+        verdict=verdict, reasons=reasons, wall_seconds=time.monotonic() - started,
+    )
+
+
+def multi_model_dispatch(
+    deployment: Deployment | Target,
+    models: Sequence[str] | None = None,
+    *,
+    requests_per_burst: int = 10,
+    concurrency: int = 4,
+    min_total_delta: float | None = None,
+    settle_seconds: float = 0.0,
+    inputs: Sequence[Input] | None = None,
+    timeout: float = 60.0,
+    progress: bool = False,
+    on_response: Callable[[RequestRecord], None] | None = None,
+) -> ScenarioResult:
+    """One burst per model, one snapshot pair per burst: only that model's workers may move."""
+    target = target_of(deployment)
+    served_models(target.frontend_url)
+    if any(m is None for m in target.models):
+        raise ConfigError("multi-model needs to know which model each worker serves (attach(..., models=[...]))")
+    served = [m for m in target.models if m is not None]
+    models = list(models) if models else list(dict.fromkeys(served))
+    if len(models) < 2:
+        raise ConfigError(f"multi-model needs at least two models, got {models}")
+    missing = [m for m in models if m not in served]
+    if missing:
+        raise ConfigError(f"no worker serves {missing}; workers serve {served}")
+    params = {"requests_per_burst": requests_per_burst, "concurrency": concurrency, "models": models}
+    specs = [
+        BurstSpec(
+            name=model, model=model, expected=frozenset(i for i, m in enumerate(target.models) if m == model),
+            requests=requests_per_burst, concurrency=concurrency, inputs=inputs or default_inputs(requests_per_burst),
+            min_total_delta=min_total_delta, weights=list(target.weights) if target.weights else None,
+            settle_seconds=settle_seconds, timeout=timeout, on_response=on_response,
+        )
+        for model in models
+    ]
+    started = time.monotonic()
+
+    async def run_all() -> list[Burst]:
+        return [await run_burst(target, spec, progress=progress) for spec in specs]
+
+    bursts = run_sync(run_all())
+    verdict, reasons = judge(bursts, exact_total=True)
+    return ScenarioResult(
+        scenario="multi-model", stack=target.stack, params=params, workers=workers_of(deployment), bursts=bursts,
+        verdict=verdict, reasons=reasons, wall_seconds=time.monotonic() - started,
+    )
+
+
+# -- as registered scenarios: run(target, plan) -------------------------------------------------
+
+
+def run_same_model(target: Deployment | Target, plan: "ScenarioPlan") -> ScenarioResult:
+    return same_model_load_balance(
+        target, requests=plan.requests, concurrency=plan.concurrency,  # type: ignore[arg-type]
+        model=plan.models[0] if plan.models else None, weights=plan.weights or None, progress=plan.progress,
+    )
+
+
+def run_multi_model(target: Deployment | Target, plan: "ScenarioPlan") -> ScenarioResult:
+    return multi_model_dispatch(
+        target, plan.resolved_models()[0] if not plan.attached or plan.models else None,
+        requests_per_burst=plan.requests, concurrency=plan.concurrency, progress=plan.progress,  # type: ignore[arg-type]
+    )

@@ -1,0 +1,182 @@
+"""Explore routing on a live deployment: bursts, live weight changes, and how the split converges.
+
+    dep = ScenarioPlan.from_params(scenario="same-model").deployment().start()
+    explorer = Explorer(dep)
+    explorer.burst(20)                    # counters before and after, judged against the weights
+    explorer.set_weights([3, 1])          # live, on the embedded frontend
+    explorer.burst(20, repeat=4)
+    table(explorer), plot(explorer)       # per-worker deltas; cumulative split since the change
+    sweep = explorer.sweep([[1, 1], [3, 1], [1, 3]], requests=60)
+    table(sweep), plot(sweep), sweep.ok
+    dep.stop()
+
+Every burst is a `same_model_load_balance` run, so each one is judged exactly as the
+scenario notebooks judge theirs: every worker must move, the counters must account for
+every request, and the split must fit the weights (fairness p-value above alpha).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..defaults import FAIRNESS_ALPHA
+from ..errors import ConfigError
+from ..verdicts import Verdict
+from .dispatch import same_model_load_balance
+from .results import ScenarioResult
+
+if TYPE_CHECKING:
+    from ..deployment import Deployment
+
+__all__ = ["Explorer", "Step", "SweepResult", "cumulative_shares", "expected_shares", "weights_label"]
+
+
+def expected_shares(weights: Sequence[float]) -> list[float]:
+    """The share of requests each worker should get under weighted-random routing."""
+    total = float(sum(weights))
+    if not weights or total <= 0 or any(w <= 0 for w in weights):
+        raise ConfigError(f"weights must be positive, got {list(weights)}")
+    return [w / total for w in weights]
+
+
+def cumulative_shares(deltas: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Per step, each worker's share of everything counted so far (NaN while nothing was)."""
+    running: list[float] = []
+    out: list[list[float]] = []
+    for step in deltas:
+        running = [a + b for a, b in zip(running, step)] if running else [float(x) for x in step]
+        total = sum(running)
+        out.append([x / total if total > 0 else float("nan") for x in running])
+    return out
+
+
+def weights_label(weights: Sequence[float]) -> str:
+    return "w=" + ":".join(f"{w:g}" for w in weights)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One burst the explorer sent, under the weights that were live at the time."""
+
+    index: int
+    phase: int  # bumped by every weight change: convergence restarts there
+    weights: tuple[float, ...]
+    result: ScenarioResult
+
+    @property
+    def deltas(self) -> list[float]:
+        burst = self.result.bursts[0]
+        return [row.delta for row in burst.check.rows] if burst.check else [0.0] * len(self.weights)
+
+    @property
+    def requests(self) -> int:
+        return self.result.bursts[0].traffic.n
+
+    @property
+    def p_value(self) -> float | None:
+        return self.result.p_values.get(self.result.bursts[0].name)
+
+    @property
+    def observed_shares(self) -> list[float]:
+        total = sum(self.deltas)
+        return [d / total if total > 0 else float("nan") for d in self.deltas]
+
+    @property
+    def expected_shares(self) -> list[float]:
+        return expected_shares(self.weights)
+
+
+@dataclass
+class SweepResult(ScenarioResult):
+    """A weight sweep: one judged burst per weight vector, named by its weights.
+
+    A `ScenarioResult` whose bursts are the sweep's points, so its verdict, JSON, latency
+    and tables are a scenario's; `points` keeps each step with the weights it ran under.
+    """
+
+    points: list[Step] = field(default_factory=list)
+    fairness_alpha: float = FAIRNESS_ALPHA
+
+    @classmethod
+    def of(cls, points: Sequence[Step], *, stack: str, fairness_alpha: float) -> "SweepResult":
+        bursts = [replace(p.result.bursts[0], name=weights_label(p.weights)) for p in points]
+        verdict = Verdict.worst([p.result.verdict for p in points]) if points else Verdict.FAILED
+        return cls(
+            scenario="weight-sweep", stack=stack,
+            params={"weights": [list(p.weights) for p in points], "fairness_alpha": fairness_alpha},
+            workers=points[0].result.workers if points else [], bursts=bursts, verdict=verdict,
+            reasons=[f"{weights_label(p.weights)}: {r}" for p in points for r in p.result.reasons],
+            wall_seconds=sum(p.result.wall_seconds for p in points), points=list(points), fairness_alpha=fairness_alpha,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **super().to_json(),
+            "points": [
+                {"weights": list(p.weights), "expected_shares": p.expected_shares, "observed_shares": p.observed_shares,
+                 "deltas": p.deltas, "p_value": p.p_value, "verdict": p.result.verdict}
+                for p in self.points
+            ],
+        }
+
+    def summary(self) -> str:
+        head = f"weight sweep on {self.stack} ({len(self.points)} weight settings): {self.verdict.upper()}"
+        return head + (" (" + "; ".join(self.reasons) + ")" if self.reasons else "")
+
+
+class Explorer:
+    """A live deployment under a user's hands: send bursts, change weights, watch the split.
+
+    `deployment` must be running; weight changes need the embedded stack. The explorer
+    never starts or stops it: whoever started it stops it.
+    """
+
+    def __init__(
+        self,
+        deployment: "Deployment",
+        *,
+        model: str | None = None,
+        concurrency: int = 4,
+        fairness_alpha: float = FAIRNESS_ALPHA,
+    ) -> None:
+        """`model`: the model to send (default: the one the workers serve); `fairness_alpha`:
+        the p-value below which a burst's split counts as not fitting the weights."""
+        self.deployment = deployment
+        self.model = model
+        self.concurrency = concurrency
+        self.fairness_alpha = fairness_alpha
+        self.steps: list[Step] = []
+        self.phase = 0
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        return tuple(w.weight for w in self.deployment.spec.workers)
+
+    def set_weights(self, weights: Sequence[float]) -> None:
+        """Change every worker's weight live; the convergence plot restarts from here."""
+        expected_shares(weights)  # reject zero or negative weights before the frontend does
+        self.deployment.set_weights([float(w) for w in weights])
+        self.phase += 1
+
+    def burst(self, requests: int = 20, *, repeat: int = 1) -> Step:
+        """Send `repeat` bursts of `requests` each, judging each; returns the last one."""
+        if repeat < 1:
+            raise ConfigError(f"repeat must be at least 1, got {repeat}")
+        for _ in range(repeat):
+            result = same_model_load_balance(
+                self.deployment, requests=requests, concurrency=self.concurrency, model=self.model,
+                fairness_alpha=self.fairness_alpha,
+            )
+            self.steps.append(Step(index=len(self.steps), phase=self.phase, weights=self.weights, result=result))
+        return self.steps[-1]
+
+    def sweep(self, weight_sets: Sequence[Sequence[float]], *, requests: int = 40) -> SweepResult:
+        """For each weight vector: set it live, send one burst, compare the split with the weights."""
+        if not weight_sets:
+            raise ConfigError("a sweep needs at least one weight vector")
+        points = []
+        for weights in weight_sets:
+            self.set_weights(weights)
+            points.append(self.burst(requests))
+        return SweepResult.of(points, stack=self.deployment.spec.stack, fairness_alpha=self.fairness_alpha)

@@ -1,0 +1,225 @@
+"""ScenarioPlan: the plain values of a notebook's parameters cell or the CLI, turned into a run.
+
+`run_scenario(plan)` launches the deployment the plan describes (or attaches to one),
+runs the scenario, and tears everything down, also when the scenario fails. Every
+mistake in the values is a `ConfigError` when the plan is made, before anything launches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from ..defaults import METRIC, STARTUP_TIMEOUT_S
+from ..deployment import Deployment, Target, attach
+from ..engines import ENGINES
+from ..errors import ConfigError
+from ..metrics import MetricQuery
+from ..specs import DeploymentSpec, WorkerSpec
+from ..stacks import STACKS
+from .registry import Scenario, get_scenario
+from .results import ScenarioResult
+
+__all__ = ["TINY_MODELS", "ScenarioPlan", "run_scenario"]
+
+TINY_MODELS = {"tiny-bert": "bert", "tiny-qwen3": "qwen3"}
+# What a plan field left unset (None) becomes when its scenario has no default for it.
+FALLBACKS: dict[str, Any] = {"requests": 40, "concurrency": 4, "workers": 2}
+
+
+def _tuple(value: Any, kind: Callable[[Any], Any] = str) -> tuple[Any, ...]:
+    """Accept a list, a tuple, a comma-separated string, or nothing."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        return tuple(kind(v.strip()) for v in value.split(",") if v.strip())
+    if isinstance(value, Iterable):
+        return tuple(kind(v) for v in value)
+    return (kind(value),)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScenarioPlan:
+    """Everything one scenario run needs, as plain values.
+
+    `requests`, `concurrency` and `workers` left at None take the scenario's own defaults
+    (see `embedlab.scenario_names()` and each scenario's help).
+    """
+
+    scenario: str
+    stack: str = "embedded"
+    engine: str = "hash"
+    models: tuple[str, ...] = ()
+    model_paths: tuple[str, ...] = ()
+    workers: int | None = None
+    weights: tuple[float, ...] = ()
+    requests: int | None = None
+    concurrency: int | None = None
+    seed: int | None = 0
+    router_mode: str = "weighted-random"
+    pooling: str | None = None
+    max_model_len: int | None = None
+    frontend_url: str = ""
+    system_urls: tuple[str, ...] = ()
+    metric: str = METRIC
+    run_dir: str = ""
+    startup_timeout: float = STARTUP_TIMEOUT_S
+    kill_after: int = 50  # failover: the worker dies after this many responses
+    victim: int = 1  # failover and drain: the worker that leaves
+    worker_args: tuple[str, ...] = ()
+    frontend_args: tuple[str, ...] = ()
+    progress: bool = False  # progress bars for bursts
+
+    def __post_init__(self) -> None:
+        for name in ("models", "model_paths", "system_urls", "worker_args", "frontend_args"):
+            object.__setattr__(self, name, _tuple(getattr(self, name)))
+        object.__setattr__(self, "weights", _tuple(self.weights, float))
+        scenario = self.definition  # an unknown scenario fails here
+        if self.stack not in STACKS:
+            raise ConfigError(f"unknown stack {self.stack!r}; choose from {', '.join(STACKS.names())}")
+        if self.engine not in ENGINES:
+            raise ConfigError(f"unknown engine {self.engine!r}; choose from {', '.join(ENGINES)}")
+        if scenario.stacks is not None and self.stack not in scenario.stacks and not self.attached:
+            raise ConfigError(f"{self.scenario} runs on {', '.join(scenario.stacks)}, not on {self.stack}")
+        for name in ("requests", "concurrency", "workers"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{name} must be a whole number of at least 1, got {value!r}")
+        if any(w <= 0 for w in self.weights):
+            raise ConfigError(f"weights must be positive, got {list(self.weights)}")
+        if bool(self.frontend_url) != bool(self.system_urls):
+            raise ConfigError("attach mode needs both a frontend URL and one system URL per worker")
+        if self.attached and scenario.launches:
+            raise ConfigError(f"{self.scenario} changes a worker: it cannot run attached, only on a deployment it launches")
+        MetricQuery.parse(self.metric)
+
+    @classmethod
+    def from_params(cls, **params: Any) -> "ScenarioPlan":
+        """Build from a notebook's parameters; unknown names are an error, not a silent no-op."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ConfigError(f"unknown scenario parameters: {', '.join(unknown)}")
+        if params.get("seed") in ("", None):
+            params["seed"] = None
+        return cls(**params)
+
+    @property
+    def definition(self) -> Scenario:
+        """The registered scenario this plan runs."""
+        return get_scenario(self.scenario)
+
+    @property
+    def attached(self) -> bool:
+        return bool(self.frontend_url)
+
+    def resolved(self) -> "ScenarioPlan":
+        """This plan with the fields left unset filled: the scenario's defaults, then embedlab's."""
+        defaults = self.definition.defaults
+        unknown = sorted(set(defaults) - {f.name for f in fields(self)})
+        if unknown:
+            raise ConfigError(f"scenario {self.scenario!r} has defaults for no plan field: {', '.join(unknown)}")
+        filled = {name: value for name, value in defaults.items() if getattr(self, name) is None}
+        filled.update({name: value for name, value in FALLBACKS.items() if getattr(self, name) is None and name not in filled})
+        return replace(self, **filled) if filled else self
+
+    def describe(self) -> str:
+        """One line for people: what runs where, and what the scenario proves."""
+        plan = self.resolved()
+        where = f"attached to {plan.frontend_url}" if plan.attached else f"on {plan.stack} with the {plan.engine} engine"
+        models, _ = plan.resolved_models()
+        return (
+            f"{plan.scenario} {where}: {', '.join(models)}; {plan.requests} requests at concurrency "
+            f"{plan.concurrency}. It proves: {plan.definition.help}"
+        )
+
+    def resolved_models(self) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
+        """Model names and paths, with the defaults for this engine filled in."""
+        models, paths = self.models, self.model_paths
+        per_model = self.definition.layout == "per-model"
+        if self.engine == "hash":
+            if not models:
+                models = ("model-a", "model-b") if per_model else ("embed-model",)
+            return models, (None,) * len(models)
+        if not models:
+            models = ("tiny-bert", "tiny-qwen3") if per_model else ("tiny-bert",)
+        if paths and len(paths) not in (1, len(models)):
+            raise ConfigError(f"{len(models)} models but {len(paths)} model paths")
+        if not paths:
+            paths = tuple(str(_tiny_path(m)) for m in models)
+        elif len(paths) == 1:
+            paths = paths * len(models)
+        return models, paths
+
+    def deployment_spec(self) -> DeploymentSpec:
+        plan = self.resolved()
+        models, paths = plan.resolved_models()
+        common = dict(
+            engine=plan.engine, pooling=plan.pooling, max_model_len=plan.max_model_len, extra_args=plan.worker_args
+        )
+        if plan.definition.layout == "pool":
+            weights = plan.weights or (1.0,) * plan.workers  # type: ignore[operator]
+            if len(weights) != plan.workers:
+                raise ConfigError(f"{plan.workers} workers but {len(weights)} weights")
+            workers = tuple(WorkerSpec(model=models[0], model_path=paths[0], weight=w, **common) for w in weights)  # type: ignore[arg-type]
+        else:
+            workers = tuple(WorkerSpec(model=m, model_path=p, **common) for m, p in zip(models, paths))  # type: ignore[arg-type]
+        return DeploymentSpec(
+            stack=plan.stack, workers=workers, router_mode=plan.router_mode, seed=plan.seed, metric=plan.metric,
+            startup_timeout=plan.startup_timeout, frontend_args=plan.frontend_args,
+        )
+
+    def deployment(self) -> Deployment:
+        """The Deployment this plan launches, not started yet (notebooks that keep one across cells)."""
+        if self.attached:
+            raise ConfigError("this plan attaches to a running deployment; it has nothing to launch")
+        return Deployment(self.deployment_spec(), run_dir=self.run_dir or None)
+
+    def target(self) -> Target:
+        """The attached deployment this plan checks."""
+        models: Sequence[str | None] | None = None
+        if self.models:
+            if self.definition.layout == "pool":
+                models = [self.models[0]] * len(self.system_urls)
+            elif len(self.models) == len(self.system_urls):
+                models = list(self.models)
+            else:
+                raise ConfigError(f"{len(self.system_urls)} system URLs but {len(self.models)} models")
+        return attach(self.frontend_url, self.system_urls, models=models, metric=self.metric, weights=self.weights or None)
+
+    def run_on(self, deployment: Deployment | Target) -> ScenarioResult:
+        """This plan's scenario on a deployment that the caller started and stops."""
+        plan = self.resolved()
+        result: ScenarioResult = plan.definition.runner()(deployment, plan)
+        if not isinstance(result, ScenarioResult):
+            raise ConfigError(f"scenario {plan.scenario!r} returned {type(result).__name__}, not a ScenarioResult")
+        # A scenario built on another (a custom one on same_model_load_balance) reports under its own name.
+        result.scenario = plan.scenario
+        return result
+
+
+def _tiny_path(model: str) -> Path:
+    if model not in TINY_MODELS:
+        raise ConfigError(f"model '{model}' needs a --model-path (built-in tiny models: {', '.join(TINY_MODELS)})")
+    from ..engines.tiny import cached_tiny_model
+
+    return cached_tiny_model(TINY_MODELS[model])
+
+
+def run_scenario(
+    plan: ScenarioPlan, *, progress: bool = False, on_deployment: Callable[[Deployment], None] | None = None
+) -> ScenarioResult:
+    """Launch (or attach), run the plan's scenario, tear down; returns the result."""
+    if progress:
+        plan = replace(plan, progress=True)
+    if plan.attached:
+        return plan.run_on(plan.target())
+    deployment = plan.deployment()
+    with deployment:
+        if on_deployment is not None:
+            on_deployment(deployment)
+        result = plan.run_on(deployment)
+    result.startup_seconds = dict(deployment.startup_seconds)
+    result.run_dir = str(deployment.run_dir)
+    return result

@@ -1,0 +1,125 @@
+"""Scenarios by name: the one list that the CLI, plans, the regression matrix and notebooks read.
+
+    def my_check(target, plan):               # target: a Deployment or an attached Target
+        return same_model_load_balance(target, requests=plan.requests)
+
+    register_scenario("my-check", my_check, defaults={"requests": 30}, help="what it proves")
+    run_scenario(ScenarioPlan(scenario="my-check"))
+
+Installed packages add theirs through the `embedlab.scenarios` entry-point group: the
+entry point's name is the scenario's, and it points at a `Scenario` or at a `run`
+function (whose docstring's first line becomes its help).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from ..errors import ConfigError
+from ..plugins import Registry, resolve
+
+__all__ = ["LAYOUTS", "SCENARIOS", "Scenario", "get_scenario", "register_scenario", "scenario_names"]
+
+# How a plan's models become workers: `pool` launches `workers` workers of the first
+# model; `per-model` one worker per model, worker i serving models[i].
+LAYOUTS = ("pool", "per-model")
+
+Run = Callable[[Any, Any], Any]  # (Deployment | Target, ScenarioPlan) -> ScenarioResult
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """A registered scenario: how to run it, and what a plan needs to know before it launches."""
+
+    name: str
+    run: Run | str  # or "module:function", imported on first use
+    help: str = ""
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # fill the plan's fields left unset (None)
+    layout: str = "pool"
+    launches: bool = False  # it kills or drains workers: it needs a deployment embedlab launched
+    stacks: tuple[str, ...] | None = None  # the stacks it can run on; None: any
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"scenario {self.name!r}: layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if not isinstance(self.run, str) and not callable(self.run):
+            raise ConfigError(f"scenario {self.name!r}: run must be a function run(target, plan)")
+
+    def runner(self) -> Run:
+        return resolve(self.run) if isinstance(self.run, str) else self.run  # type: ignore[return-value]
+
+
+def _adapt(name: str, loaded: object) -> Scenario:
+    """What an entry point loads: a Scenario, or a bare run function."""
+    if isinstance(loaded, Scenario):
+        return loaded
+    if callable(loaded):
+        doc = (inspect.getdoc(loaded) or "").strip().splitlines()
+        return Scenario(name=name, run=loaded, help=doc[0] if doc else "")  # type: ignore[arg-type]
+    raise ConfigError(f"the entry point for scenario {name!r} is neither a Scenario nor a function")
+
+
+SCENARIOS: Registry[Scenario] = Registry(
+    "scenario",
+    group="embedlab.scenarios",
+    adapt=_adapt,
+    builtins={
+        "same-model": Scenario(
+            name="same-model", run="embedlab.scenarios.dispatch:run_same_model",
+            help="several workers of one model: every one moves, the counters account for every request, "
+                 "and the split fits the weights",
+            defaults={"requests": 40, "concurrency": 4},
+        ),
+        "multi-model": Scenario(
+            name="multi-model", run="embedlab.scenarios.dispatch:run_multi_model", layout="per-model",
+            help="one burst per model: only that model's workers move",
+            defaults={"requests": 10, "concurrency": 4},
+        ),
+        "failover": Scenario(
+            name="failover", run="embedlab.scenarios.resilience:run_failover", launches=True,
+            help="a worker is SIGKILLed mid-burst: lost requests and time out of dispatch "
+                 "(asserted on embedded, reported on dynamo)",
+            defaults={"requests": 200, "concurrency": 8},
+        ),
+        "drain": Scenario(
+            name="drain", run="embedlab.scenarios.resilience:run_drain", launches=True, stacks=("embedded",),
+            help="a worker deregisters but keeps serving: it must get nothing, and come back after",
+            defaults={"requests": 20, "concurrency": 4},
+        ),
+    },
+)
+
+
+def register_scenario(
+    name: str,
+    run: Run,
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    help: str = "",
+    layout: str = "pool",
+    launches: bool = False,
+    stacks: tuple[str, ...] | None = None,
+    replace: bool = False,
+) -> Scenario:
+    """Make `name` runnable by `run_scenario`, `embedlab scenario NAME` and `embedlab regress`.
+
+    `run(target, plan)` returns a `ScenarioResult`; `target` is the running `Deployment` (or
+    an attached `Target`) and `plan` the `ScenarioPlan`, with `defaults` filled into the
+    fields the caller left unset.
+    """
+    scenario = Scenario(
+        name=name, run=run, help=help or ((inspect.getdoc(run) or "").splitlines() or [""])[0],
+        defaults=dict(defaults or {}), layout=layout, launches=launches, stacks=stacks,
+    )
+    SCENARIOS.register(name, scenario, replace=replace)
+    return scenario
+
+
+def get_scenario(name: str) -> Scenario:
+    return SCENARIOS.get(name)
+
+
+def scenario_names() -> list[str]:
+    return SCENARIOS.names()

@@ -1,0 +1,231 @@
+"""Scenarios in which a worker leaves: killed mid-burst (failover) or drained (rolling restart).
+
+Both need a deployment embedlab launched: they kill a process or call a worker's
+system port. A dead worker cannot be scraped, so its row in the failover table comes
+from the requests attributed to it, not from its counter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from .. import clients
+from ..checks import evaluate
+from ..deployment import Deployment, Target
+from ..errors import ConfigError, CounterResetError
+from ..metrics import ascrape
+from ..traffic import RequestRecord, asend_burst, default_inputs, run_sync
+from ..verdicts import Verdict
+from .bursts import BurstSpec, judge, run_burst, served_models, serving, workers_of
+from .results import Burst, DrainFigures, Event, FailoverFigures, ScenarioResult
+
+if TYPE_CHECKING:
+    from .plans import ScenarioPlan
+
+__all__ = ["drain", "failover", "run_drain", "run_failover"]
+
+# Dynamo's file discovery forgets a dead instance only after its ~10 s TTL.
+DYNAMO_WATCH_S = 30.0
+
+
+def _launched(deployment: Deployment | Target, scenario: str) -> Deployment:
+    if not isinstance(deployment, Deployment):
+        raise ConfigError(f"{scenario} changes a worker: it needs a deployment embedlab launched, not an attached one")
+    return deployment
+
+
+async def _dispatchable(client: httpx.AsyncClient, deployment: Deployment, endpoint: str) -> bool:
+    """Whether the frontend would still dispatch to `endpoint`."""
+    health = (await client.get(deployment.health_url, timeout=2.0)).json()
+    return endpoint in deployment.stack.dispatchable_endpoints(health)
+
+
+def failover(
+    deployment: Deployment,
+    *,
+    requests: int = 200,
+    concurrency: int = 8,
+    kill_after: int = 50,
+    victim: int = 1,
+    model: str | None = None,
+    sig: int = signal.SIGKILL,
+    assert_zero_loss: bool | None = None,
+    timeout: float = 60.0,
+    progress: bool = False,
+) -> ScenarioResult:
+    """Kill worker `victim` after `kill_after` responses of a same-model burst.
+
+    On the embedded stack the verdict asserts zero failed requests and that the dead
+    instance leaves dispatch within 2 lease TTLs. Elsewhere (`assert_zero_loss=False`,
+    the default for the dynamo stack) the same figures are reported, not asserted.
+    """
+    deployment = _launched(deployment, "failover")
+    model, indices = serving(deployment, model)
+    if victim not in indices:
+        raise ConfigError(f"worker {victim} does not serve '{model}'")
+    if not 0 < kill_after < requests:
+        raise ConfigError("kill_after must fall inside the burst")
+    embedded = deployment.spec.stack == "embedded"
+    strict = embedded if assert_zero_loss is None else assert_zero_loss
+    survivors = [i for i in indices if i != victim]
+    urls = deployment.system_urls
+    endpoint = deployment.endpoint(victim)
+    ttl = deployment.spec.lease_ttl
+    watch_limit = 3 * ttl if embedded else DYNAMO_WATCH_S
+    target = deployment.target()
+    served_models(deployment.frontend_url)
+    started = time.monotonic()
+
+    async def run() -> tuple[Any, ...]:
+        state: dict[str, float | None] = {"killed": None, "excluded": None}
+        responses = 0
+
+        def on_response(record: RequestRecord) -> None:
+            nonlocal responses
+            responses += 1
+            if responses == kill_after:
+                deployment.kill_worker(victim, sig)
+                state["killed"] = time.perf_counter()
+
+        async with clients.async_client(timeout=5.0) as client:
+            before = await asyncio.gather(*(ascrape(urls[i], metric=target.metric, client=client) for i in survivors))
+            victim_before = await ascrape(urls[victim], metric=target.metric, client=client)
+
+            async def watch() -> None:
+                while state["killed"] is None:
+                    await asyncio.sleep(0.005)
+                while time.perf_counter() - state["killed"] < watch_limit:  # type: ignore[operator]
+                    try:
+                        if not await _dispatchable(client, deployment, endpoint):
+                            state["excluded"] = time.perf_counter()
+                            return
+                    except (httpx.HTTPError, ValueError, KeyError):
+                        pass
+                    await asyncio.sleep(0.01)
+
+            watcher = asyncio.create_task(watch())
+            traffic = await asend_burst(
+                deployment.frontend_url, model, requests, concurrency=concurrency, inputs=default_inputs(requests),
+                timeout=timeout, progress=progress, on_response=on_response,
+            )
+            await watcher
+            after = await asyncio.gather(*(ascrape(urls[i], metric=target.metric, client=client) for i in survivors))
+        return traffic, before, after, victim_before, state
+
+    traffic, before, after, victim_before, state = run_sync(run())
+    killed_at = state["killed"] - traffic.origin if state["killed"] is not None else None
+    excluded_after = state["excluded"] - state["killed"] if state["excluded"] is not None and state["killed"] is not None else None
+    failed = traffic.failures
+    after_kill = [r for r in traffic.records if killed_at is not None and r.started + r.latency >= killed_at]
+    figures = FailoverFigures(
+        victim=victim, kill_after_responses=kill_after, killed_at_s=killed_at, excluded_after_s=excluded_after,
+        lease_ttl_s=ttl if embedded else None, failed_requests=len(failed), responses_after_kill=len(after_kill),
+        errors_window_s=max(r.started + r.latency for r in failed) - killed_at if failed and killed_at is not None else 0.0,
+        asserted=strict, victim_counter_before=victim_before.value,
+    )
+    events = [] if killed_at is None else [Event(killed_at, "kill", f"worker {victim} {signal.Signals(sig).name}")]
+    if killed_at is not None and excluded_after is not None:
+        events.append(Event(killed_at + excluded_after, "out of dispatch", f"worker {victim}"))
+    burst = Burst(name=model, model=model, expected=frozenset(survivors), traffic=traffic,
+                  expected_shares={i: 1 / len(survivors) for i in survivors})
+    try:
+        burst.check = evaluate([urls[i] for i in survivors], before, after, set(survivors), indices=survivors)
+    except CounterResetError as exc:
+        burst.inconclusive = f"counter reset on worker {exc.worker_index}"
+    verdict, reasons = _failover_verdict(burst, figures, requests=requests, ttl=ttl)
+    return ScenarioResult(
+        scenario="failover", stack=deployment.spec.stack,
+        params={"requests": requests, "concurrency": concurrency, "kill_after": kill_after, "victim": victim, "model": model,
+                "signal": signal.Signals(sig).name},
+        workers=workers_of(deployment), bursts=[burst], verdict=verdict, reasons=reasons,
+        wall_seconds=time.monotonic() - started, events=events, failover=figures,
+    )
+
+
+def _failover_verdict(burst: Burst, figures: FailoverFigures, *, requests: int, ttl: float) -> tuple[Verdict, list[str]]:
+    if burst.inconclusive:
+        return Verdict.INCONCLUSIVE, [f"{burst.name}: {burst.inconclusive}"]
+    excluded = figures.excluded_after_s
+    if not figures.asserted:
+        # Nothing asserted: the figures are the result, and the summary line carries them.
+        shown = "not within the watch" if excluded is None else f"{excluded * 1000:.0f} ms after the kill"
+        return Verdict.REPORTED, [f"{figures.failed_requests} of {requests} requests failed", f"out of dispatch {shown}"]
+    reasons: list[str] = []
+    failed = burst.traffic.failures
+    if failed:
+        reasons.append(f"{len(failed)} of {requests} requests failed after the kill ({failed[0].error})")
+    if excluded is None or excluded > 2 * ttl:
+        shown = "never" if excluded is None else f"after {excluded:.2f} s"
+        reasons.append(f"the dead instance left dispatch {shown}, not within 2 TTLs ({2 * ttl:g} s)")
+    assert burst.check is not None
+    reasons += list(burst.check.reasons)
+    return (Verdict.FAILED if reasons else Verdict.PASSED), reasons
+
+
+def drain(
+    deployment: Deployment,
+    *,
+    victim: int = 1,
+    requests: int = 20,
+    concurrency: int = 4,
+    model: str | None = None,
+    resume: bool = True,
+    progress: bool = False,
+) -> ScenarioResult:
+    """Drain worker `victim` (it deregisters but keeps serving), then check it receives nothing.
+
+    With `resume` the worker registers again afterwards, so the deployment can be reused.
+    """
+    deployment = _launched(deployment, "drain")
+    if deployment.spec.stack != "embedded":
+        raise ConfigError("drain needs the embedded stack (it calls the worker's /drain)")
+    model, indices = serving(deployment, model)
+    if victim not in indices:
+        raise ConfigError(f"worker {victim} does not serve '{model}'")
+    target = deployment.target()
+    system_url = deployment.system_urls[victim]
+    spec = BurstSpec(
+        name=f"{model} (worker {victim} drained)", model=model, expected=frozenset(i for i in indices if i != victim),
+        requests=requests, concurrency=concurrency, inputs=default_inputs(requests),
+    )
+    started = time.monotonic()
+    with clients.client(timeout=10.0) as client:
+        client.post(f"{system_url}/drain").raise_for_status()
+    try:
+        burst = run_sync(run_burst(target, spec, progress=progress))
+    finally:
+        if resume:
+            with clients.client(timeout=30.0) as client:
+                client.post(f"{system_url}/resume").raise_for_status()
+    verdict, reasons = judge([burst], exact_total=True)
+    ended = burst.traffic.wall_seconds
+    events = [Event(0.0, "drain", f"worker {victim} deregistered")] + ([Event(ended, "resume", f"worker {victim}")] if resume else [])
+    return ScenarioResult(
+        scenario="drain", stack=deployment.spec.stack, params={"requests": requests, "victim": victim, "model": model},
+        workers=workers_of(deployment), bursts=[burst], verdict=verdict, reasons=reasons,
+        wall_seconds=time.monotonic() - started, events=events,
+        drain=DrainFigures(victim=victim, victim_delta=burst.delta(victim), resumed=resume),
+    )
+
+
+# -- as registered scenarios: run(target, plan) -------------------------------------------------
+
+
+def run_failover(target: Deployment | Target, plan: "ScenarioPlan") -> ScenarioResult:
+    return failover(
+        _launched(target, "failover"), requests=plan.requests, concurrency=plan.concurrency,  # type: ignore[arg-type]
+        kill_after=plan.kill_after, victim=plan.victim, model=plan.models[0] if plan.models else None,
+        progress=plan.progress,
+    )
+
+
+def run_drain(target: Deployment | Target, plan: "ScenarioPlan") -> ScenarioResult:
+    return drain(
+        _launched(target, "drain"), victim=plan.victim, requests=plan.requests, concurrency=plan.concurrency,  # type: ignore[arg-type]
+        model=plan.models[0] if plan.models else None, progress=plan.progress,
+    )

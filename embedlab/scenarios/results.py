@@ -1,0 +1,173 @@
+"""What a scenario found, as plain typed data: bursts, per-worker rows, latency, events, verdict.
+
+Views (tables, figures, HTML) read these; nothing here draws or formats for people
+beyond the one-line `summary()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..checks import CheckResult
+from ..jsonio import write_json
+from ..traffic import BurstResult, latency_ms
+from ..verdicts import Verdict
+
+__all__ = ["Burst", "DrainFigures", "Event", "FailoverFigures", "ScenarioResult", "WorkerInfo"]
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One worker as the result names it: by index, with its endpoint as detail."""
+
+    index: int
+    system_url: str
+    model: str | None
+    weight: float = 1.0
+    endpoint: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"worker {self.index}"
+
+
+@dataclass
+class Burst:
+    """One burst: what was sent, what moved, and the check's verdict."""
+
+    name: str
+    model: str
+    expected: frozenset[int]
+    traffic: BurstResult
+    check: CheckResult | None = None
+    inconclusive: str | None = None
+    expected_shares: dict[int, float] = field(default_factory=dict)
+
+    def expected_count(self, index: int) -> float:
+        return self.traffic.n * self.expected_shares.get(index, 0.0)
+
+    def delta(self, index: int) -> float | None:
+        """Worker `index`'s counter delta over this burst, or None where it was not read."""
+        row = self.check.row(index) if self.check else None
+        return row.delta if row is not None else None
+
+    def observed_shares(self, indices: Sequence[int]) -> list[float]:
+        deltas = [self.delta(i) or 0.0 for i in indices]
+        total = sum(deltas)
+        return [d / total if total > 0 else float("nan") for d in deltas]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "model": self.model, "expected": sorted(self.expected),
+            "expected_shares": {str(i): s for i, s in sorted(self.expected_shares.items())},
+            "check": self.check.to_json() if self.check else None, "inconclusive": self.inconclusive,
+            "traffic": self.traffic.to_json(), "deltas": [r.delta for r in self.check.rows] if self.check else None,
+        }
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something the harness did or saw during a run, `at_s` seconds after the first burst began."""
+
+    at_s: float
+    kind: str  # e.g. "kill", "out of dispatch", "drain", "resume"
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class FailoverFigures:
+    """What failover measured around the kill. Asserted on some stacks, reported on others."""
+
+    victim: int
+    kill_after_responses: int
+    killed_at_s: float | None  # seconds into the burst
+    excluded_after_s: float | None  # from the kill until the frontend stopped dispatching to it
+    lease_ttl_s: float | None  # the embedded frontend's lease; None where the stack decides
+    failed_requests: int
+    responses_after_kill: int
+    errors_window_s: float  # from the kill until the last failed response
+    asserted: bool
+    victim_counter_before: float
+
+
+@dataclass(frozen=True)
+class DrainFigures:
+    """What drain measured: the drained worker's delta during the burst, and whether it came back."""
+
+    victim: int
+    victim_delta: float | None
+    resumed: bool
+
+
+@dataclass
+class ScenarioResult:
+    """What a scenario found. `passed` is True only for a clean pass; `ok` also for a report.
+
+    A `reported` verdict asserted nothing: its `reasons` are the figures it shows.
+    """
+
+    scenario: str
+    stack: str
+    params: dict[str, Any]
+    workers: list[WorkerInfo]
+    bursts: list[Burst]
+    verdict: Verdict
+    reasons: list[str]
+    wall_seconds: float = 0.0
+    events: list[Event] = field(default_factory=list)
+    failover: FailoverFigures | None = None
+    drain: DrainFigures | None = None
+    startup_seconds: dict[str, float] = field(default_factory=dict)
+    run_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        self.verdict = Verdict(self.verdict)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == Verdict.PASSED
+
+    @property
+    def ok(self) -> bool:
+        """Nothing asserted failed: passed, or reported (figures shown, not asserted)."""
+        return self.verdict.ok
+
+    def summary(self) -> str:
+        head = f"{self.scenario} on {self.stack}: {self.verdict.upper()}"
+        if self.reasons:
+            head += " (" + "; ".join(self.reasons) + ")"
+        return head
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def worker_label(self, served_by: str | None) -> str:
+        """`worker N` for an `x-embedlab-worker` value (`<endpoint>/<instance>`), by the endpoint."""
+        endpoint = (served_by or "").split("/")[0]
+        found = next((w for w in self.workers if w.endpoint and w.endpoint == endpoint), None)
+        return found.label if found else endpoint
+
+    def latency_ms(self) -> dict[str, float]:
+        return latency_ms(r for b in self.bursts for r in b.traffic.records)
+
+    @property
+    def p_values(self) -> dict[str, float | None]:
+        return {b.name: (b.check.p_value if b.check else None) for b in self.bursts}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario, "stack": self.stack, "verdict": self.verdict, "passed": self.passed,
+            "ok": self.ok, "reasons": self.reasons, "params": self.params,
+            "workers": [asdict(w) for w in self.workers], "wall_seconds": self.wall_seconds,
+            "startup_seconds": self.startup_seconds, "run_dir": self.run_dir, "latency_ms": self.latency_ms(),
+            "p_values": self.p_values, "bursts": [b.to_json() for b in self.bursts],
+            "events": [asdict(e) for e in self.events],
+            "failover": asdict(self.failover) if self.failover else None,
+            "drain": asdict(self.drain) if self.drain else None,
+        }
+
+    def save_json(self, path: str | Path) -> Path:
+        """Write `to_json()` to `path` (parents created): what `embedlab regress` collects."""
+        return write_json(path, self.to_json())

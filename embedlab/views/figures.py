@@ -1,0 +1,221 @@
+"""Figures from results. Each returns a Figure and never calls plt.show().
+
+Workers are named by index everywhere ("worker 0"); legends sit outside the axes, so
+they never cover a bar or its label.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from ..scenarios.explore import Step, SweepResult, weights_label
+from ..scenarios.results import Burst, ScenarioResult
+from .tables import steps_table
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from ..traffic import RequestRecord
+
+__all__ = ["ALL_RESPONSES", "plot_convergence", "plot_deltas", "plot_latency", "plot_sweep", "plot_timeline"]
+
+OBSERVED, EXPECTED, BAD = "#1f77b4", "#c7c7c7", "#d62728"
+# A frontend that names no serving worker (Dynamo's) gives one line for all responses.
+ALL_RESPONSES = "all responses (the frontend names no worker)"
+
+
+def _figure(width: float, height: float, ncols: int = 1) -> tuple["Figure", list["Axes"]]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def _legend_outside(ax: "Axes", **options: object) -> None:
+    """A legend right of the axes: it never covers data, whatever the data does."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **options)  # type: ignore[arg-type]
+
+
+def _served_by(result: ScenarioResult, record: "RequestRecord") -> str:
+    return result.worker_label(record.worker) if record.worker else ALL_RESPONSES
+
+
+def plot_deltas(result: ScenarioResult) -> "Figure":
+    """Grouped bars per burst: observed delta against expected, per worker.
+
+    Workers expected to stay still are shaded and labelled "expected 0"; a bar that
+    should not be there is drawn red.
+    """
+    n = max(1, len(result.bursts))
+    fig, axes = _figure(max(4.8, 3.6 * n + 1.2), 3.4, n)
+    workers = [w.index for w in result.workers]
+    x = np.arange(len(workers))
+    for ax, burst in zip(axes, result.bursts):
+        observed = [burst.delta(i) or 0.0 for i in workers]
+        expected = [burst.expected_count(i) for i in workers]
+        colors = [OBSERVED if (i in burst.expected or observed[k] <= 0) else BAD for k, i in enumerate(workers)]
+        ax.bar(x - 0.2, expected, 0.4, color=EXPECTED, label="expected")
+        ax.bar(x + 0.2, observed, 0.4, color=colors, label="observed")
+        top = max([*observed, *expected, 1.0])
+        for k, i in enumerate(workers):
+            if i not in burst.expected:
+                ax.axvspan(k - 0.5, k + 0.5, color="#f2f2f2", zorder=0)
+                ax.text(k, top * 1.04, "expected 0", ha="center", va="bottom", fontsize=8, color="#555555")
+            ax.text(k + 0.2, observed[k], f"{observed[k]:.0f}", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(x, [f"{w.label}\n{w.model or ''}" for w in result.workers], fontsize=8)
+        ax.set_ylim(0, top * 1.18)
+        verdict = "inconclusive" if burst.inconclusive else ("ok" if burst.check and burst.check.passed else "FAIL")
+        title = f"burst '{burst.model}': {verdict}"
+        if burst.check and burst.check.p_value is not None:
+            title += f"\np = {burst.check.p_value:.3g}"
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel("requests counted (delta)")
+    _legend_outside(axes[-1])
+    fig.suptitle(f"{result.scenario} on {result.stack}: {result.verdict.upper()}", fontsize=10)
+    return fig
+
+
+def plot_latency(result: ScenarioResult) -> "Figure":
+    """Latency over the run, coloured by serving worker, and its distribution per burst."""
+    fig, (timeline, dist) = _figure(10.0, 3.2, 2)
+    records = [r for b in result.bursts for r in b.traffic.records]
+    workers = sorted({_served_by(result, r) for r in records if r.ok})
+    palette = {w: f"C{k % 10}" for k, w in enumerate(workers)}
+    offset = 0.0
+    for burst in result.bursts:
+        for worker in workers:
+            picked = [r for r in burst.traffic.records if r.ok and _served_by(result, r) == worker]
+            timeline.scatter(
+                [offset + r.started for r in picked], [r.latency * 1000 for r in picked], s=8, color=palette[worker],
+                label=worker if burst is result.bursts[0] else None,
+            )
+        failed = [r for r in burst.traffic.records if not r.ok]
+        if failed:
+            timeline.scatter([offset + r.started for r in failed], [r.latency * 1000 for r in failed], s=14, marker="x", color=BAD, label="failed")
+        offset += burst.traffic.wall_seconds
+        values = np.sort([r.latency * 1000 for r in burst.traffic.records if r.ok])
+        if values.size:
+            dist.step(values, np.arange(1, values.size + 1) / values.size, where="post", label=burst.name)
+    timeline.set_xlabel("time since first burst (s)")
+    timeline.set_ylabel("latency (ms)")
+    _legend_outside(timeline)
+    dist.set_xlabel("latency (ms)")
+    dist.set_ylabel("fraction of requests")
+    _legend_outside(dist)
+    lat = result.latency_ms()
+    fig.suptitle(f"latency: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms", fontsize=10)
+    return fig
+
+
+def plot_timeline(result: ScenarioResult) -> "Figure":
+    """Responses by serving worker over time, with the run's events marked: how failover looked."""
+    fig, (ax,) = _figure(9.0, 3.4)
+    burst: Burst = result.bursts[0]
+    records = sorted(burst.traffic.records, key=lambda r: r.started + r.latency)
+    workers = sorted({_served_by(result, r) for r in records if r.ok})
+    for k, worker in enumerate(workers):
+        done = [r.started + r.latency for r in records if r.ok and _served_by(result, r) == worker]
+        ax.step(done, np.arange(1, len(done) + 1), where="post", color=f"C{k % 10}", label=worker)
+    failed = [r.started + r.latency for r in records if not r.ok]
+    if failed:
+        ax.scatter(failed, np.zeros(len(failed)), marker="x", color=BAD, s=40, zorder=5, label=f"failed ({len(failed)})")
+    top = ax.get_ylim()[1]
+    for event in result.events:
+        ax.axvline(event.at_s, color=BAD, linestyle="--", linewidth=1)
+        ax.text(event.at_s, top * 0.95, f" {event.kind}: {event.detail}", color=BAD, fontsize=8, va="top", rotation=90)
+    figures = result.failover
+    if figures is not None and figures.killed_at_s is not None and figures.excluded_after_s is not None:
+        ax.axvspan(figures.killed_at_s, figures.killed_at_s + figures.excluded_after_s, color=BAD, alpha=0.08,
+                   label=f"until out of dispatch ({figures.excluded_after_s:.2f} s)")
+    ax.set_xlabel("time since burst start (s)")
+    ax.set_ylabel("responses (cumulative)")
+    _legend_outside(ax)
+    fig.suptitle(f"{result.scenario} on {result.stack}: {result.verdict.upper()}", fontsize=10)
+    return fig
+
+
+def plot_convergence(steps: Sequence[Step]) -> "Figure":
+    """Each worker's cumulative share since the last weight change, against its expected share.
+
+    The x axis counts requests sent; a dotted line marks each weight change, a dashed
+    line each worker's expected share in that phase.
+    """
+    fig, (ax,) = _figure(9.0, 3.4)
+    if not steps:
+        ax.text(0.5, 0.5, "no bursts sent yet", ha="center", va="center", transform=ax.transAxes)
+        return fig
+    workers = len(steps[0].deltas)
+    table = steps_table(steps)
+    sent = 0
+    ends: dict[int, int] = {}
+    starts: dict[int, int] = {}
+    for step in steps:
+        starts.setdefault(step.phase, sent)
+        sent += step.requests
+        ends[step.index] = sent
+    for worker in range(workers):
+        rows = table[table.worker == worker]
+        color = f"C{worker % 10}"
+        for phase, group in rows.groupby("phase"):
+            xs = [ends[i] for i in group.step]
+            ax.plot(xs, group.cumulative_share, marker="o", ms=3, color=color, label=f"worker {worker}" if phase == rows.phase.min() else None)
+            ax.hlines(group.expected_share.iloc[0], starts[phase], xs[-1], colors=color, linestyles="dashed", lw=1)
+    for phase, start in starts.items():
+        if phase != min(starts):
+            label = weights_label(next(s.weights for s in steps if s.phase == phase))
+            ax.axvline(start, color="#555555", ls=":", lw=1)
+            ax.text(start, 1.02, label, fontsize=8, ha="left", va="bottom", color="#555555")
+    ax.set_ylim(0, 1.1)
+    ax.set_xlim(0, sent * 1.02)
+    ax.set_xlabel("requests sent")
+    ax.set_ylabel("cumulative share\n(since the last weight change)")
+    _legend_outside(ax)
+    ax.set_title("split convergence: observed (solid) against the weights (dashed)", fontsize=10)
+    return fig
+
+
+def plot_sweep(sweep: SweepResult) -> "Figure":
+    """Left: observed share per worker for each weight setting, with the expected share as a
+    black tick. Right: expected against observed share, where a perfect router sits on the diagonal."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11.0, 3.6), layout="constrained")
+    bars, scatter = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
+    if not sweep.points:
+        return fig
+    workers = len(sweep.points[0].deltas)
+    width = 0.8 / workers
+    x = np.arange(len(sweep.points))
+    for worker in range(workers):
+        color = f"C{worker % 10}"
+        offsets = x - 0.4 + width * (worker + 0.5)
+        observed = [p.observed_shares[worker] for p in sweep.points]
+        expected = [p.expected_shares[worker] for p in sweep.points]
+        bars.bar(offsets, observed, width * 0.9, color=color, label=f"worker {worker} observed")
+        bars.hlines(expected, offsets - width * 0.45, offsets + width * 0.45, colors="black", lw=2,
+                    label="expected" if worker == 0 else None)
+        scatter.scatter(expected, observed, color=color, s=24, label=f"worker {worker}")
+    labels = []
+    for p in sweep.points:
+        mark = "ok" if p.result.passed else p.result.verdict.upper()
+        p_text = f"p={p.p_value:.2g}" if p.p_value is not None else "p=n/a"
+        labels.append(f"{weights_label(p.weights)}\n{p_text} {mark}")
+    bars.set_xticks(x, labels, fontsize=8)
+    bars.set_ylim(0, 1.05)
+    bars.set_ylabel("share of the burst's requests")
+    _legend_outside(bars)
+    bars.set_title("observed against expected share, per weight setting", fontsize=9)
+    scatter.plot([0, 1], [0, 1], color="#888888", ls="--", lw=1)
+    scatter.set_xlim(0, 1)
+    scatter.set_ylim(0, 1)
+    scatter.set_xlabel("expected share (from the weights)")
+    scatter.set_ylabel("observed share (from the counters)")
+    _legend_outside(scatter)
+    scatter.set_title("expected against observed", fontsize=9)
+    fig.suptitle(f"weight sweep on {sweep.stack}: {sweep.verdict.upper()}", fontsize=10)
+    return fig

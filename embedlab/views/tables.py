@@ -1,0 +1,118 @@
+"""Tables from results, as pandas DataFrames. Counts are integers; workers are named by index."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from ..scenarios.explore import Step, SweepResult, cumulative_shares, weights_label
+from ..scenarios.results import ScenarioResult
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["figures_table", "result_table", "steps_table", "sweep_table"]
+
+
+def _count(value: float | None) -> int | None:
+    return None if value is None else int(round(value))
+
+
+def result_table(result: ScenarioResult) -> "pd.DataFrame":
+    """One row per burst and worker: counter before and after, delta, and what was expected.
+
+    `burst` names the burst (the model it sent, for the dispatch scenarios); `serves` is
+    the model the worker serves.
+    """
+    import pandas as pd
+
+    rows = []
+    for burst in result.bursts:
+        for w in result.workers:
+            row = burst.check.row(w.index) if burst.check else None
+            rows.append(
+                {
+                    "burst": burst.name, "worker": w.index, "serves": w.model,
+                    "before": _count(row.before if row else None), "after": _count(row.after if row else None),
+                    "delta": _count(row.delta if row else None), "expected_to_move": w.index in burst.expected,
+                    "expected_delta": round(burst.expected_count(w.index), 1), "ok": row.ok if row else None,
+                }
+            )
+    frame = pd.DataFrame(rows)
+    for column in ("before", "after", "delta"):
+        frame[column] = frame[column].astype("Int64")  # integers, with <NA> for a worker that was not read
+    return frame
+
+
+def figures_table(result: ScenarioResult) -> "pd.DataFrame":
+    """The run's own figures as a two-column table: failover's or drain's, and every event."""
+    import pandas as pd
+
+    rows: list[tuple[str, str]] = []
+    f = result.failover
+    if f is not None:
+        killed = "never" if f.killed_at_s is None else f"{f.killed_at_s:.3f} s into the burst, after {f.kill_after_responses} responses"
+        rows += [
+            ("victim", f"worker {f.victim}"),
+            ("killed at", killed),
+            ("out of dispatch", "never seen" if f.excluded_after_s is None else f"{f.excluded_after_s * 1000:.0f} ms after the kill"),
+            ("lease TTL", f"{f.lease_ttl_s:g} s (limit: 2 TTLs)" if f.lease_ttl_s else "the stack's own discovery decides"),
+            ("failed requests", str(f.failed_requests)),
+            ("errors seen for", f"{f.errors_window_s:.2f} s after the kill"),
+            ("responses after the kill", str(f.responses_after_kill)),
+        ]
+        served = sorted(result.bursts[0].traffic.served_by().items())
+        rows += [(f"served by {result.worker_label(w)}", str(n)) for w, n in served] or [
+            ("served by", "not named: this frontend marks no response with its worker")
+        ]
+        rows.append(("verdict", "asserted" if f.asserted else "reported, not asserted"))
+    d = result.drain
+    if d is not None:
+        rows += [
+            ("drained", f"worker {d.victim}"),
+            ("its delta while drained", "not read" if d.victim_delta is None else f"{d.victim_delta:.0f}"),
+            ("registered again after", "yes" if d.resumed else "no (left drained)"),
+        ]
+    rows += [(f"{e.kind} at {e.at_s:.3f} s", e.detail) for e in result.events]
+    return pd.DataFrame(rows, columns=["figure", "value"])
+
+
+def steps_table(steps: Sequence[Step]) -> "pd.DataFrame":
+    """One row per burst and worker: delta, share, expected share, cumulative share in its phase."""
+    import pandas as pd
+
+    rows = []
+    phases: dict[int, list[Step]] = {}
+    for step in steps:
+        phases.setdefault(step.phase, []).append(step)
+    for phase_steps in phases.values():
+        cumulative = cumulative_shares([s.deltas for s in phase_steps])
+        for step, shares in zip(phase_steps, cumulative):
+            expected = step.expected_shares
+            observed = step.observed_shares
+            for worker, delta in enumerate(step.deltas):
+                rows.append(
+                    {
+                        "step": step.index, "phase": step.phase, "weights": weights_label(step.weights), "worker": worker,
+                        "delta": int(delta), "share": round(observed[worker], 3), "expected_share": round(expected[worker], 3),
+                        "cumulative_share": round(shares[worker], 3), "p_value": step.p_value,
+                        "verdict": str(step.result.verdict),
+                    }
+                )
+    return pd.DataFrame(rows).sort_values(["step", "worker"], ignore_index=True) if rows else pd.DataFrame(rows)
+
+
+def sweep_table(sweep: SweepResult) -> "pd.DataFrame":
+    """One row per weight setting and worker: expected share against observed, and the p-value."""
+    import pandas as pd
+
+    rows = []
+    for p in sweep.points:
+        for worker, (delta, exp, obs) in enumerate(zip(p.deltas, p.expected_shares, p.observed_shares)):
+            rows.append(
+                {
+                    "weights": weights_label(p.weights), "worker": worker, "delta": int(delta),
+                    "expected_delta": round(exp * p.requests, 1), "expected_share": round(exp, 3),
+                    "observed_share": round(obs, 3), "p_value": p.p_value, "verdict": str(p.result.verdict),
+                }
+            )
+    return pd.DataFrame(rows)
