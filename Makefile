@@ -8,17 +8,21 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 PYTEST_ARGS ?=
 OUT ?= outputs
 
-.PHONY: run test lab install dynamo vllm clean-venv test-debs
+.PHONY: run test lab install dynamo vllm clean-venv test-debs cluster-debs
 
-run: install
+run: install cluster-debs
 	$(BIN)/embedlab regress --out $(OUT)
 
-test: install test-debs
+test: install cluster-debs test-debs
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Debian packages the suite drives: installed with apt-get (through sudo when not root)
+# Debian packages the runs drive: installed with apt-get (through sudo when not root)
 # where missing. Where that cannot be done, one line says what to install, or how to do
-# without on purpose.
+# without on purpose. etcd-server (not started by the package) for Dynamo's etcd
+# discovery, iproute2 for the simulated hosts.
+cluster-debs:
+	@scripts/ensure-debs "on a Debian or Ubuntu machine" etcd:etcd-server ip:iproute2
+
 test-debs:
 ifneq ($(EMBEDLAB_ALLOW_NO_BROWSER),1)
 	@scripts/ensure-debs "or skip the browser tests on purpose: make test EMBEDLAB_ALLOW_NO_BROWSER=1" chromium:chromium

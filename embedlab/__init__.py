@@ -23,8 +23,8 @@ _EXPORTS: dict[str, str] = {
     "DispatchCheck": "checks",
     "fairness_p_value": "checks",
     "Deployment": "deployment",
-    "Target": "deployment",
-    "attach": "deployment",
+    "Target": "targets",
+    "attach": "targets",
     "CheckFailedError": "errors",
     "ConfigError": "errors",
     "CounterResetError": "errors",
@@ -96,11 +96,7 @@ if TYPE_CHECKING:
         DispatchCheck as DispatchCheck,
         fairness_p_value as fairness_p_value,
     )
-    from .deployment import (
-        Deployment as Deployment,
-        Target as Target,
-        attach as attach,
-    )
+    from .deployment import Deployment as Deployment
     from .errors import (
         CheckFailedError as CheckFailedError,
         ConfigError as ConfigError,
@@ -151,6 +147,7 @@ if TYPE_CHECKING:
         failover as failover,
     )
     from .scenarios.results import ScenarioResult as ScenarioResult
+    from .targets import Target as Target, attach as attach
     from .specs import (
         DeploymentSpec as DeploymentSpec,
         WorkerSpec as WorkerSpec,

@@ -244,6 +244,11 @@ def _add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--concurrency", type=int, default=None, help="requests in flight (default: the scenario's own)")
     p.add_argument("--victim", type=int, default=1, help="failover and drain: the worker that leaves")
     p.add_argument("--kill-after", type=int, default=50, help="failover: the victim dies after this many responses")
+    p.add_argument("--discovery", choices=["file", "etcd"], default="file", help="dynamo: file, or etcd (the run starts one)")
+    p.add_argument("--hosts", type=int, default=1, help="simulated hosts: more than 1 runs network namespaces (root; dynamo on etcd)")
+    p.add_argument("--lease-ttl", type=_positive_float, default=None, help="seconds a lease lives (default: the scenario's, else 3)")
+    p.add_argument("--restart", choices=["never", "on-exit"], default=None, help="bring a worker back on its host when it exits")
+    p.add_argument("--etcd-endpoints", default="", help="attach: the cluster's etcd, to list the instances it believes live")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--router-mode", default="weighted-random")
     p.add_argument("--pooling", default=None)
@@ -270,7 +275,8 @@ def _run_scenario(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, seed=args.seed, router_mode=args.router_mode, pooling=args.pooling,
         max_model_len=args.max_model_len, frontend_url=args.frontend_url, system_urls=tuple(args.system_url),
         metric=args.metric, run_dir=args.run_dir, startup_timeout=args.startup_timeout, worker_args=tuple(args.worker_arg),
-        victim=args.victim, kill_after=args.kill_after, progress=args.progress,
+        victim=args.victim, kill_after=args.kill_after, progress=args.progress, discovery=args.discovery,
+        hosts=args.hosts, lease_ttl=args.lease_ttl, restart=args.restart, etcd_endpoints=args.etcd_endpoints,
     )
     result = run_scenario(plan)
     with _pandas_display():

@@ -3,7 +3,10 @@
     with Deployment(DeploymentSpec.same_model(workers=2)) as dep:
         dep.frontend_url, dep.system_urls   # index = worker order
 
-Start-up that fails halfway tears down what it started before the error surfaces.
+Start-up that fails halfway tears down what it started before the error surfaces. A
+deployment over several hosts (`DeploymentSpec.hosts`) creates their network namespaces
+first and deletes them last; the faults of a real cluster (`partition`, `heal`,
+`kill_host`, `restart_etcd`, `kill_worker`) are methods, each recorded in `events`.
 """
 
 from __future__ import annotations
@@ -11,12 +14,10 @@ from __future__ import annotations
 import enum
 import os
 import secrets
-import shutil
 import signal
-import subprocess
-import tempfile
+import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -24,15 +25,22 @@ import httpx
 
 from . import clients
 from .defaults import (
-    CUDA_VISIBLE_ENV, HOST, HTTP_PORT_ENV, NAMESPACE, RUN_ROOT_ENV, STATE_DIR_ENV, STOP_TIMEOUT_S, SYSTEM_PORT_ENV,
-    TOKEN_ENV, VLLM_CACHE_ENV, VLLM_STOP_TIMEOUT_S,
+    CUDA_VISIBLE_ENV, HOST, HTTP_PORT_ENV, NAMESPACE, STATE_DIR_ENV, STOP_TIMEOUT_S, SYSTEM_PORT_ENV, TOKEN_ENV,
+    VLLM_STOP_TIMEOUT_S,
 )
-from .errors import ConfigError
-from .metrics import DEFAULT_METRIC, MetricQuery
+from .errors import ConfigError, ServerStartError
+from .hosts import Network
+from .launching import default_run_dir, gpu_for, visible_gpus, vllm_worker_env
+from .metrics import MetricQuery
 from .ports import release_port, reserve_port
 from .process import ManagedProcess, stop_together
 from .specs import DeploymentSpec
 from .stacks import ProcessSpec, StackContext, get_stack
+from .targets import Target
+
+__all__ = ["Deployment", "DeploymentEvent", "DeploymentState"]
+
+RESTART_POLL_S = 0.1
 
 
 class DeploymentState(enum.Enum):
@@ -42,76 +50,39 @@ class DeploymentState(enum.Enum):
     STOPPED = "stopped"
 
 
-def visible_gpus() -> list[str]:
-    """GPU ids a worker may be pinned to: CUDA_VISIBLE_DEVICES, else what nvidia-smi lists."""
-    env = os.environ.get(CUDA_VISIBLE_ENV)
-    if env is not None:
-        return [d for d in env.split(",") if d.strip() and d.strip() != "-1"]
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
-
-
-def vllm_worker_env(index: int, *, run_dir: Path, env: dict[str, str], on_gpu: bool) -> dict[str, str]:
-    """What a vLLM worker needs beyond the run's environment; the user's own settings win.
-
-    - One model-class cache per run (`EMBEDLAB_VLLM_CACHE`): vLLM fills a cold one by
-      importing itself once more in a subprocess, 15-30 s of a start on 2 cores. A run
-      that restarts a worker finds it warm; an exported EMBEDLAB_VLLM_CACHE keeps one
-      across runs, outside the run directory, by the user's choice.
-    - On CPU, one core per worker, round robin: vLLM's default (`auto`) binds every
-      engine to the first core, so two workers would share one core and leave the other idle.
-    """
-    extra = {VLLM_CACHE_ENV: env.get(VLLM_CACHE_ENV) or str(run_dir / "vllm-cache")}
-    if not on_gpu and not env.get("VLLM_CPU_OMP_THREADS_BIND"):
-        cores = sorted(os.sched_getaffinity(0))
-        extra["VLLM_CPU_OMP_THREADS_BIND"] = str(cores[index % len(cores)])
-    return extra
-
-
-def default_run_dir(prefix: str = "run") -> Path:
-    base = Path(os.environ.get(RUN_ROOT_ENV) or Path(tempfile.gettempdir()) / "embedlab-runs")
-    path = base / f"{time.strftime('%Y%m%d-%H%M%S')}-{prefix}-{secrets.token_hex(3)}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 @dataclass(frozen=True)
-class Target:
-    """What checks and scenarios need from a deployment, launched or attached.
+class DeploymentEvent:
+    """A fault the harness caused or a restart it made, at `time.perf_counter()` time `at`."""
 
-    `system_urls[i]` is worker i's system server; `models[i]` the model it serves (None
-    where an attached deployment did not say).
-    """
-
-    frontend_url: str
-    system_urls: tuple[str, ...]
-    models: tuple[str | None, ...]
-    metric: MetricQuery = field(default=DEFAULT_METRIC)
-    weights: tuple[float, ...] | None = None
-    stack: str = "attached"
+    at: float
+    kind: str  # "partition", "heal", "kill host", "kill worker", "etcd stopped", "etcd ready", "exit", "restart"
+    detail: str = ""
 
 
 class Deployment:
-    """One frontend and N workers of a stack, as managed subprocesses."""
+    """One frontend and N workers of a stack, as managed subprocesses, on one host or several."""
 
     def __init__(self, spec: DeploymentSpec, *, run_dir: Path | str | None = None, host: str = HOST) -> None:
         self.spec = spec
         self.stack = get_stack(spec.stack)  # an unknown stack fails here, before anything starts
+        self.stack.check(spec)  # what this stack cannot run, namespaces without privileges included
         self.host = host
         self._run_dir = Path(run_dir) if run_dir is not None else None
         self.state = DeploymentState.NEW
         self.frontend: ManagedProcess | None = None
         self.workers: list[ManagedProcess] = []
+        self.services: dict[str, ManagedProcess] = {}
+        self._service_specs: dict[str, ProcessSpec] = {}
+        self.network: Network = Network.local()
+        self.events: list[DeploymentEvent] = []
+        self.startup_seconds: dict[str, float] = {}
         self._ports: list[int] = []
         self._system_ports: list[int] = []
         self._ctx: StackContext | None = None
         self._env: dict[str, str] = {}
-        self.startup_seconds: dict[str, float] = {}
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self._lock = threading.RLock()
 
     # -- what it exposes ------------------------------------------------------------------
 
@@ -127,32 +98,40 @@ class Deployment:
 
     @property
     def system_urls(self) -> list[str]:
-        return [f"http://{self.host}:{p}" for p in self._system_ports]
+        return [f"http://{self._context().host_of(i).address}:{p}" for i, p in enumerate(self._system_ports)]
 
     @property
     def models(self) -> list[str]:
         return self.spec.models
 
     @property
-    def log_paths(self) -> dict[str, Path]:
-        procs = ([self.frontend] if self.frontend else []) + self.workers
-        return {p.name: p.log_path for p in procs}
+    def processes(self) -> list[ManagedProcess]:
+        return [*self.services.values(), *([self.frontend] if self.frontend else []), *self.workers]
 
     @property
-    def processes(self) -> list[ManagedProcess]:
-        return ([self.frontend] if self.frontend else []) + self.workers
+    def log_paths(self) -> dict[str, Path]:
+        return {p.name: p.log_path for p in self.processes}
+
+    @property
+    def etcd_url(self) -> str | None:
+        """The run's etcd client URL (dynamo on etcd), else None."""
+        return getattr(self.stack, "etcd_url", None)
 
     def target(self) -> Target:
         """What the checks read: the system URLs by worker index, and the spec's counter."""
-        query = MetricQuery.parse(self.spec.metric)
         return Target(
             frontend_url=self.frontend_url, system_urls=tuple(self.system_urls), models=tuple(self.models),
-            metric=query, weights=tuple(w.weight for w in self.spec.workers), stack=self.spec.stack,
+            metric=MetricQuery.parse(self.spec.metric), weights=tuple(w.weight for w in self.spec.workers),
+            stack=self.spec.stack,
         )
 
     def endpoint(self, index: int) -> str:
         """Worker `index`'s endpoint path, `namespace.component.endpoint`."""
         return self._context().endpoint(index)
+
+    def host_of(self, index: int) -> int:
+        """The host worker `index` runs on."""
+        return self.spec.host_of(index)
 
     @property
     def health_url(self) -> str:
@@ -186,28 +165,37 @@ class Deployment:
             self.stop()
             raise
         self.state = DeploymentState.RUNNING
+        if any(w.restart == "on-exit" for w in self.spec.workers):
+            self._supervisor = threading.Thread(target=self._supervise, name="embedlab-restarts", daemon=True)
+            self._supervisor.start()
         return self
 
     def _start(self) -> None:
         spec = self.spec
+        started = time.monotonic()
+        self.network = Network.create(run_id=secrets.token_hex(3), hosts=spec.hosts)
         frontend_port = self._reserve()
         self._system_ports = [self._reserve() for _ in spec.workers]
         namespace = spec.namespace or (NAMESPACE if spec.stack == "embedded" else f"embedlab{secrets.token_hex(4)}")
         self._ctx = StackContext(
-            spec=spec, run_dir=self.run_dir, host=self.host, frontend_port=frontend_port, namespace=namespace
+            spec=spec, run_dir=self.run_dir, host=self.host, frontend_port=frontend_port, namespace=namespace,
+            hosts=tuple(self.network.hosts), reserve=self._reserve,
         )
         self._env = {**os.environ, **self.stack.prepare(self._ctx), **dict(spec.env)}
         # The user's own overrides must not leak in and point processes at other ports.
         for name in (SYSTEM_PORT_ENV, HTTP_PORT_ENV, CUDA_VISIBLE_ENV):
             self._env.pop(name, None)
-        started = time.monotonic()
-        # Workers start alongside the frontend and register as soon as it answers:
-        # start-up costs one interpreter start, not two in a row.
-        self.frontend = self._launch(self.stack.frontend(self._ctx))
-        gpus = visible_gpus()
-        for index in range(len(spec.workers)):
-            self.workers.append(self._launch(self._worker_spec(index), gpu=self._gpu_for(index, gpus)))
         with clients.client(timeout=2.0) as client:
+            for service in self.stack.services(self._ctx):
+                self._service_specs[service.role] = service
+                self.services[service.role] = self._launch(service)
+                self._wait_service(client, service)
+            # Workers start alongside the frontend and register as soon as it answers:
+            # start-up costs one interpreter start, not two in a row.
+            self.frontend = self._launch(self.stack.frontend(self._ctx))
+            gpus = visible_gpus()
+            for index in range(len(spec.workers)):
+                self.workers.append(self._launch(self._worker_spec(index), gpu=gpu_for(index, spec.workers[index], gpus)))
             self.startup_seconds["frontend"] = self.frontend.wait_ready(
                 lambda: client.get(f"{self.frontend_url}/health").status_code == 200,
                 timeout=spec.startup_timeout, what="its /health answered 200",
@@ -219,36 +207,35 @@ class Deployment:
     def _worker_spec(self, index: int) -> ProcessSpec:
         return self.stack.worker(self._context(), index, self.spec.workers[index], self._system_ports[index])
 
-    def _gpu_for(self, index: int, gpus: Sequence[str]) -> str | None:
-        device = self.spec.workers[index].device
-        if device == "cpu":
-            return ""
-        if device is not None:
-            return device.removeprefix("cuda:")
-        if not gpus or self.spec.workers[index].engine == "hash":
-            return None
-        return gpus[index % len(gpus)]
-
     def _launch(self, pspec: ProcessSpec, *, gpu: str | None = None) -> ManagedProcess:
-        env = {**self._env, **pspec.env, STATE_DIR_ENV: str(self.run_dir / f"{pspec.name}-state")}
+        env = {k: v for k, v in self._env.items() if not k.startswith(pspec.unset)} if pspec.unset else dict(self._env)
+        env.update({**pspec.env, STATE_DIR_ENV: str(self.run_dir / f"{pspec.name}-state")})
         stop_timeout = STOP_TIMEOUT_S
         if pspec.worker is not None and self.spec.workers[pspec.worker].runs_vllm:
             env.update(vllm_worker_env(pspec.worker, run_dir=self.run_dir, env=env, on_gpu=bool(gpu)))
             stop_timeout = VLLM_STOP_TIMEOUT_S
         if gpu is not None:
             env[CUDA_VISIBLE_ENV] = gpu
-        proc = ManagedProcess(
-            pspec.name, pspec.argv, log_path=self.run_dir / f"{pspec.name}.log", env=env, stop_timeout=stop_timeout
-        )
+        argv = self._context().host_of(pspec.worker).wrap(pspec.argv) if pspec.worker is not None else pspec.argv
+        proc = ManagedProcess(pspec.name, argv, log_path=self.run_dir / f"{pspec.name}.log", env=env, stop_timeout=stop_timeout)
         return proc.start()
 
-    def _wait_worker(self, client: httpx.Client, index: int) -> None:
+    def _wait_service(self, client: httpx.Client, service: ProcessSpec) -> None:
+        proc, url = self.services[service.role], service.ready_url
+        if url is not None:
+            self.startup_seconds[proc.name] = proc.wait_ready(
+                lambda: client.get(url).status_code == 200, timeout=self.spec.startup_timeout, what=f"{url} answered 200",
+            )
+
+    def _wait_worker(self, client: httpx.Client, index: int, *, cancelled: threading.Event | None = None) -> None:
         proc = self.workers[index]
         model = self.spec.workers[index].model
         endpoint = self.endpoint(index)
         system_url = self.system_urls[index]
 
         def ready() -> bool:
+            if cancelled is not None and cancelled.is_set():
+                raise ServerStartError(f"{proc.name}: the deployment is stopping", name=proc.name, log_path=proc.log_path)
             if client.get(f"{system_url}/health").status_code != 200:
                 return False
             listed = {m["id"] for m in client.get(f"{self.frontend_url}/v1/models").json().get("data", [])}
@@ -267,17 +254,27 @@ class Deployment:
         return port
 
     def stop(self) -> None:
-        """Stop every process, workers before the frontend. Safe to call more than once.
+        """Stop every process (workers, then the frontend, then services), then delete the hosts.
 
-        The workers are stopped together (their SIGTERMs go out in reverse order of start,
-        then all are awaited), so teardown takes one worker's shutdown, not N.
+        Safe to call more than once. The workers are stopped together (their SIGTERMs go out
+        in reverse order of start, then all are awaited), so teardown takes one worker's
+        shutdown, not N.
         """
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=STOP_TIMEOUT_S)
         errors: list[BaseException] = []
-        for group in (list(reversed(self.workers)), [self.frontend] if self.frontend else []):
+        with self._lock:
+            groups = [list(reversed(self.workers)), [self.frontend] if self.frontend else [], list(self.services.values())]
+        for group in groups:
             try:
                 stop_together(group)
             except Exception as exc:  # keep stopping the rest
                 errors.append(exc)
+        try:
+            self.network.destroy()
+        except Exception as exc:
+            errors.append(exc)
         for port in self._ports:
             release_port(port)
         self._ports.clear()
@@ -306,45 +303,75 @@ class Deployment:
                 client.put(f"{self.frontend_url}/registry/instances/{instances[endpoint]}/weight", json={"weight": weight}).raise_for_status()
         self.spec = replace(self.spec, workers=tuple(replace(w, weight=float(x)) for w, x in zip(self.spec.workers, weights)))
 
-    # -- fault work ---------------------------------------------------------------------
+    # -- the faults of a real cluster ---------------------------------------------------------
+
+    def _event(self, kind: str, detail: str = "") -> DeploymentEvent:
+        event = DeploymentEvent(time.perf_counter(), kind, detail)
+        with self._lock:
+            self.events.append(event)
+        return event
 
     def kill_worker(self, index: int, sig: int = signal.SIGKILL) -> None:
-        """Send `sig` to worker `index`'s process group (failover and restart experiments)."""
+        """Send `sig` to worker `index`'s process group."""
         self.workers[index].signal(sig)
+        self._event("kill worker", f"worker {index} {signal.Signals(sig).name}")
+
+    def kill_host(self, host: int) -> None:
+        """SIGKILL every process on `host`, as a machine that lost power."""
+        on_host = [i for i in range(len(self.workers)) if self.host_of(i) == host]
+        for index in on_host:
+            self.workers[index].signal(signal.SIGKILL)
+        self._event("kill host", f"host {host}: workers {on_host}")
+
+    def partition(self, host: int) -> None:
+        """Cut `host` off the network: its link goes down."""
+        self.network.partition(host)
+        self._event("partition", f"host {host}")
+
+    def heal(self, host: int) -> None:
+        """Bring `host`'s link back up."""
+        self.network.heal(host)
+        self._event("heal", f"host {host}")
+
+    def restart_etcd(self, *, down_for: float = 0.0) -> None:
+        """Stop etcd, keep it down `down_for` seconds, then start it again on the same data dir and ports."""
+        old, spec = self.services.get("etcd"), self._service_specs.get("etcd")
+        if old is None or spec is None:
+            raise ConfigError("this deployment runs no etcd (the dynamo stack with discovery='etcd' does)")
+        old.stop()
+        self._event("etcd stopped")
+        self._stopping.wait(down_for)  # the outage itself, cut short by a stop
+        self.services["etcd"] = self._launch(spec)
+        with clients.client(timeout=2.0) as client:
+            self._wait_service(client, spec)
+        self._event("etcd ready")
 
     def restart_worker(self, index: int) -> None:
-        """Stop worker `index` and start it again on the same system port."""
-        old = self.workers[index]
-        old.stop()
-        proc = self._launch(self._worker_spec(index), gpu=self._gpu_for(index, visible_gpus()))
-        self.workers[index] = proc
+        """Stop worker `index` and start it again on its host and system port."""
+        with self._lock:
+            self.workers[index].stop()
+            self.workers[index] = self._launch(self._worker_spec(index), gpu=gpu_for(index, self.spec.workers[index], visible_gpus()))
         with clients.client(timeout=2.0) as client:
             self._wait_worker(client, index)
+        self._event("restart", f"worker {index}")
 
-
-def attach(
-    frontend_url: str,
-    system_urls: Sequence[str],
-    *,
-    models: Sequence[str | None] | None = None,
-    metric: MetricQuery | str = DEFAULT_METRIC,
-    weights: Sequence[float] | None = None,
-) -> Target:
-    """A deployment already running elsewhere. Launches nothing and stops nothing.
-
-    `system_urls[i]` is worker i; `models[i]`, where given, is the model worker i serves.
-    """
-    if not system_urls:
-        raise ConfigError("attach needs at least one system URL (one per worker)")
-    if models is not None and len(models) != len(system_urls):
-        raise ConfigError(f"{len(system_urls)} system URLs but {len(models)} models")
-    query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
-    return Target(
-        frontend_url=frontend_url.rstrip("/"), system_urls=tuple(u.rstrip("/") for u in system_urls),
-        models=tuple(models) if models is not None else (None,) * len(system_urls), metric=query,
-        weights=tuple(weights) if weights else None,
-    )
-
-
-def target_of(deployment: "Deployment | Target") -> Target:
-    return deployment.target() if isinstance(deployment, Deployment) else deployment
+    def _supervise(self) -> None:
+        """The restart policy: a worker with restart="on-exit" that exits comes back on its host."""
+        watched = [i for i, w in enumerate(self.spec.workers) if w.restart == "on-exit"]
+        with clients.client(timeout=2.0) as client:
+            while not self._stopping.wait(RESTART_POLL_S):
+                for index in watched:
+                    with self._lock:
+                        proc = self.workers[index]
+                        if self._stopping.is_set() or proc.alive():
+                            continue
+                        self._event("exit", f"worker {index} (code {proc.returncode})")
+                        proc.stop()
+                        self.workers[index] = self._launch(
+                            self._worker_spec(index), gpu=gpu_for(index, self.spec.workers[index], visible_gpus())
+                        )
+                    try:
+                        self._wait_worker(client, index, cancelled=self._stopping)
+                        self._event("restart", f"worker {index} serving again on host {self.host_of(index)}")
+                    except ServerStartError as exc:
+                        self._event("restart failed", f"worker {index}: {str(exc).splitlines()[0]}")

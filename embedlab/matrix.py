@@ -20,6 +20,7 @@ load, not the run.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
@@ -161,8 +162,10 @@ def _check_params(notebook: Path, params: dict[str, Any], where: str) -> None:
     scenario = params.get("scenario") or notebook_scenario(notebook)
     if scenario is not None:
         plan_fields = {f.name for f in fields(ScenarioPlan)}
+        # What the notebook will hand its plan: its own defaults, under the matrix's values.
+        values = {**{k: ast.literal_eval(v) for k, v in taken.items() if k in plan_fields}, **params, "scenario": scenario}
         try:
-            ScenarioPlan.from_params(**{**{k: v for k, v in params.items() if k in plan_fields}, "scenario": scenario})
+            ScenarioPlan.from_params(**{k: v for k, v in values.items() if k in plan_fields})
         except ConfigError as exc:
             raise ConfigError(f"{where}: {notebook.name}: {exc}") from None
 

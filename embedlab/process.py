@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import enum
+import json
 import os
 import signal
 import subprocess
@@ -41,6 +42,7 @@ class _Watchdog:
         self._proc: subprocess.Popen[bytes] | None = None
         self._path: Path | None = None
         self._groups: set[int] = set()
+        self._cleanups: list[tuple[str, ...]] = []
 
     def _ensure(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -58,7 +60,8 @@ class _Watchdog:
     def _write(self) -> None:
         assert self._path is not None
         tmp = self._path.with_suffix(".tmp")
-        tmp.write_text("".join(f"{g}\n" for g in sorted(self._groups)))
+        lines = [f"{g}\n" for g in sorted(self._groups)] + [f"run {json.dumps(list(c))}\n" for c in self._cleanups]
+        tmp.write_text("".join(lines))
         tmp.replace(self._path)
 
     def add(self, pgid: int) -> None:
@@ -71,8 +74,20 @@ class _Watchdog:
         if self._path is not None:
             self._write()
 
+    def add_cleanup(self, argv: tuple[str, ...]) -> None:
+        self._cleanups.append(argv)
+        self._ensure()
+        self._write()
+
+    def discard_cleanup(self, argv: tuple[str, ...]) -> None:
+        if argv in self._cleanups:
+            self._cleanups.remove(argv)
+        if self._path is not None:
+            self._write()
+
     def close(self) -> None:
         self._groups.clear()
+        self._cleanups.clear()
         if self._path is not None:
             self._write()
         if self._proc is not None and self._proc.poll() is None:
@@ -289,15 +304,34 @@ def stop_together(procs: list["ManagedProcess"], *, timeout: float | None = None
         raise errors[0]
 
 
+def register_cleanup(argv: tuple[str, ...]) -> None:
+    """Run `argv` if the harness dies (watchdog) or exits (atexit) before `unregister_cleanup`.
+
+    For what a run makes besides processes (a network namespace, a link): registered
+    before it is made, so no moment exists in which a killed harness would leave it behind.
+    Cleanups run after every process group is stopped, last registered first.
+    """
+    with _live_lock:
+        _watchdog.add_cleanup(tuple(argv))
+
+
+def unregister_cleanup(argv: tuple[str, ...]) -> None:
+    with _live_lock:
+        _watchdog.discard_cleanup(tuple(argv))
+
+
 @atexit.register
 def _stop_all() -> None:
     with _live_lock:
         survivors = list(_live)
+        cleanups = list(reversed(_watchdog._cleanups))
     # All groups get SIGTERM at once and share one deadline: each process's own stop
     # timeout (vLLM needs its 30 s to release /dev/shm), not one timeout per survivor.
     try:
         stop_together(survivors)
     except Exception:
         pass
+    for argv in cleanups:
+        subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
     with _live_lock:
         _watchdog.close()

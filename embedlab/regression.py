@@ -108,6 +108,7 @@ def key_figures(result: dict[str, Any]) -> dict[str, Any]:
     and requests lost, which a reported (not asserted) failover must not hide."""
     bursts = result.get("bursts") or []
     failover = result.get("failover") or {}
+    fault = result.get("fault") or {}
     return {
         "verdict": result.get("verdict"),
         "p_values": result.get("p_values") or {},
@@ -115,7 +116,10 @@ def key_figures(result: dict[str, Any]) -> dict[str, Any]:
         "deltas": {b.get("name", str(i)): b.get("deltas") for i, b in enumerate(bursts)},
         "expected": {b.get("name", str(i)): b.get("expected") for i, b in enumerate(bursts)},
         "failed_requests": sum(int((b.get("traffic") or {}).get("failed") or 0) for b in bursts),
-        "out_of_dispatch_s": failover.get("excluded_after_s"),
+        "out_of_dispatch_s": failover.get("excluded_after_s", fault.get("left_dispatch_after_s")),
+        "longest_hang_s": fault.get("longest_hang_s"),
+        "recovered": fault.get("recovered"),
+        "ttl_out_of_dispatch_s": {f"{p['lease_ttl_s']:g}": p["left_dispatch_after_s"] for p in result.get("ttl_points") or []},
     }
 
 

@@ -280,7 +280,11 @@ def _figures_text(fig: Mapping[str, Any]) -> str:
     if failed or fig.get("out_of_dispatch_s") is not None:
         lines.append(f'<span class="{"flag" if failed else "muted"}">{failed or 0} failed request{"s" if failed != 1 else ""}</span>')
     if fig.get("out_of_dispatch_s") is not None:
-        lines.append(f"out of dispatch {fig['out_of_dispatch_s'] * 1000:.0f} ms after the kill")
+        lines.append(f"out of dispatch {fig['out_of_dispatch_s'] * 1000:.0f} ms after the fault")
+    if fig.get("longest_hang_s") is not None:
+        lines.append(f"longest hang {fig['longest_hang_s']:.2f} s; recovered: {'yes' if fig.get('recovered') else 'NO'}")
+    for ttl, left in (fig.get("ttl_out_of_dispatch_s") or {}).items():
+        lines.append(f"TTL {_e(ttl)} s: out of dispatch after " + ("never" if left is None else f"{left:.1f} s"))
     lat = fig.get("latency_ms") or {}
     if lat:
         lines.append(f"p50 {_num(lat.get('p50'), 'ms')} &middot; p99 {_num(lat.get('p99'), 'ms')}")

@@ -13,6 +13,9 @@ from typing import Sequence
 from .defaults import LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
 from .errors import ConfigError
 
+RESTART_POLICIES = ("never", "on-exit")
+DISCOVERY_BACKENDS = ("file", "etcd")
+
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerSpec:
@@ -28,6 +31,8 @@ class WorkerSpec:
     max_model_len: int | None = None
     extra_args: tuple[str, ...] = ()
     kind: str = "embedlab"  # or "dynamo-vllm": Dynamo's own `python -m dynamo.vllm --embedding-worker`
+    host: int | None = None  # the simulated host it runs on; None: spread round-robin (see DeploymentSpec)
+    restart: str = "never"  # or "on-exit": the deployment starts it again, on its host, whenever it exits
 
     @property
     def runs_vllm(self) -> bool:
@@ -43,6 +48,8 @@ class WorkerSpec:
             raise ConfigError(f"the {self.engine} engine needs a model_path")
         if self.endpoint is not None and len(self.endpoint.split(".")) != 3:
             raise ConfigError(f"endpoint must be 'namespace.component.endpoint', got {self.endpoint!r}")
+        if self.restart not in RESTART_POLICIES:
+            raise ConfigError(f"restart must be one of {', '.join(RESTART_POLICIES)}, got {self.restart!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,11 +66,29 @@ class DeploymentSpec:
     lease_ttl: float = LEASE_TTL_S
     metric: str = METRIC  # the counter the checks read on every worker, e.g. 'name{label="value"}'
     env: tuple[tuple[str, str], ...] = field(default=())
+    # Host 0 is the harness's own; hosts 1..N-1 are network namespaces the run creates.
+    hosts: int = 1
+    discovery: str = "file"  # the dynamo stack's: file (one host), or etcd, which the run starts
 
     def __post_init__(self) -> None:
         if not self.workers:
             raise ConfigError("a deployment needs at least one worker")
         object.__setattr__(self, "workers", tuple(self.workers))
+        if isinstance(self.hosts, bool) or not isinstance(self.hosts, int) or self.hosts < 1:
+            raise ConfigError(f"hosts must be a whole number of at least 1, got {self.hosts!r}")
+        if self.discovery not in DISCOVERY_BACKENDS:
+            raise ConfigError(f"discovery must be one of {', '.join(DISCOVERY_BACKENDS)}, got {self.discovery!r}")
+        for index, worker in enumerate(self.workers):
+            if worker.host is not None and not 0 <= worker.host < self.hosts:
+                raise ConfigError(f"worker {index} is placed on host {worker.host}, but the deployment has hosts 0..{self.hosts - 1}")
+
+    def host_of(self, index: int) -> int:
+        """The host worker `index` runs on: its own `host`, else round-robin over the hosts
+        other than host 0 (which holds the frontend and etcd), else host 0."""
+        placed = self.workers[index].host
+        if placed is not None:
+            return placed
+        return 1 + index % (self.hosts - 1) if self.hosts > 1 else 0
 
     @property
     def models(self) -> list[str]:

@@ -161,10 +161,16 @@ async def asend_burst(
     progress: bool = False,
     on_response: Callable[[RequestRecord], None] | None = None,
     client: httpx.AsyncClient | None = None,
+    rate: float | None = None,
 ) -> BurstResult:
-    """Send `n` requests for `model` with at most `concurrency` in flight; record every one."""
-    if n < 1 or concurrency < 1:
-        raise ConfigError("n and concurrency must be at least 1")
+    """Send `n` requests for `model` with at most `concurrency` in flight; record every one.
+
+    With `rate`, request i leaves no earlier than i / rate seconds after the first: steady
+    traffic through a fault, where a burst as fast as possible would be over before the
+    fault had any effect. `concurrency` then only bounds how many may hang at once.
+    """
+    if n < 1 or concurrency < 1 or (rate is not None and rate <= 0):
+        raise ConfigError("n and concurrency must be at least 1, and a rate positive")
     payloads = list(inputs) if inputs else default_inputs(n)
     url = frontend_url.rstrip("/") + "/v1/embeddings"
     records: list[RequestRecord] = []
@@ -206,6 +212,8 @@ async def asend_burst(
                 i = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
+            if rate is not None:
+                await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
             record = await one(i)
             records.append(record)
             bar.update(1)

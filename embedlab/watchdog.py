@@ -1,17 +1,21 @@
 """A tiny process that outlives a killed harness just long enough to stop its servers.
 
-The harness writes the process groups it owns into a file; the watchdog polls the
-harness's PID. When the harness is gone (even by SIGKILL, which runs no Python
-cleanup) it sends SIGTERM, then SIGKILL, to every group still listed, and exits. When
-the harness exits cleanly it empties the file first, so the watchdog has nothing to do.
+The harness writes the process groups it owns into a file, and the commands that undo
+what else it made (`run ["ip", "netns", "del", NAME]`); the watchdog polls the harness's
+PID. When the harness is gone (even by SIGKILL, which runs no Python cleanup) it sends
+SIGTERM, then SIGKILL, to every group still listed, then runs the commands, last listed
+first, and exits. When the harness exits cleanly it empties the file first, so the
+watchdog has nothing to do.
 
     python -m embedlab.watchdog PARENT_PID GROUPS_FILE
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,11 +26,20 @@ POLL_SECONDS = 0.2
 TERM_GRACE_SECONDS = 3.0
 
 
-def _groups(path: Path) -> list[int]:
+def _read(path: Path) -> tuple[list[int], list[list[str]]]:
     try:
-        return [int(line) for line in path.read_text().split() if line.strip().isdigit()]
+        lines = path.read_text().splitlines()
     except OSError:
-        return []
+        return [], []
+    groups = [int(line) for line in lines if line.strip().isdigit()]
+    commands = []
+    for line in lines:
+        if line.startswith("run "):
+            try:
+                commands.append([str(a) for a in json.loads(line[4:])])
+            except ValueError:
+                continue
+    return groups, commands
 
 
 def _signal_groups(groups: list[int], sig: int) -> list[int]:
@@ -43,12 +56,18 @@ def _signal_groups(groups: list[int], sig: int) -> list[int]:
 def watch(parent: int, path: Path) -> None:
     while pid_alive(parent) and os.getppid() == parent:
         time.sleep(POLL_SECONDS)
-    groups = _signal_groups(_groups(path), signal.SIGTERM)
+    listed, commands = _read(path)
+    groups = _signal_groups(listed, signal.SIGTERM)
     deadline = time.monotonic() + TERM_GRACE_SECONDS
     while groups and time.monotonic() < deadline:
         time.sleep(0.05)
         groups = _signal_groups(groups, 0)
     _signal_groups(groups, signal.SIGKILL)
+    for argv in reversed(commands):
+        try:
+            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
+        except (OSError, subprocess.SubprocessError):
+            continue
     try:
         path.unlink()
     except OSError:

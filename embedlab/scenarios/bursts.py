@@ -14,8 +14,9 @@ import httpx
 
 from .. import clients
 from ..checks import DispatchCheck
-from ..deployment import Deployment, Target, target_of
-from ..errors import ConfigError, CounterResetError, TrafficError
+from ..deployment import Deployment
+from ..targets import Target, target_of
+from ..errors import ConfigError, CounterResetError, ScrapeError, TrafficError
 from ..traffic import Input, RequestRecord, asend_burst, default_inputs
 from ..verdicts import Verdict
 from .results import Burst, WorkerInfo
@@ -48,12 +49,12 @@ def workers_of(deployment: Deployment | Target) -> list[WorkerInfo]:
     """Each worker by index, with its model, weight and (where launched) endpoint."""
     target = target_of(deployment)
     weights = target.weights or (1.0,) * len(target.system_urls)
-    endpoints = (
-        [deployment.endpoint(i) for i in range(len(target.system_urls))] if isinstance(deployment, Deployment)
-        else [None] * len(target.system_urls)
-    )
+    launched = isinstance(deployment, Deployment)
     return [
-        WorkerInfo(index=i, system_url=url, model=model, weight=weights[i], endpoint=endpoints[i])
+        WorkerInfo(
+            index=i, system_url=url, model=model, weight=weights[i], endpoint=deployment.endpoint(i) if launched else None,
+            host=deployment.host_of(i) if launched else 0,
+        )
         for i, (url, model) in enumerate(zip(target.system_urls, target.models))
     ]
 
@@ -111,6 +112,10 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
             burst.check = await check.aend(scrape_client)
         except CounterResetError as exc:
             burst.inconclusive = f"counter reset on worker {exc.worker_index}"
+        except ScrapeError as exc:
+            # A worker that answered before the burst and not after it (it died, or is still
+            # restarting): its delta is unknown, so the burst decides nothing.
+            burst.inconclusive = f"{str(exc).split(': cannot scrape')[0]} could not be read after the burst"
     return burst
 
 

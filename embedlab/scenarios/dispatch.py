@@ -11,7 +11,8 @@ import time
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..defaults import FAIRNESS_ALPHA
-from ..deployment import Deployment, Target, target_of
+from ..deployment import Deployment
+from ..targets import Target, target_of
 from ..errors import ConfigError
 from ..traffic import Input, RequestRecord, default_inputs, run_sync
 from .bursts import BurstSpec, judge, run_burst, served_models, serving, workers_of

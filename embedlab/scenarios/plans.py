@@ -7,17 +7,19 @@ mistake in the values is a `ConfigError` when the plan is made, before anything 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from ..defaults import METRIC, STARTUP_TIMEOUT_S
-from ..deployment import Deployment, Target, attach
+from ..defaults import LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
+from ..deployment import Deployment
+from ..targets import Target, attach
 from ..engines import ENGINES
 from ..errors import ConfigError
+from ..etcd import discovered
 from ..metrics import MetricQuery
 from ..specs import DeploymentSpec, WorkerSpec
-from ..stacks import STACKS
+from ..stacks import STACKS, get_stack
 from .registry import Scenario, get_scenario
 from .results import ScenarioResult
 
@@ -25,7 +27,7 @@ __all__ = ["TINY_MODELS", "ScenarioPlan", "run_scenario"]
 
 TINY_MODELS = {"tiny-bert": "bert", "tiny-qwen3": "qwen3"}
 # What a plan field left unset (None) becomes when its scenario has no default for it.
-FALLBACKS: dict[str, Any] = {"requests": 40, "concurrency": 4, "workers": 2}
+FALLBACKS: dict[str, Any] = {"requests": 40, "concurrency": 4, "workers": 2, "lease_ttl": LEASE_TTL_S, "restart": "never"}
 
 
 def _tuple(value: Any, kind: Callable[[Any], Any] = str) -> tuple[Any, ...]:
@@ -66,7 +68,12 @@ class ScenarioPlan:
     run_dir: str = ""
     startup_timeout: float = STARTUP_TIMEOUT_S
     kill_after: int = 50  # failover: the worker dies after this many responses
-    victim: int = 1  # failover and drain: the worker that leaves
+    victim: int = 1  # failover, drain, partition: the worker that leaves (partition: its host)
+    discovery: str = "file"  # dynamo: file, or etcd (the run starts one)
+    hosts: int = 1  # simulated hosts: 1, or more as network namespaces (dynamo on etcd, root)
+    lease_ttl: float | None = None  # seconds; None: the scenario's default, else embedlab's
+    restart: str | None = None  # workers: never, or on-exit (back on their host when they exit)
+    etcd_endpoints: str = ""  # attach: the cluster's etcd, to list what it believes is live
     worker_args: tuple[str, ...] = ()
     frontend_args: tuple[str, ...] = ()
     progress: bool = False  # progress bars for bursts
@@ -90,9 +97,18 @@ class ScenarioPlan:
             raise ConfigError(f"weights must be positive, got {list(self.weights)}")
         if bool(self.frontend_url) != bool(self.system_urls):
             raise ConfigError("attach mode needs both a frontend URL and one system URL per worker")
-        if self.attached and scenario.launches:
+        if self.attached and (scenario.launches or scenario.deploys):
             raise ConfigError(f"{self.scenario} changes a worker: it cannot run attached, only on a deployment it launches")
         MetricQuery.parse(self.metric)
+        plan = self.resolved()
+        if not self.attached:
+            # The deployment's own checks (hosts, discovery, weights, the stack's limits), with
+            # stand-in model paths: tiny models are built when the plan launches, not here.
+            models = plan.models or plan.default_models()
+            paths = (None,) * len(models) if plan.engine == "hash" else (plan.model_paths or ("model-dir",)) * len(models)
+            get_stack(plan.stack).check(plan._spec_of((models, paths[: len(models)]), workers=plan.workers))  # type: ignore[arg-type]
+        if scenario.check is not None:
+            scenario.check(plan)
 
     @classmethod
     def from_params(cls, **params: Any) -> "ScenarioPlan":
@@ -121,6 +137,8 @@ class ScenarioPlan:
         if unknown:
             raise ConfigError(f"scenario {self.scenario!r} has defaults for no plan field: {', '.join(unknown)}")
         filled = {name: value for name, value in defaults.items() if getattr(self, name) is None}
+        if self.workers is None and self.weights and self.definition.layout == "pool":
+            filled["workers"] = len(self.weights)  # one weight per worker says how many
         filled.update({name: value for name, value in FALLBACKS.items() if getattr(self, name) is None and name not in filled})
         return replace(self, **filled) if filled else self
 
@@ -134,16 +152,18 @@ class ScenarioPlan:
             f"{plan.concurrency}. It proves: {plan.definition.help}"
         )
 
-    def resolved_models(self) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
-        """Model names and paths, with the defaults for this engine filled in."""
-        models, paths = self.models, self.model_paths
+    def default_models(self) -> tuple[str, ...]:
+        """The models a plan that names none serves: two for a per-model scenario, one otherwise."""
         per_model = self.definition.layout == "per-model"
         if self.engine == "hash":
-            if not models:
-                models = ("model-a", "model-b") if per_model else ("embed-model",)
+            return ("model-a", "model-b") if per_model else ("embed-model",)
+        return ("tiny-bert", "tiny-qwen3") if per_model else ("tiny-bert",)
+
+    def resolved_models(self) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
+        """Model names and paths, with the defaults for this engine filled in."""
+        models, paths = self.models or self.default_models(), self.model_paths
+        if self.engine == "hash":
             return models, (None,) * len(models)
-        if not models:
-            models = ("tiny-bert", "tiny-qwen3") if per_model else ("tiny-bert",)
         if paths and len(paths) not in (1, len(models)):
             raise ConfigError(f"{len(models)} models but {len(paths)} model paths")
         if not paths:
@@ -154,20 +174,25 @@ class ScenarioPlan:
 
     def deployment_spec(self) -> DeploymentSpec:
         plan = self.resolved()
-        models, paths = plan.resolved_models()
+        return plan._spec_of(plan.resolved_models(), workers=plan.workers)  # type: ignore[arg-type]
+
+    def _spec_of(self, resolved: tuple[tuple[str, ...], tuple[str | None, ...]], *, workers: int) -> DeploymentSpec:
+        models, paths = resolved
         common = dict(
-            engine=plan.engine, pooling=plan.pooling, max_model_len=plan.max_model_len, extra_args=plan.worker_args
+            engine=self.engine, pooling=self.pooling, max_model_len=self.max_model_len, extra_args=self.worker_args,
+            restart=self.restart or FALLBACKS["restart"],
         )
-        if plan.definition.layout == "pool":
-            weights = plan.weights or (1.0,) * plan.workers  # type: ignore[operator]
-            if len(weights) != plan.workers:
-                raise ConfigError(f"{plan.workers} workers but {len(weights)} weights")
-            workers = tuple(WorkerSpec(model=models[0], model_path=paths[0], weight=w, **common) for w in weights)  # type: ignore[arg-type]
+        if self.definition.layout == "pool":
+            weights = self.weights or (1.0,) * workers
+            if len(weights) != workers:
+                raise ConfigError(f"{workers} workers but {len(weights)} weights")
+            specs = tuple(WorkerSpec(model=models[0], model_path=paths[0], weight=w, **common) for w in weights)  # type: ignore[arg-type]
         else:
-            workers = tuple(WorkerSpec(model=m, model_path=p, **common) for m, p in zip(models, paths))  # type: ignore[arg-type]
+            specs = tuple(WorkerSpec(model=m, model_path=p, **common) for m, p in zip(models, paths))  # type: ignore[arg-type]
         return DeploymentSpec(
-            stack=plan.stack, workers=workers, router_mode=plan.router_mode, seed=plan.seed, metric=plan.metric,
-            startup_timeout=plan.startup_timeout, frontend_args=plan.frontend_args,
+            stack=self.stack, workers=specs, router_mode=self.router_mode, seed=self.seed, metric=self.metric,
+            startup_timeout=self.startup_timeout, frontend_args=self.frontend_args, hosts=self.hosts,
+            discovery=self.discovery, lease_ttl=self.lease_ttl or FALLBACKS["lease_ttl"],
         )
 
     def deployment(self) -> Deployment:
@@ -188,7 +213,7 @@ class ScenarioPlan:
                 raise ConfigError(f"{len(self.system_urls)} system URLs but {len(self.models)} models")
         return attach(self.frontend_url, self.system_urls, models=models, metric=self.metric, weights=self.weights or None)
 
-    def run_on(self, deployment: Deployment | Target) -> ScenarioResult:
+    def run_on(self, deployment: Deployment | Target | None) -> ScenarioResult:
         """This plan's scenario on a deployment that the caller started and stops."""
         plan = self.resolved()
         result: ScenarioResult = plan.definition.runner()(deployment, plan)
@@ -214,7 +239,13 @@ def run_scenario(
     if progress:
         plan = replace(plan, progress=True)
     if plan.attached:
-        return plan.run_on(plan.target())
+        result = plan.run_on(plan.target())
+        if plan.etcd_endpoints:
+            # What the cluster believes is live, beside what the counters said.
+            result.discovered = [asdict(i) | {"path": i.path} for i in discovered(plan.etcd_endpoints.split(",")[0])]
+        return result
+    if plan.definition.deploys:
+        return plan.run_on(None)  # type: ignore[arg-type]
     deployment = plan.deployment()
     with deployment:
         if on_deployment is not None:

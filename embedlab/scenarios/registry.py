@@ -40,6 +40,8 @@ class Scenario:
     layout: str = "pool"
     launches: bool = False  # it kills or drains workers: it needs a deployment embedlab launched
     stacks: tuple[str, ...] | None = None  # the stacks it can run on; None: any
+    deploys: bool = False  # it launches its own deployments (one per setting): run(None, plan)
+    check: Callable[[Any], None] | None = None  # check(plan) raises ConfigError before anything launches
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -59,6 +61,17 @@ def _adapt(name: str, loaded: object) -> Scenario:
         doc = (inspect.getdoc(loaded) or "").strip().splitlines()
         return Scenario(name=name, run=loaded, help=doc[0] if doc else "")  # type: ignore[arg-type]
     raise ConfigError(f"the entry point for scenario {name!r} is neither a Scenario nor a function")
+
+
+def _needs_etcd(plan: Any) -> None:
+    if plan.discovery != "etcd" and not plan.attached:
+        raise ConfigError(f"{plan.scenario} needs discovery='etcd' (--discovery etcd)")
+
+
+def _needs_cluster(plan: Any) -> None:
+    _needs_etcd(plan)
+    if plan.hosts < 2:
+        raise ConfigError(f"{plan.scenario} cuts a host off the network: it needs hosts >= 2 (--hosts 3)")
 
 
 SCENARIOS: Registry[Scenario] = Registry(
@@ -88,6 +101,30 @@ SCENARIOS: Registry[Scenario] = Registry(
             help="a worker deregisters but keeps serving: it must get nothing, and come back after",
             defaults={"requests": 20, "concurrency": 4},
         ),
+        "partition": Scenario(
+            name="partition", run="embedlab.scenarios.cluster:run_partition", launches=True, stacks=("dynamo",),
+            check=_needs_cluster,
+            help="a worker's host drops off the network mid-traffic, then comes back: failures, the longest hang "
+                 "and the times to leave and rejoin dispatch are reported; recovery is asserted",
+            # 128 in flight: at 20 requests/s, requests that hang 5 s must not stall the traffic.
+            defaults={"concurrency": 128, "restart": "on-exit", "lease_ttl": 5.0},
+        ),
+        "etcd-restart": Scenario(
+            name="etcd-restart", run="embedlab.scenarios.cluster:run_etcd_restart", launches=True, stacks=("dynamo",),
+            check=_needs_etcd,
+            help="etcd stops for 3 s mid-traffic and starts again: failures and whether dispatch went on are "
+                 "reported; recovery is asserted",
+            # The workers' 5 s leases lapse in the outage: they exit (Dynamo #3493), and the
+            # restart policy brings them back. The frontend keeps Dynamo's 30 s lease.
+            defaults={"concurrency": 128, "restart": "on-exit", "lease_ttl": 5.0},
+        ),
+        "lease-ttl-sweep": Scenario(
+            name="lease-ttl-sweep", run="embedlab.scenarios.cluster:run_ttl_sweep", deploys=True, stacks=("dynamo",),
+            check=_needs_etcd,
+            help="a worker is SIGKILLed at lease TTLs of 3, 5 and 10 s: time to leave dispatch and failed "
+                 "requests against the TTL (reported)",
+            defaults={"concurrency": 128},
+        ),
     },
 )
 
@@ -101,6 +138,7 @@ def register_scenario(
     layout: str = "pool",
     launches: bool = False,
     stacks: tuple[str, ...] | None = None,
+    deploys: bool = False,
     replace: bool = False,
 ) -> Scenario:
     """Make `name` runnable by `run_scenario`, `embedlab scenario NAME` and `embedlab regress`.
@@ -111,7 +149,7 @@ def register_scenario(
     """
     scenario = Scenario(
         name=name, run=run, help=help or ((inspect.getdoc(run) or "").splitlines() or [""])[0],
-        defaults=dict(defaults or {}), layout=layout, launches=launches, stacks=stacks,
+        defaults=dict(defaults or {}), layout=layout, launches=launches, stacks=stacks, deploys=deploys,
     )
     SCENARIOS.register(name, scenario, replace=replace)
     return scenario

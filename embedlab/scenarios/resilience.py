@@ -16,7 +16,8 @@ import httpx
 
 from .. import clients
 from ..checks import evaluate
-from ..deployment import Deployment, Target
+from ..deployment import Deployment
+from ..targets import Target
 from ..errors import ConfigError, CounterResetError
 from ..metrics import ascrape
 from ..traffic import RequestRecord, asend_burst, default_inputs, run_sync

@@ -15,7 +15,10 @@ from ..jsonio import write_json
 from ..traffic import BurstResult, latency_ms
 from ..verdicts import Verdict
 
-__all__ = ["Burst", "DrainFigures", "Event", "FailoverFigures", "ScenarioResult", "WorkerInfo"]
+__all__ = [
+    "Burst", "CounterSample", "DrainFigures", "Event", "FailoverFigures", "FaultFigures", "ScenarioResult", "TtlPoint",
+    "WorkerInfo",
+]
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class WorkerInfo:
     model: str | None
     weight: float = 1.0
     endpoint: str | None = None
+    host: int = 0  # the simulated host it runs on
 
     @property
     def label(self) -> str:
@@ -101,6 +105,41 @@ class DrainFigures:
     resumed: bool
 
 
+@dataclass(frozen=True)
+class FaultFigures:
+    """What a cluster fault did to steady traffic: reported figures, and the recovery that was asserted."""
+
+    fault: str  # "partition of host 2", "etcd down 3 s"
+    started_s: float  # when the fault began, seconds into the traffic
+    ended_s: float | None  # when it was undone (heal, etcd ready)
+    failed_requests: int
+    status_codes: dict[str, int]  # of the failed requests; "0": no HTTP answer at all
+    longest_hang_s: float  # the slowest request, failed or not
+    served_during_fault: int  # requests answered 200 while the fault lasted
+    left_dispatch_after_s: float | None  # from the fault until the frontend stopped listing the victim
+    back_after_s: float | None  # from the fault's end until the victim served again
+    recovered: bool  # the same-model check after recovery passed
+
+
+@dataclass(frozen=True)
+class TtlPoint:
+    """One setting of the lease-TTL sweep: a worker SIGKILLed, and how long the cluster took to notice."""
+
+    lease_ttl_s: float
+    left_dispatch_after_s: float | None
+    failed_requests: int
+    status_codes: dict[str, int]
+
+
+@dataclass(frozen=True)
+class CounterSample:
+    """Worker `worker`'s counter `at_s` seconds into the traffic; None where it could not be read."""
+
+    at_s: float
+    worker: int
+    value: float | None
+
+
 @dataclass
 class ScenarioResult:
     """What a scenario found. `passed` is True only for a clean pass; `ok` also for a report.
@@ -119,6 +158,10 @@ class ScenarioResult:
     events: list[Event] = field(default_factory=list)
     failover: FailoverFigures | None = None
     drain: DrainFigures | None = None
+    fault: FaultFigures | None = None
+    ttl_points: list[TtlPoint] = field(default_factory=list)
+    samples: list[CounterSample] = field(default_factory=list)  # counters polled through a fault
+    discovered: list[dict[str, Any]] = field(default_factory=list)  # instances etcd lists (attach --etcd-endpoints)
     startup_seconds: dict[str, float] = field(default_factory=dict)
     run_dir: str | None = None
 
@@ -166,6 +209,10 @@ class ScenarioResult:
             "events": [asdict(e) for e in self.events],
             "failover": asdict(self.failover) if self.failover else None,
             "drain": asdict(self.drain) if self.drain else None,
+            "fault": asdict(self.fault) if self.fault else None,
+            "ttl_points": [asdict(p) for p in self.ttl_points],
+            "samples": [asdict(x) for x in self.samples],
+            "discovered": self.discovered,
         }
 
     def save_json(self, path: str | Path) -> Path:

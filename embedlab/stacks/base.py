@@ -5,9 +5,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ..defaults import SYSTEM_PORT_ENV, worker_endpoint
+from ..hosts import Host
 from ..specs import DeploymentSpec, WorkerSpec
 
 
@@ -15,10 +16,12 @@ from ..specs import DeploymentSpec, WorkerSpec
 class ProcessSpec:
     """One process of a deployment: what it is, how to start it."""
 
-    role: str  # "frontend", "worker", or a stack's own service
+    role: str  # "frontend", "worker", or a stack's own service ("etcd")
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     worker: int | None = None  # the worker's index, for role "worker"
+    ready_url: str | None = None  # a service is ready when this answers 200
+    unset: tuple[str, ...] = ()  # prefixes of inherited variables it must not see (etcd reads ETCD_*)
 
     @property
     def name(self) -> str:
@@ -28,14 +31,20 @@ class ProcessSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class StackContext:
-    """One run of a stack: its directory, ports and names."""
+    """One run of a stack: its directory, hosts, ports and names."""
 
     spec: DeploymentSpec
     run_dir: Path
-    host: str
+    host: str  # where the frontend listens for the harness's traffic
     frontend_port: int
     namespace: str
+    hosts: tuple[Host, ...]
+    reserve: Callable[[], int]  # a free port, released when the run stops
     python: str = sys.executable
+
+    def host_of(self, index: int) -> Host:
+        """The host worker `index` runs on."""
+        return self.hosts[self.spec.host_of(index)]
 
     @property
     def frontend_url(self) -> str:
@@ -48,8 +57,16 @@ class StackContext:
 class Stack(Protocol):
     name: str
 
+    def check(self, spec: DeploymentSpec) -> None:
+        """Raise ConfigError for a spec this stack cannot run, before anything starts."""
+        ...
+
     def prepare(self, ctx: StackContext) -> dict[str, str]:
         """Create per-run state; returns environment shared by every process of the run."""
+        ...
+
+    def services(self, ctx: StackContext) -> list[ProcessSpec]:
+        """Processes the frontend and workers need up first (etcd), each with its `ready_url`."""
         ...
 
     def frontend(self, ctx: StackContext) -> ProcessSpec: ...

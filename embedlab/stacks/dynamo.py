@@ -1,19 +1,23 @@
 """The dynamo stack: the real `python -m dynamo.frontend` with embedlab workers on the Dynamo runtime.
 
-Runs on CPU with no etcd or NATS: file discovery in a fresh directory per run, the TCP
-request plane, and every listener forced onto loopback (Dynamo binds the primary NIC
-by default).
+Discovery is file (a fresh folder per run, one host) or etcd (a server the run starts,
+with leases of the spec's `lease_ttl`), over the TCP request plane: no NATS either way.
+Every listener binds its own host's address: loopback on one host, the run's private
+addresses across several (Dynamo would bind the primary NIC by default).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import shlex
 from typing import Any
 
-from ..defaults import DISCOVERY, DISCOVERY_ENV, REQUEST_PLANE, REQUEST_PLANE_ENV, SYSTEM_HOST_ENV
+from ..defaults import DISCOVERY_ENV, REQUEST_PLANE, REQUEST_PLANE_ENV, SYSTEM_HOST_ENV
 from ..errors import ConfigError
-from ..specs import WorkerSpec
+from ..etcd import etcd_argv
+from ..hosts import Host, can_make_namespaces
+from ..specs import DeploymentSpec, WorkerSpec
 from .base import ProcessSpec, StackContext, system_port_env, worker_engine_args
 
 # embedlab router mode -> Dynamo's. Across worker sets of one model Dynamo always picks
@@ -28,32 +32,70 @@ def dynamo_installed() -> bool:
 class DynamoStack:
     name = "dynamo"
 
+    def __init__(self) -> None:
+        self._etcd_port: int | None = None  # its client port, once the run has one
+
+    def check(self, spec: DeploymentSpec) -> None:
+        if any(w.weight != 1.0 for w in spec.workers):
+            raise ConfigError("the dynamo stack has no per-worker weights; leave every weight at 1")
+        if spec.router_mode not in ROUTER_MODES:
+            raise ConfigError(f"router mode {spec.router_mode!r} has no Dynamo counterpart; choose from {', '.join(ROUTER_MODES)}")
+        if spec.hosts > 1 and spec.discovery != "etcd":
+            raise ConfigError(f"hosts={spec.hosts} needs discovery='etcd': file discovery is one machine's shared folder")
+        if spec.hosts > 1 and not can_make_namespaces():
+            raise ConfigError(
+                f"hosts={spec.hosts} needs network namespaces: run as root (or with CAP_NET_ADMIN and CAP_SYS_ADMIN), or use hosts=1"
+            )
+        if spec.discovery == "etcd" and spec.lease_ttl < 1:
+            raise ConfigError(f"etcd leases last whole seconds: lease_ttl must be at least 1, got {spec.lease_ttl:g}")
+
     def prepare(self, ctx: StackContext) -> dict[str, str]:
         if not dynamo_installed():
             raise ConfigError("the dynamo stack needs ai-dynamo: run `make dynamo` (see the README)")
-        if any(w.weight != 1.0 for w in ctx.spec.workers):
-            raise ConfigError("the dynamo stack has no per-worker weights; leave every weight at 1")
-        kv = ctx.run_dir / "dynamo-kv"
-        kv.mkdir(parents=True, exist_ok=False)  # fresh per run: stale records block other models
-        return {
-            DISCOVERY_ENV: DISCOVERY,
-            "DYN_FILE_KV": str(kv),
-            REQUEST_PLANE_ENV: REQUEST_PLANE,
-            "DYN_LOG": "warn",
-            "DYN_TCP_RPC_HOST": ctx.host,
-            "DYN_TCP_RESPONSE_STREAM_HOST": ctx.host,
-            SYSTEM_HOST_ENV: ctx.host,
-            "DYN_NAMESPACE": ctx.namespace,
+        # The frontend leaves a tmp*.json behind in $TMPDIR at every start: keep it in the run.
+        tmp = ctx.run_dir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        env = {
+            DISCOVERY_ENV: ctx.spec.discovery, REQUEST_PLANE_ENV: REQUEST_PLANE, "DYN_LOG": "warn",
+            "DYN_NAMESPACE": ctx.namespace, "TMPDIR": str(tmp),
         }
+        if ctx.spec.discovery == "file":
+            kv = ctx.run_dir / "dynamo-kv"
+            kv.mkdir(parents=True, exist_ok=False)  # fresh per run: stale records block other models
+            env["DYN_FILE_KV"] = str(kv)
+        else:
+            self._etcd_port = ctx.reserve()
+        return env
+
+    def services(self, ctx: StackContext) -> list[ProcessSpec]:
+        if self._etcd_port is None:
+            return []
+        # Loopback for host 0's own processes; the hub address for the other hosts.
+        listen = [ctx.host] + ([ctx.hosts[0].address] if len(ctx.hosts) > 1 else [])
+        argv = etcd_argv(data_dir=ctx.run_dir / "etcd", client_port=self._etcd_port, peer_port=ctx.reserve(), hosts=listen)
+        # etcd reads ETCD_* from its environment, and ETCD_NAME beside --name is fatal.
+        return [ProcessSpec(role="etcd", argv=argv, ready_url=f"http://{ctx.host}:{self._etcd_port}/health", unset=("ETCD_",))]
+
+    @property
+    def etcd_url(self) -> str | None:
+        """etcd's client URL on loopback, where the run has one."""
+        return None if self._etcd_port is None else f"http://127.0.0.1:{self._etcd_port}"
+
+    def _host_env(self, host: Host, *, reach: str) -> dict[str, str]:
+        """Where a process on `host` listens, and how it reaches etcd (`reach`: host 0 as it sees it)."""
+        env = {"DYN_TCP_RPC_HOST": host.address, "DYN_TCP_RESPONSE_STREAM_HOST": host.address, SYSTEM_HOST_ENV: host.address}
+        if self._etcd_port is not None:
+            env["ETCD_ENDPOINTS"] = f"http://{reach}:{self._etcd_port}"
+        return env
 
     def frontend(self, ctx: StackContext) -> ProcessSpec:
-        if ctx.spec.router_mode not in ROUTER_MODES:
-            raise ConfigError(f"router mode {ctx.spec.router_mode!r} has no Dynamo counterpart")
         argv = [
             ctx.python, "-m", "dynamo.frontend", "--http-host", ctx.host, "--http-port", str(ctx.frontend_port),
             "--namespace", ctx.namespace, "--router-mode", ROUTER_MODES[ctx.spec.router_mode],
         ]
-        return ProcessSpec(role="frontend", argv=argv + list(ctx.spec.frontend_args))
+        # Its response stream listens on host 0's own address, which every host reaches.
+        env = self._host_env(ctx.hosts[0], reach=ctx.host)
+        return ProcessSpec(role="frontend", argv=argv + list(ctx.spec.frontend_args), env=env)
 
     def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
         endpoint = ctx.endpoint(index)
@@ -64,7 +106,14 @@ class DynamoStack:
                 ctx.python, "-m", "embedlab", "dynamo-worker", "--served-model-name", worker.model, "--endpoint", endpoint,
                 *worker_engine_args(worker),
             ]
-        return ProcessSpec(role="worker", worker=index, argv=argv, env=system_port_env(system_port))
+        host = ctx.host_of(index)
+        env = {**self._host_env(host, reach=host.hub if host.namespace else ctx.host), **system_port_env(system_port)}
+        if self._etcd_port is not None:
+            # The spec's lease is the workers': how long a lost worker stays in dispatch. The
+            # frontend keeps Dynamo's default (30 s), since with a short lease of its own it
+            # exits at an etcd outage of about half that (measured: 10 s lease, 3 s outage).
+            env["ETCD_LEASE_TTL"] = str(math.ceil(ctx.spec.lease_ttl))
+        return ProcessSpec(role="worker", worker=index, argv=argv, env=env)
 
     def health_url(self, ctx: StackContext) -> str:
         return f"{ctx.frontend_url}/health"

@@ -4,15 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..specs import WorkerSpec
+from ..errors import ConfigError
+from ..specs import DeploymentSpec, WorkerSpec
 from .base import ProcessSpec, StackContext, system_port_env, worker_engine_args
 
 
 class EmbeddedStack:
     name = "embedded"
 
+    def check(self, spec: DeploymentSpec) -> None:
+        # The embedded frontend keeps its own registry, and its workers register on loopback.
+        if spec.hosts != 1:
+            raise ConfigError(f"the embedded stack runs on one host; hosts={spec.hosts} needs stack='dynamo' with discovery='etcd'")
+        if spec.discovery != "file":
+            raise ConfigError("discovery is the dynamo stack's setting; the embedded frontend keeps its own registry")
+
     def prepare(self, ctx: StackContext) -> dict[str, str]:
         return {}
+
+    def services(self, ctx: StackContext) -> list[ProcessSpec]:
+        return []
 
     def frontend(self, ctx: StackContext) -> ProcessSpec:
         spec = ctx.spec

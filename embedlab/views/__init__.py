@@ -29,7 +29,13 @@ __all__ = [
 
 # Scenario name -> its main figure.
 FIGURES: Registry[Callable[[ScenarioResult], "Figure"]] = Registry(
-    "figure", group="embedlab.figures", builtins={"failover": "embedlab.views.figures:plot_timeline"}
+    "figure", group="embedlab.figures",
+    builtins={
+        "failover": "embedlab.views.figures:plot_timeline",
+        "partition": "embedlab.views.figures:plot_fault_timeline",
+        "etcd-restart": "embedlab.views.figures:plot_fault_timeline",
+        "lease-ttl-sweep": "embedlab.views.figures:plot_ttl_sweep",
+    },
 )
 
 

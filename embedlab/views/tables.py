@@ -72,6 +72,22 @@ def figures_table(result: ScenarioResult) -> "pd.DataFrame":
             ("its delta while drained", "not read" if d.victim_delta is None else f"{d.victim_delta:.0f}"),
             ("registered again after", "yes" if d.resumed else "no (left drained)"),
         ]
+    x = result.fault
+    if x is not None:
+        codes = ", ".join(f"{n} x {'no answer' if c == '0' else 'HTTP ' + c}" for c, n in sorted(x.status_codes.items()))
+        rows += [
+            ("fault", f"{x.fault}, from {x.started_s:.1f} s to {'-' if x.ended_s is None else f'{x.ended_s:.1f}'} s"),
+            ("failed requests", f"{x.failed_requests}" + (f" ({codes})" if codes else "")),
+            ("longest hang", f"{x.longest_hang_s:.2f} s"),
+            ("answered during the fault", str(x.served_during_fault)),
+            ("out of dispatch", "not seen" if x.left_dispatch_after_s is None else f"{x.left_dispatch_after_s:.1f} s after the fault"),
+            ("serving again", "not seen" if x.back_after_s is None else f"{x.back_after_s:.1f} s after it ended"),
+            ("recovery burst (asserted)", "passed" if x.recovered else "FAILED"),
+        ]
+    for p in result.ttl_points:
+        left = "never" if p.left_dispatch_after_s is None else f"{p.left_dispatch_after_s:.1f} s"
+        rows.append((f"TTL {p.lease_ttl_s:g} s", f"out of dispatch after {left}, {p.failed_requests} failed requests"))
+    rows += [(f"in etcd: {d['path']}", f"instance {d['instance_id']} at {d['address']}") for d in result.discovered]
     rows += [(f"{e.kind} at {e.at_s:.3f} s", e.detail) for e in result.events]
     return pd.DataFrame(rows, columns=["figure", "value"])
 

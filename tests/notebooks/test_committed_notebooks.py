@@ -14,7 +14,10 @@ from .conftest import NOTEBOOKS, REPO, code_cells, tagged
 SCENARIO_NOTEBOOKS = {
     "same_model_load_balance": "same-model", "multi_model_dispatch": "multi-model", "failover": "failover",
     "scenario": None,
+    "cluster_faults": None,
 }
+# The cluster faults run steady traffic at a fixed rate: no request count, and Dynamo takes no seed.
+CLUSTER_PARAMETERS = {"stack", "engine", "models", "model_paths", "concurrency", "run_dir", "result_json", "discovery", "hosts"}
 COMMON_PARAMETERS = {"stack", "engine", "models", "model_paths", "requests", "concurrency", "seed", "run_dir", "result_json"}
 
 
@@ -70,7 +73,7 @@ def test_scenario_notebook_parameters(name: str) -> None:
     nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
     source = "".join(code_cells(nb)[0]["source"])
     names = {t.id for node in ast.parse(source).body for t in node.targets}  # type: ignore[attr-defined]
-    assert COMMON_PARAMETERS <= names, names
+    assert (CLUSTER_PARAMETERS if name == "cluster_faults" else COMMON_PARAMETERS) <= names, names
     scenario = SCENARIO_NOTEBOOKS[name]
     assert nb["metadata"].get("embedlab", {}).get("scenario") == scenario
     if scenario is None:

@@ -103,3 +103,17 @@ def test_failover_notebook(stack: str, tmp_path: Path, run_dir: Path) -> None:
     assert last.startswith(f"failover on {stack}: {result['verdict'].upper()}"), last
     assert any(images(c) for c in tagged(nb, "report-figure")), "the timeline figure is missing"
     assert_torn_down(run_dir)
+
+
+def test_cluster_faults_notebook_runs_the_etcd_restart_and_saves_its_figures(tmp_path: Path, run_dir: Path) -> None:
+    result_json = tmp_path / "result.json"
+    nb = execute(
+        NOTEBOOKS / "cluster_faults.ipynb", tmp_path / "out.ipynb", scenario="etcd-restart", hosts=1,
+        run_dir=str(run_dir), result_json=str(result_json),
+    )
+    assert errors(nb) == []
+    result = json.loads(result_json.read_text())
+    assert result["verdict"] == "passed" and result["fault"]["recovered"] is True, result["reasons"]
+    assert result["fault"]["served_during_fault"] > 0 and result["samples"]
+    assert sum(1 for c in tagged(nb, "report-figure") if images(c)) == 2
+    assert_torn_down(run_dir)

@@ -9,6 +9,8 @@ MODE:
                 launch script runs one: the shell is the direct child, and the worker and
                 a process that ignores SIGTERM are its children, which no parent-death
                 signal reaches
+    cluster     Dynamo on etcd across 3 hosts: network namespaces, an etcd data dir and an
+                address on loopback besides the processes
 
 Prints one JSON line once every server answers, then sleeps until a signal ends it.
 """
@@ -48,8 +50,12 @@ def wrapped_worker(dep: Deployment, run_dir: Path) -> ManagedProcess:
 
 
 def main() -> None:
+    # Ctrl-C raises KeyboardInterrupt, also where SIGINT was inherited as ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     mode, run_dir = sys.argv[1], Path(sys.argv[2])
     spec = DeploymentSpec.multi_model(["model-a", "model-b"])
+    if mode == "cluster":
+        spec = DeploymentSpec.multi_model(["model-a", "model-b"], stack="dynamo", discovery="etcd", hosts=3)
     if mode == "thread":
         box: dict[str, Deployment] = {}
         starter = threading.Thread(target=lambda: box.setdefault("dep", Deployment(spec, run_dir=run_dir).start()))
@@ -72,6 +78,8 @@ def main() -> None:
         "watchdog": _watchdog._proc.pid,
         "frontend_url": dep.frontend_url,
         "servers": {p.name: {"pid": p.pid, "pgid": p.pgid} for p in procs},
+        "namespaces": [h.namespace for h in dep.network.hosts if h.namespace],
+        "hub": dep.network.hub,
     }
     print(json.dumps(report), flush=True)
     while True:  # until a signal ends it: the test sends SIGKILL

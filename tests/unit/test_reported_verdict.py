@@ -83,7 +83,7 @@ def test_index_shows_a_report_in_a_neutral_badge_with_the_lost_requests(tmp_path
     row = re.search(r"<tr><td><a href=\"#failover--dynamo-hash\">.*?</tr>", html, re.S)
     assert row is not None
     assert '<span class="verdict reported">REPORTED</span>' in row.group(0)
-    assert "2 failed requests" in row.group(0) and "out of dispatch 9600 ms after the kill" in row.group(0)
+    assert "2 failed requests" in row.group(0) and "out of dispatch 9600 ms after the fault" in row.group(0)
     assert f".verdict.reported {{ background: {VERDICT_COLOURS[Verdict.REPORTED]}; }}" in html
     # The history diff names the change from a pass to a report as a flip.
     (flip,) = [r for r in compare_runs(previous, results) if r["name"] == "failover--dynamo-hash"]

@@ -9,7 +9,7 @@ import pytest
 
 from embedlab import load_matrix
 from embedlab.cli import build_parser, engine_options_from_args
-from embedlab.deployment import vllm_worker_env
+from embedlab.launching import vllm_worker_env
 from embedlab.engines.vllm import CPU_KV_CACHE_BYTES, cpu_kv_cache_bytes, position_limit
 from embedlab import ScenarioPlan
 

@@ -1,0 +1,62 @@
+"""What checks and scenarios read from a deployment, launched or attached: its URLs by worker index.
+
+    target = attach("http://cluster:8000", ["http://w0:8081", "http://w1:8081"], models=["a", "b"])
+
+`attach` launches nothing and stops nothing: the deployment runs elsewhere (the launch
+scripts, another host, a Kubernetes port-forward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .errors import ConfigError
+from .metrics import DEFAULT_METRIC, MetricQuery
+
+__all__ = ["Target", "attach", "target_of"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What checks and scenarios need from a deployment, launched or attached.
+
+    `system_urls[i]` is worker i's system server; `models[i]` the model it serves (None
+    where an attached deployment did not say).
+    """
+
+    frontend_url: str
+    system_urls: tuple[str, ...]
+    models: tuple[str | None, ...]
+    metric: MetricQuery = field(default=DEFAULT_METRIC)
+    weights: tuple[float, ...] | None = None
+    stack: str = "attached"
+
+
+def attach(
+    frontend_url: str,
+    system_urls: Sequence[str],
+    *,
+    models: Sequence[str | None] | None = None,
+    metric: MetricQuery | str = DEFAULT_METRIC,
+    weights: Sequence[float] | None = None,
+) -> Target:
+    """A deployment already running elsewhere. Launches nothing and stops nothing.
+
+    `system_urls[i]` is worker i; `models[i]`, where given, is the model worker i serves.
+    """
+    if not system_urls:
+        raise ConfigError("attach needs at least one system URL (one per worker)")
+    if models is not None and len(models) != len(system_urls):
+        raise ConfigError(f"{len(system_urls)} system URLs but {len(models)} models")
+    query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
+    return Target(
+        frontend_url=frontend_url.rstrip("/"), system_urls=tuple(u.rstrip("/") for u in system_urls),
+        models=tuple(models) if models is not None else (None,) * len(system_urls), metric=query,
+        weights=tuple(weights) if weights else None,
+    )
+
+
+def target_of(deployment: Any) -> Target:
+    """A Target as it is, or what a running Deployment's `target()` says."""
+    return deployment if isinstance(deployment, Target) else deployment.target()
