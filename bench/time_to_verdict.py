@@ -3,7 +3,10 @@
 Each scenario on each stack runs in a fresh Python process (cold imports included), with
 the hash engine and with the tiny transformers model, and reports where the time went.
 
-    .venv/bin/python bench/time_to_verdict.py [--repeat 3] [--engines hash,transformers] [--stacks embedded,dynamo]
+    .venv/bin/python bench/time_to_verdict.py [--repeat 3] [--engines hash,transformers] [--stacks embedded,dynamo,dynamo-etcd-3hosts]
+
+`dynamo-etcd-3hosts` is Dynamo on etcd with its workers on two other hosts (network
+namespaces; as root): etcd, the namespaces and their teardown count in the wall time.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import json, sys, time
 t0 = time.perf_counter()
 from embedlab import ScenarioPlan
 imported = time.perf_counter()
-plan = ScenarioPlan(scenario=sys.argv[1], stack=sys.argv[2], engine=sys.argv[3])
+plan = ScenarioPlan(scenario=sys.argv[1], stack=sys.argv[2], engine=sys.argv[3], discovery=sys.argv[4], hosts=int(sys.argv[5]))
 dep = plan.deployment()
 dep.start()
 ready = time.perf_counter()
@@ -42,9 +45,17 @@ print(json.dumps({"passed": result.passed, "import": imported - t0, "launch_and_
 """
 
 
-def measure(scenario: str, stack: str, engine: str) -> dict[str, float]:
+# A stack label -> (stack, discovery, hosts).
+STACKS = {"embedded": ("embedded", "file", 1), "dynamo": ("dynamo", "file", 1), "dynamo-etcd-3hosts": ("dynamo", "etcd", 3)}
+
+
+def measure(scenario: str, label: str, engine: str) -> dict[str, float]:
+    stack, discovery, hosts = STACKS[label]
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CHILD, scenario, stack, engine], capture_output=True, text=True, cwd=REPO, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, scenario, stack, engine, discovery, str(hosts)], capture_output=True, text=True, cwd=REPO,
+        timeout=600,
+    )
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"{scenario}/{stack}/{engine} failed:\n{proc.stderr[-3000:]}")
@@ -57,7 +68,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--engines", default="hash,transformers")
-    parser.add_argument("--stacks", default="embedded,dynamo")
+    parser.add_argument("--stacks", default="embedded,dynamo,dynamo-etcd-3hosts")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "time_to_verdict.json")
     parser.add_argument("--max-load", type=float, default=1.5, help="wait for the 1-minute load average to fall below this")
     parser.add_argument("--max-foreign", type=float, default=0.3,
@@ -70,7 +81,7 @@ def main() -> int:
 
         cached_tiny_model("bert"), cached_tiny_model("qwen3")  # building models is not part of a verdict
     rows = []
-    print(f"{'scenario':<12} {'stack':<9} {'engine':<13} {'wall s':>7} {'import':>7} {'launch+ready':>13} {'burst+check':>12} {'teardown':>9}")
+    print(f"{'scenario':<12} {'stack':<19} {'engine':<13} {'wall s':>7} {'import':>7} {'launch+ready':>13} {'burst+check':>12} {'teardown':>9}")
     for engine in args.engines.split(","):
         for stack in args.stacks.split(","):
             for scenario in ("same-model", "multi-model"):
@@ -79,8 +90,13 @@ def main() -> int:
                 row = {"scenario": scenario, "stack": stack, "engine": engine, "runs": args.repeat,
                        "passed": all(r["passed"] for r in runs), **med}
                 rows.append(row)
-                print(f"{scenario:<12} {stack:<9} {engine:<13} {med['wall']:7.2f} {med['import']:7.2f} {med['launch_and_ready']:13.2f} "
+                print(f"{scenario:<12} {stack:<19} {engine:<13} {med['wall']:7.2f} {med['import']:7.2f} {med['launch_and_ready']:13.2f} "
                       f"{med['burst_and_check']:12.2f} {med['teardown']:9.2f}", flush=True)
+    # Rows not measured this time (another stack or engine) are kept from the last run.
+    measured = {(r["scenario"], r["stack"], r["engine"]) for r in rows}
+    if args.json.is_file():
+        earlier = json.loads(args.json.read_text()).get("rows", [])
+        rows = [r for r in earlier if (r["scenario"], r["stack"], r["engine"]) not in measured] + rows
     both = sum(r["wall"] for r in rows if r["stack"] == "embedded" and r["engine"] == "hash")
     print(f"\nboth hash scenarios on the embedded stack, one after the other: {both:.2f} s (target < 5 s)")
     args.json.parent.mkdir(parents=True, exist_ok=True)
