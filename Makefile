@@ -8,12 +8,12 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 PYTEST_ARGS ?=
 OUT ?= outputs
 
-.PHONY: run test lab install dynamo vllm clean-venv test-debs cluster-debs
+.PHONY: run test lab install dynamo vllm routers clean-venv test-debs cluster-debs
 
-run: install cluster-debs
+run: install routers cluster-debs
 	$(BIN)/embedlab regress --out $(OUT)
 
-test: install cluster-debs test-debs
+test: install routers cluster-debs test-debs
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Debian packages the runs drive: installed with apt-get (through sudo when not root)
@@ -65,24 +65,28 @@ $(VENV)/.stamp-vllm: $(VENV)/.stamp-base
 	fi
 	touch $@
 
+# The real routers users choose between, each in a venv of its own under .routers/ (the
+# stacks find them there, or under $EMBEDLAB_ROUTERS), pinned in pyproject.toml's
+# router-* extras and installed from those pins alone, without embedlab.
+ROUTERS := .routers
+routers: $(ROUTERS)/litellm/.stamp $(ROUTERS)/vllm-router/.stamp $(ROUTERS)/sglang-router/.stamp
+$(ROUTERS)/%/.stamp: pyproject.toml
+	rm -rf $(ROUTERS)/$*
+	$(PYTHON) -m venv $(ROUTERS)/$*
+	$(ROUTERS)/$*/bin/python -m pip --disable-pip-version-check install -q --upgrade pip
+	scripts/pins router-$* | xargs -d '\n' $(ROUTERS)/$*/bin/python -m pip --disable-pip-version-check install -q
+	touch $@
+
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(ROUTERS)
 
 # Benchmarks (docs/benchmarks.md). `make bench` builds what they need: .venv with the
-# Dynamo runtime (the peer frontend), .venv-bench with the LiteLLM proxy (kept apart:
-# its pins are not the workbench's), and `hey` from Debian as the load generator.
-# Then one command per benchmark, each writing bench/results/<name>.json:
-BENCH_VENV := .venv-bench
-.PHONY: bench bench-venv bench-hey bench-router bench-scale bench-verdict bench-docs
+# Dynamo runtime (the peer frontend), the routers' venvs (LiteLLM among them), and `hey`
+# from Debian as the load generator. Then one command per benchmark, each writing
+# bench/results/<name>.json:
+.PHONY: bench bench-hey bench-router bench-scale bench-verdict bench-ttl bench-docs
 
-bench: $(VENV)/.stamp-dynamo bench-venv bench-hey
-
-bench-venv: $(BENCH_VENV)/.stamp
-$(BENCH_VENV)/.stamp: pyproject.toml
-	$(PYTHON) -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check install -q --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check install -q -e '.[bench]'
-	touch $@
+bench: $(VENV)/.stamp-dynamo routers bench-hey
 
 bench-hey:
 	@scripts/ensure-debs "or run the benchmarks on a machine that has it" hey:hey
@@ -95,6 +99,9 @@ bench-scale: bench
 
 bench-verdict: bench
 	$(BIN)/python bench/time_to_verdict.py
+
+bench-ttl: bench cluster-debs
+	$(BIN)/python bench/ttl_sweep.py
 
 # Regenerates docs/benchmarks.md and docs/img/*.png from bench/results/*.json.
 bench-docs: $(VENV)/.stamp-base

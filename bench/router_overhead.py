@@ -10,7 +10,7 @@ paths take turns, in a rotated order per repeat, so that a slow minute on a shar
 machine lands on every path alike; each figure is the median of the repeats. The
 frontends' CPU time per request comes from /proc (utime + stime of the process group).
 
-    make bench                                     # .venv with Dynamo, .venv-bench with LiteLLM, hey
+    make bench                                     # .venv with Dynamo, .routers/litellm with LiteLLM, hey
     .venv/bin/python bench/router_overhead.py      # writes bench/results/router_overhead.json
 """
 
@@ -44,7 +44,7 @@ from embedlab.ports import release_port, reserve_port  # noqa: E402
 
 MODEL = "bench-model"
 BODY = json.dumps({"model": MODEL, "input": "hello world"}).encode()
-LITELLM = REPO / ".venv-bench" / "bin" / "litellm"
+LITELLM = REPO / ".routers" / "litellm" / "bin" / "litellm"
 PATHS = ("direct", "embedlab", "dynamo", "litellm")
 HOST = "127.0.0.1"
 
@@ -66,7 +66,7 @@ def litellm_config(worker_urls: list[str], master_key: str) -> str:
 
 def start_litellm(stack: ExitStack, run_dir: Path, worker_urls: list[str]) -> tuple[str, ManagedProcess, str]:
     if not LITELLM.exists():
-        raise SystemExit(f"{LITELLM} is missing: run `make bench` first (it builds .venv-bench with LiteLLM)")
+        raise SystemExit(f"{LITELLM} is missing: run `make bench` first (it builds .routers/litellm with LiteLLM)")
     master_key = f"sk-bench-{secrets.token_hex(8)}"
     config = run_dir / "litellm.yaml"
     config.write_text(litellm_config(worker_urls, master_key))

@@ -130,11 +130,14 @@ def evaluate(
     weights: Sequence[float] | None = None,
     fairness_alpha: float | None = None,
     indices: Sequence[int] | None = None,
+    require_all: bool = True,
 ) -> CheckResult:
     """The pure part of a check: two snapshot lists in, a verdict out.
 
     `indices` names the workers when only some of a deployment's are judged (a dead
-    worker cannot be scraped); by default they are 0..n-1.
+    worker cannot be scraped); by default they are 0..n-1. Without `require_all`, an
+    expected worker may stay still (a policy that picks one, reported, not asserted); a
+    leak onto a worker outside the set still fails.
     """
     expected_set = frozenset(expected)
     indices = list(indices) if indices is not None else list(range(len(urls)))
@@ -148,7 +151,7 @@ def evaluate(
     reasons: list[str] = []
     if moved != expected_set:
         unexpected = sorted(moved - expected_set)
-        silent = sorted(expected_set - moved)
+        silent = sorted(expected_set - moved) if require_all else []
         if unexpected:
             reasons.append(
                 "traffic leaked onto " + ", ".join(f"worker {i} (+{by_index[i].delta:g})" for i in unexpected)
@@ -214,6 +217,7 @@ class DispatchCheck:
     metric: MetricQuery | str = DEFAULT_METRIC
     weights: Sequence[float] | None = None
     fairness_alpha: float | None = None
+    require_all: bool = True  # every expected worker must move
     raise_on_failure: bool = True
     timeout: float = 5.0
     client: httpx.Client | None = None  # for the sync path; None: a fresh client per scrape round
@@ -315,6 +319,6 @@ class DispatchCheck:
         assert self.before is not None and self.after is not None
         self.result = evaluate(
             self.system_urls, self.before, self.after, self.expected, min_total_delta=self.min_total_delta,
-            weights=self.weights, fairness_alpha=self.fairness_alpha,
+            weights=self.weights, fairness_alpha=self.fairness_alpha, require_all=self.require_all,
         )
         return self.result

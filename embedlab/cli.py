@@ -151,10 +151,15 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     _add_engine_flags(p)
     p.add_argument("--served-model-name", required=True)
     p.add_argument("--endpoint", required=True, help="namespace.component.endpoint, unique per model")
-    p.add_argument("--frontend-url", default=os.environ.get(defaults.FRONTEND_URL_ENV, f"http://{defaults.HOST}:{defaults.FRONTEND_PORT}"))
+    p.add_argument(
+        "--frontend-url", default=os.environ.get(defaults.FRONTEND_URL_ENV, f"http://{defaults.HOST}:{defaults.FRONTEND_PORT}"),
+        help='the embedded frontend to register with; "" for none (a router in front is given this worker\'s URL)',
+    )
     p.add_argument("--system-port", type=int, default=int(os.environ.get(defaults.SYSTEM_PORT_ENV, 0)))
     p.add_argument("--system-host", default=os.environ.get(defaults.SYSTEM_HOST_ENV, defaults.HOST))
     p.add_argument("--host", default=defaults.HOST, help="request-plane address")
+    p.add_argument("--port", type=int, default=0, help="request-plane port (0: any free one)")
+    p.add_argument("--load-format", choices=["vllm", "sglang"], default="vllm", help="the shape of GET /get_load, per router")
     p.add_argument("--weight", type=_positive_float, default=1.0)
     p.add_argument("--instance-id", default=None)
     p.add_argument("--register-timeout", type=_positive_float, default=60.0)
@@ -172,7 +177,8 @@ def _run_worker(args: argparse.Namespace) -> int:
     config = WorkerConfig(
         engine=args.engine, served_model_name=args.served_model_name, endpoint=args.endpoint,
         frontend_url=args.frontend_url, engine_options=engine_options_from_args(args), system_port=args.system_port,
-        system_host=args.system_host, host=args.host, weight=args.weight, token=token_from_env(),
+        system_host=args.system_host, host=args.host, port=args.port, weight=args.weight, token=token_from_env(),
+        load_format=args.load_format,
         register_timeout=args.register_timeout, **extra,
     )
     return run_service(lambda stop: serve_worker(config, stop))
@@ -250,7 +256,7 @@ def _add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--restart", choices=["never", "on-exit"], default=None, help="bring a worker back on its host when it exits")
     p.add_argument("--etcd-endpoints", default="", help="attach: the cluster's etcd, to list the instances it believes live")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--router-mode", default="weighted-random")
+    p.add_argument("--router-mode", default=None, help="the frontend's policy, in its own names (default: its own default)")
     p.add_argument("--pooling", default=None)
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--frontend-url", default="", help="attach: the frontend of a running deployment (launches nothing)")

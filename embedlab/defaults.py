@@ -25,6 +25,7 @@ RUN_ROOT_ENV = "EMBEDLAB_RUN_ROOT"  # where runs without an explicit run dir go
 PORT_DIR_ENV = "EMBEDLAB_PORT_DIR"  # port reservations and watchdog files
 MODEL_CACHE_ENV = "EMBEDLAB_CACHE"  # the tiny local models
 NOTEBOOKS_ENV = "EMBEDLAB_NOTEBOOKS"  # where `embedlab regress` looks notebooks up
+ROUTERS_ENV = "EMBEDLAB_ROUTERS"  # the routers' venvs (default: .routers/ of the checkout)
 CUDA_VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"  # one GPU per worker, set by the deployment
 
 # -- the wire -----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import httpx
 
@@ -179,7 +179,7 @@ class Deployment:
         namespace = spec.namespace or (NAMESPACE if spec.stack == "embedded" else f"embedlab{secrets.token_hex(4)}")
         self._ctx = StackContext(
             spec=spec, run_dir=self.run_dir, host=self.host, frontend_port=frontend_port, namespace=namespace,
-            hosts=tuple(self.network.hosts), reserve=self._reserve,
+            hosts=tuple(self.network.hosts), reserve=self._reserve, system_ports=tuple(self._system_ports),
         )
         self._env = {**os.environ, **self.stack.prepare(self._ctx), **dict(spec.env)}
         # The user's own overrides must not leak in and point processes at other ports.
@@ -192,13 +192,14 @@ class Deployment:
                 self._wait_service(client, service)
             # Workers start alongside the frontend and register as soon as it answers:
             # start-up costs one interpreter start, not two in a row.
-            self.frontend = self._launch(self.stack.frontend(self._ctx))
+            frontend = self.stack.frontend(self._ctx)
+            self.frontend = self._launch(frontend)
+            ready_url = frontend.ready_url or f"{self.frontend_url}/health"
             gpus = visible_gpus()
             for index in range(len(spec.workers)):
                 self.workers.append(self._launch(self._worker_spec(index), gpu=gpu_for(index, spec.workers[index], gpus)))
             self.startup_seconds["frontend"] = self.frontend.wait_ready(
-                lambda: client.get(f"{self.frontend_url}/health").status_code == 200,
-                timeout=spec.startup_timeout, what="its /health answered 200",
+                lambda: client.get(ready_url).status_code == 200, timeout=spec.startup_timeout, what=f"{ready_url} answered 200",
             )
             for index in range(len(spec.workers)):
                 self._wait_worker(client, index)
@@ -238,8 +239,8 @@ class Deployment:
                 raise ServerStartError(f"{proc.name}: the deployment is stopping", name=proc.name, log_path=proc.log_path)
             if client.get(f"{system_url}/health").status_code != 200:
                 return False
-            listed = {m["id"] for m in client.get(f"{self.frontend_url}/v1/models").json().get("data", [])}
-            if model not in listed:
+            listed = self.stack.listed_models(client, self._context())
+            if listed is not None and model not in listed:
                 return False
             return endpoint in self.dispatchable_endpoints(client)
 
@@ -247,6 +248,33 @@ class Deployment:
             ready, timeout=self.spec.startup_timeout,
             what=f"its /health answered 200 and the frontend listed model '{model}' on {endpoint}",
         )
+
+    def direct_url(self, index: int) -> str | None:
+        """Worker `index`'s own HTTP base URL, bypassing the frontend (None where it speaks no HTTP)."""
+        with clients.client(timeout=5.0) as client:
+            return self.stack.direct_url(client, self._context(), index)
+
+    def drain(self, index: int, *, timeout: float = 30.0) -> None:
+        """Take worker `index` out of dispatch while it keeps serving, and wait until the frontend
+        says so (UnsupportedError where the stack has no way)."""
+        self._dispatch_change(index, self.stack.drain, listed=False, timeout=timeout)
+        self._event("drain", f"worker {index}")
+
+    def resume(self, index: int, *, timeout: float = 30.0) -> None:
+        """Put a drained worker back, and wait until the frontend dispatches to it again."""
+        self._dispatch_change(index, self.stack.resume, listed=True, timeout=timeout)
+        self._event("resume", f"worker {index}")
+
+    def _dispatch_change(self, index: int, change: Callable[..., None], *, listed: bool, timeout: float) -> None:
+        endpoint = self.endpoint(index)
+        with clients.client(timeout=5.0) as client:
+            change(client, self._context(), index)
+            deadline = time.monotonic() + timeout
+            while (endpoint in self.dispatchable_endpoints(client)) != listed:
+                if time.monotonic() > deadline:
+                    state = "back in" if listed else "out of"
+                    raise ServerStartError(f"worker {index} ({endpoint}) was not {state} dispatch within {timeout:g} s")
+                time.sleep(0.05)
 
     def _reserve(self) -> int:
         port = reserve_port(self.host)

@@ -13,6 +13,7 @@
     │   └── CounterResetError           a counter went down: the worker restarted
     ├── TrafficError                a burst whose responses were wrong
     ├── CheckFailedError            a dispatch check did not hold (carries the table)
+    ├── UnsupportedError            the stack cannot do what was asked (a router without a drain API)
     ├── EngineError                 an engine could not load or run its model
     └── NotebookRunError            a scenario notebook failed (carries its report)
 
@@ -37,6 +38,7 @@ __all__ = [
     "CounterResetError",
     "TrafficError",
     "CheckFailedError",
+    "UnsupportedError",
     "EngineError",
     "NotebookRunError",
 ]
@@ -118,6 +120,10 @@ class CheckFailedError(EmbedlabError, AssertionError):
     def __init__(self, message: str, *, table: object = None) -> None:
         super().__init__(message)
         self.table = table
+
+
+class UnsupportedError(EmbedlabError):
+    """The stack cannot do what a scenario needs; the message says why, in the stack's own terms."""
 
 
 class EngineError(EmbedlabError):

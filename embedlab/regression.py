@@ -189,7 +189,7 @@ def _status(error: str | None, result: dict[str, Any] | None) -> Verdict:
         return Verdict(verdict)
     if error is not None:
         return Verdict.ERROR
-    return Verdict.REPORTED if verdict == Verdict.REPORTED else Verdict.PASSED
+    return Verdict(verdict) if verdict in (Verdict.REPORTED, Verdict.UNSUPPORTED) else Verdict.PASSED
 
 
 def _first_line(text: str) -> str:

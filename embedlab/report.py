@@ -23,7 +23,7 @@ FIGURE_TAG = "report-figure"  # cells whose images index.html shows inline
 # nothing asserted) is a neutral slate, so it never reads as a pass.
 VERDICT_COLOURS = {
     Verdict.PASSED: "#2e7d32", Verdict.FAILED: "#c62828", Verdict.INCONCLUSIVE: "#ef6c00",
-    Verdict.REPORTED: "#546e7a", Verdict.ERROR: "#6a1b9a",
+    Verdict.REPORTED: "#546e7a", Verdict.UNSUPPORTED: "#9e9e9e", Verdict.ERROR: "#6a1b9a",
 }
 _VERDICT_CSS = "".join(f".verdict.{v} {{ background: {c}; }}\n" for v, c in VERDICT_COLOURS.items())
 LATENCY_CHANGE = 0.25  # a latency percentile that moves by more than this share is flagged

@@ -58,7 +58,7 @@ class DeploymentSpec:
 
     stack: str = "embedded"
     workers: tuple[WorkerSpec, ...]
-    router_mode: str = "weighted-random"
+    router_mode: str | None = None  # the frontend's policy, in its own names; None: its default
     seed: int | None = None
     namespace: str | None = None  # default: "dynamo" on embedded, a unique one per run on dynamo
     frontend_args: tuple[str, ...] = ()

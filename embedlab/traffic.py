@@ -194,7 +194,8 @@ async def asend_burst(
         try:
             response = await http.post(url, json={"model": model, "input": item, "encoding_format": encoding_format})
             status = response.status_code
-            worker = response.headers.get(WORKER_HEADER)
+            # LiteLLM passes a backend's headers on with an `llm_provider-` prefix.
+            worker = response.headers.get(WORKER_HEADER) or response.headers.get(f"llm_provider-{WORKER_HEADER}")
             if status != 200:
                 error = f"HTTP {status}: {response.text[:200]}"
             else:

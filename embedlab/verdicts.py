@@ -4,6 +4,7 @@
     failed        something asserted did not hold
     inconclusive  the evidence cannot decide (a counter reset mid-burst)
     reported      figures shown, nothing asserted: what a stack decides that embedlab does not
+    unsupported   the stack cannot do what the check needs; the reason says why, in its own words
     error         the run itself broke before a verdict (a notebook cell raised, a kernel died)
 
 Only `passed` is green anywhere. `reported` is not a failure either: it exits 0 and
@@ -22,12 +23,13 @@ class Verdict(enum.StrEnum):
     FAILED = "failed"
     INCONCLUSIVE = "inconclusive"
     REPORTED = "reported"
+    UNSUPPORTED = "unsupported"
     ERROR = "error"
 
     @property
     def ok(self) -> bool:
-        """Nothing asserted failed: a pass, or figures that were only reported."""
-        return self in (Verdict.PASSED, Verdict.REPORTED)
+        """Nothing asserted failed: a pass, figures that were only reported, or a check the stack cannot take."""
+        return self in (Verdict.PASSED, Verdict.REPORTED, Verdict.UNSUPPORTED)
 
     @classmethod
     def worst(cls, verdicts: "list[Verdict] | tuple[Verdict, ...]") -> "Verdict":
@@ -35,7 +37,7 @@ class Verdict(enum.StrEnum):
 
         Doubt first: a failure seen beside a counter reset may be the reset's doing.
         """
-        for candidate in (cls.ERROR, cls.INCONCLUSIVE, cls.FAILED, cls.REPORTED):
+        for candidate in (cls.ERROR, cls.INCONCLUSIVE, cls.FAILED, cls.REPORTED, cls.UNSUPPORTED):
             if candidate in verdicts:
                 return candidate
         return cls.PASSED

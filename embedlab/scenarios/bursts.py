@@ -42,6 +42,7 @@ class BurstSpec:
     fairness_alpha: float | None = None
     settle_seconds: float = 0.0
     timeout: float = 60.0
+    require_all: bool = True  # every expected worker must move
     on_response: Callable[[RequestRecord], None] | None = field(default=None, compare=False)
 
 
@@ -92,7 +93,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
         target.system_urls, spec.expected,
         min_total_delta=spec.requests if spec.min_total_delta is None else spec.min_total_delta,
         settle_seconds=spec.settle_seconds, metric=target.metric, weights=spec.weights,
-        fairness_alpha=spec.fairness_alpha, raise_on_failure=False,
+        fairness_alpha=spec.fairness_alpha, require_all=spec.require_all, raise_on_failure=False,
     )
     async with clients.async_client(timeout=10.0) as scrape_client:
         # The baseline is in hand before the first request of the burst leaves.

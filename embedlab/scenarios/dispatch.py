@@ -16,12 +16,16 @@ from ..targets import Target, target_of
 from ..errors import ConfigError
 from ..traffic import Input, RequestRecord, default_inputs, run_sync
 from .bursts import BurstSpec, judge, run_burst, served_models, serving, workers_of
+from ..verdicts import Verdict
 from .results import Burst, ScenarioResult
 
 if TYPE_CHECKING:
     from .plans import ScenarioPlan
 
-__all__ = ["multi_model_dispatch", "run_multi_model", "run_same_model", "same_model_load_balance"]
+__all__ = ["SPLITS", "multi_model_dispatch", "run_multi_model", "run_same_model", "same_model_load_balance"]
+
+# How a same-model split is judged, by the router's policy (see same_model_load_balance).
+SPLITS = ("weights", "exact", "report")
 
 
 def same_model_load_balance(
@@ -38,27 +42,44 @@ def same_model_load_balance(
     timeout: float = 60.0,
     progress: bool = False,
     on_response: Callable[[RequestRecord], None] | None = None,
+    split: str = "weights",
 ) -> ScenarioResult:
-    """Two or more workers serve one model: every one must move, and the split must fit the weights.
+    """Two or more workers serve one model: every one must move, and the split must fit the policy.
 
     The verdict fails if a worker stays still, if the counters moved by other than the
-    requests sent, or if the split's p-value against the weights is below `fairness_alpha`.
+    requests sent, or if the split does not fit `split`, the router's policy: `weights`
+    (random: the split's p-value against the weights is at least `fairness_alpha`),
+    `exact` (round-robin: every worker within one request of the others), or `report` (a
+    policy that may pick one worker, such as cache-aware: the split is reported, not
+    asserted, and a still worker is no failure).
     40 requests is the smallest burst at which a 90/10 skew of a 50/50 pool is caught 99%
     of the time at the default alpha (bench/verification_power.py).
     """
+    if split not in SPLITS:
+        raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     target = target_of(deployment)
     served_models(target.frontend_url)
     model, indices = serving(target, model)
     weights = list(weights) if weights is not None else list(target.weights or [1.0] * len(target.system_urls))
-    params = {"requests": requests, "concurrency": concurrency, "model": model, "weights": weights, "fairness_alpha": fairness_alpha}
+    params = {
+        "requests": requests, "concurrency": concurrency, "model": model, "weights": weights, "fairness_alpha": fairness_alpha,
+        "split": split,
+    }
     spec = BurstSpec(
         name=model, model=model, expected=frozenset(indices), requests=requests, concurrency=concurrency,
         inputs=inputs or default_inputs(requests), min_total_delta=min_total_delta, weights=weights,
-        fairness_alpha=fairness_alpha, settle_seconds=settle_seconds, timeout=timeout, on_response=on_response,
+        fairness_alpha=fairness_alpha if split == "weights" else None, settle_seconds=settle_seconds, timeout=timeout,
+        require_all=split != "report", on_response=on_response,
     )
     started = time.monotonic()
     burst = run_sync(run_burst(target, spec, progress=progress))
     verdict, reasons = judge([burst], exact_total=True)
+    deltas = [burst.delta(i) or 0.0 for i in indices]
+    shown = "/".join(f"{d:.0f}" for d in deltas)
+    if verdict == Verdict.PASSED and split == "exact" and max(deltas) - min(deltas) > 1:
+        verdict, reasons = Verdict.FAILED, [f"{model}: round-robin split {shown} is not even"]
+    elif verdict == Verdict.PASSED and split == "report":
+        verdict, reasons = Verdict.REPORTED, [f"{model}: split {shown} (the policy decides; not asserted)"]
     return ScenarioResult(
         scenario="same-model", stack=target.stack, params=params, workers=workers_of(deployment), bursts=[burst],
         verdict=verdict, reasons=reasons, wall_seconds=time.monotonic() - started,
@@ -117,9 +138,11 @@ def multi_model_dispatch(
 
 
 def run_same_model(target: Deployment | Target, plan: "ScenarioPlan") -> ScenarioResult:
+    # The split is judged by the router's policy: the stack knows what its modes mean.
+    split = target.stack.split_for(target.spec.router_mode) if isinstance(target, Deployment) else "weights"
     return same_model_load_balance(
         target, requests=plan.requests, concurrency=plan.concurrency,  # type: ignore[arg-type]
-        model=plan.models[0] if plan.models else None, weights=plan.weights or None, progress=plan.progress,
+        model=plan.models[0] if plan.models else None, weights=plan.weights or None, progress=plan.progress, split=split,
     )
 
 

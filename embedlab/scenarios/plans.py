@@ -15,11 +15,12 @@ from ..defaults import LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
 from ..deployment import Deployment
 from ..targets import Target, attach
 from ..engines import ENGINES
-from ..errors import ConfigError
+from ..errors import ConfigError, UnsupportedError
 from ..etcd import discovered
 from ..metrics import MetricQuery
 from ..specs import DeploymentSpec, WorkerSpec
 from ..stacks import STACKS, get_stack
+from ..verdicts import Verdict
 from .registry import Scenario, get_scenario
 from .results import ScenarioResult
 
@@ -59,7 +60,7 @@ class ScenarioPlan:
     requests: int | None = None
     concurrency: int | None = None
     seed: int | None = 0
-    router_mode: str = "weighted-random"
+    router_mode: str | None = None  # the frontend's policy, in its own names; None: its default
     pooling: str | None = None
     max_model_len: int | None = None
     frontend_url: str = ""
@@ -216,7 +217,14 @@ class ScenarioPlan:
     def run_on(self, deployment: Deployment | Target | None) -> ScenarioResult:
         """This plan's scenario on a deployment that the caller started and stops."""
         plan = self.resolved()
-        result: ScenarioResult = plan.definition.runner()(deployment, plan)
+        try:
+            result: ScenarioResult = plan.definition.runner()(deployment, plan)
+        except UnsupportedError as exc:
+            # The stack cannot do what the check needs: a verdict of its own, with the stack's reason.
+            return ScenarioResult(
+                scenario=plan.scenario, stack=plan.stack, params={}, workers=[], bursts=[], verdict=Verdict.UNSUPPORTED,
+                reasons=[str(exc)],
+            )
         if not isinstance(result, ScenarioResult):
             raise ConfigError(f"scenario {plan.scenario!r} returned {type(result).__name__}, not a ScenarioResult")
         # A scenario built on another (a custom one on same_model_load_balance) reports under its own name.

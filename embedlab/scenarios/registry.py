@@ -96,10 +96,27 @@ SCENARIOS: Registry[Scenario] = Registry(
                  "(asserted on embedded, reported on dynamo)",
             defaults={"requests": 200, "concurrency": 8},
         ),
+        "failover-no-retries": Scenario(
+            name="failover-no-retries", run="embedlab.scenarios.resilience:run_failover_without_retries", deploys=True,
+            help="failover with the frontend's retries switched off (where it has a switch): what clients see",
+            defaults={"requests": 200, "concurrency": 8},
+        ),
         "drain": Scenario(
-            name="drain", run="embedlab.scenarios.resilience:run_drain", launches=True, stacks=("embedded",),
-            help="a worker deregisters but keeps serving: it must get nothing, and come back after",
+            name="drain", run="embedlab.scenarios.resilience:run_drain", launches=True,
+            help="a worker is taken out of dispatch while it keeps serving (the stack's own way): it must get "
+                 "nothing, and come back after",
             defaults={"requests": 20, "concurrency": 4},
+        ),
+        "client-mistakes": Scenario(
+            name="client-mistakes", run="embedlab.scenarios.probes:run_client_mistakes",
+            help="unknown model, malformed body, missing field: each a 4xx with OpenAI error JSON, and valid "
+                 "traffic still flows right after a run of mistakes",
+            defaults={"requests": 20, "concurrency": 4},
+        ),
+        "overhead": Scenario(
+            name="overhead", run="embedlab.scenarios.probes:run_overhead", launches=True,
+            help="latency and throughput through the frontend against straight to a worker, at c=1 and c=32 (reported)",
+            defaults={"requests": 400},
         ),
         "partition": Scenario(
             name="partition", run="embedlab.scenarios.cluster:run_partition", launches=True, stacks=("dynamo",),

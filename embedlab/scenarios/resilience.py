@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -21,6 +22,7 @@ from ..targets import Target
 from ..errors import ConfigError, CounterResetError
 from ..metrics import ascrape
 from ..traffic import RequestRecord, asend_burst, default_inputs, run_sync
+from ..stacks import get_stack
 from ..verdicts import Verdict
 from .bursts import BurstSpec, judge, run_burst, served_models, serving, workers_of
 from .results import Burst, DrainFigures, Event, FailoverFigures, ScenarioResult
@@ -28,7 +30,7 @@ from .results import Burst, DrainFigures, Event, FailoverFigures, ScenarioResult
 if TYPE_CHECKING:
     from .plans import ScenarioPlan
 
-__all__ = ["drain", "failover", "run_drain", "run_failover"]
+__all__ = ["drain", "failover", "run_drain", "run_failover", "run_failover_without_retries"]
 
 # Dynamo's file discovery forgets a dead instance only after its ~10 s TTL.
 DYNAMO_WATCH_S = 30.0
@@ -178,34 +180,32 @@ def drain(
     resume: bool = True,
     progress: bool = False,
 ) -> ScenarioResult:
-    """Drain worker `victim` (it deregisters but keeps serving), then check it receives nothing.
+    """Take worker `victim` out of dispatch while it keeps serving, then check it receives nothing.
 
-    With `resume` the worker registers again afterwards, so the deployment can be reused.
+    Each stack drains its own way: embedlab's worker deregisters, vllm-router and
+    sglang-router remove it through their worker APIs. With `resume` it is put back
+    afterwards, so the deployment can be reused.
     """
     deployment = _launched(deployment, "drain")
-    if deployment.spec.stack != "embedded":
-        raise ConfigError("drain needs the embedded stack (it calls the worker's /drain)")
     model, indices = serving(deployment, model)
     if victim not in indices:
         raise ConfigError(f"worker {victim} does not serve '{model}'")
     target = deployment.target()
-    system_url = deployment.system_urls[victim]
     spec = BurstSpec(
         name=f"{model} (worker {victim} drained)", model=model, expected=frozenset(i for i in indices if i != victim),
         requests=requests, concurrency=concurrency, inputs=default_inputs(requests),
     )
     started = time.monotonic()
-    with clients.client(timeout=10.0) as client:
-        client.post(f"{system_url}/drain").raise_for_status()
+    since = len(deployment.events)
+    deployment.drain(victim)  # the stack's own way (UnsupportedError where it has none)
     try:
         burst = run_sync(run_burst(target, spec, progress=progress))
     finally:
         if resume:
-            with clients.client(timeout=30.0) as client:
-                client.post(f"{system_url}/resume").raise_for_status()
+            deployment.resume(victim)
     verdict, reasons = judge([burst], exact_total=True)
-    ended = burst.traffic.wall_seconds
-    events = [Event(0.0, "drain", f"worker {victim} deregistered")] + ([Event(ended, "resume", f"worker {victim}")] if resume else [])
+    origin = burst.traffic.origin
+    events = [Event(e.at - origin, e.kind, e.detail) for e in deployment.events[since:]]
     return ScenarioResult(
         scenario="drain", stack=deployment.spec.stack, params={"requests": requests, "victim": victim, "model": model},
         workers=workers_of(deployment), bursts=[burst], verdict=verdict, reasons=reasons,
@@ -215,6 +215,17 @@ def drain(
 
 
 # -- as registered scenarios: run(target, plan) -------------------------------------------------
+
+
+def run_failover_without_retries(target: None, plan: "ScenarioPlan") -> ScenarioResult:
+    """Failover with the frontend's retries switched off, where it has a switch."""
+    from .plans import run_scenario  # the plan it launches is a failover's
+
+    switch = get_stack(plan.stack).without_retries(plan.deployment_spec())
+    failed = replace(plan, scenario="failover", frontend_args=(*plan.frontend_args, *switch))
+    result = run_scenario(failed)
+    result.params["frontend_args"] = list(failed.frontend_args)
+    return result
 
 
 def run_failover(target: Deployment | Target, plan: "ScenarioPlan") -> ScenarioResult:

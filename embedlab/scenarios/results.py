@@ -16,8 +16,8 @@ from ..traffic import BurstResult, latency_ms
 from ..verdicts import Verdict
 
 __all__ = [
-    "Burst", "CounterSample", "DrainFigures", "Event", "FailoverFigures", "FaultFigures", "ScenarioResult", "TtlPoint",
-    "WorkerInfo",
+    "Burst", "CounterSample", "DrainFigures", "Event", "FailoverFigures", "FaultFigures", "MistakeAnswer",
+    "OverheadFigures", "ScenarioResult", "TtlPoint", "WorkerInfo",
 ]
 
 
@@ -132,6 +132,28 @@ class TtlPoint:
 
 
 @dataclass(frozen=True)
+class MistakeAnswer:
+    """How the frontend answered one kind of client mistake."""
+
+    mistake: str  # "unknown model", "malformed JSON", "missing input"
+    status: int
+    content_type: str
+    openai_error: bool  # the body is {"error": {"message": ...}}, as OpenAI's API answers
+    body: str  # its first 200 characters
+
+
+@dataclass(frozen=True)
+class OverheadFigures:
+    """Through the frontend against straight to one worker (None where the stack has no HTTP worker URL)."""
+
+    p50_ms_c1: float
+    p50_ms_c1_direct: float | None
+    rps_c32: float
+    rps_c32_direct: float | None
+    requests: int
+
+
+@dataclass(frozen=True)
 class CounterSample:
     """Worker `worker`'s counter `at_s` seconds into the traffic; None where it could not be read."""
 
@@ -161,6 +183,8 @@ class ScenarioResult:
     fault: FaultFigures | None = None
     ttl_points: list[TtlPoint] = field(default_factory=list)
     samples: list[CounterSample] = field(default_factory=list)  # counters polled through a fault
+    mistakes: list[MistakeAnswer] = field(default_factory=list)
+    overhead: OverheadFigures | None = None
     discovered: list[dict[str, Any]] = field(default_factory=list)  # instances etcd lists (attach --etcd-endpoints)
     startup_seconds: dict[str, float] = field(default_factory=dict)
     run_dir: str | None = None
@@ -212,6 +236,8 @@ class ScenarioResult:
             "fault": asdict(self.fault) if self.fault else None,
             "ttl_points": [asdict(p) for p in self.ttl_points],
             "samples": [asdict(x) for x in self.samples],
+            "mistakes": [asdict(m) for m in self.mistakes],
+            "overhead": asdict(self.overhead) if self.overhead else None,
             "discovered": self.discovered,
         }
 

@@ -19,7 +19,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from ..defaults import LEASE_TTL_S, MAX_BODY_BYTES, METRIC
+from ..defaults import LEASE_TTL_S, MAX_BODY_BYTES, METRIC, WORKER_HEADER
 from ..engines import EngineOptions, InvalidInput, check_dimensions, create_engine
 from ..errors import ConfigError, EngineError
 from .http import error_response, json_response, make_app, start_site
@@ -30,6 +30,12 @@ log = logging.getLogger("embedlab.worker")
 
 EXIT_CONFLICT = 3
 EXIT_START_FAILED = 1
+# GET /get_load, as each router reads it (power-of-two): the two want incompatible shapes on
+# one path, so the stack that launches the worker says which.
+LOAD_FORMATS = {
+    "vllm": lambda inflight: {"load": inflight},
+    "sglang": lambda inflight: [{"dp_rank": 0, "num_reqs": inflight, "num_waiting_reqs": 0, "num_tokens": inflight}],
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,11 +56,19 @@ class WorkerConfig:
     token: str | None = field(default=None, repr=False)
     register_timeout: float = 60.0
     max_body_bytes: int = MAX_BODY_BYTES
+    load_format: str = "vllm"  # the shape of GET /get_load: vllm-router's or sglang-router's
+
+    @property
+    def standalone(self) -> bool:
+        """No embedlab frontend to register with: a router in front was given this worker's URL."""
+        return not self.frontend_url
 
     def __post_init__(self) -> None:
         validate_endpoint(self.endpoint)
         if self.weight <= 0:
             raise ConfigError(f"--weight must be positive, got {self.weight}")
+        if self.load_format not in LOAD_FORMATS:
+            raise ConfigError(f"--load-format must be one of {', '.join(LOAD_FORMATS)}, got {self.load_format!r}")
 
     @property
     def labels(self) -> dict[str, str]:
@@ -99,7 +113,17 @@ class Worker:
         self.state = "starting"
         self.url = ""
         self.request_app = make_app(client_max_size=config.max_body_bytes)
-        self.request_app.add_routes([web.post("/v1/embeddings", self.embeddings)])
+        # What routers probe on a worker's own port, beside the embeddings themselves.
+        self.request_app.add_routes(
+            [
+                web.post("/v1/embeddings", self.embeddings),
+                web.get("/health", self.health),
+                web.get("/v1/models", self.models),
+                *(web.get(path, self.server_info) for path in ("/get_server_info", "/server_info", "/get_model_info", "/model_info")),
+                web.get("/get_load", self.load),
+            ]
+        )
+        self.inflight = 0
         self.system_app = make_app()
         self.system_app.add_routes(
             [
@@ -122,6 +146,7 @@ class Worker:
         metrics = self.metrics
         metrics.requests.inc()  # once per request received, before decoding, as Dynamo counts
         metrics.inflight.inc()
+        self.inflight += 1
         started = time.perf_counter()
         try:
             body = await request.read()
@@ -139,7 +164,8 @@ class Worker:
                 prompt_tokens=result.prompt_tokens, encoding_format=parsed.encoding_format,
             )
             metrics.response_bytes.inc(len(payload))
-            return web.Response(body=payload, content_type="application/json")
+            # Routers pass a worker's headers on: through them, each response names its worker.
+            return web.Response(body=payload, content_type="application/json", headers={WORKER_HEADER: self.label})
         except ApiError as exc:
             metrics.errors.inc()
             return error_response(exc)
@@ -155,6 +181,7 @@ class Worker:
             return error_response(ApiError(500, f"The engine failed: {exc.__class__.__name__}: {exc}", type="server_error"))
         finally:
             metrics.inflight.dec()
+            self.inflight -= 1
             metrics.duration.observe(time.perf_counter() - started)
 
     # -- system port --------------------------------------------------------------------
@@ -174,6 +201,22 @@ class Worker:
         }
         return json_response(payload, status=200 if self.state == "ready" else 503)
 
+    @property
+    def label(self) -> str:
+        return f"{self.config.endpoint}/{self.config.instance_id}"
+
+    async def models(self, request: web.Request) -> web.Response:
+        """OpenAI's model list: the one model this worker serves."""
+        model = {"id": self.config.served_model_name, "object": "model", "owned_by": "embedlab", "created": 0}
+        return json_response({"object": "list", "data": [model]})
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        # served_model_name alone: with a model_path, sglang-router tries to download a tokenizer.
+        return json_response({"served_model_name": self.config.served_model_name, "max_model_len": self.engine.max_model_len})
+
+    async def load(self, request: web.Request) -> web.Response:
+        return json_response(LOAD_FORMATS[self.config.load_format](self.inflight))
+
     async def live(self, request: web.Request) -> web.Response:
         return json_response({"status": "live"})
 
@@ -184,14 +227,15 @@ class Worker:
         """
         if self.state == "ready":
             await self._deregister()
-            self.state = "draining"
+            self.state = "draining"  # /health answers 503: a router's health check takes it out too
             log.info("drained: deregistered, still serving on %s", self.url)
         return json_response({"state": self.state}, status=200 if self.state == "draining" else 409)
 
     async def resume(self, request: web.Request) -> web.Response:
         """Register again after a drain."""
         if self.state == "draining":
-            self.lease_ttl = await self._register(deadline=time.monotonic() + self.config.register_timeout)
+            if not self.config.standalone:
+                self.lease_ttl = await self._register(deadline=time.monotonic() + self.config.register_timeout)
             self.state = "ready"
             log.info("resumed: registered again")
         return json_response({"state": self.state}, status=200 if self.state == "ready" else 409)
@@ -212,8 +256,9 @@ class Worker:
         self._runners.append(runner)
         self.url = f"http://{cfg.host}:{port}"
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
-        self.state = "registering"
-        self.lease_ttl = await self._register(deadline=time.monotonic() + cfg.register_timeout)
+        if not cfg.standalone:
+            self.state = "registering"
+            self.lease_ttl = await self._register(deadline=time.monotonic() + cfg.register_timeout)
         self.state = "ready"
         log.info(
             "worker ready: model %s on %s, instance %s, request plane %s",
@@ -246,6 +291,8 @@ class Worker:
                 delay = min(delay * 2, 0.1)
 
     async def heartbeat_forever(self, ttl: float) -> None:
+        if self.config.standalone:
+            return
         assert self._session is not None
         url = f"{self.config.frontend_url.rstrip('/')}/registry/instances/{self.config.instance_id}/heartbeat"
         while True:
@@ -267,6 +314,8 @@ class Worker:
                 log.warning("heartbeat failed: %s", exc)
 
     async def _deregister(self) -> None:
+        if self.config.standalone:
+            return
         assert self._session is not None
         try:
             async with self._session.delete(

@@ -17,6 +17,9 @@ STACKS: Registry[type] = Registry(
     builtins={
         "embedded": "embedlab.stacks.embedded:EmbeddedStack",
         "dynamo": "embedlab.stacks.dynamo:DynamoStack",
+        "litellm": "embedlab.stacks.routers:LiteLLMStack",
+        "vllm-router": "embedlab.stacks.routers:VllmRouterStack",
+        "sglang-router": "embedlab.stacks.routers:SglangRouterStack",
     },
 )
 

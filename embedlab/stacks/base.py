@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+import httpx
+
 from ..defaults import SYSTEM_PORT_ENV, worker_endpoint
 from ..hosts import Host
 from ..specs import DeploymentSpec, WorkerSpec
@@ -40,11 +42,16 @@ class StackContext:
     namespace: str
     hosts: tuple[Host, ...]
     reserve: Callable[[], int]  # a free port, released when the run stops
+    system_ports: tuple[int, ...] = ()
     python: str = sys.executable
 
     def host_of(self, index: int) -> Host:
         """The host worker `index` runs on."""
         return self.hosts[self.spec.host_of(index)]
+
+    def system_url(self, index: int) -> str:
+        """Worker `index`'s system server: /metrics, /health, and embedlab's /drain and /resume."""
+        return f"http://{self.host_of(index).address}:{self.system_ports[index]}"
 
     @property
     def frontend_url(self) -> str:
@@ -82,6 +89,34 @@ class Stack(Protocol):
     def dispatchable_endpoints(self, health: Any) -> set[str]:
         """Endpoint paths (`ns.comp.ep`) the frontend would dispatch to now, read from `health_url`'s JSON."""
         ...
+
+    def listed_models(self, client: httpx.Client, ctx: StackContext) -> set[str] | None:
+        """The models the frontend lists (/v1/models), or None where it lists none of its own."""
+        ...
+
+    def split_for(self, router_mode: str | None) -> str:
+        """How a same-model split is judged under this mode: weights, exact or report."""
+        ...
+
+    def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+        """Take worker `index` out of dispatch while it keeps serving; UnsupportedError where impossible."""
+        ...
+
+    def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+        """Put a drained worker back."""
+        ...
+
+    def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
+        """Frontend arguments that switch the frontend's retries off; UnsupportedError where it has no switch."""
+        ...
+
+    def direct_url(self, client: httpx.Client, ctx: StackContext, index: int) -> str | None:
+        """Worker `index`'s own HTTP /v1/embeddings base URL, bypassing the frontend; None where it has none."""
+        ...
+
+
+def openai_models(client: httpx.Client, ctx: StackContext) -> set[str]:
+    return {m["id"] for m in client.get(f"{ctx.frontend_url}/v1/models").json().get("data", [])}
 
 
 def worker_engine_args(worker: WorkerSpec) -> list[str]:

@@ -13,12 +13,14 @@ import math
 import shlex
 from typing import Any
 
+import httpx
+
 from ..defaults import DISCOVERY_ENV, REQUEST_PLANE, REQUEST_PLANE_ENV, SYSTEM_HOST_ENV
-from ..errors import ConfigError
+from ..errors import ConfigError, UnsupportedError
 from ..etcd import etcd_argv
 from ..hosts import Host, can_make_namespaces
 from ..specs import DeploymentSpec, WorkerSpec
-from .base import ProcessSpec, StackContext, system_port_env, worker_engine_args
+from .base import ProcessSpec, StackContext, openai_models, system_port_env, worker_engine_args
 
 # embedlab router mode -> Dynamo's. Across worker sets of one model Dynamo always picks
 # at random weighted by live instances; the mode chooses inside a set.
@@ -38,7 +40,7 @@ class DynamoStack:
     def check(self, spec: DeploymentSpec) -> None:
         if any(w.weight != 1.0 for w in spec.workers):
             raise ConfigError("the dynamo stack has no per-worker weights; leave every weight at 1")
-        if spec.router_mode not in ROUTER_MODES:
+        if spec.router_mode is not None and spec.router_mode not in ROUTER_MODES:
             raise ConfigError(f"router mode {spec.router_mode!r} has no Dynamo counterpart; choose from {', '.join(ROUTER_MODES)}")
         if spec.hosts > 1 and spec.discovery != "etcd":
             raise ConfigError(f"hosts={spec.hosts} needs discovery='etcd': file discovery is one machine's shared folder")
@@ -67,6 +69,26 @@ class DynamoStack:
             self._etcd_port = ctx.reserve()
         return env
 
+    def split_for(self, router_mode: str | None) -> str:
+        # Each worker has an endpoint of its own, and across endpoints Dynamo always picks at
+        # random, weighted by live instances: the mode only chooses inside one endpoint.
+        return "weights"
+
+    def listed_models(self, client: httpx.Client, ctx: StackContext) -> set[str] | None:
+        return openai_models(client, ctx)
+
+    def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+        raise UnsupportedError("Dynamo 1.6 has no API to take a worker out of dispatch while it keeps serving")
+
+    def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+        raise UnsupportedError("Dynamo 1.6 has no API to take a worker out of dispatch while it keeps serving")
+
+    def direct_url(self, client: httpx.Client, ctx: StackContext, index: int) -> str | None:
+        return None  # its workers speak Dynamo's TCP request plane, not HTTP
+
+    def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
+        return ()  # it does not retry embedding requests (--migration-limit did not either): its default runs
+
     def services(self, ctx: StackContext) -> list[ProcessSpec]:
         if self._etcd_port is None:
             return []
@@ -91,8 +113,10 @@ class DynamoStack:
     def frontend(self, ctx: StackContext) -> ProcessSpec:
         argv = [
             ctx.python, "-m", "dynamo.frontend", "--http-host", ctx.host, "--http-port", str(ctx.frontend_port),
-            "--namespace", ctx.namespace, "--router-mode", ROUTER_MODES[ctx.spec.router_mode],
+            "--namespace", ctx.namespace,
         ]
+        if ctx.spec.router_mode is not None:
+            argv += ["--router-mode", ROUTER_MODES[ctx.spec.router_mode]]
         # Its response stream listens on host 0's own address, which every host reaches.
         env = self._host_env(ctx.hosts[0], reach=ctx.host)
         return ProcessSpec(role="frontend", argv=argv + list(ctx.spec.frontend_args), env=env)

@@ -37,7 +37,8 @@ def result_table(result: ScenarioResult) -> "pd.DataFrame":
                     "expected_delta": round(burst.expected_count(w.index), 1), "ok": row.ok if row else None,
                 }
             )
-    frame = pd.DataFrame(rows)
+    columns = ["burst", "worker", "serves", "before", "after", "delta", "expected_to_move", "expected_delta", "ok"]
+    frame = pd.DataFrame(rows, columns=columns)
     for column in ("before", "after", "delta"):
         frame[column] = frame[column].astype("Int64")  # integers, with <NA> for a worker that was not read
     return frame
@@ -88,6 +89,15 @@ def figures_table(result: ScenarioResult) -> "pd.DataFrame":
         left = "never" if p.left_dispatch_after_s is None else f"{p.left_dispatch_after_s:.1f} s"
         rows.append((f"TTL {p.lease_ttl_s:g} s", f"out of dispatch after {left}, {p.failed_requests} failed requests"))
     rows += [(f"in etcd: {d['path']}", f"instance {d['instance_id']} at {d['address']}") for d in result.discovered]
+    for m in result.mistakes:
+        kind = "OpenAI error JSON" if m.openai_error else f"not OpenAI error JSON ({m.content_type or 'no content type'})"
+        rows.append((m.mistake, f"HTTP {m.status}, {kind}: {m.body[:80]}"))
+    o = result.overhead
+    if o is not None:
+        direct = "no HTTP worker URL" if o.p50_ms_c1_direct is None else f"{o.p50_ms_c1_direct:.2f} ms direct"
+        rows.append(("p50 at c=1", f"{o.p50_ms_c1:.2f} ms through the frontend, {direct}"))
+        direct = "no HTTP worker URL" if o.rps_c32_direct is None else f"{o.rps_c32_direct:.0f}/s direct"
+        rows.append(("throughput at c=32", f"{o.rps_c32:.0f}/s through the frontend, {direct}"))
     rows += [(f"{e.kind} at {e.at_s:.3f} s", e.detail) for e in result.events]
     return pd.DataFrame(rows, columns=["figure", "value"])
 

@@ -74,7 +74,7 @@ def registered() -> Iterator[list[str]]:
 def test_registration_mistakes_are_config_errors(registered: list[str]) -> None:
     with pytest.raises(ConfigError, match="already registered"):
         register_scenario("same-model", lambda target, plan: None)
-    with pytest.raises(ConfigError, match="unknown scenario 'nope'; choose from same-model, multi-model, failover, drain"):
+    with pytest.raises(ConfigError, match="unknown scenario 'nope'; choose from same-model, multi-model, failover, failover-no-retries, drain"):
         ScenarioPlan(scenario="nope")
     registered.append("bad-defaults")
     register_scenario("bad-defaults", lambda target, plan: None, defaults={"request": 5})

@@ -79,9 +79,9 @@ victim = 0
         ('notebooks = ["multi_model_dispatch"]\n[[params]]\nname = "a"\n[[params]]\nname = "a"\n', "overwrite each other"),
         ('notebook = ["multi_model_dispatch"]\n', "unknown top-level keys ['notebook']"),
         ("[[params]]\nstack = 'embedded'\n", "nothing to run"),
-        ('scenarios = ["no-such-scenario"]\n', "unknown scenario 'no-such-scenario'; registered: same-model, multi-model, failover, drain"),
+        ('scenarios = ["no-such-scenario"]\n', "unknown scenario 'no-such-scenario'; registered: same-model, multi-model, failover, failover-no-retries, drain"),
         ('notebooks = ["multi_model_dispatch"]\n[[params]]\nstack = "nonsense"\n', "unknown stack 'nonsense'"),
-        ('scenarios = ["drain"]\n[[params]]\nstack = "dynamo"\n', "drain runs on embedded, not on dynamo"),
+        ('scenarios = ["partition"]\n[[params]]\nstack = "embedded"\n', "partition runs on dynamo, not on embedded"),
         ('notebooks = ["same_model_load_balance"]\n[[params]]\nworkers = 0\n', "workers must be a whole number of at least 1"),
     ],
 )
