@@ -217,6 +217,41 @@ def verdict_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str
     return body, [("time to verdict: both hash scenarios, embedded stack", "< 5 s", f"{both:.2f} s, {met(both < 5)}")]
 
 
+# -- lease TTL sweep ------------------------------------------------------------------------
+
+def ttl_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
+    rows = []
+    for point in data["summary"]:
+        span = point["out_of_dispatch_s_range"]
+        rows.append([
+            f"{point['ttl_s']:g}", num(point["out_of_dispatch_s_median"], 1) if point["out_of_dispatch_s_median"] is not None else "never",
+            f"{span[0]:.1f} to {span[1]:.1f}" if span else "-", num(point["failed_median"], 0), str(point["never_left"]),
+        ])
+    body = table(["lease TTL s", "SIGKILL to out of dispatch, s (median)", "range, s", "failed requests (median)", "runs it never left"], rows, "rrrrr")
+    plot_ttl(data)
+    return body, []
+
+
+def plot_ttl(data: dict[str, Any]) -> None:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for run in data["runs"]:
+        left.plot([p["ttl_s"] for p in run], [p["out_of_dispatch_s"] for p in run], "o", color="#1f77b4", alpha=0.5)
+    summary = data["summary"]
+    ttls = [p["ttl_s"] for p in summary]
+    left.plot(ttls, [p["out_of_dispatch_s_median"] for p in summary], "-", color="#1f77b4", label="median of the runs")
+    span = [0, max(ttls) * 1.1]
+    left.plot(span, span, "--", color="#888888", label="one TTL")
+    left.set_xlabel("lease TTL (s)")
+    left.set_ylabel("SIGKILL to out of dispatch (s)")
+    left.legend(fontsize=8)
+    right.bar([f"{t:g}" for t in ttls], [p["failed_median"] for p in summary], color="#d62728")
+    right.set_xlabel("lease TTL (s)")
+    right.set_ylabel("failed requests (median)")
+    fig.suptitle(f"Dynamo 1.6.1 on etcd, {data['hosts']} hosts: a SIGKILLed worker against the lease TTL")
+    fig.tight_layout()
+    save(fig, "ttl_sweep.png")
+
+
 # -- GPU --------------------------------------------------------------------------------
 
 def gpu_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
@@ -293,6 +328,7 @@ for `apt-get install hey` where it is missing):
 | router overhead | `make bench-router` (= `make bench` then `.venv/bin/python bench/router_overhead.py`) | `bench/results/router_overhead.json` |
 | scale | `make bench-scale` (= `make bench` then `.venv/bin/python bench/scale.py`) | `bench/results/scale.json` |
 | time to verdict | `make bench-verdict` (= `make bench` then `.venv/bin/python bench/time_to_verdict.py`) | `bench/results/time_to_verdict.json` |
+| lease TTL sweep | `make bench-ttl` (= `make bench` then `.venv/bin/python bench/ttl_sweep.py`; root) | `bench/results/ttl_sweep.json` |
 | GPU serving | on a 2-GPU machine: `python bench/gpu_serving.py --out bench/results/gpu_h200x2.json` | `bench/results/gpu_h200x2.json` |
 | verification power | `.venv/bin/python bench/verification_power.py` | see [verification.md](verification.md) |
 | this page and its plots | `make bench-docs` (= `.venv/bin/python bench/render_docs.py`) | `docs/benchmarks.md`, `docs/img/*.png` |
@@ -319,6 +355,7 @@ def main() -> int:
         ("scale_h200x1_16cores", "Scale on 16 cores: a core per worker", partial(scale_section, image="scale_16cores.png"),
          SCALE_16_TEXT),
         ("time_to_verdict", "Time to verdict", verdict_section, VERDICT_TEXT),
+        ("ttl_sweep", "Lease TTL against time out of dispatch, on etcd across hosts", ttl_section, TTL_TEXT),
         ("gpu_h200x2", "GPU serving: two H200s, Qwen3-Embedding-0.6B shape", gpu_section, GPU_TEXT),
     ]
     body: list[str] = []
@@ -344,7 +381,7 @@ def main() -> int:
         section.append(text.strip() + "\n")
         section.append(rendered + "\n")
         img = {"router_overhead": "router_overhead.png", "scale": "scale.png", "scale_h200x1_16cores": "scale_16cores.png",
-               "gpu_h200x2": "gpu_serving.png"}.get(name)
+               "gpu_h200x2": "gpu_serving.png", "ttl_sweep": "ttl_sweep.png"}.get(name)
         if img:
             section.append(f"![{title}](img/{img})\n")
         notes = NOTES.get(name)
@@ -395,10 +432,21 @@ worker answers some 1,700 to 2,000 requests/s on one core, so 2 workers are the 
 the limit, and it holds its throughput from 4 to 16 workers and with 16 models.
 """
 
+TTL_TEXT = """
+Dynamo 1.6.1 with etcd discovery, the frontend and etcd on host 0 and one hash worker on
+each of two other hosts (network namespaces), steady traffic at 20 requests/s. At each
+lease TTL a fresh deployment starts, worker 1 is SIGKILLed 2 s into the traffic, and the
+frontend's `/health` is read every 0.25 s until the worker is gone from it. The expected
+relation is about one TTL: the dead worker's lease has to run out. What Dynamo does is
+reported, not asserted (the `lease-ttl-sweep` scenario's verdict is `reported`).
+"""
+
 VERDICT_TEXT = """
 Wall time from nothing to a verdict, cold, each run in a fresh interpreter: imports,
 launch and readiness (event-driven, no fixed sleeps), the scenario's bursts and check,
-teardown. Median of 3 runs.
+teardown. Median of 3 runs. `dynamo-etcd-3hosts` is Dynamo with etcd discovery and its two
+workers on two other hosts (network namespaces): its launch includes etcd's start and the
+namespaces, its teardown their deletion.
 """
 
 GPU_TEXT = """

@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "ServerStartError": "errors",
     "ServerStopError": "errors",
     "TrafficError": "errors",
+    "UnsupportedError": "errors",
     "MetricQuery": "metrics",
     "Snapshot": "metrics",
     "scrape": "metrics",
@@ -56,6 +57,8 @@ _EXPORTS: dict[str, str] = {
     "failover": "scenarios.resilience",
     "multi_model_dispatch": "scenarios.dispatch",
     "register_scenario": "scenarios.registry",
+    "ConformanceMatrix": "scenarios.battery",
+    "run_battery": "scenarios.battery",
     "run_scenario": "scenarios.plans",
     "same_model_load_balance": "scenarios.dispatch",
     "scenario_names": "scenarios.registry",
@@ -113,6 +116,7 @@ if TYPE_CHECKING:
         ServerStartError as ServerStartError,
         ServerStopError as ServerStopError,
         TrafficError as TrafficError,
+        UnsupportedError as UnsupportedError,
     )
     from .metrics import (
         MetricQuery as MetricQuery,
@@ -126,6 +130,7 @@ if TYPE_CHECKING:
         load_matrix as load_matrix,
         regress as regress,
     )
+    from .scenarios.battery import ConformanceMatrix as ConformanceMatrix, run_battery as run_battery
     from .scenarios.dispatch import (
         multi_model_dispatch as multi_model_dispatch,
         same_model_load_balance as same_model_load_balance,

@@ -249,7 +249,7 @@ def regress(
 
     plan = load_matrix(matrix)
     out = Path(out)
-    run_id, run_dir = _new_run_dir(out)
+    run_id, run_dir = new_run_dir(out)
     previous = latest_results(out, exclude=run_dir)
     say = progress or (lambda line: None)
     started_at = datetime.now(timezone.utc)
@@ -287,7 +287,7 @@ def regress(
     )
 
 
-def _new_run_dir(out: Path) -> tuple[str, Path]:
+def new_run_dir(out: Path) -> tuple[str, Path]:
     # Time first so folders sort by age; the suffix keeps two runs in one second apart.
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     run_dir = out / run_id

@@ -13,10 +13,11 @@ from functools import singledispatch
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..plugins import Registry
+from ..scenarios.battery import ConformanceMatrix
 from ..scenarios.explore import Explorer, SweepResult
 from ..scenarios.results import ScenarioResult
-from .figures import plot_convergence, plot_deltas, plot_latency, plot_sweep, plot_timeline
-from .tables import figures_table, result_table, steps_table, sweep_table
+from .figures import plot_convergence, plot_deltas, plot_latency, plot_matrix, plot_sweep, plot_timeline
+from .tables import figures_table, matrix_table, result_table, steps_table, sweep_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -65,6 +66,11 @@ def _(explorer: Explorer) -> "pd.DataFrame":
     return steps_table(explorer.steps)
 
 
+@table.register(ConformanceMatrix)
+def _(matrix: ConformanceMatrix) -> "pd.DataFrame":
+    return matrix_table(matrix)
+
+
 @singledispatch
 def plot(thing: Any) -> "Figure":
     """The main figure of a result, a sweep or an explorer's bursts."""
@@ -84,3 +90,8 @@ def _(sweep: SweepResult) -> "Figure":
 @plot.register(Explorer)
 def _(explorer: Explorer) -> "Figure":
     return plot_convergence(explorer.steps)
+
+
+@plot.register(ConformanceMatrix)
+def _(matrix: ConformanceMatrix) -> "Figure":
+    return plot_matrix(matrix)

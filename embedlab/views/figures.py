@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from ..scenarios.battery import ConformanceMatrix
 from ..scenarios.explore import Step, SweepResult, weights_label
 from ..scenarios.results import Burst, ScenarioResult
 from .tables import steps_table
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from ..traffic import RequestRecord
 
 __all__ = [
-    "ALL_RESPONSES", "plot_convergence", "plot_deltas", "plot_fault_timeline", "plot_latency", "plot_sweep",
+    "ALL_RESPONSES", "plot_convergence", "plot_deltas", "plot_fault_timeline", "plot_latency", "plot_matrix", "plot_sweep",
     "plot_timeline", "plot_ttl_sweep",
 ]
 
@@ -305,4 +306,34 @@ def plot_ttl_sweep(result: ScenarioResult) -> "Figure":
     right.set_xlabel("lease TTL (s)")
     right.set_ylabel("failed requests")
     fig.suptitle(f"lease TTL sweep on {result.stack}: {result.verdict.upper()} (not asserted)", fontsize=10)
+    return fig
+
+
+def plot_matrix(matrix: ConformanceMatrix) -> "Figure":
+    """The router x check grid: each cell coloured by its verdict, with its figure in small print."""
+    import textwrap
+
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
+    colours = {"passed": "#c8e6c9", "failed": "#ffcdd2", "reported": "#cfd8dc", "unsupported": "#eeeeee",
+               "inconclusive": "#ffe0b2", "error": "#e1bee7"}
+    fig = Figure(figsize=(2.3 * len(matrix.checks) + 1.6, 1.25 * len(matrix.stacks) + 0.8), layout="constrained")
+    ax = fig.subplots()
+    for row, stack in enumerate(matrix.stacks):
+        for col, check in enumerate(matrix.checks):
+            cell = matrix.cell(stack, check)
+            verdict = cell.verdict if cell else "error"
+            ax.add_patch(Rectangle((col, row), 1, 1, facecolor=colours.get(verdict, "#ffffff"), edgecolor="white", lw=2))
+            text = str(verdict).upper() + ("\n" + "\n".join(textwrap.wrap(cell.text, 28)[:4]) if cell and cell.text else "")
+            ax.text(col + 0.5, row + 0.5, text, ha="center", va="center", fontsize=6.5)
+    ax.set_xlim(0, len(matrix.checks))
+    ax.set_ylim(len(matrix.stacks), 0)
+    ax.set_xticks([c + 0.5 for c in range(len(matrix.checks))], matrix.checks, fontsize=8)
+    ax.set_yticks([r + 0.5 for r in range(len(matrix.stacks))], [f"{s}\n{matrix.versions.get(s, '')}" for s in matrix.stacks], fontsize=8)
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.xaxis.tick_top()
+    fig.suptitle("conformance: every check against every stack", fontsize=10)
     return fig

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from ..scenarios.battery import ConformanceMatrix
 from ..scenarios.explore import Step, SweepResult, cumulative_shares, weights_label
 from ..scenarios.results import ScenarioResult
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["figures_table", "result_table", "steps_table", "sweep_table"]
+__all__ = ["figures_table", "matrix_table", "result_table", "steps_table", "sweep_table"]
 
 
 def _count(value: float | None) -> int | None:
@@ -142,3 +143,14 @@ def sweep_table(sweep: SweepResult) -> "pd.DataFrame":
                 }
             )
     return pd.DataFrame(rows)
+
+
+def matrix_table(matrix: ConformanceMatrix) -> "pd.DataFrame":
+    """One row per stack, one column per check: the verdict and what happened."""
+    import pandas as pd
+
+    rows = {
+        stack: {check: (f"{c.verdict.upper()}: {c.text}" if (c := matrix.cell(stack, check)) else "") for check in matrix.checks}
+        for stack in matrix.stacks
+    }
+    return pd.DataFrame.from_dict(rows, orient="index", columns=matrix.checks)

@@ -1,0 +1,84 @@
+"""`embedlab conformance`: the battery of checks against every stack, each cell a notebook run.
+
+    run = conformance(stacks=["embedded", "vllm-router"], out="outputs")
+    run.html, run.json, run.junit
+
+One run writes `<out>/<run-id>/`: `conformance.html` (the stack x check matrix, each cell
+linked to its report), `conformance.json`, `junit.xml`, and each cell's executed notebook,
+report and logs, as `embedlab regress` writes them (`notebooks/scenario.ipynb` runs each).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .defaults import CELL_TIMEOUT_S
+from .errors import ConfigError
+from .jsonio import write_json
+from .matrix import GENERIC_NOTEBOOK, Job, default_notebook_dir
+from .regression import Outcome, new_run_dir, run_job
+from .report import write_conformance, write_junit
+from .scenarios.battery import BATTERY, BATTERY_STACKS, Cell, ConformanceMatrix, cell_text, stack_versions
+from .scenarios.registry import SCENARIOS
+from .stacks import STACKS
+from .verdicts import Verdict
+
+__all__ = ["ConformanceRun", "conformance"]
+
+
+@dataclass(kw_only=True)
+class ConformanceRun:
+    run_dir: Path
+    matrix: ConformanceMatrix
+    outcomes: list[Outcome]
+    html: Path
+    json: Path
+    junit: Path
+
+    @property
+    def complete(self) -> bool:
+        """Every cell ran to a verdict (none broke): what the command's exit status says."""
+        return all(c.verdict != Verdict.ERROR for c in self.matrix.cells)
+
+
+def conformance(
+    *,
+    stacks: Sequence[str] = BATTERY_STACKS,
+    checks: Sequence[str] = BATTERY,
+    out: str | Path = "outputs",
+    timeout: float = CELL_TIMEOUT_S,
+    progress: Callable[[str], None] | None = None,
+) -> ConformanceRun:
+    """Run every check (a registered scenario) against every stack, with each stack's defaults."""
+    for name, known, kind in ((stacks, STACKS, "stack"), (checks, SCENARIOS, "check")):
+        unknown = [n for n in name if n not in known]
+        if unknown:
+            raise ConfigError(f"unknown {kind}s {unknown}; choose from {', '.join(known.names())}")
+    notebook = (default_notebook_dir() / f"{GENERIC_NOTEBOOK}.ipynb").resolve()
+    run_id, run_dir = new_run_dir(Path(out))
+    say = progress or (lambda line: None)
+    started_at = datetime.now(timezone.utc)
+    t0 = time.monotonic()
+    jobs = [Job(notebook=notebook, slug=stack, params={"scenario": check, "stack": stack}, label=check) for stack in stacks for check in checks]
+    outcomes, cells = [], []
+    for number, job in enumerate(jobs, 1):
+        say(f"[{number}/{len(jobs)}] {job.label} on {job.slug}: running")
+        outcome = run_job(job, run_dir, timeout=timeout)
+        outcomes.append(outcome)
+        report = outcome.html.name if outcome.html else None
+        cells.append(Cell(job.slug, job.label, outcome.status, cell_text(job.label, outcome.result, error=outcome.error), report))
+        say(f"[{number}/{len(jobs)}] {job.label} on {job.slug}: {outcome.status.upper()} ({cells[-1].text})")
+    matrix = ConformanceMatrix(stacks=list(stacks), checks=list(checks), cells=cells, versions=stack_versions(stacks))
+    data = {
+        "run_id": run_id, "started_at": started_at.isoformat(timespec="seconds"), "wall_seconds": round(time.monotonic() - t0, 1),
+        "counts": {str(v): sum(c.verdict == v for c in cells) for v in Verdict}, **matrix.to_json(),
+        "scenarios": [o.to_json(run_dir) for o in outcomes],
+    }
+    json_path = write_json(run_dir / "conformance.json", data)
+    junit = write_junit(run_dir / "junit.xml", {"wall_seconds": data["wall_seconds"], "scenarios": data["scenarios"]})
+    html = write_conformance(run_dir / "conformance.html", data)
+    return ConformanceRun(run_dir=run_dir, matrix=matrix, outcomes=outcomes, html=html, json=json_path, junit=junit)

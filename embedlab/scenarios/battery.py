@@ -1,0 +1,162 @@
+"""The conformance battery: every check against every stack, one cell each.
+
+    matrix = run_battery(stacks=["embedded", "vllm-router"], checks=["same-model", "client-mistakes"])
+    table(matrix), plot(matrix)
+
+Each check is a registered scenario, run with the stack's defaults (its router's own
+default policy included). A cell holds the verdict (passed, failed, reported,
+unsupported) and the figure that says what happened, derived from the result's JSON,
+so that the in-process battery here and `embedlab conformance` (which runs each cell
+as a notebook) describe a cell the same way.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..jsonio import write_json
+from ..stacks import STACKS
+from ..verdicts import Verdict
+from .plans import ScenarioPlan, run_scenario
+
+__all__ = ["BATTERY", "BATTERY_STACKS", "Cell", "ConformanceMatrix", "cell_text", "run_battery", "stack_versions"]
+
+BATTERY = ("same-model", "multi-model", "failover", "failover-no-retries", "client-mistakes", "drain", "overhead")
+BATTERY_STACKS = ("embedded", "dynamo", "litellm", "vllm-router", "sglang-router")
+# The package each stack's frontend comes from, for the versions the matrix was measured on.
+PACKAGES = {"dynamo": "ai-dynamo", "litellm": "litellm", "vllm-router": "vllm-router", "sglang-router": "sglang-router"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    stack: str
+    check: str
+    verdict: Verdict
+    text: str  # the figure that says what happened
+    report: str | None = None  # the cell's notebook report, where it was run as one
+
+
+@dataclass
+class ConformanceMatrix:
+    stacks: list[str]
+    checks: list[str]
+    cells: list[Cell]
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def cell(self, stack: str, check: str) -> Cell | None:
+        return next((c for c in self.cells if c.stack == stack and c.check == check), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stacks": self.stacks, "checks": self.checks, "versions": self.versions, "cells": [asdict(c) for c in self.cells]}
+
+    def save_json(self, path: str | Path) -> Path:
+        return write_json(path, self.to_json())
+
+
+def _codes(result: dict[str, Any]) -> str:
+    errors = [e for b in result.get("bursts") or [] for e in (b.get("traffic") or {}).get("errors", [])]
+    codes = sorted({m.group(1) for e in errors if (m := re.search(r"HTTP (\d+)", e))})
+    return f" (HTTP {', '.join(codes)})" if codes else ""
+
+
+def _split(result: dict[str, Any]) -> str:
+    burst = (result.get("bursts") or [{}])[0]
+    deltas = "/".join(f"{d:.0f}" for d in burst.get("deltas") or [])
+    return f"split {deltas} ({(result.get('params') or {}).get('split', 'weights')})"
+
+
+def _dispatch(result: dict[str, Any]) -> str:
+    wrong = total = 0
+    for burst in result.get("bursts") or []:
+        expected = set(burst.get("expected") or [])
+        for row in (burst.get("check") or {}).get("rows", []):
+            total += row["delta"]
+            wrong += row["delta"] if row["worker"] not in expected else 0
+    return f"{wrong:.0f} of {total:.0f} counted on another model's worker" + _codes(result)
+
+
+def _failover(result: dict[str, Any]) -> str:
+    f = result.get("failover") or {}
+    n = (result.get("params") or {}).get("requests", "?")
+    return f"{f.get('failed_requests', '?')} of {n} lost" + _codes(result)
+
+
+def _mistakes(result: dict[str, Any]) -> str:
+    shown = [f"{m['mistake']} {m['status']}{'' if m['openai_error'] else ' plain'}" for m in result.get("mistakes") or []]
+    burst = (result.get("bursts") or [{}])[0].get("traffic") or {}
+    after = f"after mistakes {burst.get('n', 0) - burst.get('failed', 0)}/{burst.get('n', 0)} ok" + _codes(result)
+    return "; ".join([*shown, after])
+
+
+def _drain(result: dict[str, Any]) -> str:
+    d = result.get("drain") or {}
+    return f"drained worker counted {d.get('victim_delta', '?'):.0f}" if isinstance(d.get("victim_delta"), (int, float)) else ""
+
+
+def _overhead(result: dict[str, Any]) -> str:
+    o = result.get("overhead") or {}
+    if not o:
+        return ""
+    added = "" if o.get("p50_ms_c1_direct") is None else f" ({o['p50_ms_c1'] - o['p50_ms_c1_direct']:+.2f} vs direct)"
+    share = "" if not o.get("rps_c32_direct") else f" ({o['rps_c32'] / o['rps_c32_direct']:.0%} of direct)"
+    return f"p50 {o['p50_ms_c1']:.2f} ms{added}; c=32 {o['rps_c32']:.0f}/s{share}"
+
+
+CELL_TEXT: dict[str, Callable[[dict[str, Any]], str]] = {
+    "same-model": _split, "multi-model": _dispatch, "failover": _failover, "failover-no-retries": _failover,
+    "client-mistakes": _mistakes, "drain": _drain, "overhead": _overhead,
+}
+
+
+def cell_text(check: str, result: dict[str, Any] | None, *, error: str | None = None) -> str:
+    """What a cell says: the check's own figure, else the verdict's reasons, else the error."""
+    if result is None:
+        return error or "no result"
+    verdict = result.get("verdict")
+    if verdict in (Verdict.UNSUPPORTED, Verdict.INCONCLUSIVE) or check not in CELL_TEXT:
+        return "; ".join(result.get("reasons") or []) or str(verdict)
+    return CELL_TEXT[check](result) or "; ".join(result.get("reasons") or [])
+
+
+def stack_versions(stacks: Sequence[str]) -> dict[str, str]:
+    """The version of each stack's frontend: routers from their own venvs."""
+    from ..stacks.routers import router_venv
+
+    found = {"embedded": f"embedlab {metadata.version('embedlab')}"}
+    for stack in stacks:
+        package = PACKAGES.get(stack)
+        if package is None:
+            continue
+        python = router_venv(stack) / "bin" / "python"
+        try:
+            if python.exists():
+                code = f"import importlib.metadata as m; print(m.version({package!r}))"
+                found[stack] = f"{package} {subprocess.run([str(python), '-c', code], capture_output=True, text=True, timeout=60).stdout.strip()}"
+            else:
+                found[stack] = f"{package} {metadata.version(package)}"
+        except (OSError, subprocess.SubprocessError, metadata.PackageNotFoundError):
+            found[stack] = f"{package} (not installed)"
+    return found
+
+
+def run_battery(*, stacks: Sequence[str] = BATTERY_STACKS, checks: Sequence[str] = BATTERY, run_dir: str = "") -> ConformanceMatrix:
+    """Every check on every stack, in this process (each a fresh deployment)."""
+    unknown = [s for s in stacks if s not in STACKS]
+    cells = []
+    for stack in stacks:
+        for check in checks:
+            if stack in unknown:
+                cells.append(Cell(stack, check, Verdict.ERROR, f"unknown stack {stack!r}"))
+                continue
+            try:
+                result = run_scenario(ScenarioPlan(scenario=check, stack=stack, run_dir=f"{run_dir}/{stack}-{check}" if run_dir else ""))
+                data = result.to_json()
+                cells.append(Cell(stack, check, result.verdict, cell_text(check, data)))
+            except Exception as exc:  # a cell that breaks is recorded, and the battery goes on
+                cells.append(Cell(stack, check, Verdict.ERROR, f"{exc.__class__.__name__}: {str(exc).splitlines()[0]}"))
+    return ConformanceMatrix(stacks=list(stacks), checks=list(checks), cells=cells, versions=stack_versions(stacks))
