@@ -173,6 +173,7 @@ class Deployment:
     def _start(self) -> None:
         spec = self.spec
         started = time.monotonic()
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # stacks write their config files here first
         self.network = Network.create(run_id=secrets.token_hex(3), hosts=spec.hosts)
         frontend_port = self._reserve()
         self._system_ports = [self._reserve() for _ in spec.workers]

@@ -181,3 +181,14 @@ def test_attach_lists_what_etcd_believes_is_live(tmp_path: Path) -> None:
     listed = json.loads(out.read_text())["discovered"]
     assert {d["path"] for d in listed} == endpoints and all(d["address"] for d in listed)
     assert sum(line.startswith("in etcd: ") for line in proc.stdout.splitlines()) == 2
+
+
+def test_kill_host_kills_every_worker_on_it_and_no_other(tmp_path: Path) -> None:
+    workers = (WorkerSpec(model="m", host=1), WorkerSpec(model="m", host=2), WorkerSpec(model="m", host=2))
+    spec = DeploymentSpec(stack="dynamo", discovery="etcd", hosts=3, workers=workers)
+    with Deployment(spec, run_dir=tmp_path) as dep:
+        assert [dep.host_of(i) for i in range(3)] == [1, 2, 2]
+        doomed = [dep.workers[1].pid, dep.workers[2].pid]
+        dep.kill_host(2)
+        assert wait_gone(doomed, timeout=10) == [] and dep.workers[0].alive()
+        assert dep.events[-1].kind == "kill host" and dep.events[-1].detail == "host 2: workers [1, 2]"
