@@ -429,7 +429,8 @@ class TransformersEngine:
                 attention = (~valid[:, None, None, :]).to(self._model.dtype) * torch.finfo(self._model.dtype).min  # type: ignore[index]
         else:
             attention = valid.to(torch.int64) if valid is not None else None
-        hidden = self._model(input_ids=ids, attention_mask=attention).last_hidden_state
+        # No KV cache: decoder configs default to filling one, which an embedding never reads.
+        hidden = self._model(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
         pooled = pool(hidden, lengths, valid, self.pooling).float()
         if self.options.normalize:
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
