@@ -46,11 +46,9 @@ log = logging.getLogger("embedlab.engines.transformers")
 # in the first; anything longer than the last runs eagerly, where launching is cheap
 # next to the work.
 GRAPH_WIDTHS = (16, 32, 64, 128, 256, 512)
-# Row buckets: powers of two with midpoints, so a batch pads by at most a third.
-GRAPH_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
-# Pinned staging slots: one more than the batcher keeps in flight, so filling the next
-# batch never waits for the device to finish reading a slot.
-STAGING_SLOTS = 3
+# Row buckets: powers of two, with midpoints from 64 up, where the load is heavy enough
+# for padded rows to cost device time; each bucket costs a capture at start-up.
+GRAPH_ROWS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,12 +245,14 @@ class TransformersEngine:
         }
         if self._device.type == "cuda":
             tokens = max(self.options.max_batch_tokens, self.max_model_len, self.options.max_batch_size * max(self.tuning.graph_widths))
-            for _ in range(STAGING_SLOTS):
+            # One slot more than the batcher keeps in flight: filling the next batch never
+            # waits for the device to finish with a slot.
+            for _ in range(self.tuning.max_inflight + 1):
                 self._slots.put(_Slot(tokens=tokens, rows=self.options.max_batch_size, dim=self.dim))
             if self.tuning.compile:
                 self._compile()
             if self.tuning.cuda_graphs and self.attention != "transformers":
-                self._capture()
+                self._capture_or_fall_back()
         log.info(
             "loaded %s: dim %d, pooling %s, %s on %s, max_model_len %d, attention %s",
             self.model_path, self.dim, self.pooling, self.options.dtype, device, self.max_model_len, self.attention,
@@ -314,6 +314,27 @@ class TransformersEngine:
             block.compile(dynamic=True)
         log.info("torch.compile: %d %s blocks", len(blocks) or 1, "/".join(sorted(names)) or "whole-model")
 
+    def _capture_or_fall_back(self) -> None:
+        """Capture; if that fails, serve without compile, then without graphs, and say so."""
+        import torch
+
+        for attempt in ("as configured", "without compile"):
+            try:
+                self._capture()
+                return
+            except Exception as exc:  # a worker that serves slower beats one that does not start
+                log.warning("CUDA graph capture failed (%s): %s: %s", attempt, exc.__class__.__name__, exc)
+                self.info.setdefault("graph_capture_errors", []).append(f"{attempt}: {exc.__class__.__name__}: {exc}")
+                self._graphs.clear()
+                self._graph_rows.clear()
+                torch.cuda.synchronize()
+                if not self.tuning.compile or attempt != "as configured":
+                    return
+                for block in self._model.modules():
+                    if getattr(block, "_compiled_call_impl", None) is not None:
+                        block._compiled_call_impl = None
+                self.info["compile"] = False
+
     def _capture(self) -> None:
         """Capture the (rows, width) buckets as CUDA graphs sharing one memory pool."""
         import torch
@@ -351,8 +372,7 @@ class TransformersEngine:
                 # kernels for a new shape) must happen outside the capture.
                 side.wait_stream(torch.cuda.current_stream(self._device))
                 with torch.cuda.stream(side):
-                    for _ in range(2):
-                        self._compute(ids, lengths, padded=True)
+                    self._compute(ids, lengths, padded=True)
                 torch.cuda.current_stream(self._device).wait_stream(side)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=mempool):
