@@ -33,6 +33,8 @@ CASES = (
 
 CHILD = r"""
 import asyncio, json, sys, time
+import embedlab
+assert embedlab.__file__.startswith(sys.argv[7]), (embedlab.__file__, sys.argv[7])
 import numpy as np
 from embedlab.engines import EngineOptions, create_engine
 from embedlab.engines.tiny import cached_tiny_model
@@ -69,8 +71,9 @@ def measure(tree: Path, case: tuple[str, str, int, int, int, int], cache: str) -
     _, arch, concurrency, inputs, tokens, requests = case
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, arch, str(concurrency), str(inputs), str(tokens), str(requests), cache],
-        env=env, capture_output=True, text=True, timeout=600, check=True,
+        [sys.executable, "-c", CHILD, arch, str(concurrency), str(inputs), str(tokens), str(requests), cache, str(tree)],
+        # cwd is the tree too: `python -c` puts the working directory first on sys.path.
+        env=env, cwd=tree, capture_output=True, text=True, timeout=600, check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 

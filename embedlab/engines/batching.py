@@ -18,8 +18,11 @@ them to). The policy, and why:
 A forward may return a `Deferred`: its kernels are queued and a copy to host memory is
 pending. A thread of its own waits for that, so the event loop never blocks on the
 device. A runner whose forwards only queue device work (CUDA graph replays) is called on
-the event loop itself (`inline`): no thread hand-off, and so no wait for the GIL,
-stands between a full batch and its launch.
+the event loop itself (`inline`) when the device is idle: no thread hand-off, and so no
+wait for the GIL, stands between a lone request and its forward. With a forward already
+queued, a launch can block until the device drains its queue (a graph of ~1,600 kernels
+behind another took 110 ms to queue at 256 x 128), so it goes to the forward thread,
+which releases the GIL while it blocks, and the event loop keeps serving HTTP.
 """
 
 from __future__ import annotations
@@ -251,9 +254,10 @@ class DynamicBatcher:
         )
         self.batch_sizes[len(seqs)] += 1
         self._expected = len(seqs)
+        idle = self._inflight == 0
         self._inflight += 1
         assert self._loop is not None
-        if self._inline is not None and self._inline(len(seqs), longest):
+        if idle and self._inline is not None and self._inline(len(seqs), longest):
             done: asyncio.Future[np.ndarray | Deferred] = self._loop.create_future()
             try:
                 done.set_result(self._run_batch(seqs))

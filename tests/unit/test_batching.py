@@ -67,10 +67,18 @@ def test_a_lone_request_on_an_idle_device_launches_at_once() -> None:
     np.testing.assert_array_equal(asyncio.run(run()), [[18, 3, 5]])
 
 
+async def launched(runner: "Recorder", count: int) -> None:
+    """Until the runner has been called `count` times (a launch may go through a thread)."""
+    for _ in range(10_000):
+        if len(runner.batches) >= count:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"{len(runner.batches)} launches, expected {count}")
+
+
 def test_a_partial_batch_waits_while_a_full_one_is_in_flight() -> None:
     async def run() -> None:
         runner = Recorder(gated=True)
-        # Inline: each launch calls the runner at once, so the test sees every decision.
         batcher = DynamicBatcher(runner, max_batch_size=4, wait_ms=20, max_wait_ms=60_000, inline=lambda *_: True)
         batcher.start()
 
@@ -80,25 +88,28 @@ def test_a_partial_batch_waits_while_a_full_one_is_in_flight() -> None:
         try:
             alone = submit(1)
             await settle()
-            assert runner.batches == [[[1]]]  # an idle device: the first request goes at once
+            # An idle device: the first request goes at once, inline on the event loop.
+            assert runner.batches == [[[1]]] and runner.threads == [threading.main_thread().name]
             waiting = submit(2, 3, 4)
             await settle()
-            assert len(runner.batches) == 1  # three behind one in flight: not a batch yet
+            assert batcher.batches == 1  # three behind one in flight: not a batch yet
             filling = submit(5)
             await settle()
-            assert runner.batches[1:] == [[[2], [3], [4], [5]]]  # full: it joins the one in flight
+            assert batcher.batches == 2  # full: it joins the one in flight...
+            await launched(runner, 2)
+            assert runner.batches[1] == [[2], [3], [4], [5]]
+            assert runner.threads[1].startswith("forward")  # ...through the forward thread
             late = submit(6, 7, 8)
             await settle()
             runner.pending[0].gate.set()
             await asyncio.wait_for(alone[0], timeout=10)
             await settle()
             # A slot is free, but a full batch is still in flight: three must not go yet.
-            assert len(runner.batches) == 2
+            assert batcher.batches == 2
             runner.pending[1].gate.set()
             await asyncio.wait_for(asyncio.gather(*waiting, *filling), timeout=10)
             # The device is idle and nothing has arrived for the window: the three go together.
-            while len(runner.pending) < 3:
-                await asyncio.sleep(0.001)
+            await launched(runner, 3)
             assert runner.batches[2] == [[6], [7], [8]]
             runner.pending[2].gate.set()
             results = await asyncio.wait_for(asyncio.gather(*late), timeout=10)
