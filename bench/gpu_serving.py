@@ -172,7 +172,7 @@ def engine_profile(model_dir: Path, *, device: str, dtype: str, quick: bool, max
         engine._load()
         load_s = time.monotonic() - started
         if path == "transformers-masks":
-            engine.attention = "transformers"  # the landed code's inputs: a 2-D mask through transformers
+            engine.attention = engine.info["attention"] = "transformers"  # the landed code's inputs: a 2-D mask
         rows = []
         for count, tokens in shapes:
             seqs = [rng.integers(10, max_id, tokens).tolist() for _ in range(count)]
