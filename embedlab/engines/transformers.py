@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -35,21 +34,13 @@ import numpy as np
 from ..errors import EngineError
 from .base import POOLINGS, Embeddings, EngineOptions, InvalidInput, check_length, model_dir
 from .batching import BatchShapes, Deferred, DynamicBatcher
+from .cuda_graphs import GRAPH_WIDTHS, GraphSet, Slot, SlotVectors, graph_shapes
 from .tiny import default_pooling
 
 if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger("embedlab.engines.transformers")
-
-# Length buckets of the captured graphs. Short queries, the traffic graphs are for, fall
-# in the first; anything longer than the last runs eagerly, where launching is cheap
-# next to the work.
-GRAPH_WIDTHS = (16, 32, 64, 128, 256, 512)
-# Row buckets: powers of two, with midpoints from 64 up, where the load is heavy enough
-# for padded rows to cost device time; each bucket costs a capture at start-up.
-GRAPH_ROWS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
-
 
 @dataclass(frozen=True, kw_only=True)
 class TransformersTuning:
@@ -100,19 +91,6 @@ class TransformersTuning:
         return cls(**values)
 
 
-def graph_shapes(*, max_batch_size: int, max_batch_tokens: int, widths: Sequence[int], max_model_len: int) -> list[tuple[int, int]]:
-    """The (rows, width) buckets a CUDA worker captures, smallest first.
-
-    Rows follow GRAPH_ROWS up to the largest batch; a bucket never holds more padded
-    tokens than a batch may (but every width gets at least one row).
-    """
-    rows_ladder = [r for r in GRAPH_ROWS if r < max_batch_size] + [max_batch_size]
-    return sorted(
-        ((r, w) for w in widths if w <= max_model_len for r in rows_ladder if r * w <= max(max_batch_tokens, w)),
-        key=lambda s: (s[0] * s[1], s[1]),
-    )
-
-
 def pool(hidden: "torch.Tensor", lengths: "torch.Tensor", valid: "torch.Tensor | None", pooling: str) -> "torch.Tensor":
     """Pool right-padded hidden states [batch, seq, dim]; `valid` marks real tokens (MEAN only)."""
     import torch
@@ -124,44 +102,6 @@ def pool(hidden: "torch.Tensor", lengths: "torch.Tensor", valid: "torch.Tensor |
     assert valid is not None
     weights = valid.unsqueeze(-1).to(hidden.dtype)
     return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
-
-
-@dataclass(slots=True)
-class _Graph:
-    rows: int
-    width: int
-    graph: Any  # torch.cuda.CUDAGraph
-    ids: "torch.Tensor"  # static input, a row-prefix view of the width's buffer
-    out: "torch.Tensor"  # static output [rows, dim] float32
-
-
-class _Slot:
-    """Pinned host buffers for one batch in flight: its input ids and lengths, its vectors."""
-
-    def __init__(self, *, tokens: int, rows: int, dim: int) -> None:
-        import torch
-
-        self.ids_t = torch.empty(tokens, dtype=torch.int64, pin_memory=True)
-        self.lengths_t = torch.empty(rows, dtype=torch.int64, pin_memory=True)
-        self.out_t = torch.empty((rows, dim), dtype=torch.float32, pin_memory=True)
-        self.ids = self.ids_t.numpy()
-        self.lengths = self.lengths_t.numpy()
-        self.out = self.out_t.numpy()
-        self.done = torch.cuda.Event()
-
-
-class _SlotVectors(Deferred):
-    def __init__(self, slots: "queue.SimpleQueue[_Slot]", slot: _Slot, count: int) -> None:
-        self.slots = slots
-        self.slot = slot
-        self.count = count
-
-    def wait(self) -> np.ndarray:
-        try:
-            self.slot.done.synchronize()  # releases the GIL while it waits
-            return self.slot.out[: self.count].copy()
-        finally:
-            self.slots.put(self.slot)
 
 
 class TransformersEngine:
@@ -189,10 +129,8 @@ class TransformersEngine:
         # syncs; the fallback for models where neither of ours is known to be right).
         self.attention = "transformers"
         self._mask_mapping: dict[str, None] = {}
-        self._graphs: dict[tuple[int, int], _Graph] = {}
-        self._graph_rows: dict[int, list[int]] = {}
-        self._graph_lengths: Any = None
-        self._slots: queue.SimpleQueue[_Slot] = queue.SimpleQueue()
+        self._graphs = GraphSet()
+        self._slots: queue.SimpleQueue[Slot] = queue.SimpleQueue()
         self._batcher: DynamicBatcher | None = None
         self.info: dict[str, Any] = {}
 
@@ -200,8 +138,8 @@ class TransformersEngine:
 
     async def start(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._load)
-        widths = tuple(sorted({w for _, w in self._graphs}))
-        rows = tuple(sorted({r for r, _ in self._graphs}))
+        widths = tuple(sorted({w for _, w in self._graphs.graphs}))
+        rows = tuple(sorted({r for r, _ in self._graphs.graphs}))
         self._batcher = DynamicBatcher(
             self._forward,
             max_batch_size=self.options.max_batch_size,
@@ -248,7 +186,7 @@ class TransformersEngine:
             # One slot more than the batcher keeps in flight: filling the next batch never
             # waits for the device to finish with a slot.
             for _ in range(self.tuning.max_inflight + 1):
-                self._slots.put(_Slot(tokens=tokens, rows=self.options.max_batch_size, dim=self.dim))
+                self._slots.put(Slot(tokens=tokens, rows=self.options.max_batch_size, dim=self.dim))
             if self.tuning.compile:
                 self._compile()
             if self.tuning.cuda_graphs and self.attention != "transformers":
@@ -326,7 +264,6 @@ class TransformersEngine:
                 log.warning("CUDA graph capture failed (%s): %s: %s", attempt, exc.__class__.__name__, exc)
                 self.info.setdefault("graph_capture_errors", []).append(f"{attempt}: {exc.__class__.__name__}: {exc}")
                 self._graphs.clear()
-                self._graph_rows.clear()
                 torch.cuda.synchronize()
                 if not self.tuning.compile or attempt != "as configured":
                     return
@@ -336,62 +273,22 @@ class TransformersEngine:
                 self.info["compile"] = False
 
     def _capture(self) -> None:
-        """Capture the (rows, width) buckets as CUDA graphs sharing one memory pool."""
-        import torch
-
-        started = time.monotonic()
         shapes = graph_shapes(
             max_batch_size=self.options.max_batch_size, max_batch_tokens=self.options.max_batch_tokens,
             widths=self.tuning.graph_widths, max_model_len=self.max_model_len,
         )
         if not shapes:
             return
-        widths = sorted({w for _, w in shapes})
-        max_rows = max(r for r, _ in shapes)
-        self._graph_lengths = torch.ones(max_rows, dtype=torch.int64, device=self._device)
-        buffers = {
-            w: torch.full((max(r for r, ww in shapes if ww == w), w), self._pad_id, dtype=torch.int64, device=self._device)
-            for w in widths
-            if any(ww == w for _, ww in shapes)
-        }
-        mempool = torch.cuda.graph_pool_handle()
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_reserved(self._device)
-        budget = self.tuning.graph_memory_mb << 20
-        side = torch.cuda.Stream(self._device)
-        skipped: list[tuple[int, int]] = []
-        with torch.inference_mode():
-            for rows, width in shapes:
-                if torch.cuda.memory_reserved(self._device) - base > budget:
-                    skipped.append((rows, width))
-                    continue
-                ids = buffers[width][:rows]
-                lengths = self._graph_lengths[:rows]
-                lengths.fill_(width)
-                # Warm-up on a side stream: lazy initialisation (cuBLAS handles, compiled
-                # kernels for a new shape) must happen outside the capture.
-                side.wait_stream(torch.cuda.current_stream(self._device))
-                with torch.cuda.stream(side):
-                    self._compute(ids, lengths, padded=True)
-                torch.cuda.current_stream(self._device).wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=mempool):
-                    out = self._compute(ids, lengths, padded=True)
-                self._graphs[(rows, width)] = _Graph(rows=rows, width=width, graph=graph, ids=ids, out=out)
-        torch.cuda.synchronize()
-        for rows, width in sorted(self._graphs, key=lambda s: (s[1], s[0])):
-            self._graph_rows.setdefault(width, []).append(rows)
-        memory_mib = (torch.cuda.memory_reserved(self._device) - base) / (1 << 20)
-        elapsed = time.monotonic() - started
-        self.info.update(
-            cuda_graphs=[[r, w] for r, w in sorted(self._graphs, key=lambda s: (s[1], s[0]))],
-            graph_memory_mib=round(memory_mib, 1), graph_capture_s=round(elapsed, 2),
-            graphs_skipped_for_memory=[[r, w] for r, w in skipped],
+        captured = self._graphs.capture(
+            lambda ids, lengths: self._compute(ids, lengths, padded=True),
+            device=self._device, shapes=shapes, pad_id=self._pad_id, memory_mb=self.tuning.graph_memory_mb,
         )
+        self.info.update(captured)
+        skipped = captured["graphs_skipped_for_memory"]
         log.info(
             "captured %d CUDA graphs in %.1f s, %.0f MiB of device memory; buckets (width: rows) %s%s",
-            len(self._graphs), elapsed, memory_mib,
-            "; ".join(f"{w}: {','.join(map(str, rs))}" for w, rs in self._graph_rows.items()),
+            len(self._graphs), captured["graph_capture_s"], captured["graph_memory_mib"],
+            "; ".join(f"{w}: {','.join(map(str, rs))}" for w, rs in self._graphs.rows_by_width.items()),
             f"; over the {self.tuning.graph_memory_mb} MiB budget, eager: {skipped}" if skipped else "",
         )
 
@@ -481,18 +378,9 @@ class TransformersEngine:
             ids[row, : len(seq)] = seq
             lengths[row] = len(seq)
 
-    def _bucket(self, count: int, longest: int) -> _Graph | None:
-        for width in self._graph_rows:  # ascending widths
-            if width >= longest:
-                for rows in self._graph_rows[width]:
-                    if rows >= count:
-                        return self._graphs[(rows, width)]
-                return None
-        return None
-
     def _replays(self, count: int, longest: int) -> bool:
         """Whether a batch of this shape is a graph replay (queued on the event loop)."""
-        return self._bucket(count, longest) is not None
+        return self._graphs.bucket(count, longest) is not None
 
     def _forward(self, seqs: list[list[int]]) -> "np.ndarray | Deferred":
         import torch
@@ -506,7 +394,7 @@ class TransformersEngine:
                 self._fill(ids_np, lengths_np, seqs)
                 padded = bool(lengths_np.min() < longest)
                 return self._compute(torch.from_numpy(ids_np), torch.from_numpy(lengths_np), padded=padded).numpy()
-            graph = self._bucket(count, longest)
+            graph = self._graphs.bucket(count, longest)
             rows, width = (graph.rows, graph.width) if graph is not None else (count, longest)
             slot = self._slots.get()
             try:
@@ -514,10 +402,7 @@ class TransformersEngine:
                 self._fill(slot.ids[: rows * width].reshape(rows, width), lengths_np, seqs)
                 ids_host = slot.ids_t[: rows * width].view(rows, width)
                 if graph is not None:
-                    graph.ids.copy_(ids_host, non_blocking=True)
-                    self._graph_lengths[:rows].copy_(slot.lengths_t[:rows], non_blocking=True)
-                    graph.graph.replay()
-                    out = graph.out
+                    out = self._graphs.replay(graph, ids_host, slot.lengths_t[:rows])
                 else:
                     ids = ids_host.to(self._device, non_blocking=True)
                     lengths = slot.lengths_t[:rows].to(self._device, non_blocking=True)
@@ -527,4 +412,4 @@ class TransformersEngine:
             except BaseException:
                 self._slots.put(slot)
                 raise
-            return _SlotVectors(self._slots, slot, count)
+            return SlotVectors(self._slots, slot, count)

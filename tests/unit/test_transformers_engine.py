@@ -19,7 +19,8 @@ from embedlab.errors import EngineError
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from embedlab.engines.transformers import GRAPH_WIDTHS, TransformersEngine, TransformersTuning, graph_shapes  # noqa: E402
+from embedlab.engines.cuda_graphs import GRAPH_WIDTHS, graph_shapes  # noqa: E402
+from embedlab.engines.transformers import TransformersEngine, TransformersTuning  # noqa: E402
 
 TEXTS = ["a short one", "a somewhat longer sentence about routing embeddings across workers", "mid length text here"]
 
