@@ -14,6 +14,7 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Coroutine, TypeVar
@@ -51,7 +52,7 @@ def body_for(model: str, *, inputs: int, tokens: int | None, text: str, base64: 
     return json.dumps(body).encode()
 
 
-async def _lane_group(url: str, body: bytes, count: int, lanes: int, start_at: float, stop_at: float) -> tuple[list[float], int, float]:
+async def _lane_group(url: str, body: bytes, count: int, lanes: int, start: Any, seconds: float | None) -> tuple[list[float], int, float, float]:
     import aiohttp
 
     latencies: list[float] = []
@@ -59,9 +60,14 @@ async def _lane_group(url: str, body: bytes, count: int, lanes: int, start_at: f
     remaining = count
     connector = aiohttp.TCPConnector(limit=lanes, force_close=False)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=300)) as session:
-        delay = start_at - time.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        # All processes start together, once every one has imported and is ready: on a
+        # loaded machine a fixed start time can pass before the last one is up.
+        try:
+            start.wait(timeout=120)
+        except threading.BrokenBarrierError:
+            pass
+        started = time.time()
+        stop_at = started + seconds if seconds is not None else float("inf")
 
         async def lane() -> None:
             nonlocal remaining, failed
@@ -81,7 +87,7 @@ async def _lane_group(url: str, body: bytes, count: int, lanes: int, start_at: f
 
         await asyncio.gather(*(lane() for _ in range(lanes)))
         last_done = time.time()  # before the session closes: teardown is not load
-    return latencies, failed, last_done
+    return latencies, failed, started, last_done
 
 
 def run_fast(main: Coroutine[Any, Any, T]) -> T:
@@ -95,9 +101,9 @@ def run_fast(main: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(main)
 
 
-def _process(args: tuple[str, bytes, int, int, float, float, Any]) -> None:
-    url, body, count, lanes, start_at, stop_at, queue = args
-    queue.put(run_fast(_lane_group(url, body, count, lanes, start_at, stop_at)))
+def _process(args: tuple[str, bytes, int, int, Any, float | None, Any]) -> None:
+    url, body, count, lanes, start, seconds, queue = args
+    queue.put(run_fast(_lane_group(url, body, count, lanes, start, seconds)))
 
 
 def run_load(
@@ -111,9 +117,8 @@ def run_load(
     counts[0] += requests - sum(counts)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    start_at = time.time() + 1.0 + 0.2 * processes  # all processes start together, after imports
-    stop_at = start_at + seconds if seconds is not None else float("inf")
-    procs = [ctx.Process(target=_process, args=((url, body, c, l, start_at, stop_at, queue),)) for c, l in zip(counts, lanes)]
+    start = ctx.Barrier(processes)
+    procs = [ctx.Process(target=_process, args=((url, body, c, l, start, seconds, queue),)) for c, l in zip(counts, lanes)]
     for p in procs:
         p.start()
     try:
@@ -125,9 +130,10 @@ def run_load(
         raise
     for p in procs:
         p.join()
-    ended = max(done for _, _, done in results)
-    latencies = np.array([x for lat, _, _ in results for x in lat])
-    failed = sum(f for _, f, _ in results)
+    start_at = min(started for _, _, started, _ in results)
+    ended = max(done for _, _, _, done in results)
+    latencies = np.array([x for lat, _, _, _ in results for x in lat])
+    failed = sum(f for _, f, _, _ in results)
     seconds = ended - start_at
     return LoadResult(
         requests=len(latencies), failed=failed, seconds=seconds, rps=len(latencies) / seconds,
