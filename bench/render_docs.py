@@ -537,9 +537,9 @@ buckets, and with `--engine-arg compile=true` for the compiled runs. Served inpu
 token ids of exactly 13 or 128 tokens; sentence-transformers gets texts that its
 tokenizer turns into exactly 13 or 128 tokens. Load comes from `bench/loadgen.py`
 (8 aiohttp processes), 5 s per step. The GPU image has no orjson, so the servers
-serialise with the standard library there. The figures come from commit a567ff8 (e322cc1
-once rebased onto main, the same engine and bench code); the
-later move of the graph code into `engines/cuda_graphs.py` (no change in behaviour) was
+serialise with the standard library there. The figures come from commit a567ff8, this branch
+before its rebase onto main (which changed none of the engine or bench code); the later
+move of the graph code into `engines/cuda_graphs.py` (no change in behaviour) was
 checked in a short run on the same kind of machine: the same 60 graphs, the same minimum
 cosines, c=1 p50 2.94 ms compiled, 3,965 seq/s at 128 tokens x16.
 """
