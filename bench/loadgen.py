@@ -14,6 +14,7 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Coroutine, TypeVar
@@ -51,7 +52,7 @@ def body_for(model: str, *, inputs: int, tokens: int | None, text: str, base64: 
     return json.dumps(body).encode()
 
 
-async def _lane_group(url: str, body: bytes, count: int, lanes: int, start_at: float) -> tuple[list[float], int]:
+async def _lane_group(url: str, body: bytes, count: int, lanes: int, start: Any, seconds: float | None) -> tuple[list[float], int, float, float]:
     import aiohttp
 
     latencies: list[float] = []
@@ -59,13 +60,18 @@ async def _lane_group(url: str, body: bytes, count: int, lanes: int, start_at: f
     remaining = count
     connector = aiohttp.TCPConnector(limit=lanes, force_close=False)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=300)) as session:
-        delay = start_at - time.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        # All processes start together, once every one has imported and is ready: on a
+        # loaded machine a fixed start time can pass before the last one is up.
+        try:
+            start.wait(timeout=120)
+        except threading.BrokenBarrierError:
+            pass
+        started = time.time()
+        stop_at = started + seconds if seconds is not None else float("inf")
 
         async def lane() -> None:
             nonlocal remaining, failed
-            while remaining > 0:
+            while remaining > 0 and time.time() < stop_at:
                 remaining -= 1
                 t = time.perf_counter()
                 try:
@@ -80,7 +86,8 @@ async def _lane_group(url: str, body: bytes, count: int, lanes: int, start_at: f
                     failed += 1
 
         await asyncio.gather(*(lane() for _ in range(lanes)))
-    return latencies, failed
+        last_done = time.time()  # before the session closes: teardown is not load
+    return latencies, failed, started, last_done
 
 
 def run_fast(main: Coroutine[Any, Any, T]) -> T:
@@ -94,20 +101,24 @@ def run_fast(main: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(main)
 
 
-def _process(args: tuple[str, bytes, int, int, float, Any]) -> None:
-    url, body, count, lanes, start_at, queue = args
-    queue.put(run_fast(_lane_group(url, body, count, lanes, start_at)))
+def _process(args: tuple[str, bytes, int, int, Any, float | None, Any]) -> None:
+    url, body, count, lanes, start, seconds, queue = args
+    queue.put(run_fast(_lane_group(url, body, count, lanes, start, seconds)))
 
 
-def run_load(url: str, body: bytes, *, requests: int, concurrency: int, processes: int | None = None, inputs_per_request: int = 1) -> LoadResult:
+def run_load(
+    url: str, body: bytes, *, requests: int, concurrency: int, processes: int | None = None, inputs_per_request: int = 1,
+    seconds: float | None = None,
+) -> LoadResult:
+    """`requests` in all, or as many as `seconds` allow (no new request starts after them)."""
     processes = max(1, min(processes or os.cpu_count() or 1, concurrency))
     lanes = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
     counts = [requests * l // concurrency for l in lanes]
     counts[0] += requests - sum(counts)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    start_at = time.time() + 1.0 + 0.2 * processes  # all processes start together, after imports
-    procs = [ctx.Process(target=_process, args=((url, body, c, l, start_at, queue),)) for c, l in zip(counts, lanes)]
+    start = ctx.Barrier(processes)
+    procs = [ctx.Process(target=_process, args=((url, body, c, l, start, seconds, queue),)) for c, l in zip(counts, lanes)]
     for p in procs:
         p.start()
     try:
@@ -119,9 +130,10 @@ def run_load(url: str, body: bytes, *, requests: int, concurrency: int, processe
         raise
     for p in procs:
         p.join()
-    ended = time.time()
-    latencies = np.array([x for lat, _ in results for x in lat])
-    failed = sum(f for _, f in results)
+    start_at = min(started for _, _, started, _ in results)
+    ended = max(done for _, _, _, done in results)
+    latencies = np.array([x for lat, _, _, _ in results for x in lat])
+    failed = sum(f for _, f, _, _ in results)
     seconds = ended - start_at
     return LoadResult(
         requests=len(latencies), failed=failed, seconds=seconds, rps=len(latencies) / seconds,

@@ -1,24 +1,42 @@
-"""Dynamic batching: concurrent requests share one forward pass.
+"""Dynamic batching: concurrent requests share one forward.
 
-A request's sequences wait at most `wait_ms` for company, or less once the batch is
-full; then one forward runs on a worker thread. Two batches may be in hand at once,
-so the next one gathers while the current one computes.
+Each request's sequences join a queue of their length bucket (the width a forward pads
+them to). The policy, and why:
 
-A forward may return a `Deferred` instead of the vectors: the GPU work is queued and a
-copy to host memory is pending. A second thread waits for it, so the forward thread can
-queue the next batch's kernels before the current batch finishes, and the GPU never
-waits for Python between batches.
+- A batch is *full* once it holds `max_batch_size` sequences, or once one more would
+  take its padded tokens (rows x bucket width) past `max_batch_tokens`. A full batch
+  launches at once, with up to `max_inflight` forwards in flight.
+- While a forward is in flight, a partial batch waits. Launched now, it would cost a whole
+  forward for a few sequences and delay the full ones behind it (the 256/249/7 cycle).
+- With the device idle, a partial batch launches once it holds as many sequences as the
+  last batch did (closed-loop clients come back in the numbers they left), or once no
+  sequence has arrived for `wait_ms` (the burst is over), or once its oldest sequence has
+  waited `max_wait_ms`.
+- A batch takes the bucket of the oldest waiting sequence and tops up with shorter ones,
+  which pad up to its width without another forward.
+
+A forward may return a `Deferred`: its kernels are queued and a copy to host memory is
+pending. A thread of its own waits for that, so the event loop never blocks on the
+device. A runner whose forwards only queue device work (CUDA graph replays) is called on
+the event loop itself (`inline`) when the device is idle: no thread hand-off, and so no
+wait for the GIL, stands between a lone request and its forward. With a forward already
+queued, a launch can block until the device drains its queue (a graph of ~1,600 kernels
+behind another took 110 ms to queue at 256 x 128), so it goes to the forward thread,
+which releases the GIL while it blocks, and the event loop keeps serving HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
+import collections
 import concurrent.futures
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
+
 
 class Deferred:
     """Vectors still on their way from the device; `wait()` returns them."""
@@ -30,115 +48,255 @@ class Deferred:
 RunBatch = Callable[[list[list[int]]], "np.ndarray | Deferred"]
 
 
-@dataclass(slots=True)
-class _Pending:
-    seqs: list[list[int]]
-    future: asyncio.Future[np.ndarray]
+@dataclass(frozen=True, kw_only=True)
+class BatchShapes:
+    """How an engine pads a batch: its length buckets and, for graphs, its row buckets.
+
+    Empty `widths` pads to the longest sequence in the batch; empty `rows` pads no rows.
+    """
+
+    widths: tuple[int, ...] = ()
+    rows: tuple[int, ...] = ()
+
+    def width(self, length: int) -> int:
+        """The bucket width a sequence of `length` tokens pads to (a power of two past the buckets)."""
+        i = bisect.bisect_left(self.widths, length)
+        if i < len(self.widths):
+            return self.widths[i]
+        return 1 << max(0, length - 1).bit_length()
+
+    def padded_rows(self, count: int) -> int:
+        i = bisect.bisect_left(self.rows, count)
+        return self.rows[i] if i < len(self.rows) else count
+
+
+class _Request:
+    __slots__ = ("future", "vectors", "remaining")
+
+    def __init__(self, future: asyncio.Future[np.ndarray], count: int) -> None:
+        self.future = future
+        self.vectors: np.ndarray | None = None
+        self.remaining = count
+
+
+class _Item:
+    __slots__ = ("request", "index", "seq", "arrived")
+
+    def __init__(self, request: _Request, index: int, seq: list[int], arrived: float) -> None:
+        self.request = request
+        self.index = index
+        self.seq = seq
+        self.arrived = arrived
 
 
 class DynamicBatcher:
     """Turns `await submit(seqs)` calls into batched `run_batch(all_seqs)` calls."""
 
-    def __init__(self, run_batch: RunBatch, *, max_batch_size: int = 64, max_batch_tokens: int = 16384, wait_ms: float = 2.0) -> None:
-        if max_batch_size < 1 or max_batch_tokens < 1:
-            raise ValueError("max_batch_size and max_batch_tokens must be positive")
+    def __init__(
+        self,
+        run_batch: RunBatch,
+        *,
+        max_batch_size: int = 64,
+        max_batch_tokens: int = 16384,
+        wait_ms: float = 2.0,
+        max_wait_ms: float | None = None,
+        max_inflight: int = 2,
+        shapes: BatchShapes | None = None,
+        inline: Callable[[int, int], bool] | None = None,
+    ) -> None:
+        if max_batch_size < 1 or max_batch_tokens < 1 or max_inflight < 1:
+            raise ValueError("max_batch_size, max_batch_tokens and max_inflight must be positive")
         self._run_batch = run_batch
+        self._inline = inline
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self.wait = wait_ms / 1000.0
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
-        # One thread: the device runs one forward at a time anyway.
+        self.max_wait = (max_wait_ms if max_wait_ms is not None else max(20.0, 10 * wait_ms)) / 1000.0
+        self.max_inflight = max_inflight
+        self.shapes = shapes or BatchShapes()
+        # width -> its queue, widths kept sorted so a batch can top up with shorter ones.
+        self._queues: dict[int, collections.deque[_Item]] = {}
+        self._widths: list[int] = []
+        self._waiting = 0
+        self._inflight = 0
+        self._expected = 1
+        self._last_arrival = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="forward")
         self._waiter = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="device-sync")
-        self._slots = asyncio.Semaphore(2)
-        self._task: asyncio.Task[None] | None = None
-        self._carry: _Pending | None = None
+        self._closed = False
         self.batches = 0
         self.sequences = 0
+        self.tokens = 0
+        self.padded_tokens = 0
+        self.batch_sizes: collections.Counter[int] = collections.Counter()
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._loop = asyncio.get_running_loop()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for queue in self._queues.values():
+            for item in queue:
+                if not item.request.future.done():
+                    item.request.future.cancel()
+        self._queues.clear()
+        self._widths.clear()
+        self._waiting = 0
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._waiter.shutdown(wait=True, cancel_futures=True)
 
-    async def submit(self, seqs: list[list[int]]) -> np.ndarray:
-        future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Pending(seqs, future))
+    def stats(self) -> dict[str, object]:
+        """Counts since start: forwards, sequences, real and padded tokens, batch-size histogram."""
+        return {
+            "batches": self.batches,
+            "sequences": self.sequences,
+            "tokens": self.tokens,
+            "padded_tokens": self.padded_tokens,
+            "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
+        }
+
+    async def submit(self, seqs: Sequence[list[int]]) -> np.ndarray:
+        if self._closed:
+            raise RuntimeError("the batcher is closed")
+        loop = self._loop or asyncio.get_running_loop()
+        self._loop = loop
+        future: asyncio.Future[np.ndarray] = loop.create_future()
+        request = _Request(future, len(seqs))
+        now = time.monotonic()
+        for index, seq in enumerate(seqs):
+            width = self.shapes.width(len(seq))
+            queue = self._queues.get(width)
+            if queue is None:
+                queue = self._queues[width] = collections.deque()
+                bisect.insort(self._widths, width)
+            queue.append(_Item(request, index, seq, now))
+        self._waiting += len(seqs)
+        self._last_arrival = now
+        self._pump()
         return await future
 
-    def _fits(self, batch: list[_Pending], count: int, longest: int, item: _Pending) -> bool:
-        if not batch:
-            return True
-        n = count + len(item.seqs)
-        width = max(longest, max(len(s) for s in item.seqs))
-        return n <= self.max_batch_size and n * width <= self.max_batch_tokens
+    # -- choosing and launching batches -----------------------------------------------
 
-    async def _gather(self) -> list[_Pending]:
-        first = self._carry or await self._queue.get()
-        self._carry = None
-        batch = [first]
-        count = len(first.seqs)
-        longest = max(len(s) for s in first.seqs)
-        deadline = time.monotonic() + self.wait
-        while count < self.max_batch_size:
-            remaining = deadline - time.monotonic()
-            try:
-                item = self._queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(self._queue.get(), remaining)
-            except (asyncio.QueueEmpty, asyncio.TimeoutError):
+    def _plan(self) -> tuple[int, int, bool]:
+        """The next batch as (width, sequences, full?) without taking it."""
+        # The oldest sequence's bucket; on a tie the widest, so shorter ones can top it up.
+        width = min(self._widths, key=lambda w: (self._queues[w][0].arrived, -w))
+        limit = self.max_batch_size
+        count = 0
+        for w in reversed(self._widths[: self._widths.index(width) + 1]):
+            count += len(self._queues[w])
+            if count >= limit:
                 break
-            if not self._fits(batch, count, longest, item):
-                self._carry = item
+        rows_cap = max(1, self.max_batch_tokens // width)
+        if count >= limit or count >= rows_cap:
+            return width, min(count, limit, rows_cap), True
+        return width, count, False
+
+    def _pump(self) -> None:
+        """Launch what the policy allows now; arm the timer for what it allows later."""
+        while self._waiting and self._inflight < self.max_inflight and not self._closed:
+            width, count, full = self._plan()
+            if not full:
+                if self._inflight:
+                    return  # the in-flight forward's completion calls _pump again
+                now = time.monotonic()
+                oldest = self._queues[width][0].arrived
+                if count < self._expected and now - self._last_arrival < self.wait and now - oldest < self.max_wait:
+                    self._arm(min(self._last_arrival + self.wait, oldest + self.max_wait))
+                    return
+            self._launch(self._take(width, count))
+
+    def _arm(self, when: float) -> None:
+        """Call _pump at monotonic time `when` (or earlier, if a timer is already set sooner)."""
+        assert self._loop is not None
+        if self._timer is not None:
+            if self._timer_at <= when:
+                return  # it fires no later, and _pump re-arms if it is still too soon
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self._loop.call_later(max(0.0, when - time.monotonic()), self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._pump()
+
+    def _take(self, width: int, count: int) -> list[_Item]:
+        taken: list[_Item] = []
+        stop = self._widths.index(width) + 1
+        for w in reversed(self._widths[:stop]):
+            queue = self._queues[w]
+            while queue and len(taken) < count:
+                taken.append(queue.popleft())
+            if len(taken) >= count:
                 break
-            batch.append(item)
-            count += len(item.seqs)
-            longest = max(longest, max(len(s) for s in item.seqs))
-        return batch
+        self._widths = [w for w in self._widths if self._queues[w]]
+        for w in [w for w, q in self._queues.items() if not q]:
+            del self._queues[w]
+        self._waiting -= len(taken)
+        return taken
 
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._slots.acquire()
-            try:
-                batch = await self._gather()
-            except BaseException:
-                self._slots.release()
-                raise
-            batch = [p for p in batch if not p.future.cancelled()]
-            if not batch:
-                self._slots.release()
-                continue
-            seqs = [s for p in batch for s in p.seqs]
-            self.batches += 1
-            self.sequences += len(seqs)
-            work = loop.run_in_executor(self._executor, self._run_batch, seqs)
-            work.add_done_callback(lambda done, batch=batch: self._settle(done, batch))
-
-    def _settle(self, done: "asyncio.Future[np.ndarray | Deferred]", batch: list[_Pending]) -> None:
-        if done.exception() is None and isinstance(done.result(), Deferred):
-            deferred = done.result()
-            synced = asyncio.get_running_loop().run_in_executor(self._waiter, deferred.wait)  # type: ignore[union-attr]
-            synced.add_done_callback(lambda finished: self._deliver(finished, batch))
+    def _launch(self, items: list[_Item]) -> None:
+        items = [item for item in items if not item.request.future.done()]
+        if not items:
             return
-        self._deliver(done, batch)  # type: ignore[arg-type]
+        seqs = [item.seq for item in items]
+        longest = max(len(s) for s in seqs)
+        self.batches += 1
+        self.sequences += len(seqs)
+        self.tokens += sum(len(s) for s in seqs)
+        self.padded_tokens += self.shapes.padded_rows(len(seqs)) * (
+            self.shapes.width(longest) if self.shapes.widths and longest <= self.shapes.widths[-1] else longest
+        )
+        self.batch_sizes[len(seqs)] += 1
+        self._expected = len(seqs)
+        idle = self._inflight == 0
+        self._inflight += 1
+        assert self._loop is not None
+        if idle and self._inline is not None and self._inline(len(seqs), longest):
+            done: asyncio.Future[np.ndarray | Deferred] = self._loop.create_future()
+            try:
+                done.set_result(self._run_batch(seqs))
+            except Exception as exc:  # delivered to the batch's requests as their error
+                done.set_exception(exc)
+            self._settle(done, items)
+        else:
+            work = self._loop.run_in_executor(self._executor, self._run_batch, seqs)
+            work.add_done_callback(lambda finished: self._settle(finished, items))
 
-    def _deliver(self, done: asyncio.Future[np.ndarray], batch: list[_Pending]) -> None:
-        self._slots.release()
-        error = done.exception()
-        offset = 0
-        for pending in batch:
-            n = len(pending.seqs)
-            if not pending.future.done():
-                if error is not None:
-                    pending.future.set_exception(error)
-                else:
-                    pending.future.set_result(done.result()[offset : offset + n])
-            offset += n
+    def _settle(self, done: "asyncio.Future[np.ndarray | Deferred]", items: list[_Item]) -> None:
+        if not done.cancelled() and done.exception() is None and isinstance(done.result(), Deferred):
+            assert self._loop is not None
+            deferred: Deferred = done.result()  # type: ignore[assignment]
+            synced = self._loop.run_in_executor(self._waiter, deferred.wait)
+            synced.add_done_callback(lambda finished: self._deliver(finished, items))
+            return
+        self._deliver(done, items)  # type: ignore[arg-type]
+
+    def _deliver(self, done: "asyncio.Future[np.ndarray]", items: list[_Item]) -> None:
+        self._inflight -= 1
+        error = done.exception() if not done.cancelled() else asyncio.CancelledError()
+        vectors = done.result() if error is None else None
+        for row, item in enumerate(items):
+            request = item.request
+            if request.future.done():
+                continue
+            if error is not None:
+                request.future.set_exception(error)
+                continue
+            assert vectors is not None
+            if request.remaining == 1 and request.vectors is None:
+                # One sequence: a view of the batch's rows, no copy.
+                request.future.set_result(vectors[row : row + 1])
+                continue
+            if request.vectors is None:  # first of its rows back: remaining is still its count
+                request.vectors = np.empty((request.remaining, vectors.shape[1]), dtype=vectors.dtype)
+            request.vectors[item.index] = vectors[row]
+            request.remaining -= 1
+            if request.remaining == 0:
+                request.future.set_result(request.vectors)
+        self._pump()

@@ -1,17 +1,40 @@
-"""A real model from a local directory through torch: AutoModel + AutoTokenizer + pooling."""
+"""A real model from a local directory through torch: AutoModel + AutoTokenizer + pooling.
+
+The forward path never waits for the device, so the host queues one batch while the
+device computes the last:
+
+- Attention inputs are built from the batch's lengths on the device. A causal model with
+  right padding needs no mask at all (a real token never sees the padding after it), so
+  none is passed, and SDPA runs its causal kernel; a bidirectional model gets a prebuilt
+  4-D key-padding mask. Either way transformers' own mask code, which reads the mask on
+  the host (`padding_mask.all()`), never runs.
+- Inputs go to the device from pinned host buffers and vectors come back into them, each
+  copy asynchronous; an event says when a batch's vectors are home.
+- On CUDA, forwards of a few (rows, width) buckets are captured as CUDA graphs at start-up
+  and replayed with the batch padded to the bucket: one launch instead of ~1,600. Shapes
+  past the buckets, or past the graph memory budget, run eagerly on the same no-sync path.
+- `--engine-arg compile=true` compiles the repeated blocks (the decoder layers) with
+  torch.compile before capture, so the graphs replay fused kernels.
+
+On CPU none of the CUDA machinery runs: a forward pads to the longest sequence in its
+batch, as before, with the same mask-free inputs.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import queue
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import EngineError
 from .base import POOLINGS, Embeddings, EngineOptions, InvalidInput, check_length, model_dir
-from .batching import Deferred, DynamicBatcher
+from .batching import BatchShapes, Deferred, DynamicBatcher
+from .cuda_graphs import GRAPH_WIDTHS, GraphSet, Slot, SlotVectors, graph_shapes
 from .tiny import default_pooling
 
 if TYPE_CHECKING:
@@ -19,17 +42,65 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("embedlab.engines.transformers")
 
+@dataclass(frozen=True, kw_only=True)
+class TransformersTuning:
+    """The transformers engine's own settings, from `--engine-arg KEY=VALUE`.
 
-def pool(hidden: "torch.Tensor", mask: "torch.Tensor", pooling: str) -> "torch.Tensor":
-    """Pool right-padded hidden states [batch, seq, dim] with their attention mask."""
+    cuda_graphs: capture the graph buckets on CUDA (ignored on CPU).
+    compile: torch.compile the model's repeated blocks before capture.
+    graph_widths: the length buckets to capture.
+    graph_memory_mb: stop capturing once graphs hold this much device memory; larger
+        shapes then run eagerly.
+    max_inflight: forwards queued on the device at once.
+    """
+
+    cuda_graphs: bool = True
+    compile: bool = False
+    graph_widths: tuple[int, ...] = GRAPH_WIDTHS
+    graph_memory_mb: int = 16384
+    max_inflight: int = 2
+
+    @classmethod
+    def parse(cls, extra: Mapping[str, object]) -> "TransformersTuning":
+        known = {"cuda_graphs", "compile", "graph_widths", "graph_memory_mb", "max_inflight"}
+        unknown = sorted(set(extra) - known)
+        if unknown:
+            raise EngineError(
+                f"unknown --engine-arg for the transformers engine: {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        values: dict[str, Any] = {}
+        for key in ("cuda_graphs", "compile"):
+            if key in extra:
+                value = extra[key]
+                if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+                    value = value.lower() in ("true", "1")
+                if not isinstance(value, bool):
+                    raise EngineError(f"--engine-arg {key} must be true or false, got {value!r}")
+                values[key] = value
+        for key in ("graph_memory_mb", "max_inflight"):
+            if key in extra:
+                value = extra[key]
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise EngineError(f"--engine-arg {key} must be a positive integer, got {value!r}")
+                values[key] = value
+        if "graph_widths" in extra:
+            widths = extra["graph_widths"]
+            if not isinstance(widths, list) or not widths or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths):
+                raise EngineError(f"--engine-arg graph_widths must be a JSON list of positive integers, got {widths!r}")
+            values["graph_widths"] = tuple(sorted(set(widths)))
+        return cls(**values)
+
+
+def pool(hidden: "torch.Tensor", lengths: "torch.Tensor", valid: "torch.Tensor | None", pooling: str) -> "torch.Tensor":
+    """Pool right-padded hidden states [batch, seq, dim]; `valid` marks real tokens (MEAN only)."""
     import torch
 
     if pooling == "cls":
         return hidden[:, 0]
     if pooling == "last":
-        last = mask.sum(dim=1) - 1
-        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-    weights = mask.unsqueeze(-1).to(hidden.dtype)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), lengths - 1]
+    assert valid is not None
+    weights = valid.unsqueeze(-1).to(hidden.dtype)
     return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
 
 
@@ -41,6 +112,7 @@ class TransformersEngine:
         if options.model_path is None:
             raise EngineError("the transformers engine needs --model-path DIR (a local model directory)")
         self.options = options
+        self.tuning = TransformersTuning.parse(options.extra_args)
         self.model_path = Path(options.model_path)
         self.pooling = (options.pooling or default_pooling(self.model_path)).lower()
         if self.pooling not in POOLINGS:
@@ -52,15 +124,30 @@ class TransformersEngine:
         self._device: Any = None
         self._pad_id = 0
         self._vocab_size = 0
+        # How attention sees padding: "causal" (no mask), "key_padding" (4-D mask built
+        # here), or "transformers" (a 2-D mask through transformers' own code, which
+        # syncs; the fallback for models where neither of ours is known to be right).
+        self.attention = "transformers"
+        self._mask_mapping: dict[str, None] = {}
+        self._graphs = GraphSet()
+        self._slots: queue.SimpleQueue[Slot] = queue.SimpleQueue()
         self._batcher: DynamicBatcher | None = None
+        self.info: dict[str, Any] = {}
+
+    # -- start-up -----------------------------------------------------------------------
 
     async def start(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._load)
+        widths = tuple(sorted({w for _, w in self._graphs.graphs}))
+        rows = tuple(sorted({r for r, _ in self._graphs.graphs}))
         self._batcher = DynamicBatcher(
             self._forward,
             max_batch_size=self.options.max_batch_size,
             max_batch_tokens=self.options.max_batch_tokens,
             wait_ms=self.options.batch_wait_ms,
+            max_inflight=self.tuning.max_inflight,
+            shapes=BatchShapes(widths=widths, rows=rows),
+            inline=self._replays if self._graphs else None,
         )
         self._batcher.start()
 
@@ -89,14 +176,131 @@ class TransformersEngine:
         self.max_model_len = min(self.options.max_model_len or limit, limit)
         pad = self._tokenizer.pad_token_id
         self._pad_id = int(pad if pad is not None else 0)
+        self.attention = self._choose_attention()
+        self.info = {
+            "device": str(self._device), "dtype": self.options.dtype, "pooling": self.pooling,
+            "attention": self.attention, "compile": self.tuning.compile, "cuda_graphs": [],
+        }
+        if self._device.type == "cuda":
+            tokens = max(self.options.max_batch_tokens, self.max_model_len, self.options.max_batch_size * max(self.tuning.graph_widths))
+            # One slot more than the batcher keeps in flight: filling the next batch never
+            # waits for the device to finish with a slot.
+            for _ in range(self.tuning.max_inflight + 1):
+                self._slots.put(Slot(tokens=tokens, rows=self.options.max_batch_size, dim=self.dim))
+            if self.tuning.compile:
+                self._compile()
+            if self.tuning.cuda_graphs and self.attention != "transformers":
+                self._capture_or_fall_back()
         log.info(
-            "loaded %s: dim %d, pooling %s, %s on %s, max_model_len %d",
-            self.model_path, self.dim, self.pooling, self.options.dtype, device, self.max_model_len,
+            "loaded %s: dim %d, pooling %s, %s on %s, max_model_len %d, attention %s",
+            self.model_path, self.dim, self.pooling, self.options.dtype, device, self.max_model_len, self.attention,
+        )
+
+    def _choose_attention(self) -> str:
+        """Pick the no-sync attention inputs this model supports, proven on a padded probe."""
+        import torch
+
+        flags = {bool(m.is_causal) for m in self._model.modules() if hasattr(m, "is_causal")}
+        layer_types = set(getattr(self._model.config, "layer_types", None) or ["full_attention"])
+        implementation = getattr(self._model.config, "_attn_implementation", None)
+        if flags == {True} and layer_types == {"full_attention"}:
+            # Models of this family take a prepared mask per layer type, and None means
+            # "plain causal" to their SDPA path. Sliding-window layers would need a real mask.
+            candidate = "causal"
+            self._mask_mapping = {"full_attention": None}
+        elif flags == {False} and implementation in ("sdpa", "eager"):
+            candidate = "key_padding"
+        else:
+            return "transformers"
+        # The probe: two right-padded sequences through our inputs and through transformers'
+        # own 2-D-mask path. Any model that disagrees (or refuses a prepared mask) keeps
+        # transformers' path.
+        lengths = [5, 3]
+        ids = torch.full((2, 5), self._pad_id, dtype=torch.int64)
+        gen = torch.Generator().manual_seed(0)
+        for row, n in enumerate(lengths):
+            ids[row, :n] = torch.randint(min(10, self._vocab_size - 1), self._vocab_size, (n,), generator=gen)
+        ids = ids.to(self._device)
+        lens = torch.tensor(lengths, device=self._device)
+        try:
+            with torch.inference_mode():
+                self.attention = candidate
+                ours = self._compute(ids, lens, padded=True)
+                self.attention = "transformers"
+                theirs = self._compute(ids, lens, padded=True)
+        except Exception as exc:  # a model that takes no prepared mask: keep its own path
+            log.info("attention inputs %s not accepted by this model (%s); using transformers' masks", candidate, exc)
+            return "transformers"
+        cosine = torch.nn.functional.cosine_similarity(ours.float(), theirs.float(), dim=-1).min().item()
+        if cosine < 0.999:
+            log.warning("attention inputs %s disagree with transformers' (cosine %.5f); using transformers' masks", candidate, cosine)
+            return "transformers"
+        return candidate
+
+    def _compile(self) -> None:
+        """Compile the repeated blocks, once for all of them (regional compilation)."""
+        import torch
+
+        names = set(getattr(self._model, "_no_split_modules", None) or [])
+        blocks = [m for m in self._model.modules() if type(m).__name__ in names]
+        # Every block and bucket shares one compiled artifact; never fall back to eager
+        # silently because the default recompile limit ran out.
+        for attribute in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, attribute):
+                setattr(torch._dynamo.config, attribute, max(64, getattr(torch._dynamo.config, attribute)))
+        for block in blocks or [self._model]:
+            block.compile(dynamic=True)
+        log.info("torch.compile: %d %s blocks", len(blocks) or 1, "/".join(sorted(names)) or "whole-model")
+
+    def _capture_or_fall_back(self) -> None:
+        """Capture; if that fails, serve without compile, then without graphs, and say so."""
+        import torch
+
+        for attempt in ("as configured", "without compile"):
+            try:
+                self._capture()
+                return
+            except Exception as exc:  # a worker that serves slower beats one that does not start
+                log.warning("CUDA graph capture failed (%s): %s: %s", attempt, exc.__class__.__name__, exc)
+                self.info.setdefault("graph_capture_errors", []).append(f"{attempt}: {exc.__class__.__name__}: {exc}")
+                self._graphs.clear()
+                torch.cuda.synchronize()
+                if not self.tuning.compile or attempt != "as configured":
+                    return
+                for block in self._model.modules():
+                    if getattr(block, "_compiled_call_impl", None) is not None:
+                        block._compiled_call_impl = None
+                self.info["compile"] = False
+
+    def _capture(self) -> None:
+        shapes = graph_shapes(
+            max_batch_size=self.options.max_batch_size, max_batch_tokens=self.options.max_batch_tokens,
+            widths=self.tuning.graph_widths, max_model_len=self.max_model_len,
+        )
+        if not shapes:
+            return
+        captured = self._graphs.capture(
+            lambda ids, lengths: self._compute(ids, lengths, padded=True),
+            device=self._device, shapes=shapes, pad_id=self._pad_id, memory_mb=self.tuning.graph_memory_mb,
+        )
+        self.info.update(captured)
+        skipped = captured["graphs_skipped_for_memory"]
+        log.info(
+            "captured %d CUDA graphs in %.1f s, %.0f MiB of device memory; buckets (width: rows) %s%s",
+            len(self._graphs), captured["graph_capture_s"], captured["graph_memory_mib"],
+            "; ".join(f"{w}: {','.join(map(str, rs))}" for w, rs in self._graphs.rows_by_width.items()),
+            f"; over the {self.tuning.graph_memory_mb} MiB budget, eager: {skipped}" if skipped else "",
         )
 
     async def close(self) -> None:
         if self._batcher is not None:
             await self._batcher.close()
+
+    def describe(self) -> dict[str, Any]:
+        """What `/health` shows: device, attention inputs, captured buckets, batch histogram."""
+        return {**self.info, "batching": self._batcher.stats() if self._batcher is not None else None}
+
+    # -- requests -----------------------------------------------------------------------
 
     def tokenize(self, inputs: Sequence[str] | Sequence[Sequence[int]]) -> list[list[int]]:
         if isinstance(inputs[0], str):
@@ -117,44 +321,95 @@ class TransformersEngine:
         vectors = await self._batcher.submit(seqs)
         return Embeddings(vectors=vectors, prompt_tokens=sum(len(s) for s in seqs))
 
+    # -- the forward path ---------------------------------------------------------------
+
+    def _compute(self, ids: "torch.Tensor", lengths: "torch.Tensor", *, padded: bool) -> "torch.Tensor":
+        """Pooled, optionally normalised float32 vectors of right-padded `ids` [rows, width].
+
+        Nothing here reads a device value on the host, so it queues without waiting and
+        can be captured in a CUDA graph.
+        """
+        import torch
+
+        width = ids.shape[1]
+        valid = None
+        if self.pooling == "mean" or (padded and self.attention != "causal"):
+            valid = torch.arange(width, device=ids.device) < lengths[:, None]
+        if self.attention == "causal":
+            attention: Any = self._mask_mapping
+        elif self.attention == "key_padding":
+            if not padded:
+                attention = None
+            elif getattr(self._model.config, "_attn_implementation", None) == "sdpa":
+                attention = valid[:, None, None, :]  # type: ignore[index]
+            else:  # eager attention adds its mask to the scores
+                attention = (~valid[:, None, None, :]).to(self._model.dtype) * torch.finfo(self._model.dtype).min  # type: ignore[index]
+        else:
+            attention = valid.to(torch.int64) if valid is not None else None
+        # No KV cache: decoder configs default to filling one, which an embedding never reads.
+        hidden = self._model(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
+        pooled = pool(hidden, lengths, valid, self.pooling).float()
+        if self.options.normalize:
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
+        return pooled
+
+    def bucket_vectors(self, seqs: list[list[int]], *, rows: int, width: int) -> np.ndarray:
+        """`seqs` padded to a (rows, width) bucket and run eagerly, as that bucket's graph would be.
+
+        For parity checks on any device: padding rows and columns must not move a vector.
+        """
+        import torch
+
+        if not len(seqs) <= rows or max(len(s) for s in seqs) > width:
+            raise ValueError(f"{len(seqs)} sequences of up to {max(len(s) for s in seqs)} tokens do not fit ({rows}, {width})")
+        ids_np = np.empty((rows, width), dtype=np.int64)
+        lengths_np = np.empty(rows, dtype=np.int64)
+        self._fill(ids_np, lengths_np, seqs)
+        with torch.inference_mode():
+            ids = torch.from_numpy(ids_np).to(self._device)
+            lengths = torch.from_numpy(lengths_np).to(self._device)
+            return self._compute(ids, lengths, padded=True)[: len(seqs)].cpu().numpy()
+
+    def _fill(self, ids: np.ndarray, lengths: np.ndarray, seqs: list[list[int]]) -> None:
+        """Right-pad `seqs` into `ids` [rows, width]; rows past them get one pad token each."""
+        ids.fill(self._pad_id)
+        lengths.fill(1)  # padding rows: their vectors are dropped
+        for row, seq in enumerate(seqs):
+            ids[row, : len(seq)] = seq
+            lengths[row] = len(seq)
+
+    def _replays(self, count: int, longest: int) -> bool:
+        """Whether a batch of this shape is a graph replay (queued on the event loop)."""
+        return self._graphs.bucket(count, longest) is not None
+
     def _forward(self, seqs: list[list[int]]) -> "np.ndarray | Deferred":
         import torch
 
-        # Oversized requests run in chunks, so one huge request cannot exhaust memory.
-        step = self.options.max_batch_size
-        if len(seqs) > step:
-            parts = [self._forward(seqs[i : i + step]) for i in range(0, len(seqs), step)]
-            return np.concatenate([p.wait() if isinstance(p, Deferred) else p for p in parts])
-        width = max(len(s) for s in seqs)
-        # Build on numpy: one small torch tensor per row costs more than the copy itself.
-        ids_np = np.full((len(seqs), width), self._pad_id, dtype=np.int64)
-        lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
-        for row, seq in enumerate(seqs):
-            ids_np[row, : len(seq)] = seq
-        mask_np = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
-        ids = torch.from_numpy(ids_np).to(self._device)
-        mask = torch.from_numpy(mask_np).to(self._device)
+        count = len(seqs)
+        longest = max(len(s) for s in seqs)
         with torch.inference_mode():
-            hidden = self._model(input_ids=ids, attention_mask=mask).last_hidden_state
-            pooled = pool(hidden, mask, self.pooling).float()
-            if self.options.normalize:
-                pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
-            if self._device.type == "cuda":
-                return _DeviceCopy(pooled)
-        return pooled.cpu().numpy()
-
-
-class _DeviceCopy(Deferred):
-    """An asynchronous copy to pinned host memory, queued behind the batch's kernels."""
-
-    def __init__(self, pooled: "torch.Tensor") -> None:
-        import torch
-
-        self.host = torch.empty(pooled.shape, dtype=pooled.dtype, pin_memory=True)
-        self.host.copy_(pooled, non_blocking=True)
-        self.done = torch.cuda.Event()
-        self.done.record()
-
-    def wait(self) -> np.ndarray:
-        self.done.synchronize()
-        return self.host.numpy()
+            if self._device.type != "cuda":
+                ids_np = np.empty((count, longest), dtype=np.int64)
+                lengths_np = np.empty(count, dtype=np.int64)
+                self._fill(ids_np, lengths_np, seqs)
+                padded = bool(lengths_np.min() < longest)
+                return self._compute(torch.from_numpy(ids_np), torch.from_numpy(lengths_np), padded=padded).numpy()
+            graph = self._graphs.bucket(count, longest)
+            rows, width = (graph.rows, graph.width) if graph is not None else (count, longest)
+            slot = self._slots.get()
+            try:
+                lengths_np = slot.lengths[:rows]
+                self._fill(slot.ids[: rows * width].reshape(rows, width), lengths_np, seqs)
+                ids_host = slot.ids_t[: rows * width].view(rows, width)
+                if graph is not None:
+                    out = self._graphs.replay(graph, ids_host, slot.lengths_t[:rows])
+                else:
+                    ids = ids_host.to(self._device, non_blocking=True)
+                    lengths = slot.lengths_t[:rows].to(self._device, non_blocking=True)
+                    out = self._compute(ids, lengths, padded=bool(lengths_np.min() < longest))
+                slot.out_t[:count].copy_(out[:count], non_blocking=True)
+                slot.done.record()
+            except BaseException:
+                self._slots.put(slot)
+                raise
+            return SlotVectors(self._slots, slot, count)

@@ -199,6 +199,9 @@ class Worker:
             "engine": self.config.engine,
             "url": self.url,
         }
+        describe = getattr(self.engine, "describe", None)
+        if describe is not None and self.state not in ("starting", "loading"):
+            payload["engine_info"] = describe()  # e.g. the captured CUDA graph buckets, the batch histogram
         return json_response(payload, status=200 if self.state == "ready" else 503)
 
     @property
