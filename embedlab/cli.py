@@ -79,11 +79,8 @@ def _add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--worker-arg", action="append", default=[], help="extra argument for every worker (repeat)")
     p.add_argument("--json", type=Path, default=None, help="write the full result as JSON here")
     p.add_argument("--plot", type=Path, default=None, help="write the scenario's main figure (PNG) here")
-    p.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None,
-        help="show the launch (which process, what it waits for, how long) and a bar per burst, on stderr "
-        "(default: the launch alone, when stderr is a terminal)",
-    )
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show the launch and a bar per burst, on stderr (default: the launch alone, on a terminal)")
     p.set_defaults(run=_run_scenario)
 
 
@@ -100,8 +97,7 @@ def _run_scenario(args: argparse.Namespace) -> int:
         victim=args.victim, kill_after=args.kill_after, progress=bool(args.progress), discovery=args.discovery,
         hosts=args.hosts, lease_ttl=args.lease_ttl, restart=args.restart, etcd_endpoints=args.etcd_endpoints,
     )
-    show_launch = sys.stderr.isatty() if args.progress is None else args.progress
-    result = run_scenario(plan, launch_progress=show_launch)
+    result = run_scenario(plan, launch_progress=sys.stderr.isatty() if args.progress is None else args.progress)
     with _pandas_display():
         print(table(result).drop(columns=["ok"]).to_string(index=False))
     for burst in result.bursts:
