@@ -59,7 +59,7 @@ def result_table(result: ScenarioResult) -> "pd.DataFrame":
                     "endpoint": w.endpoint or "",
                 }
             )
-    columns = ["burst", "worker", "serves", "before", "after", "delta", "expected_to_move", "expected_delta", "ok"]
+    columns = ["burst", "worker", "serves", "before", "after", "delta", "expected_to_move", "expected_delta", "ok", "endpoint"]
     frame = pd.DataFrame(rows, columns=columns)
     for column in ("before", "after", "delta"):
         frame[column] = frame[column].astype("Int64")  # integers, with <NA> for a worker that was not read

@@ -133,3 +133,26 @@ def test_check_kernel_says_how_to_install_a_missing_or_foreign_kernel(tmp_path: 
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
     with pytest.raises(ConfigError, match="runs /other/.venv/bin/python, not this Python"):
         check_kernel("embedlab-elsewhere")
+
+
+def test_launch_progress_counts_processes_launched_after_a_first_wait() -> None:
+    # The dynamo stack on etcd starts etcd and waits for it before it starts the rest.
+    log = io.StringIO()
+    progress = LaunchProgress(file=log, notebook=False)
+    for event in [
+        LaunchEvent("starting", "etcd"), LaunchEvent("waiting", "etcd", "its /health answered 200"),
+        LaunchEvent("ready", "etcd", "its /health answered 200", 0.3),
+        LaunchEvent("starting", "frontend"), LaunchEvent("starting", "worker-0"),
+        LaunchEvent("waiting", "frontend", "its /health answered 200"), LaunchEvent("ready", "frontend", "its /health answered 200", 0.6),
+        LaunchEvent("waiting", "worker-0", "listed"), LaunchEvent("ready", "worker-0", "listed", 0.8),
+        LaunchEvent("done", seconds=1.2),
+    ]:
+        progress(event)
+    assert log.getvalue().splitlines() == [
+        "started etcd; waiting until each is ready",
+        "etcd ready after 0.3 s (its /health answered 200)",
+        "started frontend, worker-0; waiting until each is ready",
+        "frontend ready after 0.6 s (its /health answered 200)",
+        "worker-0 ready after 0.8 s (listed)",
+        "all 3 processes ready in 1.2 s",
+    ]
