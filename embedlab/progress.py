@@ -36,8 +36,8 @@ class LaunchEvent:
     - `waiting`: the harness waits for `process` to be ready; `detail` says what for.
     - `poll`: still waiting (several times a second).
     - `ready`: `process` is ready.
-    - `failed`: the start failed (`process` empty where no wait was under way); `detail`
-      is the error's first line.
+    - `failed`: the start failed, in the wait under way if any; `detail` is the error's
+      first line (the full error, with its log tail, is what `start()` raises).
     - `done`: every process was ready; `seconds` is the whole start.
 
     `seconds` of `waiting`, `poll` and `ready` count from the process's launch.
@@ -223,7 +223,7 @@ def _is_terminal(file: TextIO) -> bool:
 LAUNCH_FORMAT = "{n_fmt}/{total_fmt} ready [{elapsed}] {bar:12} {desc}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LaunchProgress:
     """Shows a deployment's start: which process it waits for, on what, and for how long.
 
