@@ -233,9 +233,8 @@ class Deployment:
         if gpu is not None:
             env[CUDA_VISIBLE_ENV] = gpu
         argv = self._context().host_of(pspec.worker).wrap(pspec.argv) if pspec.worker is not None else pspec.argv
-        proc = ManagedProcess(pspec.name, argv, log_path=self.run_dir / f"{pspec.name}.log", env=env, stop_timeout=stop_timeout).start()
-        self._report.emit("starting", proc.name, str(proc.log_path))
-        return proc
+        proc = ManagedProcess(pspec.name, argv, log_path=self.run_dir / f"{pspec.name}.log", env=env, stop_timeout=stop_timeout)
+        return self._report.started(proc.start())
 
     def _wait_service(self, client: httpx.Client, service: ProcessSpec) -> None:
         proc, url = self.services[service.role], service.ready_url

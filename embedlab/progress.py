@@ -67,6 +67,11 @@ class LaunchReport:
         if self.observer is not None and self.active():
             self.observer(LaunchEvent(kind, process, detail, seconds))
 
+    def started(self, proc: "ManagedProcess") -> "ManagedProcess":
+        """`proc` was launched (its log is the event's detail); returns it."""
+        self.emit("starting", proc.name, str(proc.log_path))
+        return proc
+
     def failed(self, exc: BaseException) -> None:
         """The start failed with `exc`: its first line, for the process the report waited on."""
         self.emit("failed", detail=(str(exc).strip().splitlines() or [type(exc).__name__])[0])
