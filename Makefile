@@ -8,7 +8,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 PYTEST_ARGS ?=
 OUT ?= outputs
 
-.PHONY: run test lab install dynamo vllm routers clean-venv test-debs cluster-debs
+.PHONY: run test lab install kernel dynamo vllm routers clean-venv test-debs cluster-debs
 
 run: install routers cluster-debs
 	$(BIN)/embedlab regress --out $(OUT)
@@ -28,11 +28,20 @@ ifneq ($(EMBEDLAB_ALLOW_NO_BROWSER),1)
 	@scripts/ensure-debs "or skip the browser tests on purpose: make test EMBEDLAB_ALLOW_NO_BROWSER=1" chromium:chromium
 endif
 
-# JupyterLab refuses root without --allow-root, and containers often run as root.
+# JupyterLab refuses root without --allow-root, and containers often run as root. New
+# notebooks get the project's kernel too.
 lab: install
-	$(BIN)/jupyter lab --ip 127.0.0.1 --no-browser --notebook-dir notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(BIN)/jupyter lab --ip 127.0.0.1 --no-browser --notebook-dir notebooks \
+	  --MappingKernelManager.default_kernel_name=embedlab $(if $(filter 0,$(shell id -u)),--allow-root)
 
-install: $(VENV)/.stamp-base $(VENV)/.stamp-dynamo $(VENV)/.stamp-vllm
+install: $(VENV)/.stamp-base $(VENV)/.stamp-dynamo $(VENV)/.stamp-vllm kernel
+
+# The Jupyter kernel `embedlab`, which every notebook names and `embedlab regress` runs:
+# this venv's Python, registered for the user (~/.local/share/jupyter/kernels/embedlab),
+# where a JupyterLab from any install finds it. Registered on every run: it is quick,
+# and it points the kernel back here if another checkout's `make install` took it.
+kernel: $(VENV)/.stamp-base
+	$(BIN)/python -m ipykernel install --user --name embedlab --display-name "Python (embedlab)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str] = {
     "CheckFailedError": "errors",
     "ConfigError": "errors",
     "CounterResetError": "errors",
+    "DeploymentStoppedError": "errors",
     "EmbedlabError": "errors",
     "EngineError": "errors",
     "MetricNotFoundError": "errors",
@@ -45,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "Snapshot": "metrics",
     "scrape": "metrics",
     "ManagedProcess": "process",
+    "LaunchProgress": "progress",
     "Matrix": "regression",
     "RegressRun": "regression",
     "load_matrix": "regression",
@@ -53,15 +55,19 @@ _EXPORTS: dict[str, str] = {
     "ScenarioPlan": "scenarios.plans",
     "ScenarioResult": "scenarios.results",
     "SweepResult": "scenarios.explore",
+    "check_explore": "scenarios.explore",
     "drain": "scenarios.resilience",
     "failover": "scenarios.resilience",
     "multi_model_dispatch": "scenarios.dispatch",
+    "live_deployment": "scenarios.live",
     "register_scenario": "scenarios.registry",
     "ConformanceMatrix": "scenarios.battery",
     "run_battery": "scenarios.battery",
     "run_scenario": "scenarios.plans",
     "same_model_load_balance": "scenarios.dispatch",
     "scenario_names": "scenarios.registry",
+    "start_deployment": "scenarios.live",
+    "stop_deployment": "scenarios.live",
     "DeploymentSpec": "specs",
     "WorkerSpec": "specs",
     "BurstResult": "traffic",
@@ -104,6 +110,7 @@ if TYPE_CHECKING:
         CheckFailedError as CheckFailedError,
         ConfigError as ConfigError,
         CounterResetError as CounterResetError,
+        DeploymentStoppedError as DeploymentStoppedError,
         EmbedlabError as EmbedlabError,
         EngineError as EngineError,
         MetricNotFoundError as MetricNotFoundError,
@@ -124,6 +131,7 @@ if TYPE_CHECKING:
         scrape as scrape,
     )
     from .process import ManagedProcess as ManagedProcess
+    from .progress import LaunchProgress as LaunchProgress
     from .regression import (
         Matrix as Matrix,
         RegressRun as RegressRun,
@@ -138,6 +146,12 @@ if TYPE_CHECKING:
     from .scenarios.explore import (
         Explorer as Explorer,
         SweepResult as SweepResult,
+        check_explore as check_explore,
+    )
+    from .scenarios.live import (
+        live_deployment as live_deployment,
+        start_deployment as start_deployment,
+        stop_deployment as stop_deployment,
     )
     from .scenarios.plans import (
         ScenarioPlan as ScenarioPlan,

@@ -79,7 +79,8 @@ def _add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--worker-arg", action="append", default=[], help="extra argument for every worker (repeat)")
     p.add_argument("--json", type=Path, default=None, help="write the full result as JSON here")
     p.add_argument("--plot", type=Path, default=None, help="write the scenario's main figure (PNG) here")
-    p.add_argument("--progress", action="store_true")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show the launch and a bar per burst, on stderr (default: the launch alone, on a terminal)")
     p.set_defaults(run=_run_scenario)
 
 
@@ -93,10 +94,10 @@ def _run_scenario(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, seed=args.seed, router_mode=args.router_mode, pooling=args.pooling,
         max_model_len=args.max_model_len, frontend_url=args.frontend_url, system_urls=tuple(args.system_url),
         metric=args.metric, run_dir=args.run_dir, startup_timeout=args.startup_timeout, worker_args=tuple(args.worker_arg),
-        victim=args.victim, kill_after=args.kill_after, progress=args.progress, discovery=args.discovery,
+        victim=args.victim, kill_after=args.kill_after, progress=bool(args.progress), discovery=args.discovery,
         hosts=args.hosts, lease_ttl=args.lease_ttl, restart=args.restart, etcd_endpoints=args.etcd_endpoints,
     )
-    result = run_scenario(plan)
+    result = run_scenario(plan, launch_progress=sys.stderr.isatty() if args.progress is None else args.progress)
     with _pandas_display():
         print(table(result).drop(columns=["ok"]).to_string(index=False))
     for burst in result.bursts:

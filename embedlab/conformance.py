@@ -20,7 +20,7 @@ from .defaults import CELL_TIMEOUT_S
 from .errors import ConfigError
 from .jsonio import write_json
 from .matrix import GENERIC_NOTEBOOK, Job, default_notebook_dir
-from .regression import Outcome, new_run_dir, run_job
+from .regression import Outcome, check_kernel, new_run_dir, run_job
 from .report import write_conformance, write_junit
 from .scenarios.battery import BATTERY, BATTERY_STACKS, Cell, ConformanceMatrix, cell_text, stack_versions
 from .scenarios.registry import SCENARIOS
@@ -58,6 +58,7 @@ def conformance(
         unknown = [n for n in name if n not in known]
         if unknown:
             raise ConfigError(f"unknown {kind}s {unknown}; choose from {', '.join(known.names())}")
+    check_kernel()  # every cell is a notebook on the project's kernel
     notebook = (default_notebook_dir() / f"{GENERIC_NOTEBOOK}.ipynb").resolve()
     run_id, run_dir = new_run_dir(Path(out))
     say = progress or (lambda line: None)

@@ -56,6 +56,10 @@ FAIRNESS_ALPHA = 0.001  # a same-model split with a p-value below this does not 
 STARTUP_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 10.0
 CELL_TIMEOUT_S = 600.0  # `embedlab regress`: what any one notebook cell may take
+# The Jupyter kernel every notebook names and `embedlab regress` runs: the project's venv,
+# registered for the user by `make install` so that any JupyterLab finds it.
+KERNEL_NAME = "embedlab"
+KERNEL_DISPLAY_NAME = "Python (embedlab)"
 # After SIGTERM, vLLM's Worker process spends seconds finalising its heap; a SIGKILL of
 # the group before it is done would leave its shared-memory buffers in /dev/shm.
 VLLM_STOP_TIMEOUT_S = 30.0

@@ -3,7 +3,8 @@
     with Deployment(DeploymentSpec.same_model(workers=2)) as dep:
         dep.frontend_url, dep.system_urls   # index = worker order
 
-Start-up that fails halfway tears down what it started before the error surfaces. A
+Start-up that fails halfway tears down what it started before the error surfaces; `progress=`
+watches it (`embedlab.progress`); a stopped deployment raises `DeploymentStoppedError`. A
 deployment over several hosts (`DeploymentSpec.hosts`) creates their network namespaces
 first and deletes them last; the faults of a real cluster (`partition`, `heal`,
 `kill_host`, `restart_etcd`, `kill_worker`) are methods, each recorded in `events`.
@@ -28,12 +29,13 @@ from .defaults import (
     CUDA_VISIBLE_ENV, HOST, HTTP_PORT_ENV, NAMESPACE, STATE_DIR_ENV, STOP_TIMEOUT_S, SYSTEM_PORT_ENV, TOKEN_ENV,
     VLLM_STOP_TIMEOUT_S,
 )
-from .errors import ConfigError, ServerStartError
+from .errors import ConfigError, DeploymentStoppedError, ServerStartError
 from .hosts import Network
 from .launching import default_run_dir, gpu_for, visible_gpus, vllm_worker_env
 from .metrics import MetricQuery
 from .ports import release_port, reserve_port
 from .process import ManagedProcess, stop_together
+from .progress import LaunchObserver, LaunchReport
 from .specs import DeploymentSpec
 from .stacks import ProcessSpec, StackContext, get_stack
 from .targets import Target
@@ -62,8 +64,11 @@ class DeploymentEvent:
 class Deployment:
     """One frontend and N workers of a stack, as managed subprocesses, on one host or several."""
 
-    def __init__(self, spec: DeploymentSpec, *, run_dir: Path | str | None = None, host: str = HOST) -> None:
+    def __init__(
+        self, spec: DeploymentSpec, *, run_dir: Path | str | None = None, host: str = HOST, progress: LaunchObserver | None = None
+    ) -> None:
         self.spec = spec
+        self._report = LaunchReport(progress, active=lambda: self.state is DeploymentState.STARTING)
         self.stack = get_stack(spec.stack)  # an unknown stack fails here, before anything starts
         self.stack.check(spec)  # what this stack cannot run, namespaces without privileges included
         self.host = host
@@ -143,6 +148,12 @@ class Deployment:
         return self.stack.dispatchable_endpoints(client.get(self.health_url).json())
 
     def _context(self) -> StackContext:
+        if self.state is DeploymentState.STOPPED:
+            raise DeploymentStoppedError()
+        if self.state is DeploymentState.RUNNING and self.frontend is not None and not self.frontend.alive():
+            f = self.frontend
+            why = f"its frontend (pid {f.pid}) exited with code {f.returncode}"
+            raise DeploymentStoppedError(why, log_path=f.log_path, tail=f.log_tail(10))
         if self._ctx is None:
             raise ConfigError(f"the deployment is {self.state.value}; start it first (use it as a context manager)")
         return self._ctx
@@ -161,9 +172,11 @@ class Deployment:
         self.state = DeploymentState.STARTING
         try:
             self._start()
-        except BaseException:
+        except BaseException as exc:
+            self._report.failed(exc)
             self.stop()
             raise
+        self._report.emit("done", seconds=self.startup_seconds["total"])
         self.state = DeploymentState.RUNNING
         if any(w.restart == "on-exit" for w in self.spec.workers):
             self._supervisor = threading.Thread(target=self._supervise, name="embedlab-restarts", daemon=True)
@@ -199,8 +212,9 @@ class Deployment:
             gpus = visible_gpus()
             for index in range(len(spec.workers)):
                 self.workers.append(self._launch(self._worker_spec(index), gpu=gpu_for(index, spec.workers[index], gpus)))
-            self.startup_seconds["frontend"] = self.frontend.wait_ready(
-                lambda: client.get(ready_url).status_code == 200, timeout=spec.startup_timeout, what=f"{ready_url} answered 200",
+            self.startup_seconds["frontend"] = self._report.wait(
+                self.frontend, lambda: client.get(ready_url).status_code == 200, timeout=spec.startup_timeout,
+                what=f"{ready_url} answered 200",
             )
             for index in range(len(spec.workers)):
                 self._wait_worker(client, index)
@@ -220,13 +234,13 @@ class Deployment:
             env[CUDA_VISIBLE_ENV] = gpu
         argv = self._context().host_of(pspec.worker).wrap(pspec.argv) if pspec.worker is not None else pspec.argv
         proc = ManagedProcess(pspec.name, argv, log_path=self.run_dir / f"{pspec.name}.log", env=env, stop_timeout=stop_timeout)
-        return proc.start()
+        return self._report.started(proc.start())
 
     def _wait_service(self, client: httpx.Client, service: ProcessSpec) -> None:
         proc, url = self.services[service.role], service.ready_url
         if url is not None:
-            self.startup_seconds[proc.name] = proc.wait_ready(
-                lambda: client.get(url).status_code == 200, timeout=self.spec.startup_timeout, what=f"{url} answered 200",
+            self.startup_seconds[proc.name] = self._report.wait(
+                proc, lambda: client.get(url).status_code == 200, timeout=self.spec.startup_timeout, what=f"{url} answered 200",
             )
 
     def _wait_worker(self, client: httpx.Client, index: int, *, cancelled: threading.Event | None = None) -> None:
@@ -245,8 +259,8 @@ class Deployment:
                 return False
             return endpoint in self.dispatchable_endpoints(client)
 
-        self.startup_seconds[proc.name] = proc.wait_ready(
-            ready, timeout=self.spec.startup_timeout,
+        self.startup_seconds[proc.name] = self._report.wait(
+            proc, ready, timeout=self.spec.startup_timeout,
             what=f"its /health answered 200 and the frontend listed model '{model}' on {endpoint}",
         )
 
@@ -402,5 +416,5 @@ class Deployment:
                     try:
                         self._wait_worker(client, index, cancelled=self._stopping)
                         self._event("restart", f"worker {index} serving again on host {self.host_of(index)}")
-                    except ServerStartError as exc:
+                    except (ServerStartError, DeploymentStoppedError) as exc:  # a stop, or a dead frontend
                         self._event("restart failed", f"worker {index}: {str(exc).splitlines()[0]}")

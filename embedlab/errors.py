@@ -12,17 +12,23 @@
     │   ├── MetricNotFoundError         reachable, but the counter is missing
     │   └── CounterResetError           a counter went down: the worker restarted
     ├── TrafficError                a burst whose responses were wrong
+    ├── DeploymentStoppedError      a deployment used after it stopped: start a new one
     ├── CheckFailedError            a dispatch check did not hold (carries the table)
     ├── UnsupportedError            the stack cannot do what was asked (a router without a drain API)
     ├── EngineError                 an engine could not load or run its model
     └── NotebookRunError            a scenario notebook failed (carries its report)
 
-Every message says what happened, where, and what to look at next.
+Every message says what happened, where, and what to look at next. So a notebook shows
+an embedlab error as its message alone, without the stack of frames above it (IPython's
+`_render_traceback_` hook); `%tb verbose` (or `%tb plain`) prints the full traceback of
+the last error.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "EmbedlabError",
@@ -37,6 +43,7 @@ __all__ = [
     "MetricNotFoundError",
     "CounterResetError",
     "TrafficError",
+    "DeploymentStoppedError",
     "CheckFailedError",
     "UnsupportedError",
     "EngineError",
@@ -44,8 +51,32 @@ __all__ = [
 ]
 
 
+# IPython's exception modes that ask for every frame; its default, Context, gets the message.
+_FULL_TRACEBACK_MODES = ("Plain", "Verbose")
+
+
 class EmbedlabError(Exception):
     """Base class of every error embedlab raises on purpose."""
+
+    def _render_traceback_(self) -> list[str]:
+        """How IPython (a notebook, papermill) shows this error: `Name: message`, no frames.
+
+        The message already says what happened and where; forty lines of library frames
+        above it bury that. `%tb verbose` or `%tb plain` (or `%xmode` set to either)
+        shows the full traceback, chained causes included.
+        """
+        shell = _ipython()
+        if shell is not None and shell.InteractiveTB.mode in _FULL_TRACEBACK_MODES:
+            return list(shell.InteractiveTB.structured_traceback(type(self), self, self.__traceback__))
+        # Red, as IPython colours an exception's name.
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
+
+def _ipython() -> Any:
+    """The running IPython shell, if this process is one; never imports IPython itself."""
+    module = sys.modules.get("IPython")
+    get = getattr(module, "get_ipython", None)
+    return get() if get is not None else None
 
 
 class ConfigError(EmbedlabError, ValueError):
@@ -112,6 +143,23 @@ class CounterResetError(MetricsError):
 
 class TrafficError(EmbedlabError):
     """A burst got responses that break the OpenAI embeddings contract."""
+
+
+class DeploymentStoppedError(EmbedlabError):
+    """A launched deployment was used after it stopped: its servers are gone.
+
+    `stop()` ran (a Stop cell, a second Start, the end of a `with` block), or its
+    frontend exited on its own (then `log_path` is its log, and the message ends with
+    its last lines). Nothing reaches it any more; start a new one.
+    """
+
+    def __init__(
+        self, why: str = "this deployment was stopped and its servers are gone", *, log_path: Path | None = None,
+        tail: str = "",
+    ) -> None:
+        message = f"{why}; start a new one (in a notebook: run the Start cell again)"
+        super().__init__(message + (f". Last lines of {log_path}:\n{tail}" if log_path is not None else ""))
+        self.log_path = log_path
 
 
 class CheckFailedError(EmbedlabError, AssertionError):

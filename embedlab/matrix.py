@@ -39,8 +39,9 @@ from .scenarios.registry import SCENARIOS
 
 __all__ = ["GENERIC_NOTEBOOK", "Job", "Matrix", "load_matrix", "notebook_parameters", "params_slug", "shown_path"]
 
-# Set by the runner for every job; a matrix that sets them would scatter outputs.
-RUNNER_PARAMS = ("run_dir", "result_json")
+# Set by the runner (the first two for every job, `stop_at_end` where a notebook takes it);
+# a matrix that set them would scatter outputs, or leave a deployment up until the kernel exits.
+RUNNER_PARAMS = ("run_dir", "result_json", "stop_at_end")
 # Left out of a generated slug: long, machine-specific, or the same in every set.
 _SLUG_SKIP = {"frontend_url", "system_urls", "model_paths", "scenario", *RUNNER_PARAMS}
 # The notebook that runs any registered scenario, by its `scenario` parameter.

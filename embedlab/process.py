@@ -208,10 +208,13 @@ class ManagedProcess:
             name=self.name, log_path=self.log_path, returncode=code,
         )
 
-    def wait_ready(self, probe: Callable[[], bool], *, timeout: float, what: str = "it was ready") -> float:
+    def wait_ready(
+        self, probe: Callable[[], bool], *, timeout: float, what: str = "it was ready",
+        on_poll: Callable[[], None] | None = None,
+    ) -> float:
         """Poll `probe` with backoff until it is true; fail at once if the process exits.
 
-        Returns the seconds it took.
+        `on_poll` runs before each probe (a progress display's clock). Returns the seconds it took.
         """
         start = time.monotonic()
         deadline = start + timeout
@@ -219,6 +222,8 @@ class ManagedProcess:
         while True:
             if not self.alive():
                 raise self._exited_error(what)
+            if on_poll is not None:
+                on_poll()
             try:
                 if probe():
                     return time.monotonic() - start

@@ -25,18 +25,19 @@ import functools
 import json
 import os
 import secrets
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .defaults import CELL_TIMEOUT_S
-from .errors import NotebookRunError
-from .matrix import Job, Matrix, load_matrix, shown_path
+from .defaults import CELL_TIMEOUT_S, KERNEL_NAME
+from .errors import ConfigError, NotebookRunError
+from .matrix import Job, Matrix, load_matrix, notebook_parameters, shown_path
 from .verdicts import Verdict
 
-__all__ = ["Matrix", "Outcome", "RegressRun", "key_figures", "load_matrix", "regress", "run_job"]
+__all__ = ["Matrix", "Outcome", "RegressRun", "check_kernel", "key_figures", "load_matrix", "regress", "run_job"]
 
 
 # -- one run ------------------------------------------------------------------------------------
@@ -123,6 +124,28 @@ def key_figures(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def check_kernel(name: str = KERNEL_NAME) -> None:
+    """The notebooks' kernel is installed and runs this Python; else a `ConfigError` saying how to fix it.
+
+    The kernel is a user-level kernelspec (`make install`), which another checkout's
+    `make install` may have pointed at its own venv: its notebooks would then run another
+    embedlab, silently.
+    """
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    install = f"run `make install`, or: {sys.executable} -m ipykernel install --user --name {name}"
+    try:
+        spec = KernelSpecManager().get_kernel_spec(name)
+    except NoSuchKernel:
+        raise ConfigError(f"the notebooks' Jupyter kernel {name!r} is not installed: {install}") from None
+    python = Path(spec.argv[0]) if spec.argv else None
+    # Compared as written, not resolved: every venv's python links to the same interpreter.
+    if python is not None and python.is_absolute() and python.parent != Path(sys.executable).parent:
+        raise ConfigError(
+            f"the Jupyter kernel {name!r} runs {python}, not this Python ({sys.executable}): {install}"
+        )
+
+
 @functools.cache
 def _ipc_kernel_manager() -> type:
     """A kernel manager whose kernel talks over Unix sockets instead of loopback TCP.
@@ -153,11 +176,14 @@ def run_job(job: Job, run_dir: Path, *, timeout: float = CELL_TIMEOUT_S, show_co
     logs = run_dir / "logs" / job.name
     # Absolute: the kernel runs in the run folder, where a relative path would nest.
     params = {**job.params, "run_dir": str(logs.resolve()), "result_json": str(result_json.resolve())}
+    if "stop_at_end" in notebook_parameters(job.notebook):
+        # An explore notebook keeps its deployment up for people; a run stops it in its own cell.
+        params["stop_at_end"] = True
     started = time.monotonic()
     error = None
     try:
         papermill.execute_notebook(
-            str(job.notebook), str(notebook_out), parameters=params, kernel_name="python3", progress_bar=False,
+            str(job.notebook), str(notebook_out), parameters=params, kernel_name=KERNEL_NAME, progress_bar=False,
             execution_timeout=timeout, cwd=str(run_dir.resolve()), kernel_manager_class=_ipc_kernel_manager(),
         )
     except PapermillExecutionError as exc:
@@ -248,6 +274,7 @@ def regress(
     from .report import load_results, write_index, write_json, write_junit
 
     plan = load_matrix(matrix)
+    check_kernel()  # before anything runs: otherwise every notebook fails the same way
     out = Path(out)
     run_id, run_dir = new_run_dir(out)
     previous = latest_results(out, exclude=run_dir)

@@ -29,11 +29,13 @@ _VERDICT_CSS = "".join(f".verdict.{v} {{ background: {c}; }}\n" for v, c in VERD
 LATENCY_CHANGE = 0.25  # a latency percentile that moves by more than this share is flagged
 
 # nbconvert's lab template, minus everything it would fetch from a CDN (require.js,
-# MathJax, mermaid), plus a banner with the verdict and a way back to the index.
+# MathJax, mermaid, the widget manager: a progress bar saved its widget state, but shows as
+# text), plus a banner with the verdict and a way back to the index.
 _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
 {%- block extra_css -%}<style>""" + """
 .embedlab-banner { font-family: system-ui, sans-serif; margin: 12px 24px; padding: 10px 14px; border-radius: 6px;
   border: 1px solid #ccc; background: #fafafa; }

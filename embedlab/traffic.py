@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence, 
 import httpx
 
 from . import clients
-from .errors import ConfigError, TrafficError
 from .defaults import WORKER_HEADER
+from .errors import ConfigError, TrafficError
+from .progress import Bar
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -178,7 +179,7 @@ async def asend_burst(
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(n):
         queue.put_nowait(i)
-    bar = _progress(n, model, progress)
+    bar = Bar(total=n, desc=model, unit="req") if progress else None
     own = client is None
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     http = client or clients.async_client(
@@ -217,14 +218,20 @@ async def asend_burst(
                 await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
             record = await one(i)
             records.append(record)
-            bar.update(1)
+            if bar is not None:
+                bar.update(1)
             if on_response is not None:
                 on_response(record)
 
     try:
         await asyncio.gather(*(lane() for _ in range(min(concurrency, n))))
     finally:
-        bar.close()
+        if bar is not None:
+            failed = sum(not r.ok for r in records)
+            bar.close(
+                f"{len(records)} of {n} requests for '{model}' sent in {time.perf_counter() - t0:.2f} s"
+                + (f", {failed} failed" if failed else "")
+            )
         if own:
             await http.aclose()
     records.sort(key=lambda r: r.index)
@@ -237,8 +244,3 @@ def send_burst(frontend_url: str, model: str, n: int, **options: Any) -> BurstRe
     """`asend_burst`, from sync code (notebooks included). Same keyword options."""
     return run_sync(asend_burst(frontend_url, model, n, **options))
 
-
-def _progress(total: int, desc: str, enabled: bool) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, disable=not enabled, leave=False, unit="req")

@@ -6,6 +6,7 @@
 - `bursts`: one burst between two counter snapshots, judged; what every scenario is made of.
 - `dispatch` (same-model, multi-model), `resilience` (failover, drain), `explore` (live
   bursts, weight sweeps): one module per family.
+- `live`: one live deployment per notebook (`start_deployment`), for cells that keep it.
 
 Nothing is imported here, so that reading the registry (for `--help`) stays cheap.
 """

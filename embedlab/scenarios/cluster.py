@@ -23,6 +23,7 @@ from .. import clients
 from ..deployment import Deployment
 from ..errors import ConfigError, MetricsError
 from ..metrics import ascrape
+from ..progress import LaunchProgress
 from ..targets import Target
 from ..traffic import BurstResult, asend_burst, default_inputs, run_sync
 from ..verdicts import Verdict
@@ -291,7 +292,10 @@ def run_ttl_sweep(target: Any, plan: "ScenarioPlan") -> ScenarioResult:
     base = plan.deployment_spec()
     return lease_ttl_sweep(
         # One deployment per TTL, each in its own folder: etcd's data dir must not carry over.
-        lambda ttl: Deployment(replace(base, lease_ttl=ttl), run_dir=Path(plan.run_dir) / f"ttl-{ttl:g}" if plan.run_dir else None),
+        lambda ttl: Deployment(
+            replace(base, lease_ttl=ttl), run_dir=Path(plan.run_dir) / f"ttl-{ttl:g}" if plan.run_dir else None,
+            progress=LaunchProgress() if plan.progress else None,
+        ),
         victim=plan.victim,
         concurrency=plan.concurrency, progress=plan.progress,  # type: ignore[arg-type]
     )

@@ -1,11 +1,14 @@
 """Explore routing on a live deployment: bursts, live weight changes, and how the split converges.
 
-    dep = ScenarioPlan.from_params(scenario="same-model").deployment().start()
+    plan = ScenarioPlan.from_params(scenario="same-model")
+    check_explore(plan, new_weights=[3, 1], bursts=4, sweep_weights=[[1, 1], [3, 1]], sweep_requests=60)
+    dep = start_deployment(plan)          # this notebook's one live deployment
     explorer = Explorer(dep)
-    explorer.burst(20)                    # counters before and after, judged against the weights
+    step = explorer.burst(20)             # counters before and after, judged against the weights
+    table(step)                           # that burst: one row per worker
     explorer.set_weights([3, 1])          # live, on the embedded frontend
     explorer.burst(20, repeat=4)
-    table(explorer), plot(explorer)       # per-worker deltas; cumulative split since the change
+    table(explorer), plot(explorer)       # every burst so far; cumulative split since the change
     sweep = explorer.sweep([[1, 1], [3, 1], [1, 3]], requests=60)
     table(sweep), plot(sweep), sweep.ok
     dep.stop()
@@ -28,8 +31,11 @@ from .results import ScenarioResult
 
 if TYPE_CHECKING:
     from ..deployment import Deployment
+    from .plans import ScenarioPlan
 
-__all__ = ["Explorer", "Step", "SweepResult", "cumulative_shares", "expected_shares", "weights_label"]
+__all__ = [
+    "Explorer", "Step", "SweepResult", "check_explore", "cumulative_shares", "expected_shares", "weights_label",
+]
 
 
 def expected_shares(weights: Sequence[float]) -> list[float]:
@@ -55,14 +61,47 @@ def weights_label(weights: Sequence[float]) -> str:
     return "w=" + ":".join(f"{w:g}" for w in weights)
 
 
+def check_explore(
+    plan: "ScenarioPlan",
+    *,
+    new_weights: Sequence[float],
+    bursts: int,
+    sweep_weights: Sequence[Sequence[float]],
+    sweep_requests: int,
+) -> None:
+    """The explore notebook's own parameters, checked against its plan before anything starts.
+
+    Raises `ConfigError` for a weight vector that does not give each worker one positive
+    weight, a count below 1, or live weights on a stack without them.
+    """
+    workers = plan.resolved().workers
+    if plan.stack != "embedded":
+        raise ConfigError(f"live weight changes need the embedded stack, not {plan.stack!r}")
+    for name, value in (("bursts", bursts), ("sweep_requests", sweep_requests)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be a whole number of at least 1, got {value!r}")
+    if not sweep_weights:
+        raise ConfigError("sweep_weights needs at least one weight vector")
+    for name, weights in [("new_weights", new_weights), *(("sweep_weights", w) for w in sweep_weights)]:
+        if len(weights) != workers:
+            raise ConfigError(f"{name}: {workers} workers but {len(weights)} weights ({list(weights)})")
+        if any(isinstance(w, bool) or not isinstance(w, (int, float)) or w <= 0 for w in weights):
+            raise ConfigError(f"{name}: weights must be positive numbers, got {list(weights)}")
+
+
 @dataclass(frozen=True)
 class Step:
-    """One burst the explorer sent, under the weights that were live at the time."""
+    """One burst the explorer sent, under the weights that were live at the time.
+
+    `cumulative_shares`: each worker's share of every request counted since the last
+    weight change, this burst included.
+    """
 
     index: int
     phase: int  # bumped by every weight change: convergence restarts there
     weights: tuple[float, ...]
     result: ScenarioResult
+    cumulative_shares: tuple[float, ...] = ()
 
     @property
     def deltas(self) -> list[float]:
@@ -139,13 +178,16 @@ class Explorer:
         model: str | None = None,
         concurrency: int = 4,
         fairness_alpha: float = FAIRNESS_ALPHA,
+        progress: bool = False,
     ) -> None:
         """`model`: the model to send (default: the one the workers serve); `fairness_alpha`:
-        the p-value below which a burst's split counts as not fitting the weights."""
+        the p-value below which a burst's split counts as not fitting the weights;
+        `progress`: a bar per burst."""
         self.deployment = deployment
         self.model = model
         self.concurrency = concurrency
         self.fairness_alpha = fairness_alpha
+        self.progress = progress
         self.steps: list[Step] = []
         self.phase = 0
 
@@ -166,17 +208,25 @@ class Explorer:
         for _ in range(repeat):
             result = same_model_load_balance(
                 self.deployment, requests=requests, concurrency=self.concurrency, model=self.model,
-                fairness_alpha=self.fairness_alpha,
+                fairness_alpha=self.fairness_alpha, progress=self.progress,
             )
-            self.steps.append(Step(index=len(self.steps), phase=self.phase, weights=self.weights, result=result))
+            step = Step(index=len(self.steps), phase=self.phase, weights=self.weights, result=result)
+            in_phase = [s.deltas for s in self.steps if s.phase == self.phase] + [step.deltas]
+            self.steps.append(replace(step, cumulative_shares=tuple(cumulative_shares(in_phase)[-1])))
         return self.steps[-1]
 
     def sweep(self, weight_sets: Sequence[Sequence[float]], *, requests: int = 40) -> SweepResult:
-        """For each weight vector: set it live, send one burst, compare the split with the weights."""
+        """For each weight vector: set it live, send one burst, compare the split with the weights.
+
+        Then the weights live before the sweep are set again: a sweep measures, and the
+        bursts a user sends after it run under the weights they chose.
+        """
         if not weight_sets:
             raise ConfigError("a sweep needs at least one weight vector")
+        before = self.weights
         points = []
         for weights in weight_sets:
             self.set_weights(weights)
             points.append(self.burst(requests))
+        self.set_weights(before)
         return SweepResult.of(points, stack=self.deployment.spec.stack, fairness_alpha=self.fairness_alpha)

@@ -18,6 +18,7 @@ from ..engines import ENGINES
 from ..errors import ConfigError, UnsupportedError
 from ..etcd import discovered
 from ..metrics import MetricQuery
+from ..progress import LaunchProgress
 from ..specs import DeploymentSpec, WorkerSpec
 from ..stacks import STACKS, get_stack
 from ..verdicts import Verdict
@@ -103,6 +104,7 @@ class ScenarioPlan:
         MetricQuery.parse(self.metric)
         plan = self.resolved()
         if not self.attached:
+            plan._check_models()
             # The deployment's own checks (hosts, discovery, weights, the stack's limits), with
             # stand-in model paths: tiny models are built when the plan launches, not here.
             models = plan.models or plan.default_models()
@@ -110,6 +112,19 @@ class ScenarioPlan:
             get_stack(plan.stack).check(plan._spec_of((models, paths[: len(models)]), workers=plan.workers))  # type: ignore[arg-type]
         if scenario.check is not None:
             scenario.check(plan)
+
+    def _check_models(self) -> None:
+        """Model names and paths that would fail only when the workers start."""
+        if self.engine == "hash":
+            return
+        models = self.models or self.default_models()
+        if self.model_paths and len(self.model_paths) not in (1, len(models)):
+            raise ConfigError(f"{len(models)} models but {len(self.model_paths)} model paths")
+        unknown = [m for m in models if m not in TINY_MODELS]
+        if not self.model_paths and unknown:
+            raise ConfigError(
+                f"model {unknown[0]!r} needs a model path (model_paths); built-in tiny models: {', '.join(TINY_MODELS)}"
+            )
 
     @classmethod
     def from_params(cls, **params: Any) -> "ScenarioPlan":
@@ -196,11 +211,14 @@ class ScenarioPlan:
             discovery=self.discovery, lease_ttl=self.lease_ttl or FALLBACKS["lease_ttl"],
         )
 
-    def deployment(self) -> Deployment:
-        """The Deployment this plan launches, not started yet (notebooks that keep one across cells)."""
+    def deployment(self, *, progress: LaunchProgress | None = None) -> Deployment:
+        """The Deployment this plan launches, not started yet. `progress` shows its start.
+
+        A notebook that keeps one across cells starts it with `embedlab.start_deployment(plan)`.
+        """
         if self.attached:
             raise ConfigError("this plan attaches to a running deployment; it has nothing to launch")
-        return Deployment(self.deployment_spec(), run_dir=self.run_dir or None)
+        return Deployment(self.deployment_spec(), run_dir=self.run_dir or None, progress=progress)
 
     def target(self) -> Target:
         """The attached deployment this plan checks."""
@@ -241,9 +259,17 @@ def _tiny_path(model: str) -> Path:
 
 
 def run_scenario(
-    plan: ScenarioPlan, *, progress: bool = False, on_deployment: Callable[[Deployment], None] | None = None
+    plan: ScenarioPlan,
+    *,
+    progress: bool = False,
+    launch_progress: bool | None = None,
+    on_deployment: Callable[[Deployment], None] | None = None,
 ) -> ScenarioResult:
-    """Launch (or attach), run the plan's scenario, tear down; returns the result."""
+    """Launch (or attach), run the plan's scenario, tear down; returns the result.
+
+    `progress` (or the plan's own) shows the launch and a bar per burst; `launch_progress`
+    (default: as `progress`) the launch alone.
+    """
     if progress:
         plan = replace(plan, progress=True)
     if plan.attached:
@@ -254,7 +280,8 @@ def run_scenario(
         return result
     if plan.definition.deploys:
         return plan.run_on(None)  # type: ignore[arg-type]
-    deployment = plan.deployment()
+    show_launch = plan.progress if launch_progress is None else launch_progress
+    deployment = plan.deployment(progress=LaunchProgress() if show_launch else None)
     with deployment:
         if on_deployment is not None:
             on_deployment(deployment)

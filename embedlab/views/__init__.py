@@ -2,6 +2,8 @@
 
     table(result), plot(result), plot_latency(result), figures_table(result)
     table(explorer), plot(explorer), table(sweep), plot(sweep)
+    table(step), plot(step)           # the one burst `explorer.burst()` returned
+    table(deployment)                 # its processes: URLs, endpoints, pids, logs
 
 Views import results, never the other way round. A scenario's main figure is chosen by
 its name (`register_figure`), the per-burst delta bars where none is registered.
@@ -12,20 +14,21 @@ from __future__ import annotations
 from functools import singledispatch
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..deployment import Deployment
 from ..plugins import Registry
 from ..scenarios.battery import ConformanceMatrix
-from ..scenarios.explore import Explorer, SweepResult
+from ..scenarios.explore import Explorer, Step, SweepResult
 from ..scenarios.results import ScenarioResult
 from .figures import plot_convergence, plot_deltas, plot_latency, plot_matrix, plot_sweep, plot_timeline
-from .tables import figures_table, matrix_table, result_table, steps_table, sweep_table
+from .tables import deployment_table, figures_table, matrix_table, result_table, steps_table, sweep_table
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
 __all__ = [
-    "FIGURES", "figures_table", "plot", "plot_convergence", "plot_deltas", "plot_latency", "plot_sweep", "plot_timeline",
-    "register_figure", "result_table", "steps_table", "sweep_table", "table",
+    "FIGURES", "deployment_table", "figures_table", "plot", "plot_convergence", "plot_deltas", "plot_latency",
+    "plot_sweep", "plot_timeline", "register_figure", "result_table", "steps_table", "sweep_table", "table",
 ]
 
 # Scenario name -> its main figure.
@@ -71,6 +74,16 @@ def _(matrix: ConformanceMatrix) -> "pd.DataFrame":
     return matrix_table(matrix)
 
 
+@table.register(Deployment)
+def _(deployment: Deployment) -> "pd.DataFrame":
+    return deployment_table(deployment)
+
+
+@table.register(Step)
+def _(step: Step) -> "pd.DataFrame":
+    return steps_table([step])
+
+
 @singledispatch
 def plot(thing: Any) -> "Figure":
     """The main figure of a result, a sweep or an explorer's bursts."""
@@ -95,3 +108,8 @@ def _(explorer: Explorer) -> "Figure":
 @plot.register(ConformanceMatrix)
 def _(matrix: ConformanceMatrix) -> "Figure":
     return plot_matrix(matrix)
+
+
+@plot.register(Step)
+def _(step: Step) -> "Figure":
+    return plot_deltas(step.result)

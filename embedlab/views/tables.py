@@ -1,9 +1,14 @@
-"""Tables from results, as pandas DataFrames. Counts are integers; workers are named by index."""
+"""Tables from results, as pandas DataFrames.
+
+Counts are integers (an expected count is one too, unless the weights make it fractional);
+workers are named by index, with their endpoint as the last column; no column repeats another.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from ..errors import DeploymentStoppedError
 from ..scenarios.battery import ConformanceMatrix
 from ..scenarios.explore import Step, SweepResult, cumulative_shares, weights_label
 from ..scenarios.results import ScenarioResult
@@ -11,18 +16,33 @@ from ..scenarios.results import ScenarioResult
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["figures_table", "matrix_table", "result_table", "steps_table", "sweep_table"]
+    from ..deployment import Deployment
+
+__all__ = ["deployment_table", "figures_table", "matrix_table", "result_table", "steps_table", "sweep_table"]
 
 
 def _count(value: float | None) -> int | None:
     return None if value is None else int(round(value))
 
 
+def _expected_counts(frame: "pd.DataFrame", column: str) -> None:
+    """Integers where every expected count is whole (the usual case), else one decimal."""
+    values = frame[column]
+    if len(values) and all(float(v).is_integer() for v in values):
+        frame[column] = values.astype("Int64")
+    else:
+        frame[column] = values.round(1)
+
+
+def _endpoints(result: ScenarioResult) -> dict[int, str | None]:
+    return {w.index: w.endpoint for w in result.workers}
+
+
 def result_table(result: ScenarioResult) -> "pd.DataFrame":
     """One row per burst and worker: counter before and after, delta, and what was expected.
 
     `burst` names the burst (the model it sent, for the dispatch scenarios); `serves` is
-    the model the worker serves.
+    the model the worker serves; `endpoint` the worker's endpoint (empty when attached).
     """
     import pandas as pd
 
@@ -35,13 +55,16 @@ def result_table(result: ScenarioResult) -> "pd.DataFrame":
                     "burst": burst.name, "worker": w.index, "serves": w.model,
                     "before": _count(row.before if row else None), "after": _count(row.after if row else None),
                     "delta": _count(row.delta if row else None), "expected_to_move": w.index in burst.expected,
-                    "expected_delta": round(burst.expected_count(w.index), 1), "ok": row.ok if row else None,
+                    "expected_delta": burst.expected_count(w.index), "ok": row.ok if row else None,
+                    "endpoint": w.endpoint or "",
                 }
             )
-    columns = ["burst", "worker", "serves", "before", "after", "delta", "expected_to_move", "expected_delta", "ok"]
+    columns = ["burst", "worker", "serves", "before", "after", "delta", "expected_to_move", "expected_delta", "ok", "endpoint"]
     frame = pd.DataFrame(rows, columns=columns)
     for column in ("before", "after", "delta"):
         frame[column] = frame[column].astype("Int64")  # integers, with <NA> for a worker that was not read
+    if rows:
+        _expected_counts(frame, "expected_delta")
     return frame
 
 
@@ -104,28 +127,36 @@ def figures_table(result: ScenarioResult) -> "pd.DataFrame":
 
 
 def steps_table(steps: Sequence[Step]) -> "pd.DataFrame":
-    """One row per burst and worker: delta, share, expected share, cumulative share in its phase."""
+    """One row per burst and worker: delta, observed and expected share, cumulative share in its phase.
+
+    `table(explorer)` is every burst so far; `table(step)` the one burst a call returned.
+    """
     import pandas as pd
 
-    rows = []
+    # Steps an Explorer made carry their cumulative shares; others get them from the steps given.
     phases: dict[int, list[Step]] = {}
     for step in steps:
         phases.setdefault(step.phase, []).append(step)
-    for phase_steps in phases.values():
-        cumulative = cumulative_shares([s.deltas for s in phase_steps])
-        for step, shares in zip(phase_steps, cumulative):
-            expected = step.expected_shares
-            observed = step.observed_shares
-            for worker, delta in enumerate(step.deltas):
-                rows.append(
-                    {
-                        "step": step.index, "phase": step.phase, "weights": weights_label(step.weights), "worker": worker,
-                        "delta": int(delta), "share": round(observed[worker], 3), "expected_share": round(expected[worker], 3),
-                        "cumulative_share": round(shares[worker], 3), "p_value": step.p_value,
-                        "verdict": str(step.result.verdict),
-                    }
-                )
-    return pd.DataFrame(rows).sort_values(["step", "worker"], ignore_index=True) if rows else pd.DataFrame(rows)
+    computed = {
+        step.index: shares
+        for phase_steps in phases.values()
+        for step, shares in zip(phase_steps, cumulative_shares([s.deltas for s in phase_steps]))
+    }
+    rows = []
+    for step in sorted(steps, key=lambda s: s.index):
+        cumulative = step.cumulative_shares or computed[step.index]
+        endpoints = _endpoints(step.result)
+        for worker, delta in enumerate(step.deltas):
+            rows.append(
+                {
+                    "step": step.index, "phase": step.phase, "weights": weights_label(step.weights), "worker": worker,
+                    "delta": int(delta), "observed_share": round(step.observed_shares[worker], 3),
+                    "expected_share": round(step.expected_shares[worker], 3),
+                    "cumulative_share": round(cumulative[worker], 3), "p_value": step.p_value,
+                    "verdict": str(step.result.verdict), "endpoint": endpoints.get(worker) or "",
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 def sweep_table(sweep: SweepResult) -> "pd.DataFrame":
@@ -134,15 +165,20 @@ def sweep_table(sweep: SweepResult) -> "pd.DataFrame":
 
     rows = []
     for p in sweep.points:
+        endpoints = _endpoints(p.result)
         for worker, (delta, exp, obs) in enumerate(zip(p.deltas, p.expected_shares, p.observed_shares)):
             rows.append(
                 {
                     "weights": weights_label(p.weights), "worker": worker, "delta": int(delta),
-                    "expected_delta": round(exp * p.requests, 1), "expected_share": round(exp, 3),
+                    "expected_delta": exp * p.requests, "expected_share": round(exp, 3),
                     "observed_share": round(obs, 3), "p_value": p.p_value, "verdict": str(p.result.verdict),
+                    "endpoint": endpoints.get(worker) or "",
                 }
             )
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if rows:
+        _expected_counts(frame, "expected_delta")
+    return frame
 
 
 def matrix_table(matrix: ConformanceMatrix) -> "pd.DataFrame":
@@ -154,3 +190,35 @@ def matrix_table(matrix: ConformanceMatrix) -> "pd.DataFrame":
         for stack in matrix.stacks
     }
     return pd.DataFrame.from_dict(rows, orient="index", columns=matrix.checks)
+
+
+def deployment_table(deployment: "Deployment") -> "pd.DataFrame":
+    """One row per process: its services (etcd), the frontend, then each worker by index,
+    with its URL, endpoint, pid and log.
+
+    A stopped deployment still has its table: its processes' pids and logs, none running.
+    """
+    import pandas as pd
+
+    def unless_stopped(get: Callable[[], Any]) -> Any:
+        try:
+            return get()
+        except DeploymentStoppedError:
+            return None
+
+    rows = [
+        {"process": role, "url": "", "endpoint": "", "pid": proc.pid, "running": proc.alive(), "log": str(proc.log_path)}
+        for role, proc in deployment.services.items()
+    ]
+    if deployment.frontend is not None:
+        rows.append({
+            "process": "frontend", "url": unless_stopped(lambda: deployment.frontend_url) or "", "endpoint": "",
+            "pid": deployment.frontend.pid, "running": deployment.frontend.alive(), "log": str(deployment.frontend.log_path),
+        })
+    urls = unless_stopped(lambda: deployment.system_urls) or [""] * len(deployment.workers)
+    for index, (proc, url) in enumerate(zip(deployment.workers, urls)):
+        rows.append({
+            "process": f"worker {index}", "url": url, "endpoint": unless_stopped(lambda: deployment.endpoint(index)) or "",
+            "pid": proc.pid, "running": proc.alive(), "log": str(proc.log_path),
+        })
+    return pd.DataFrame(rows, columns=["process", "url", "endpoint", "pid", "running", "log"])

@@ -9,12 +9,30 @@ from typing import Any, Iterator
 
 import pytest
 
+from embedlab.defaults import KERNEL_NAME
+
 from ..proctools import kill_all, processes_under, wait_gone
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
 BIN = Path(sys.executable).parent
 CELL_TIMEOUT = 300
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """`item.failed_call`: whether the test itself failed, for fixtures that keep evidence then."""
+    outcome = yield
+    if call.when == "call":
+        item.failed_call = outcome.get_result().failed  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def project_kernel() -> None:
+    """The notebooks run on the `embedlab` kernel: installed (`make install`) and on this Python."""
+    from embedlab.regression import check_kernel
+
+    check_kernel()
 
 
 def assert_torn_down(run_dir: Path) -> None:
@@ -36,7 +54,7 @@ def execute(notebook: Path, output: Path, **parameters: Any) -> dict[str, Any]:
     import papermill
 
     papermill.execute_notebook(
-        str(notebook), str(output), parameters=parameters, kernel_name="python3", progress_bar=False,
+        str(notebook), str(output), parameters=parameters, kernel_name=KERNEL_NAME, progress_bar=False,
         execution_timeout=CELL_TIMEOUT, cwd=str(output.parent),
     )
     return read(output)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from embedlab.defaults import KERNEL_NAME
+
 from .conftest import NOTEBOOKS, REPO, code_cells, tagged
 
 SCENARIO_NOTEBOOKS = {
@@ -32,12 +34,13 @@ def test_every_notebook_is_committed() -> None:
 
 
 @pytest.mark.parametrize("path", committed_notebooks(), ids=lambda p: p.name)
-def test_committed_notebook_has_no_outputs_and_the_python3_kernel(path: Path) -> None:
+def test_committed_notebook_has_no_outputs_and_the_project_kernel(path: Path) -> None:
     nb = json.loads(path.read_text())
     for index, cell in enumerate(code_cells(nb)):
         assert cell.get("outputs") == [], f"{path.name}: code cell {index} carries outputs"
         assert cell.get("execution_count") is None, f"{path.name}: code cell {index} has an execution count"
-    assert nb["metadata"]["kernelspec"]["name"] == "python3", "papermill needs kernelspec python3"
+    # The project's kernel (`make install` registers it), so any JupyterLab runs them on embedlab's Python.
+    assert nb["metadata"]["kernelspec"]["name"] == KERNEL_NAME, f"{path.name} must name the kernel {KERNEL_NAME!r}"
     assert nb["metadata"]["language_info"]["name"] == "python", "papermill needs language_info"
     assert "papermill" not in nb["metadata"], f"{path.name} is an executed papermill output, not a source notebook"
     # nbformat 4.5 requires cell ids; without them every papermill run warns and rewrites them.
@@ -89,5 +92,5 @@ def test_scenario_notebook_parameters(name: str) -> None:
     handed = handed[: handed.index(")")]
     missing = sorted(n for n in names - {"result_json"} if f"{n}={n}" not in handed)
     assert not missing, f"{name} never hands {missing} to its plan: a silent no-op"
-    for call in ("run_scenario(plan)", "table(result)", "plot(result)", "plot_latency(result)", "save_json(result_json)"):
+    for call in ("run_scenario(plan, progress=True)", "table(result)", "plot(result)", "plot_latency(result)", "save_json(result_json)"):
         assert call in code, f"{name} lacks {call}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,20 @@ def errors(nb: dict) -> list[str]:  # type: ignore[type-arg]
     return [f"{o['ename']}: {o['evalue']}" for c in code_cells(nb) for o in c.get("outputs", []) if o["output_type"] == "error"]
 
 
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def launch_output(nb: dict, marker: str) -> str:  # type: ignore[type-arg]
+    """The text a saved notebook keeps of the launch in the cell whose source holds `marker`.
+
+    A tqdm widget saved in a notebook keeps only its first frame ("0%"): the launch must
+    leave text instead.
+    """
+    (cell,) = [c for c in code_cells(nb) if marker in "".join(c["source"])]
+    assert not [o for o in cell["outputs"] if WIDGET in o.get("data", {})], "a frozen progress widget was saved"
+    return "".join("".join(o.get("data", {}).get("text/plain", "")) + "".join(o.get("text", "")) for o in cell["outputs"])
+
+
 @pytest.mark.parametrize("cwd", ["repo-root", "notebooks"])
 def test_multi_model_by_hand_with_the_papermill_command(cwd: str, tmp_path: Path, run_dir: Path) -> None:
     """`papermill notebooks/multi_model_dispatch.ipynb out.ipynb -p engine hash`, as the README says."""
@@ -35,6 +50,8 @@ def test_multi_model_by_hand_with_the_papermill_command(cwd: str, tmp_path: Path
     assert errors(nb) == []
     printed = "".join(o.get("text", "") for c in code_cells(nb) for o in c["outputs"])
     assert "multi-model on embedded: PASSED" in printed
+    launch = launch_output(nb, "run_scenario(plan")
+    assert "frontend ready after" in launch and "all 3 processes ready in" in launch, launch
     assert_torn_down(run_dir)
 
 
@@ -55,10 +72,11 @@ EXPLORE_SMALL = dict(requests=10, bursts=2, sweep_weights=[[1, 1], [4, 1]], swee
 
 
 def test_explore_notebook_sweeps_and_stops_its_deployment(tmp_path: Path, run_dir: Path) -> None:
+    # As `embedlab regress` runs it: stop_at_end stops the deployment in its own cell.
     result_json = tmp_path / "sweep.json"
     nb = execute(
         NOTEBOOKS / "explore_routing.ipynb", tmp_path / "out.ipynb", run_dir=str(run_dir),
-        result_json=str(result_json), **EXPLORE_SMALL,
+        result_json=str(result_json), stop_at_end=True, **EXPLORE_SMALL,
     )
     assert errors(nb) == []
     sweep = json.loads(result_json.read_text())
@@ -68,19 +86,44 @@ def test_explore_notebook_sweeps_and_stops_its_deployment(tmp_path: Path, run_di
     assert all(sum(p["deltas"]) == 30 for p in sweep["points"])
     # Convergence figure and sweep figure, both drawn.
     assert [len(images(c)) for c in tagged(nb, "report-figure")] == [1, 1]
+    launch = launch_output(nb, "start_deployment(plan)")
+    assert "worker-1 ready after" in launch and "all 3 processes ready in" in launch, launch
     assert_torn_down(run_dir)
 
 
-def test_explore_notebook_that_fails_midway_still_leaves_nothing_running(tmp_path: Path, run_dir: Path) -> None:
-    # One weight for two workers: the live change fails after the deployment started, so
-    # the Stop cell never runs. The kernel's exit must still take the deployment down.
-    with pytest.raises(PapermillExecutionError, match="2 workers but 1 weights"):
-        execute(NOTEBOOKS / "explore_routing.ipynb", tmp_path / "out.ipynb", run_dir=str(run_dir), new_weights=[5], **{
-            k: v for k, v in EXPLORE_SMALL.items() if k != "sweep_weights"
-        })
-    assert (run_dir / "worker-1.log").is_file(), "the deployment had started before the failure"
+def test_explore_notebook_left_running_by_run_all_stops_with_its_kernel(tmp_path: Path, run_dir: Path) -> None:
+    # stop_at_end left False, as in JupyterLab: the deployment outlives the last cell, and
+    # only the kernel's exit at the end of the papermill run takes it down.
+    nb = execute(NOTEBOOKS / "explore_routing.ipynb", tmp_path / "out.ipynb", run_dir=str(run_dir), **EXPLORE_SMALL)
+    assert errors(nb) == []
+    assert (run_dir / "worker-1.log").is_file(), "the deployment had started"
     assert_torn_down(run_dir)
     assert processes_under(run_dir) == []
+
+
+@pytest.mark.parametrize(
+    "notebook, bad, message",
+    [
+        ("explore_routing", {"engine": "nonsense"}, "ConfigError: unknown engine 'nonsense'; choose from hash, transformers, vllm"),
+        ("explore_routing", {"new_weights": [5]}, "ConfigError: new_weights: 2 workers but 1 weights ([5])"),
+        ("same_model_load_balance", {"workers": 0}, "ConfigError: workers must be a whole number of at least 1, got 0"),
+        ("multi_model_dispatch", {"stack": "nonsense"}, "ConfigError: unknown stack 'nonsense'; choose from embedded, dynamo"),
+    ],
+)
+def test_a_bad_parameter_is_one_line_at_the_plan_cell_before_anything_launches(
+    notebook: str, bad: dict, message: str, tmp_path: Path, run_dir: Path  # type: ignore[type-arg]
+) -> None:
+    out = tmp_path / "out.ipynb"
+    with pytest.raises(PapermillExecutionError) as err:
+        execute(NOTEBOOKS / f"{notebook}.ipynb", out, run_dir=str(run_dir), **bad)
+    plan_cell = code_cells(read(out))[2]  # after the parameters cell and papermill's injected one
+    assert "ScenarioPlan.from_params(" in "".join(plan_cell["source"])
+    (error,) = [o for o in plan_cell["outputs"] if o["output_type"] == "error"]
+    # The message alone, no frames: IPython shows what embedlab's errors render.
+    (line,) = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in error["traceback"]]
+    assert line.startswith(message), line
+    assert err.value.ename == "ConfigError"
+    assert not run_dir.exists() or not any(run_dir.iterdir()), "nothing launched"
 
 
 @pytest.mark.parametrize("stack", ["embedded", "dynamo"])

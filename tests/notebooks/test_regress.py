@@ -155,6 +155,7 @@ def test_a_hung_cell_is_cut_by_the_timeout_and_reported(tmp_path: Path) -> None:
         ('notebooks = ["multi_model_dispatch"]\n[[params]]\nbogus = 1\n', "takes no parameter ['bogus']"),
         ('notebooks = ["no_such_notebook"]\n', "no_such_notebook.ipynb does not exist"),
         ('notebooks = ["multi_model_dispatch"]\n[[params]]\nresult_json = "x"\n', "set by the runner"),
+        ('notebooks = ["explore_routing"]\n[[params]]\nstop_at_end = false\n', "set by the runner"),
         ('notebooks = [\n', "not valid TOML"),
     ],
 )
@@ -164,3 +165,21 @@ def test_a_bad_matrix_cannot_run(matrix: str, message: str, tmp_path: Path) -> N
     assert proc.returncode == 2
     assert message in proc.stderr
     assert not (tmp_path / "out").exists(), "nothing is written for a matrix that cannot run"
+
+
+def test_regress_stops_an_explore_notebook_in_its_own_cell(tmp_path: Path) -> None:
+    """An explore notebook keeps its deployment up for people; a regress run sets stop_at_end."""
+    from ..proctools import processes_under
+
+    (tmp_path / "m.toml").write_text(
+        'notebooks = ["explore_routing"]\n[[params]]\nname = "small"\nrequests = 10\nbursts = 1\n'
+        "sweep_weights = [[1, 1], [3, 1]]\nsweep_requests = 20\n"
+    )
+    proc = run_regress("--matrix", tmp_path / "m.toml", "--out", tmp_path / "out", timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = index_path(proc).parent
+    nb = nbformat.read(run / "explore_routing--small.ipynb", as_version=4)
+    assert nb.metadata.papermill.parameters["stop_at_end"] is True
+    (stop,) = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("if stop_at_end:")]
+    assert stop.get("execution_count") is not None and not [o for o in stop.outputs if o.output_type == "error"]
+    assert processes_under(run / "logs") == []

@@ -7,45 +7,21 @@ downloads a browser here; it drives the system one.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from .conftest import REPO
+from .browser import chromium, shoot
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
-ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run",
-]
 IMAGES = "Array.from(document.images).map(i => ({alt: i.alt, complete: i.complete, width: i.naturalWidth}))"
-
-
-def _unavailable(why: str) -> None:
-    if os.environ.get("EMBEDLAB_ALLOW_NO_BROWSER") == "1":
-        pytest.skip(why)
-    pytest.fail(f"{why} (`make test` installs it; `make test EMBEDLAB_ALLOW_NO_BROWSER=1` skips this on purpose)")
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        _unavailable("headless Chromium is not installed: apt-get install -y chromium")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("the playwright package is missing: pip install -e '.[dev]'")
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    yield from chromium()
 
 
 @pytest.fixture
@@ -63,16 +39,6 @@ def page(browser: Any) -> Iterator[Any]:
         yield page
     finally:
         context.close()
-
-
-def shoot(page: Any, tmp_path: Path, name: str) -> Path:
-    """Full-page screenshot under the test's tmp dir, copied to outputs/screenshots/ for people and CI."""
-    shot = tmp_path / name
-    page.screenshot(path=str(shot), full_page=True)
-    keep = Path(os.environ.get("EMBEDLAB_SCREENSHOT_DIR") or REPO / "outputs" / "screenshots")
-    keep.mkdir(parents=True, exist_ok=True)
-    shutil.copy(shot, keep / name)
-    return shot
 
 
 def assert_images_loaded(page: Any, at_least: int) -> None:

@@ -1,0 +1,76 @@
+"""One live deployment per notebook: what an explore notebook's Start cell runs.
+
+    dep = start_deployment(plan)   # stops what the last call started, then launches, with progress
+    ...                            # bursts, weight changes: as many cells as you like
+    dep.stop()                     # or restart the kernel: every process stops with it
+
+A kernel runs one notebook, so "this notebook's deployment" is this process's. Running
+the Start cell again stops the deployment the previous run of it started before it
+launches the next: re-running a cell never leaks servers that nothing can reach any more.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..deployment import Deployment
+from ..errors import ConfigError
+from ..progress import LaunchProgress
+from ..specs import DeploymentSpec
+from .plans import ScenarioPlan
+
+__all__ = ["live_deployment", "start_deployment", "stop_deployment"]
+
+# key -> the deployment start_deployment(key=key) last started in this process.
+_LIVE: dict[str, Deployment] = {}
+
+
+def start_deployment(
+    what: ScenarioPlan | DeploymentSpec, *, key: str = "notebook", progress: bool = True
+) -> Deployment:
+    """Start the deployment `what` describes, after stopping the one this call last started.
+
+    `key` names the slot: a notebook that wants two deployments side by side gives each
+    its own. `progress` shows the launch (which process, what it waits for, the time so
+    far). A start that fails stops what it had started and raises; the slot is left empty.
+    """
+    if isinstance(what, ScenarioPlan):
+        if what.attached:
+            raise ConfigError("this plan attaches to a running deployment; it has nothing to start")
+        spec, run_dir = what.deployment_spec(), what.run_dir or None
+    elif isinstance(what, DeploymentSpec):
+        spec, run_dir = what, None
+    else:
+        raise ConfigError(f"start_deployment takes a ScenarioPlan or a DeploymentSpec, not {type(what).__name__}")
+    stop_deployment(key=key)
+    if run_dir is not None:
+        run_dir = str(_fresh(Path(run_dir)))
+    deployment = Deployment(spec, run_dir=run_dir, progress=LaunchProgress() if progress else None)
+    deployment.start()
+    _LIVE[key] = deployment
+    return deployment
+
+
+def live_deployment(*, key: str = "notebook") -> Deployment | None:
+    """The deployment `start_deployment(key=key)` last started, stopped or not; None if none."""
+    return _LIVE.get(key)
+
+
+def stop_deployment(*, key: str = "notebook") -> None:
+    """Stop the deployment in slot `key`, if any; safe to call more than once."""
+    previous = _LIVE.pop(key, None)
+    if previous is not None:
+        previous.stop()
+
+
+def _fresh(run_dir: Path) -> Path:
+    """`run_dir` if nothing ran there yet, else its first unused `start-N` subfolder.
+
+    Each start keeps its own logs (and the dynamo stack needs a fresh discovery folder).
+    """
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        return run_dir
+    n = 2
+    while (run_dir / f"start-{n}").exists():
+        n += 1
+    return run_dir / f"start-{n}"

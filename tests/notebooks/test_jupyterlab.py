@@ -1,0 +1,311 @@
+"""explore_routing.ipynb in a real JupyterLab, under headless Chromium: the first minutes of a user.
+
+Run All shows the launch as it happens and keeps the deployment up; a burst cell re-runs
+and passes; a second Start replaces the deployment (proved by PID); a burst after a stop
+is one line that says to run Start again; a bad engine in the parameters is one line at
+the plan cell, and `%tb verbose` still shows the full traceback.
+
+JupyterLab is the venv's, on 127.0.0.1 with a token and a free port, serving a temp folder
+that holds a copy of the notebook (the committed one is never touched). It runs as a
+ManagedProcess, stopped by process group also when the test fails, and nothing it started
+(kernel, frontend, workers) outlives it: checked by PID. Every wait is for a concrete state
+of the page (an execution count, an output's text), never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from embedlab.defaults import KERNEL_DISPLAY_NAME, RUN_ROOT_ENV
+from embedlab.ports import release_port, reserve_port
+from embedlab.process import ManagedProcess
+
+from ..proctools import descendants_of, kill_all, processes_under, wait_gone
+from .browser import chromium, keep_screenshot
+from .conftest import NOTEBOOKS
+
+pytestmark = pytest.mark.browser
+
+BIN = Path(sys.executable).parent
+# tiny-bert workers take seconds to start on 2 cores: long enough to watch the launch live.
+ENGINE = "transformers"
+# One step on a loaded 2-core machine: a launch, or Run All of the whole notebook.
+WAIT_MS = int(os.environ.get("EMBEDLAB_BROWSER_WAIT_MS", 240_000))
+# JupyterLab's own chatter would float toasts over the cells; none of it is under test.
+SETTINGS = {"@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False}}
+
+
+@dataclass
+class LabServer:
+    """The JupyterLab under test, and everything it was seen to start."""
+
+    proc: ManagedProcess
+    url: str
+    token: str
+    runs: Path  # EMBEDLAB_RUN_ROOT of its kernels: every deployment's run folder lies here
+    seen: set[int] = field(default_factory=set)
+
+    def notebook_url(self, name: str) -> str:
+        return f"{self.url}/lab/tree/{name}?token={self.token}"
+
+    def remember(self) -> set[int]:
+        """Every process below the server now (kernel, frontend, workers), by PID."""
+        assert self.proc.pid is not None
+        self.seen |= set(descendants_of(self.proc.pid)) | set(processes_under(self.runs))
+        return self.seen
+
+    def deployment_pids(self) -> set[int]:
+        return set(processes_under(self.runs))
+
+    def shutdown(self) -> list[int]:
+        """Stop the server's process group; returns whatever it started that is still alive."""
+        self.remember()
+        # SIGTERM: the server shuts its kernels down, and a kernel's exit stops its deployment.
+        self.proc.stop()
+        return wait_gone(sorted(self.seen), timeout=60)
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[LabServer]:
+    root = tmp_path / "root"
+    root.mkdir()
+    notebook = json.loads((NOTEBOOKS / "explore_routing.ipynb").read_text())
+    params = next(c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", []))
+    source = "".join(params["source"])
+    assert 'engine = "hash"' in source
+    params["source"] = source.replace('engine = "hash"', f'engine = "{ENGINE}"')
+    (root / "explore_routing.ipynb").write_text(json.dumps(notebook))
+    settings = tmp_path / "settings"
+    for name, values in SETTINGS.items():
+        path = settings / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+
+    port = reserve_port()
+    token = secrets.token_hex(16)
+    runs = tmp_path / "runs"
+    env = {**os.environ, RUN_ROOT_ENV: str(runs), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    argv = [
+        str(BIN / "jupyter-lab"), "--no-browser", "--ip", "127.0.0.1", "--port", str(port), "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+        f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}", f"--LabApp.user_settings_dir={settings}",
+        # Trust records stay in memory, not in the user's Jupyter data folder.
+        "--NotebookNotary.db_file=:memory:", f"--NotebookNotary.secret_file={tmp_path / 'notebook_secret'}",
+    ]
+    if os.geteuid() == 0:
+        argv.append("--allow-root")  # JupyterLab refuses root without it, and containers often run as root
+    # The server asks each kernel to shut down, and a kernel stops its deployment as it exits: time for both.
+    proc = ManagedProcess("jupyterlab", argv, log_path=tmp_path / "jupyterlab.log", env=env, stop_timeout=60)
+    server = LabServer(proc=proc, url=f"http://127.0.0.1:{port}", token=token, runs=runs)
+    try:
+        proc.start()
+        with httpx.Client(timeout=5.0) as client:
+            proc.wait_ready(
+                lambda: client.get(f"{server.url}/api/status", params={"token": token}).status_code == 200,
+                timeout=120, what="its /api/status answered 200",
+            )
+        yield server
+    finally:
+        survivors = server.shutdown()
+        kill_all(survivors)  # the last resort, by PID: a failed test must not leave servers behind
+        release_port(port)
+    assert survivors == [], f"processes JupyterLab started outlived it: {survivors}"
+
+
+@pytest.fixture
+def page(lab: LabServer, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    for browser in chromium():
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        try:
+            yield page
+            if getattr(request.node, "failed_call", False):
+                # What the page showed when the test failed, for people and CI.
+                page.screenshot(path=str(tmp_path / "jupyterlab-failure.png"), full_page=True)
+                keep_screenshot(tmp_path / "jupyterlab-failure.png")
+        finally:
+            context.close()
+
+
+# -- driving the notebook ---------------------------------------------------------------------------
+
+
+def cell(page: Any, marker: str) -> Any:
+    """The one cell whose source contains `marker`."""
+    found = page.locator(".jp-Notebook .jp-Cell", has=page.locator(".cm-content", has_text=marker))
+    assert found.count() == 1, f"{found.count()} cells contain {marker!r}"
+    return found
+
+
+def execution_count(cell: Any) -> int | None:
+    """The number in the cell's `[n]:` prompt; None while unrun or queued (`[ ]:`, `[*]:`)."""
+    match = re.search(r"\[(\d+)\]", cell.locator(".jp-InputPrompt").inner_text())
+    return int(match.group(1)) if match else None
+
+
+def wait_executed(page: Any, cell: Any, *, after: int | None) -> int:
+    """Wait until `cell` shows an execution count other than `after`: its run has finished."""
+    handle = cell.element_handle()
+    page.wait_for_function(
+        """([el, after]) => {
+            const m = (el.querySelector('.jp-InputPrompt')?.innerText || '').match(/\\[(\\d+)\\]/);
+            return m !== null && Number(m[1]) !== after;
+        }""",
+        arg=[handle, after],
+    )
+    count = execution_count(cell)
+    assert count is not None
+    return count
+
+
+def run(page: Any, cell: Any) -> int:
+    """Run one cell as a user does (click into it, Shift+Enter); returns its new execution count."""
+    before = execution_count(cell)
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Shift+Enter")
+    return wait_executed(page, cell, after=before)
+
+
+def outputs(cell: Any) -> str:
+    # tqdm's notebook bar writes figure spaces (U+2007) to keep its text aligned.
+    return cell.locator(".jp-OutputArea").inner_text().replace("\u2007", " ")
+
+
+def error_text(cell: Any) -> str:
+    """What the cell's error output shows, as a reader sees it."""
+    error = cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    return error.inner_text().strip()
+
+
+def add_cell_below(page: Any, above: Any, source: str) -> Any:
+    """Insert a code cell below `above` holding `source` (JupyterLab's keys: Escape, B, Enter)."""
+    above.locator(".cm-content").click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")
+    page.keyboard.press("Enter")
+    page.keyboard.insert_text(source)
+    # The new cell is the active one; cells inserted later go further down, so its place holds.
+    index = page.evaluate("() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].findIndex(c => c.classList.contains('jp-mod-active'))")
+    added = page.locator(".jp-Notebook .jp-Cell").nth(index)
+    assert added.locator(".cm-content").inner_text() == source
+    return added
+
+
+def replace_source(page: Any, cell: Any, source: str) -> None:
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(source)
+
+
+def shot(page: Any, tmp_path: Path, target: Any, name: str) -> None:
+    """A screenshot of one cell, kept in outputs/screenshots/."""
+    target.scroll_into_view_if_needed()
+    path = tmp_path / name
+    target.screenshot(path=str(path))
+    keep_screenshot(path)
+
+
+def test_explore_notebook_in_jupyterlab(lab: LabServer, page: Any, tmp_path: Path) -> None:
+    page.goto(lab.notebook_url("explore_routing.ipynb"))
+    # The notebook names the project's kernel, found among the user's kernels, and it is ready.
+    page.wait_for_function(
+        "name => document.querySelector('.jp-Toolbar-kernelName')?.innerText.trim() === name", arg=KERNEL_DISPLAY_NAME
+    )
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+    start, burst, last = cell(page, "start_deployment(plan)"), cell(page, "step = explorer.burst("), cell(page, "assert sweep.ok")
+
+    # Run All, from the menu.
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+
+    # The launch, live: a bar, the process it waits for, on what, and the time so far.
+    live = start.locator(".jp-OutputArea .widget-hprogress")
+    live.wait_for(state="visible")
+    # Two displays update one after the other: wait until both show the same worker, and
+    # keep the text of that moment.
+    progress = page.wait_for_function(
+        r"""el => {
+            const text = el.innerText.replaceAll('\u2007', ' ');
+            const waiting = text.match(/waiting for (worker-\d): ready once its \/health answered 200/);
+            const bar = text.match(/\d\/3 ready \[\d\d:\d\d\]\s*(worker-\d), \d+ s/);
+            return waiting && bar && waiting[1] === bar[1] ? text : null;
+        }""",
+        arg=start.element_handle(),
+    ).json_value()
+    assert "frontend ready after" in progress and "and the frontend listed model 'tiny-bert'" in progress, progress
+    shot(page, tmp_path, start, "jupyterlab-1-start-progress.png")
+
+    last_count = wait_executed(page, last, after=None)
+    assert "weight sweep on embedded" in outputs(last) and "PASSED" in outputs(last), outputs(last)
+    # The bar is gone; what stays says what each process waited for and how long it took.
+    assert live.count() == 0
+    started = outputs(start)
+    assert "frontend ready after" in started and "worker-1 ready after" in started, started
+    assert "all 3 processes ready in" in started and "worker 1" in started, started
+    assert "waiting for" not in started, "the line of what it waited for went with the bar"
+    shot(page, tmp_path, start, "jupyterlab-2-start-after-run-all.png")
+
+    # Run All left the deployment up: a burst cell runs again, and passes, on the same processes.
+    deployment = lab.deployment_pids()
+    assert len(deployment) >= 3, deployment  # frontend and two workers at least
+    lab.remember()
+    assert run(page, burst) > last_count
+    table = outputs(burst)
+    assert "passed" in table and "Error" not in table, table
+    assert len(re.findall(r"dynamo\.embed-worker-\d\.generate", table)) == 2, "that burst's rows only: one per worker"
+    assert lab.deployment_pids() == deployment
+    shot(page, tmp_path, burst, "jupyterlab-3-burst-after-run-all.png")
+
+    # Start again: the old deployment is stopped first, never leaked.
+    run(page, start)
+    assert "all 3 processes ready in" in outputs(start), outputs(start)
+    replaced = lab.deployment_pids()
+    assert len(replaced) >= 3 and not replaced & deployment, (deployment, replaced)
+    assert wait_gone(sorted(deployment)) == [], "the first deployment outlived a second Start"
+    lab.remember()
+
+    # Stopped by hand: a burst then says so in one line.
+    stop = add_cell_below(page, burst, "dep.stop()  # by hand")
+    run(page, stop)
+    assert wait_gone(sorted(replaced)) == []
+    run(page, burst)
+    stopped = error_text(burst)
+    assert stopped.splitlines() == [
+        "DeploymentStoppedError: this deployment was stopped and its servers are gone; start a new one "
+        "(in a notebook: run the Start cell again)"
+    ], stopped
+    shot(page, tmp_path, burst, "jupyterlab-4-burst-after-stop.png")
+
+    # A bad engine: one line at the plan cell, before anything launches.
+    params, plan = cell(page, "# live weight changes need"), cell(page, "ScenarioPlan.from_params(")
+    source = params.locator(".cm-content").inner_text()
+    replace_source(page, params, source.replace(f'engine = "{ENGINE}"', 'engine = "nonsense"'))
+    run(page, params)
+    run(page, plan)
+    assert error_text(plan).splitlines() == [
+        "ConfigError: unknown engine 'nonsense'; choose from hash, transformers, vllm"
+    ], error_text(plan)
+    assert lab.deployment_pids() == set(), "nothing launched"
+    shot(page, tmp_path, plan, "jupyterlab-5-bad-engine.png")
+
+    # ...and the full traceback is one magic away, as the notebook says.
+    tb = add_cell_below(page, plan, "%tb verbose")
+    run(page, tb)
+    full = error_text(tb)
+    assert "Traceback" in full and "plans.py" in full and "unknown engine 'nonsense'" in full, full
+    shot(page, tmp_path, tb, "jupyterlab-6-tb-verbose.png")
+
+    lab.remember()
+    assert lab.shutdown() == [], "the kernel or its deployment outlived JupyterLab"

@@ -1,0 +1,158 @@
+"""What a notebook user meets first: plan checks, errors as one line, the kernel, progress text, tables."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from embedlab import ConfigError, DeploymentStoppedError, EmbedlabError, LaunchProgress, ScenarioPlan, check_explore
+from embedlab.progress import LaunchEvent
+from embedlab.regression import check_kernel
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"engine": "nonsense"}, "unknown engine 'nonsense'; choose from hash, transformers, vllm"),
+        ({"stack": "nonsense"}, "unknown stack 'nonsense'; choose from embedded, dynamo"),
+        ({"scenario": "nonsense"}, "unknown scenario 'nonsense'; choose from same-model"),
+        ({"workers": 0}, "workers must be a whole number of at least 1, got 0"),
+        ({"requests": 0}, "requests must be a whole number of at least 1, got 0"),
+        ({"concurrency": 2.5}, "concurrency must be a whole number of at least 1, got 2.5"),
+        ({"workers": 2, "weights": [1, 2, 3]}, "2 workers but 3 weights"),
+        ({"workers": 3, "weights": [1, 0, 1]}, "weights must be positive"),
+        ({"router_mode": "fastest"}, "the embedded frontend has no router mode 'fastest'; choose from"),
+        ({"engine": "transformers", "models": ["mine"]}, "model 'mine' needs a model path"),
+        ({"engine": "vllm", "models": ["tiny-bert", "tiny-qwen3"], "model_paths": ["/a", "/b", "/c"]}, "2 models but 3 model paths"),
+        ({"unknown_knob": 1}, "unknown scenario parameters: unknown_knob"),
+    ],
+)
+def test_the_plan_refuses_what_could_only_fail_after_launch(params: dict, message: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(ConfigError, match="^" + message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        ScenarioPlan.from_params(**{"scenario": "same-model", **params})
+
+
+def test_the_plan_takes_what_can_work() -> None:
+    plan = ScenarioPlan.from_params(scenario="same-model", workers=3, weights=[2, 1, 1], router_mode="round-robin")
+    assert plan.resolved().workers == 3
+    # Attached plans launch nothing, so their launch counts are not checked.
+    ScenarioPlan.from_params(scenario="same-model", frontend_url="http://h:1", system_urls=["http://h:2"] * 3, weights=[1, 1])
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"new_weights": [5]}, "new_weights: 2 workers but 1 weights"),
+        ({"sweep_weights": [[1, 1], [1, 2, 3]]}, "sweep_weights: 2 workers but 3 weights"),
+        ({"sweep_weights": []}, "sweep_weights needs at least one weight vector"),
+        ({"new_weights": [1, 0]}, "new_weights: weights must be positive numbers"),
+        ({"bursts": 0}, "bursts must be a whole number of at least 1"),
+        ({"sweep_requests": "60"}, "sweep_requests must be a whole number of at least 1"),
+    ],
+)
+def test_the_explore_parameters_are_checked_with_the_plan(options: dict, message: str) -> None:  # type: ignore[type-arg]
+    plan = ScenarioPlan.from_params(scenario="same-model")
+    good = {"new_weights": [3, 1], "bursts": 4, "sweep_weights": [[1, 1], [9, 1]], "sweep_requests": 60}
+    check_explore(plan, **good)
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        check_explore(plan, **{**good, **options})
+
+
+def test_live_weights_need_the_embedded_stack() -> None:
+    plan = ScenarioPlan.from_params(scenario="same-model", stack="dynamo")
+    with pytest.raises(ConfigError, match="live weight changes need the embedded stack"):
+        check_explore(plan, new_weights=[3, 1], bursts=1, sweep_weights=[[1, 1]], sweep_requests=10)
+
+
+IPYTHON = r"""
+import sys
+from IPython.core.interactiveshell import InteractiveShell
+
+shell = InteractiveShell.instance(colors="nocolor")
+shell.run_cell("from embedlab import ConfigError\ndef plan():\n    raise ConfigError('unknown engine x')\nplan()")
+print("=====")
+shell.run_cell("%tb verbose")
+print("=====")
+shell.run_cell("%xmode plain")
+shell.run_cell("plan()")
+"""
+
+
+def test_ipython_shows_an_embedlab_error_as_one_line_and_tb_verbose_shows_every_frame() -> None:
+    # A real IPython shell, in its own process (it installs global hooks).
+    out = subprocess.run([sys.executable, "-c", IPYTHON], capture_output=True, text=True, timeout=60, check=True).stdout
+    shown, verbose, plain = re.sub(r"\x1b\[[0-9;]*m", "", out).split("=====\n")
+    assert shown.strip().splitlines() == ["ConfigError: unknown engine x"], shown
+    assert "Traceback" in verbose and "plan()" in verbose, verbose
+    assert "raise ConfigError('unknown engine x')" in verbose, verbose
+    assert "Traceback" in plain and "ConfigError: unknown engine x" in plain, plain
+
+
+def test_outside_ipython_the_render_hook_is_the_message() -> None:
+    error = DeploymentStoppedError()
+    assert error._render_traceback_() == [
+        "\x1b[0;31mDeploymentStoppedError\x1b[0m: this deployment was stopped and its servers are gone; "
+        "start a new one (in a notebook: run the Start cell again)"
+    ]
+    assert isinstance(error, EmbedlabError)
+
+
+def test_launch_progress_in_a_log_is_one_line_per_step() -> None:
+    log = io.StringIO()  # not a terminal, not a notebook: lines only, no bar
+    progress = LaunchProgress(file=log, notebook=False)
+    for event in [
+        LaunchEvent("starting", "frontend", "/run/frontend.log"),
+        LaunchEvent("starting", "worker-0", "/run/worker-0.log"),
+        LaunchEvent("waiting", "frontend", "its /health answered 200", 0.1),
+        LaunchEvent("poll", "frontend", "its /health answered 200", 0.4),
+        LaunchEvent("ready", "frontend", "its /health answered 200", 0.5),
+        LaunchEvent("waiting", "worker-0", "the frontend listed it", 0.6),
+        LaunchEvent("failed", "", "worker-0 exited with code 1 before the frontend listed it"),
+    ]:
+        progress(event)
+    assert log.getvalue().splitlines() == [
+        "started frontend, worker-0; waiting until each is ready",
+        "frontend ready after 0.5 s (its /health answered 200)",
+        "worker-0 FAILED: worker-0 exited with code 1 before the frontend listed it; everything started was stopped",
+    ]
+
+
+def test_check_kernel_says_how_to_install_a_missing_or_foreign_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="'embedlab-no-such' is not installed: run `make install`"):
+        check_kernel("embedlab-no-such")
+    spec = tmp_path / "kernels" / "embedlab-elsewhere" / "kernel.json"
+    spec.parent.mkdir(parents=True)
+    spec.write_text(json.dumps({"argv": ["/other/.venv/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                                "display_name": "x", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    with pytest.raises(ConfigError, match="runs /other/.venv/bin/python, not this Python"):
+        check_kernel("embedlab-elsewhere")
+
+
+def test_launch_progress_counts_processes_launched_after_a_first_wait() -> None:
+    # The dynamo stack on etcd starts etcd and waits for it before it starts the rest.
+    log = io.StringIO()
+    progress = LaunchProgress(file=log, notebook=False)
+    for event in [
+        LaunchEvent("starting", "etcd"), LaunchEvent("waiting", "etcd", "its /health answered 200"),
+        LaunchEvent("ready", "etcd", "its /health answered 200", 0.3),
+        LaunchEvent("starting", "frontend"), LaunchEvent("starting", "worker-0"),
+        LaunchEvent("waiting", "frontend", "its /health answered 200"), LaunchEvent("ready", "frontend", "its /health answered 200", 0.6),
+        LaunchEvent("waiting", "worker-0", "listed"), LaunchEvent("ready", "worker-0", "listed", 0.8),
+        LaunchEvent("done", seconds=1.2),
+    ]:
+        progress(event)
+    assert log.getvalue().splitlines() == [
+        "started etcd; waiting until each is ready",
+        "etcd ready after 0.3 s (its /health answered 200)",
+        "started frontend, worker-0; waiting until each is ready",
+        "frontend ready after 0.6 s (its /health answered 200)",
+        "worker-0 ready after 0.8 s (listed)",
+        "all 3 processes ready in 1.2 s",
+    ]
