@@ -18,7 +18,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
