@@ -108,6 +108,11 @@ class _Connection(asyncio.Protocol):
 
     def send(self, head: bytes, body: bytes) -> asyncio.Future[UpstreamResponse]:
         assert self.transport is not None
+        if self.closed or self.transport.is_closing():
+            # The worker reset the connection between connect and send (it died a moment
+            # ago): a failed dispatch the frontend retries elsewhere, not a write on a
+            # closed transport, which uvloop answers with a RuntimeError (a 500).
+            raise UpstreamError("connection lost before the request went out")
         self.waiter = asyncio.get_running_loop().create_future()
         self.buffer.clear()
         self.got_bytes = False

@@ -280,3 +280,30 @@ def test_drop_closes_the_pool_and_a_late_answer_is_not_parked() -> None:
         server.close()
 
     run(main())
+
+
+def test_a_connection_reset_between_connect_and_send_is_an_upstream_error() -> None:
+    """A worker dying right after accepting: the frontend must see a failed dispatch (and retry
+    it elsewhere), not a write on a closed transport, which surfaced as a 500 (found by failover)."""
+    import struct
+
+    async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
+        writer.transport.abort()
+
+    async def main() -> None:
+        server = await asyncio.start_server(reset, "127.0.0.1", 0)
+        client = UpstreamClient(timeout=5)
+        pool = client._pool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        conn = await pool.connect(5)
+        deadline = time.monotonic() + 5
+        while not conn.closed and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert conn.closed, "the server's reset never arrived"
+        with pytest.raises(UpstreamError, match="connection lost before the request went out"):
+            conn.send(b"POST / HTTP/1.1\r\n\r\n", b"{}")
+        server.close()
+        await server.wait_closed()
+
+    run(main())
