@@ -46,7 +46,7 @@ def _add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     from .scenarios.registry import SCENARIOS
     from .stacks import STACKS
 
-    listing = "; ".join(f"{s.name}: {s.help}" for s in map(SCENARIOS.get, SCENARIOS.names()))
+    listing = "; ".join(f"{s.name}: {s.help.rstrip('.')}" for s in map(SCENARIOS.get, SCENARIOS.names()))
     p = sub.add_parser(
         "scenario", help="launch (or attach to) a deployment, run one scenario, print the verdict",
         description=f"Scenarios: {listing}.",
