@@ -170,18 +170,22 @@ def _fault_run(
         failure = [] if recovery.passed else [f"after recovery: {r}" for r in recovery.reasons] or [recovery.summary()]  # type: ignore[union-attr]
     except _FrontendGone as gone:
         recovery, failure = None, [str(gone)]
-    endpoint = deployment.endpoint(victim) if victim is not None else None
-    # Serving again: listed again after the fault ended, and its counter moved after that (requests
-    # held in flight across a partition arrive when the link returns, before the instance rejoins).
-    relisted = watch.back_in_dispatch(endpoint, end_at) if endpoint is not None else None
-    back = (watch.served_again(victim, relisted) if relisted is not None else None) if victim is not None else next(
-        (r.started + r.latency for r in traffic.records if r.ok and r.started >= end_at), None
-    )
+    left = back = None
+    if victim is not None:
+        endpoint = deployment.endpoint(victim)
+        left = watch.left_dispatch(endpoint, fault_at)
+        # Serving again: listed again after the fault ended, and its counter moved after that
+        # (requests held in flight across a partition arrive when the link returns, before the
+        # instance rejoins).
+        relisted = watch.back_in_dispatch(endpoint, end_at)
+        back = watch.served_again(victim, relisted) if relisted is not None else None
+    else:
+        back = next((r.started + r.latency for r in traffic.records if r.ok and r.started >= end_at), None)
     figures = FaultFigures(
         fault=fault, started_s=fault_at, ended_s=end_at, failed_requests=len(traffic.failures),
         status_codes=_codes(traffic), longest_hang_s=max((r.latency for r in traffic.records), default=0.0),
         served_during_fault=_served_between(traffic, fault_at, end_at),
-        left_dispatch_after_s=(lambda t: None if t is None else t - fault_at)(watch.left_dispatch(endpoint, fault_at)) if endpoint else None,
+        left_dispatch_after_s=None if left is None else left - fault_at,
         back_after_s=None if back is None else back - end_at, recovered=not failure,
     )
     steady = Burst(name=f"steady traffic through the {fault}", model=model, expected=frozenset(), traffic=traffic)
