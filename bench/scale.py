@@ -36,7 +36,7 @@ from measure import (  # noqa: E402
 
 from embedlab import Deployment, DeploymentSpec  # noqa: E402
 # Not the public API: the frontend's own registry and policies, timed without HTTP around them.
-from embedlab.serve.registry import Registry  # noqa: E402
+from embedlab.serve.instances import InstanceTable  # noqa: E402
 from embedlab.serve.router import make_policy  # noqa: E402
 
 MODEL = "scale-model"
@@ -56,7 +56,7 @@ def spec_for(setting: str) -> DeploymentSpec:
 
 def routing_cost_us(instances: int, models: int = 1, *, calls: int = 20000) -> float:
     """Microseconds for one registry lookup and one weighted-random pick, as dispatch does them."""
-    registry = Registry(ttl=3600)
+    registry = InstanceTable(ttl=3600)
     for i in range(instances):
         registry.register(instance_id=f"i{i}", endpoint=f"ns.w{i}.generate", model=f"m{i % models}",
                           url=f"http://127.0.0.1:{20000 + i}")

@@ -19,7 +19,7 @@ from ..defaults import DISCOVERY, DISCOVERY_ENV, REQUEST_PLANE, REQUEST_PLANE_EN
 from ..engines import EngineOptions, InvalidInput, check_dimensions, create_engine
 from ..errors import EngineError
 from .openai import ApiError, parse_inputs
-from .registry import validate_endpoint
+from .instances import validate_endpoint
 
 log = logging.getLogger("embedlab.dynamo_worker")
 

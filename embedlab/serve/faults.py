@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import ConfigError
-from .registry import Instance, Registry
+from .instances import Instance, InstanceTable
 from .router import Policy
 
 # name -> (takes a parameter, lower bound, upper bound)
@@ -80,7 +80,7 @@ class FaultInjector:
         return ", ".join(str(Fault(name, param)) for name, param in self.faults.items())
 
     def remember(self, instance: Instance) -> None:
-        """Registry hook: an instance left (deregistered or lapsed)."""
+        """Instance-table hook: an instance left (deregistered or lapsed)."""
         if "ghost" in self.faults:
             self._ghosts.setdefault(instance.model, []).append(instance)
 
@@ -98,11 +98,11 @@ class FaultInjector:
         ghosts = self._ghosts.get(model)
         return live + ghosts if ghosts else live
 
-    def pick(self, model: str, live: Sequence[Instance], policy: Policy, registry: Registry) -> Instance:
+    def pick(self, model: str, live: Sequence[Instance], policy: Policy, instances: InstanceTable) -> Instance:
         if "leak" in self.faults:
             debt = self._leak_debt.get(model, 0.0) + self.faults["leak"]
             if debt >= 1.0 - 1e-9:
-                others = [i for m in registry.models() if m != model for i in registry.live(m)]
+                others = [i for m in instances.models() if m != model for i in instances.live(m)]
                 if others:
                     self._leak_debt[model] = debt - 1.0
                     return self._rng.choice(others)

@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from .faults import Fault, FaultInjector
 from .http import error_response, is_loopback_host, json_response, make_app, start_site
 from .openai import WORKER_HEADER, ApiError, bad_request, loads, parse_embedding_request
-from .registry import Instance, RegistrationConflict, Registry
+from .instances import Instance, InstanceTable, RegistrationConflict
 from .router import make_policy
 from .upstream import UpstreamClient, UpstreamError, WorkerUrlError, parse_worker_url
 
@@ -57,7 +57,7 @@ class FrontendConfig:
 
 
 class _Metrics:
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, instances: InstanceTable) -> None:
         self.prom = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "embedlab_frontend_requests", "Requests to /v1/embeddings by model and status code.",
@@ -72,14 +72,14 @@ class _Metrics:
         self.retries = Counter(
             "embedlab_frontend_retries", "Requests retried on another instance.", ["model"], registry=self.prom
         )
-        self.prom.register(_LiveInstances(registry))
+        self.prom.register(_LiveInstances(instances))
 
 
 class _LiveInstances:
-    """Reads the registry at scrape time, so the gauge can never go stale."""
+    """Reads the instance table at scrape time, so the gauge can never go stale."""
 
-    def __init__(self, registry: Registry) -> None:
-        self._registry = registry
+    def __init__(self, instances: InstanceTable) -> None:
+        self._instances = instances
 
     def describe(self) -> list[GaugeMetricFamily]:
         return []
@@ -88,8 +88,8 @@ class _LiveInstances:
         family = GaugeMetricFamily(
             "embedlab_frontend_live_instances", "Live instances per model.", labels=["model"]
         )
-        for model in self._registry.models():
-            family.add_metric([model], len(self._registry.live(model)))
+        for model in self._instances.models():
+            family.add_metric([model], len(self._instances.live(model)))
         return [family]
 
 
@@ -99,9 +99,9 @@ class Frontend:
     def __init__(self, config: FrontendConfig) -> None:
         self.config = config
         self.faults = FaultInjector(config.faults, seed=config.seed)
-        self.registry = Registry(ttl=config.lease_ttl, on_remove=self._instance_left)
+        self.instances = InstanceTable(ttl=config.lease_ttl, on_remove=self._instance_left)
         self.policy = make_policy(config.router_mode, seed=config.seed)
-        self.metrics = _Metrics(self.registry)
+        self.metrics = _Metrics(self.instances)
         self.app = make_app(client_max_size=config.max_body_bytes)
         self.app.add_routes(
             [
@@ -142,14 +142,14 @@ class Frontend:
         self.faults.remember(instance)
         # Idle connections to a worker that left would otherwise stay open, and its pool
         # in the client for good; another instance may still serve on the same URL.
-        if self._upstream is not None and not any(i.url == instance.url for i in self.registry.instances()):
+        if self._upstream is not None and not any(i.url == instance.url for i in self.instances.instances()):
             self._upstream.drop(instance.url)
 
     async def _sweep(self) -> None:
         # Four sweeps per TTL: a lapsed lease leaves dispatch well within 2 TTLs.
         while True:
             await asyncio.sleep(self.config.lease_ttl / 4)
-            for instance in self.registry.expire():
+            for instance in self.instances.expire():
                 log.warning("lease lapsed: %s (model %s) left dispatch", instance.label, instance.model)
 
     # -- OpenAI API -----------------------------------------------------------------
@@ -163,7 +163,7 @@ class Frontend:
         try:
             body = await request.read()
             parsed = parse_embedding_request(body)
-            model_label = parsed.model if self.registry.is_known(parsed.model) else "__unknown__"
+            model_label = parsed.model if self.instances.is_known(parsed.model) else "__unknown__"
             response = await self._dispatch(parsed.model, body)
             status = response.status
             return response
@@ -179,13 +179,13 @@ class Frontend:
             metrics.duration.labels(model_label).observe(time.perf_counter() - started)
 
     async def _dispatch(self, model: str, body: bytes) -> web.Response:
-        live = self.registry.live(model)
+        live = self.instances.live(model)
         if self.faults:
             live = self.faults.candidates(model, live)
         if not live:
-            if self.registry.is_known(model):
+            if self.instances.is_known(model):
                 raise ApiError(503, f"Model '{model}' has no live instance", type="service_unavailable", code="no_live_instance")
-            served = ", ".join(self.registry.models()) or "none"
+            served = ", ".join(self.instances.models()) or "none"
             raise ApiError(
                 404, f"The model '{model}' does not exist. Served models: {served}", type="not_found_error",
                 param="model", code="model_not_found",
@@ -196,7 +196,7 @@ class Frontend:
         candidates: Sequence[Instance] = live
         for attempt in range(2):
             instance = (
-                self.faults.pick(model, candidates, self.policy, self.registry)
+                self.faults.pick(model, candidates, self.policy, self.instances)
                 if self.faults
                 else self.policy.pick(model, candidates)
             )
@@ -206,7 +206,7 @@ class Frontend:
             failure = result
             if attempt == 0:
                 self.metrics.retries.labels(model).inc()
-                candidates = [i for i in self.registry.live(model) if i is not instance]
+                candidates = [i for i in self.instances.live(model) if i is not instance]
                 if not candidates:
                     break
         raise ApiError(502, f"No instance of '{model}' could answer: {failure}", type="upstream_error", code="upstream_failed")
@@ -223,7 +223,7 @@ class Frontend:
             upstream = await self._upstream.post(instance.url, body)
         except UpstreamError as exc:
             # Cannot connect, or the connection died: keep it out of dispatch until it heartbeats again.
-            self.registry.mark_suspect(instance.instance_id)
+            self.instances.mark_suspect(instance.instance_id)
             log.warning("instance %s failed: %s", instance.label, exc)
             return f"{instance.label}: {exc}"
         finally:
@@ -237,7 +237,7 @@ class Frontend:
 
     async def models(self, request: web.Request) -> web.Response:
         now = int(time.time())
-        data = [{"id": m, "object": "model", "created": now, "owned_by": "embedlab"} for m in self.registry.models()]
+        data = [{"id": m, "object": "model", "created": now, "owned_by": "embedlab"} for m in self.instances.models()]
         return json_response({"object": "list", "data": data})
 
     async def health(self, request: web.Request) -> web.Response:
@@ -247,7 +247,7 @@ class Frontend:
                 "router_mode": self.config.router_mode,
                 "lease_ttl_s": self.config.lease_ttl,
                 "faults": self.faults.describe() or None,
-                "models": self.registry.describe(),
+                "models": self.instances.describe(),
             }
         )
 
@@ -300,7 +300,7 @@ class Frontend:
         pid = payload.get("pid")
         max_len = payload.get("max_model_len")
         try:
-            instance = self.registry.register(
+            instance = self.instances.register(
                 instance_id=payload["instance_id"], endpoint=payload["endpoint"], model=payload["model"], url=url,
                 weight=float(weight), pid=pid if isinstance(pid, int) else None,
                 max_model_len=max_len if isinstance(max_len, int) else None,
@@ -311,19 +311,19 @@ class Frontend:
         except ValueError as exc:
             raise bad_request(str(exc)) from None
         log.info("registered %s (model %s, weight %g, %s)", instance.label, instance.model, instance.weight, instance.url)
-        return json_response({"instance_id": instance.instance_id, "lease_ttl_s": self.registry.ttl}, status=201)
+        return json_response({"instance_id": instance.instance_id, "lease_ttl_s": self.instances.ttl}, status=201)
 
     async def heartbeat(self, request: web.Request) -> web.Response:
         self._authorize(request)
         instance_id = request.match_info["instance_id"]
-        if not self.registry.heartbeat(instance_id):
+        if not self.instances.heartbeat(instance_id):
             raise ApiError(404, f"No live lease for instance {instance_id}; register again", type="not_found_error", code="lease_unknown")
-        return json_response({"instance_id": instance_id, "lease_ttl_s": self.registry.ttl})
+        return json_response({"instance_id": instance_id, "lease_ttl_s": self.instances.ttl})
 
     async def deregister(self, request: web.Request) -> web.Response:
         self._authorize(request)
         instance_id = request.match_info["instance_id"]
-        if not self.registry.deregister(instance_id):
+        if not self.instances.deregister(instance_id):
             raise ApiError(404, f"No instance {instance_id}", type="not_found_error", code="lease_unknown")
         log.info("deregistered %s", instance_id)
         return json_response({"instance_id": instance_id, "deregistered": True})
@@ -336,14 +336,14 @@ class Frontend:
         weight = payload.get("weight") if isinstance(payload, dict) else None
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
             raise bad_request("'weight' must be a positive number", param="weight")
-        if not self.registry.set_weight(instance_id, float(weight)):
+        if not self.instances.set_weight(instance_id, float(weight)):
             raise ApiError(404, f"No instance {instance_id}", type="not_found_error", code="lease_unknown")
         log.info("weight of %s set to %g", instance_id, weight)
         return json_response({"instance_id": instance_id, "weight": float(weight)})
 
     async def list_instances(self, request: web.Request) -> web.Response:
         self._authorize(request)
-        return json_response({"models": self.registry.describe()})
+        return json_response({"models": self.instances.describe()})
 
 
 async def serve_frontend(config: FrontendConfig, stop: asyncio.Event) -> int:

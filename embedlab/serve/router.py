@@ -11,7 +11,7 @@ import random
 from typing import Callable, Protocol, Sequence
 
 from ..errors import ConfigError
-from .registry import Instance
+from .instances import Instance
 
 
 class Policy(Protocol):

@@ -24,7 +24,7 @@ from ..engines import EngineOptions, InvalidInput, check_dimensions, create_engi
 from ..errors import ConfigError, EngineError
 from .http import error_response, json_response, make_app, start_site
 from .openai import ApiError, bad_request, embedding_response, parse_embedding_request
-from .registry import validate_endpoint
+from .instances import validate_endpoint
 
 log = logging.getLogger("embedlab.worker")
 

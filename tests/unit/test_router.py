@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from embedlab.serve.registry import Instance
+from embedlab.serve.instances import Instance
 from embedlab.serve.router import make_policy
 
 

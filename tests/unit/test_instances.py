@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from embedlab.serve.registry import RegistrationConflict, Registry
+from embedlab.serve.instances import RegistrationConflict, InstanceTable
 
 
 class Clock:
@@ -13,12 +13,12 @@ class Clock:
         return self.now
 
 
-def reg(registry: Registry, instance_id: str, endpoint: str, model: str, weight: float = 1.0) -> None:
+def reg(registry: InstanceTable, instance_id: str, endpoint: str, model: str, weight: float = 1.0) -> None:
     registry.register(instance_id=instance_id, endpoint=endpoint, model=model, url=f"http://127.0.0.1:1/{instance_id}", weight=weight)
 
 
 def test_conflict_message_is_exact() -> None:
-    registry = Registry()
+    registry = InstanceTable()
     reg(registry, "i1", "ns.comp.ep", "A")
     with pytest.raises(RegistrationConflict) as err:
         reg(registry, "i2", "ns.comp.ep", "B")
@@ -29,7 +29,7 @@ def test_conflict_message_is_exact() -> None:
 
 
 def test_same_model_same_endpoint_is_another_instance() -> None:
-    registry = Registry()
+    registry = InstanceTable()
     reg(registry, "i1", "ns.comp.ep", "A")
     reg(registry, "i2", "ns.comp.ep", "A")
     assert [i.instance_id for i in registry.live("A")] == ["i1", "i2"]
@@ -37,7 +37,7 @@ def test_same_model_same_endpoint_is_another_instance() -> None:
 
 def test_conflict_clears_once_the_other_model_leaves() -> None:
     clock = Clock()
-    registry = Registry(ttl=3.0, clock=clock)
+    registry = InstanceTable(ttl=3.0, clock=clock)
     reg(registry, "i1", "ns.comp.ep", "A")
     clock.now += 3.5  # A's lease lapsed
     reg(registry, "i2", "ns.comp.ep", "B")
@@ -46,7 +46,7 @@ def test_conflict_clears_once_the_other_model_leaves() -> None:
 
 def test_lease_expiry_takes_instance_out_of_dispatch() -> None:
     clock = Clock()
-    registry = Registry(ttl=3.0, clock=clock)
+    registry = InstanceTable(ttl=3.0, clock=clock)
     reg(registry, "i1", "ns.a.ep", "A")
     reg(registry, "i2", "ns.b.ep", "A")
     clock.now += 2.0
@@ -58,7 +58,7 @@ def test_lease_expiry_takes_instance_out_of_dispatch() -> None:
 
 
 def test_known_model_without_instances_stays_known() -> None:
-    registry = Registry()
+    registry = InstanceTable()
     reg(registry, "i1", "ns.a.ep", "A")
     assert registry.deregister("i1")
     assert registry.models() == []
@@ -66,7 +66,7 @@ def test_known_model_without_instances_stays_known() -> None:
 
 
 def test_suspect_instance_returns_on_heartbeat() -> None:
-    registry = Registry()
+    registry = InstanceTable()
     reg(registry, "i1", "ns.a.ep", "A")
     registry.mark_suspect("i1")
     assert registry.live("A") == []
@@ -77,12 +77,12 @@ def test_suspect_instance_returns_on_heartbeat() -> None:
 @pytest.mark.parametrize("endpoint", ["ns.comp", "ns..ep", "a.b.c.d", ""])
 def test_malformed_endpoint_is_rejected(endpoint: str) -> None:
     with pytest.raises(ValueError):
-        reg(Registry(), "i1", endpoint, "A")
+        reg(InstanceTable(), "i1", endpoint, "A")
 
 
 def test_on_remove_hook_sees_departures_but_not_reregistration() -> None:
     gone: list[str] = []
-    registry = Registry(on_remove=lambda i: gone.append(i.instance_id))
+    registry = InstanceTable(on_remove=lambda i: gone.append(i.instance_id))
     reg(registry, "i1", "ns.a.ep", "A")
     reg(registry, "i1", "ns.a.ep", "A")
     assert gone == []

@@ -1,4 +1,4 @@
-"""The frontend's model registry: model name -> live worker instances, kept alive by leases.
+"""The frontend's instance table: model name -> live worker instances, kept alive by leases.
 
 Pure logic with an injectable clock, so the rules (conflicts, same-model instances,
 lease expiry) are unit-tested without a server.
@@ -70,7 +70,7 @@ class Instance:
         }
 
 
-class Registry:
+class InstanceTable:
     """Model name -> instances. Not thread-safe: the frontend owns it on one event loop."""
 
     def __init__(
