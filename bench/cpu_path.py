@@ -71,18 +71,38 @@ def measure(tree: Path, case: tuple[str, str, int, int, int, int], cache: str) -
     _, arch, concurrency, inputs, tokens, requests = case
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, arch, str(concurrency), str(inputs), str(tokens), str(requests), cache, str(tree)],
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            arch,
+            str(concurrency),
+            str(inputs),
+            str(tokens),
+            str(requests),
+            cache,
+            str(tree),
+        ],
         # cwd is the tree too: `python -c` puts the working directory first on sys.path.
-        env=env, cwd=tree, capture_output=True, text=True, timeout=600, check=True,
+        env=env,
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", type=Path, required=True, help="a tree holding the baseline's embedlab/")
+    parser.add_argument(
+        "--baseline", type=Path, required=True, help="a tree holding the baseline's embedlab/"
+    )
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--cache", default=os.environ.get("EMBEDLAB_TEST_MODEL_CACHE", "/tmp/embedlab-cpu-path-models"))
+    parser.add_argument(
+        "--cache", default=os.environ.get("EMBEDLAB_TEST_MODEL_CACHE", "/tmp/embedlab-cpu-path-models")
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     trees = {"baseline": args.baseline.resolve(), "this": REPO}
@@ -98,8 +118,11 @@ def main() -> int:
             row[f"{name}_p50_ms"] = statistics.median(r["p50_ms"] for r in runs[name])
         row["throughput_ratio"] = row["this_seq_per_s"] / row["baseline_seq_per_s"]
         rows.append(row)
-        print(f"{row['case']:<26} baseline {row['baseline_seq_per_s']:>8,.0f} seq/s p50 {row['baseline_p50_ms']:6.2f} ms | "
-              f"this {row['this_seq_per_s']:>8,.0f} seq/s p50 {row['this_p50_ms']:6.2f} ms | {row['throughput_ratio']:.2f}x", flush=True)
+        print(
+            f"{row['case']:<26} baseline {row['baseline_seq_per_s']:>8,.0f} seq/s p50 {row['baseline_p50_ms']:6.2f} ms | "
+            f"this {row['this_seq_per_s']:>8,.0f} seq/s p50 {row['this_p50_ms']:6.2f} ms | {row['throughput_ratio']:.2f}x",
+            flush=True,
+        )
     if args.out:
         args.out.write_text(json.dumps({"rounds": args.rounds, "rows": rows}, indent=2))
     return 0

@@ -31,8 +31,9 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -63,7 +64,12 @@ def log(message: str) -> None:
 
 def gpu_names() -> list[str]:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         return [line.strip() for line in out.stdout.splitlines() if line.strip()]
     except (OSError, subprocess.SubprocessError):
         return []
@@ -79,7 +85,9 @@ def sync(device: str) -> None:
 # -- references: the plain forward and sentence-transformers -------------------------------
 
 
-def plain_forward(model: Any, *, device: str, batch: int, tokens: int, seconds: float, vocab: int) -> dict[str, float]:
+def plain_forward(
+    model: Any, *, device: str, batch: int, tokens: int, seconds: float, vocab: int
+) -> dict[str, float]:
     """Sequences per second of a bare batched forward (transformers' own masks, no KV cache)."""
     import torch
 
@@ -95,7 +103,13 @@ def plain_forward(model: Any, *, device: str, batch: int, tokens: int, seconds: 
             n += 1
         sync(device)
         elapsed = time.perf_counter() - start
-    return {"tokens": tokens, "batch": batch, "forwards": n, "seq_per_s": n * batch / elapsed, "tokens_per_s": n * batch * tokens / elapsed}
+    return {
+        "tokens": tokens,
+        "batch": batch,
+        "forwards": n,
+        "seq_per_s": n * batch / elapsed,
+        "tokens_per_s": n * batch * tokens / elapsed,
+    }
 
 
 def texts_of_length(model_dir: Path, tokens: int, count: int, seed: int) -> list[str]:
@@ -115,7 +129,9 @@ def texts_of_length(model_dir: Path, tokens: int, count: int, seed: int) -> list
     return texts
 
 
-def sentence_transformers_encode(model_dir: Path, *, device: str, dtype: str, dim: int, quick: bool) -> list[dict[str, float]]:
+def sentence_transformers_encode(
+    model_dir: Path, *, device: str, dtype: str, dim: int, quick: bool
+) -> list[dict[str, float]]:
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -125,7 +141,8 @@ def sentence_transformers_encode(model_dir: Path, *, device: str, dtype: str, di
         from sentence_transformers.models import Normalize, Pooling, Transformer  # type: ignore[no-redef]
 
     st = SentenceTransformer(
-        modules=[Transformer(str(model_dir)), Pooling(dim, pooling_mode="lasttoken"), Normalize()], device=device,
+        modules=[Transformer(str(model_dir)), Pooling(dim, pooling_mode="lasttoken"), Normalize()],
+        device=device,
     ).to(getattr(torch, dtype))
     rows = []
     for tokens in LENGTHS:
@@ -139,7 +156,9 @@ def sentence_transformers_encode(model_dir: Path, *, device: str, dtype: str, di
             sync(device)
             elapsed = time.perf_counter() - start
             rows.append({"tokens": tokens, "batch": batch, "inputs": count, "seq_per_s": count / elapsed})
-            log(f"  sentence-transformers {tokens:>3} tokens, batch {batch:>4}: {count / elapsed:>9,.0f} seq/s")
+            log(
+                f"  sentence-transformers {tokens:>3} tokens, batch {batch:>4}: {count / elapsed:>9,.0f} seq/s"
+            )
     del st
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
@@ -163,16 +182,28 @@ def engine_profile(model_dir: Path, *, device: str, dtype: str, quick: bool, max
         if not device.startswith("cuda") and path.startswith("cuda"):
             continue
         # Only the buckets these shapes use: each capture costs start-up time.
-        extra: dict[str, object] = {"cuda_graphs": path.startswith("cuda"), "compile": path.endswith("compile"), "graph_widths": [16, 128]}
-        engine = TransformersEngine(EngineOptions(
-            model_path=model_dir, device=device, dtype=dtype, max_batch_size=MAX_BATCH, max_batch_tokens=MAX_BATCH * 128,
-            extra_args=extra,
-        ))
+        extra: dict[str, object] = {
+            "cuda_graphs": path.startswith("cuda"),
+            "compile": path.endswith("compile"),
+            "graph_widths": [16, 128],
+        }
+        engine = TransformersEngine(
+            EngineOptions(
+                model_path=model_dir,
+                device=device,
+                dtype=dtype,
+                max_batch_size=MAX_BATCH,
+                max_batch_tokens=MAX_BATCH * 128,
+                extra_args=extra,
+            )
+        )
         started = time.monotonic()
         engine._load()
         load_s = time.monotonic() - started
         if path == "transformers-masks":
-            engine.attention = engine.info["attention"] = "transformers"  # the landed code's inputs: a 2-D mask
+            engine.attention = engine.info["attention"] = (
+                "transformers"  # the landed code's inputs: a 2-D mask
+            )
         rows = []
         for count, tokens in shapes:
             seqs = [rng.integers(10, max_id, tokens).tolist() for _ in range(count)]
@@ -199,14 +230,25 @@ def engine_profile(model_dir: Path, *, device: str, dtype: str, quick: bool, max
                 _wait(p)
             sync(device)
             wall = (time.perf_counter() - wall0) / n
-            gpu = float(np.median([s.elapsed_time(e) for s, e in zip(starts, ends)])) / 1000 if starts else float("nan")
+            gpu = (
+                float(np.median([s.elapsed_time(e) for s, e in zip(starts, ends)])) / 1000
+                if starts
+                else float("nan")
+            )
             row = {
-                "rows": count, "tokens": tokens, "forwards": n, "host_ms_per_forward": 1000 * float(np.median(host)),
-                "device_ms_per_forward": 1000 * gpu, "wall_ms_per_forward": 1000 * wall, "seq_per_s": count / wall,
+                "rows": count,
+                "tokens": tokens,
+                "forwards": n,
+                "host_ms_per_forward": 1000 * float(np.median(host)),
+                "device_ms_per_forward": 1000 * gpu,
+                "wall_ms_per_forward": 1000 * wall,
+                "seq_per_s": count / wall,
             }
             rows.append(row)
-            log(f"  {path:<24} {count:>3} x {tokens:<3}: host {row['host_ms_per_forward']:7.2f} ms  device "
-                f"{row['device_ms_per_forward']:7.2f} ms  wall {row['wall_ms_per_forward']:7.2f} ms  {row['seq_per_s']:>9,.0f} seq/s")
+            log(
+                f"  {path:<24} {count:>3} x {tokens:<3}: host {row['host_ms_per_forward']:7.2f} ms  device "
+                f"{row['device_ms_per_forward']:7.2f} ms  wall {row['wall_ms_per_forward']:7.2f} ms  {row['seq_per_s']:>9,.0f} seq/s"
+            )
         info = {k: v for k, v in engine.info.items() if k != "cuda_graphs"}
         info["graphs"] = len(engine.info.get("cuda_graphs", []))
         out["paths"][path] = {"load_s": load_s, "info": info, "rows": rows}
@@ -216,8 +258,10 @@ def engine_profile(model_dir: Path, *, device: str, dtype: str, quick: bool, max
             log(f"  {path}: sync check {out['paths'][path]['sync_check'][:120]}")
             if not path.endswith("compile"):
                 out["paths"][path]["trace"] = trace = _trace(engine, rng, max_id)
-                log(f"  {path}: 20 back-to-back 256 x 13 forwards: device busy {trace.get('device_busy_fraction') or 0:.0%} "
-                    f"of {trace.get('span_ms', 0):.1f} ms, {trace.get('gaps_over_50us')} idle gaps over 50 us, largest {trace.get('largest_gap_us', 0):.0f} us")
+                log(
+                    f"  {path}: 20 back-to-back 256 x 13 forwards: device busy {trace.get('device_busy_fraction') or 0:.0%} "
+                    f"of {trace.get('span_ms', 0):.1f} ms, {trace.get('gaps_over_50us')} idle gaps over 50 us, largest {trace.get('largest_gap_us', 0):.0f} us"
+                )
         del engine
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
@@ -232,7 +276,9 @@ def _sync_check(engine: Any, rng: np.random.Generator, max_id: int) -> str:
     """Forwards of every kind under sync-debug 'error': any host sync raises."""
     import torch
 
-    batches = [[rng.integers(10, max_id, int(n)).tolist() for n in rng.integers(1, 120, k)] for k in (1, 7, 64)]
+    batches = [
+        [rng.integers(10, max_id, int(n)).tolist() for n in rng.integers(1, 120, k)] for k in (1, 7, 64)
+    ]
     batches.append([rng.integers(10, max_id, 700).tolist() for _ in range(3)])  # past the graph widths: eager
     results: list[Any] = []
     try:
@@ -249,7 +295,7 @@ def _sync_check(engine: Any, rng: np.random.Generator, max_id: int) -> str:
     finally:
         for r in results:
             _wait(r)
-    return "passed: no synchronising call in %d forwards (graph replays and eager)" % len(batches)
+    return f"passed: no synchronising call in {len(batches)} forwards (graph replays and eager)"
 
 
 def _trace(engine: Any, rng: np.random.Generator, max_id: int) -> dict[str, Any]:
@@ -268,7 +314,8 @@ def _trace(engine: Any, rng: np.random.Generator, max_id: int) -> dict[str, Any]
             _wait(p)
         torch.cuda.synchronize()
     kernels = sorted(
-        (e.time_range.start, e.time_range.end) for e in prof.events()
+        (e.time_range.start, e.time_range.end)
+        for e in prof.events()
         if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start
     )
     if not kernels:
@@ -285,8 +332,12 @@ def _trace(engine: Any, rng: np.random.Generator, max_id: int) -> dict[str, Any]
     except Exception:  # the sort key's name moved between torch versions
         table = prof.key_averages().table(sort_by="cpu_time_total", row_limit=15)
     return {
-        "kernels": len(kernels), "span_ms": span / 1000, "busy_ms": busy / 1000, "device_busy_fraction": busy / span if span else None,
-        "gaps_over_50us": sum(1 for g in gaps if g > 50), "largest_gap_us": max(gaps) if gaps else 0.0,
+        "kernels": len(kernels),
+        "span_ms": span / 1000,
+        "busy_ms": busy / 1000,
+        "device_busy_fraction": busy / span if span else None,
+        "gaps_over_50us": sum(1 for g in gaps if g > 50),
+        "largest_gap_us": max(gaps) if gaps else 0.0,
         "top_ops": table.splitlines()[:25],
     }
 
@@ -294,14 +345,30 @@ def _trace(engine: Any, rng: np.random.Generator, max_id: int) -> dict[str, Any]
 # -- served ------------------------------------------------------------------------------
 
 
-def spec(model_dir: Path, workers: int, *, device: str, dtype: str, compile_: bool, max_batch_tokens: int) -> DeploymentSpec:
+def spec(
+    model_dir: Path, workers: int, *, device: str, dtype: str, compile_: bool, max_batch_tokens: int
+) -> DeploymentSpec:
     args = (
-        "--dtype", dtype, "--max-batch-size", str(MAX_BATCH), "--max-batch-tokens", str(max_batch_tokens),
-        "--batch-wait-ms", "2", "--engine-arg", f"compile={'true' if compile_ else 'false'}",
+        "--dtype",
+        dtype,
+        "--max-batch-size",
+        str(MAX_BATCH),
+        "--max-batch-tokens",
+        str(max_batch_tokens),
+        "--batch-wait-ms",
+        "2",
+        "--engine-arg",
+        f"compile={'true' if compile_ else 'false'}",
     )
     return DeploymentSpec(
         workers=tuple(
-            WorkerSpec(model="qwen3", engine="transformers", model_path=model_dir, device=None if device == "cuda" else "cpu", extra_args=args)
+            WorkerSpec(
+                model="qwen3",
+                engine="transformers",
+                model_path=model_dir,
+                device=None if device == "cuda" else "cpu",
+                extra_args=args,
+            )
             for _ in range(workers)
         ),
         startup_timeout=900,
@@ -326,14 +393,25 @@ def histogram_delta(before: dict[str, int], after: dict[str, int]) -> dict[int, 
     return {k: v for k, v in sorted(delta.items()) if v}
 
 
-def load_step(dep: Deployment, *, url: str, tokens: int, concurrency: int, inputs: int, seconds: float, max_id: int) -> dict[str, Any]:
-    body = body_for("qwen3", inputs=inputs, tokens=tokens, text="", base64=True, seed=concurrency + tokens, max_id=max_id)
+def load_step(
+    dep: Deployment, *, url: str, tokens: int, concurrency: int, inputs: int, seconds: float, max_id: int
+) -> dict[str, Any]:
+    body = body_for(
+        "qwen3", inputs=inputs, tokens=tokens, text="", base64=True, seed=concurrency + tokens, max_id=max_id
+    )
     procs = {p.name: p for p in dep.processes}
     names = sorted(procs)
     cpu0 = {n: cpu_seconds(procs[n].pid) for n in names}
     hist0 = [health(u)["engine_info"]["batching"]["batch_sizes"] for u in dep.system_urls]
-    result = run_load(url, body, requests=10**9, seconds=seconds, concurrency=concurrency, inputs_per_request=inputs,
-                      processes=min(8, concurrency))
+    result = run_load(
+        url,
+        body,
+        requests=10**9,
+        seconds=seconds,
+        concurrency=concurrency,
+        inputs_per_request=inputs,
+        processes=min(8, concurrency),
+    )
     cpu1 = {n: cpu_seconds(procs[n].pid) for n in names}
     hist1 = [health(u)["engine_info"]["batching"]["batch_sizes"] for u in dep.system_urls]
     histogram: dict[int, int] = {}
@@ -343,21 +421,36 @@ def load_step(dep: Deployment, *, url: str, tokens: int, concurrency: int, input
     forwards = sum(histogram.values())
     requests = max(1, result.requests)
     row = {
-        "tokens": tokens, "concurrency": concurrency, "inputs_per_request": inputs, "requests": result.requests,
-        "failed": result.failed, "seconds": result.seconds, "rps": result.rps, "seq_per_s": result.inputs_per_second,
-        "p50_ms": result.p50_ms, "p99_ms": result.p99_ms, "forwards": forwards,
+        "tokens": tokens,
+        "concurrency": concurrency,
+        "inputs_per_request": inputs,
+        "requests": result.requests,
+        "failed": result.failed,
+        "seconds": result.seconds,
+        "rps": result.rps,
+        "seq_per_s": result.inputs_per_second,
+        "p50_ms": result.p50_ms,
+        "p99_ms": result.p99_ms,
+        "forwards": forwards,
         "mean_batch": sum(k * v for k, v in histogram.items()) / forwards if forwards else 0.0,
         "batch_histogram": histogram,
         "cpu_ms_per_request": {n: 1000 * (cpu1[n] - cpu0[n]) / requests for n in names},
         "cpu_cores": {n: (cpu1[n] - cpu0[n]) / result.seconds for n in names},
     }
-    log(f"  {tokens:>3} tok  c={concurrency:<4} x{inputs:<3} {row['seq_per_s']:>9,.0f} seq/s  p50 {row['p50_ms']:8.2f} ms  "
+    log(
+        f"  {tokens:>3} tok  c={concurrency:<4} x{inputs:<3} {row['seq_per_s']:>9,.0f} seq/s  p50 {row['p50_ms']:8.2f} ms  "
         f"p99 {row['p99_ms']:8.2f} ms  failed {row['failed']}  mean batch {row['mean_batch']:6.1f}  "
-        + "  ".join(f"{n} {v:.3f} ms/req ({row['cpu_cores'][n]:.2f} cores)" for n, v in row["cpu_ms_per_request"].items()))
+        + "  ".join(
+            f"{n} {v:.3f} ms/req ({row['cpu_cores'][n]:.2f} cores)"
+            for n, v in row["cpu_ms_per_request"].items()
+        )
+    )
     return row
 
 
-def parity(dep: Deployment, model_dir: Path, *, device: str, dtype: str, max_id: int, max_len: int) -> dict[str, Any]:
+def parity(
+    dep: Deployment, model_dir: Path, *, device: str, dtype: str, max_id: int, max_len: int
+) -> dict[str, Any]:
     """Served vectors (through the frontend, batched with padding) against one unpadded forward each."""
     import httpx
     import torch
@@ -367,13 +460,21 @@ def parity(dep: Deployment, model_dir: Path, *, device: str, dtype: str, max_id:
 
     rng = np.random.default_rng(7)
     # One length in and one past each graph width, a length at each width, and past the last.
-    lengths = [n for n in (1, 2, 13, 15, 16, 17, 31, 32, 33, 64, 65, 100, 128, 129, 255, 256, 257, 511, 512, 513, 700) if n <= max_len]
+    lengths = [
+        n
+        for n in (1, 2, 13, 15, 16, 17, 31, 32, 33, 64, 65, 100, 128, 129, 255, 256, 257, 511, 512, 513, 700)
+        if n <= max_len
+    ]
     seqs = [rng.integers(10, max_id, n).tolist() for n in lengths]
 
     async def send() -> list[np.ndarray]:
         async with httpx.AsyncClient(timeout=120) as client:
+
             async def one(batch: list[list[int]]) -> list[np.ndarray]:
-                r = await client.post(dep.frontend_url + "/v1/embeddings", json={"model": "qwen3", "input": batch, "encoding_format": "base64"})
+                r = await client.post(
+                    dep.frontend_url + "/v1/embeddings",
+                    json={"model": "qwen3", "input": batch, "encoding_format": "base64"},
+                )
                 r.raise_for_status()
                 return [decode_embedding(d["embedding"]) for d in r.json()["data"]]
 
@@ -387,7 +488,11 @@ def parity(dep: Deployment, model_dir: Path, *, device: str, dtype: str, max_id:
     want = []
     with torch.inference_mode():
         for s in seqs:
-            hidden = model(input_ids=torch.tensor([s], device=device), use_cache=False).last_hidden_state[0, -1].float()
+            hidden = (
+                model(input_ids=torch.tensor([s], device=device), use_cache=False)
+                .last_hidden_state[0, -1]
+                .float()
+            )
             want.append(torch.nn.functional.normalize(hidden, dim=-1).cpu().numpy())
     del model
     if device.startswith("cuda"):
@@ -395,15 +500,37 @@ def parity(dep: Deployment, model_dir: Path, *, device: str, dtype: str, max_id:
     want = want + want
     cos = [float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(served, want)]
     floor = 0.9999 if dtype == "bfloat16" else 0.99999
-    return {"lengths": lengths, "min_cosine": min(cos), "floor": floor, "passed": min(cos) >= floor, "cosines": cos}
+    return {
+        "lengths": lengths,
+        "min_cosine": min(cos),
+        "floor": floor,
+        "passed": min(cos) >= floor,
+        "cosines": cos,
+    }
 
 
-def served_matrix(dep: Deployment, *, settings: list[tuple[int, int, int]], seconds: float, max_id: int) -> list[dict[str, Any]]:
+def served_matrix(
+    dep: Deployment, *, settings: list[tuple[int, int, int]], seconds: float, max_id: int
+) -> list[dict[str, Any]]:
     # One warm-up burst: connections, the loadgen's first imports, allocator growth.
-    run_load(dep.frontend_url + "/v1/embeddings", body_for("qwen3", inputs=1, tokens=13, text="", base64=True, seed=0, max_id=max_id),
-             requests=2000, seconds=1.0, concurrency=64, processes=4)
+    run_load(
+        dep.frontend_url + "/v1/embeddings",
+        body_for("qwen3", inputs=1, tokens=13, text="", base64=True, seed=0, max_id=max_id),
+        requests=2000,
+        seconds=1.0,
+        concurrency=64,
+        processes=4,
+    )
     return [
-        load_step(dep, url=dep.frontend_url + "/v1/embeddings", tokens=t, concurrency=c, inputs=i, seconds=seconds, max_id=max_id)
+        load_step(
+            dep,
+            url=dep.frontend_url + "/v1/embeddings",
+            tokens=t,
+            concurrency=c,
+            inputs=i,
+            seconds=seconds,
+            max_id=max_id,
+        )
         for t, c, i in settings
     ]
 
@@ -416,13 +543,24 @@ def main() -> int:
     parser.add_argument("--shape", choices=["qwen3-embedding-0.6b", "tiny"], default="qwen3-embedding-0.6b")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--model-dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "embedlab-qwen3-0.6b-shape")
+    parser.add_argument(
+        "--model-dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "embedlab-qwen3-0.6b-shape"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "gpu_short_inputs.json")
-    parser.add_argument("--quick", action="store_true", help="short steps and a reduced matrix, for a dry run")
+    parser.add_argument(
+        "--quick", action="store_true", help="short steps and a reduced matrix, for a dry run"
+    )
     parser.add_argument("--profile", action="store_true", help="add the in-process engine profile")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each load step")
-    parser.add_argument("--compile", choices=["both", "on", "off"], default="both", help="served runs with torch.compile on, off or both")
-    parser.add_argument("--skip", action="append", default=[], choices=["plain", "st", "served", "direct", "two", "parity"])
+    parser.add_argument(
+        "--compile",
+        choices=["both", "on", "off"],
+        default="both",
+        help="served runs with torch.compile on, off or both",
+    )
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=["plain", "st", "served", "direct", "two", "parity"]
+    )
     args = parser.parse_args()
     started = time.time()
     report: dict[str, Any] = {
@@ -438,7 +576,11 @@ def main() -> int:
         pass
     shape = None if args.shape == "tiny" else args.shape
     t = time.time()
-    model_dir = build_tiny_model("qwen3", args.model_dir if shape else args.model_dir.with_name(args.model_dir.name + "-tiny"), shape=shape)
+    model_dir = build_tiny_model(
+        "qwen3",
+        args.model_dir if shape else args.model_dir.with_name(args.model_dir.name + "-tiny"),
+        shape=shape,
+    )
     config = json.loads((model_dir / "config.json").read_text())
     report["model"] = {"shape": args.shape, "build_s": time.time() - t, "dtype": args.dtype}
     device0 = "cuda:0" if args.device == "cuda" else "cpu"
@@ -464,9 +606,15 @@ def main() -> int:
         return result
 
     if args.profile:
-        report["profile"] = stage("engine profile", lambda: engine_profile(model_dir, device=device0, dtype=args.dtype, quick=args.quick, max_id=max_id))
+        report["profile"] = stage(
+            "engine profile",
+            lambda: engine_profile(
+                model_dir, device=device0, dtype=args.dtype, quick=args.quick, max_id=max_id
+            ),
+        )
 
     if "plain" not in args.skip:
+
         def plain() -> list[dict[str, float]]:
             import torch
             from transformers import AutoModel
@@ -475,8 +623,19 @@ def main() -> int:
             rows = []
             for tokens in LENGTHS:
                 for batch in BATCHES:
-                    rows.append(plain_forward(model, device=device0, batch=batch, tokens=tokens, seconds=1.0 if args.quick else 3.0, vocab=max_id))
-                    log(f"  plain forward {tokens:>3} tokens, batch {batch:>4}: {rows[-1]['seq_per_s']:>9,.0f} seq/s")
+                    rows.append(
+                        plain_forward(
+                            model,
+                            device=device0,
+                            batch=batch,
+                            tokens=tokens,
+                            seconds=1.0 if args.quick else 3.0,
+                            vocab=max_id,
+                        )
+                    )
+                    log(
+                        f"  plain forward {tokens:>3} tokens, batch {batch:>4}: {rows[-1]['seq_per_s']:>9,.0f} seq/s"
+                    )
             del model
             if device0.startswith("cuda"):
                 torch.cuda.empty_cache()
@@ -485,12 +644,19 @@ def main() -> int:
         report["plain_forward"] = stage("plain forward", plain)
     if "st" not in args.skip:
         report["sentence_transformers"] = stage(
-            "sentence-transformers", lambda: sentence_transformers_encode(model_dir, device=device0, dtype=args.dtype, dim=config["hidden_size"], quick=args.quick)
+            "sentence-transformers",
+            lambda: sentence_transformers_encode(
+                model_dir, device=device0, dtype=args.dtype, dim=config["hidden_size"], quick=args.quick
+            ),
         )
 
     settings = [(t, c, i) for t in LENGTHS for c, i in SETTINGS]
     if args.quick:
-        settings = [(13, 1, 1), (13, 64, 1), (128, 8, 16)] if args.device == "cpu" else [(13, 1, 1), (13, 512, 1), (128, 64, 16)]
+        settings = (
+            [(13, 1, 1), (13, 64, 1), (128, 8, 16)]
+            if args.device == "cpu"
+            else [(13, 1, 1), (13, 512, 1), (128, 64, 16)]
+        )
     modes = {"both": [False, True], "on": [True], "off": [False]}[args.compile]
     report["served"] = {}
     for compile_ in modes:
@@ -500,28 +666,63 @@ def main() -> int:
         mode_settings = settings
         direct = "direct" not in args.skip and not (args.compile == "both" and compile_)
 
-        def served(mode_settings: list[tuple[int, int, int]] = mode_settings, direct: bool = direct, compile_: bool = compile_, label: str = label) -> dict[str, Any]:
+        def served(
+            mode_settings: list[tuple[int, int, int]] = mode_settings,
+            direct: bool = direct,
+            compile_: bool = compile_,
+            label: str = label,
+        ) -> dict[str, Any]:
             out: dict[str, Any] = {}
-            with Deployment(spec(model_dir, 1, device=args.device, dtype=args.dtype, compile_=compile_, max_batch_tokens=MAX_BATCH * 128)) as dep:
+            with Deployment(
+                spec(
+                    model_dir,
+                    1,
+                    device=args.device,
+                    dtype=args.dtype,
+                    compile_=compile_,
+                    max_batch_tokens=MAX_BATCH * 128,
+                )
+            ) as dep:
                 info = health(dep.system_urls[0])["engine_info"]
                 out["startup_s"] = dep.startup_seconds
                 out["engine_info"] = {k: v for k, v in info.items() if k != "batching"}
-                log(f"  worker up in {dep.startup_seconds.get('total', 0):.1f} s: {len(info.get('cuda_graphs', []))} graphs, "
-                    f"{info.get('graph_memory_mib', 0)} MiB, capture {info.get('graph_capture_s', 0)} s, attention {info.get('attention')}")
+                log(
+                    f"  worker up in {dep.startup_seconds.get('total', 0):.1f} s: {len(info.get('cuda_graphs', []))} graphs, "
+                    f"{info.get('graph_memory_mib', 0)} MiB, capture {info.get('graph_capture_s', 0)} s, attention {info.get('attention')}"
+                )
                 if "parity" not in args.skip:
-                    out["parity"] = parity(dep, model_dir, device=device0, dtype=args.dtype, max_id=max_id, max_len=config["max_position_embeddings"])
-                    log(f"  served vs direct forward: min cosine {out['parity']['min_cosine']:.6f} over {2 * len(out['parity']['lengths'])} vectors")
+                    out["parity"] = parity(
+                        dep,
+                        model_dir,
+                        device=device0,
+                        dtype=args.dtype,
+                        max_id=max_id,
+                        max_len=config["max_position_embeddings"],
+                    )
+                    log(
+                        f"  served vs direct forward: min cosine {out['parity']['min_cosine']:.6f} over {2 * len(out['parity']['lengths'])} vectors"
+                    )
                 out["rows"] = served_matrix(dep, settings=mode_settings, seconds=seconds, max_id=max_id)
                 if direct:
                     worker_url = health(dep.system_urls[0])["url"]
                     log("  straight to the worker, past the frontend:")
                     out["direct_to_worker"] = [
-                        load_step(dep, url=worker_url + "/v1/embeddings", tokens=13, concurrency=c, inputs=1, seconds=seconds, max_id=max_id)
+                        load_step(
+                            dep,
+                            url=worker_url + "/v1/embeddings",
+                            tokens=13,
+                            concurrency=c,
+                            inputs=1,
+                            seconds=seconds,
+                            max_id=max_id,
+                        )
                         for c in ((64,) if args.device == "cpu" and args.quick else (64, 512))
                     ]
                 for name, path in dep.log_paths.items():
                     if name.startswith("worker"):  # the captured buckets are in its log
-                        (args.out.parent / f"{label.replace(' + ', '-')}-{name}.log").write_bytes(path.read_bytes()[-200_000:])
+                        (args.out.parent / f"{label.replace(' + ', '-')}-{name}.log").write_bytes(
+                            path.read_bytes()[-200_000:]
+                        )
             return out
 
         report["served"][label] = stage(f"served, {label}", served)
@@ -535,10 +736,28 @@ def main() -> int:
         def two() -> dict[str, Any]:
             out: dict[str, Any] = {"compile": best_compile}
             one_settings = [(128, 64, 16), (128, 128, 16)]
-            with Deployment(spec(model_dir, 1, device=args.device, dtype=args.dtype, compile_=best_compile, max_batch_tokens=MAX_BATCH * 128)) as dep:
+            with Deployment(
+                spec(
+                    model_dir,
+                    1,
+                    device=args.device,
+                    dtype=args.dtype,
+                    compile_=best_compile,
+                    max_batch_tokens=MAX_BATCH * 128,
+                )
+            ) as dep:
                 log("  one worker:")
                 out["one"] = served_matrix(dep, settings=one_settings, seconds=seconds, max_id=max_id)
-            with Deployment(spec(model_dir, 2, device=args.device, dtype=args.dtype, compile_=best_compile, max_batch_tokens=MAX_BATCH * 128)) as dep:
+            with Deployment(
+                spec(
+                    model_dir,
+                    2,
+                    device=args.device,
+                    dtype=args.dtype,
+                    compile_=best_compile,
+                    max_batch_tokens=MAX_BATCH * 128,
+                )
+            ) as dep:
                 log("  two workers:")
                 out["two"] = served_matrix(dep, settings=[(128, 128, 16)], seconds=seconds, max_id=max_id)
             out["ratio"] = max(r["seq_per_s"] for r in out["two"]) / max(r["seq_per_s"] for r in out["one"])
@@ -549,7 +768,9 @@ def main() -> int:
 
     report["targets"] = targets(report)
     for row in report["targets"]:
-        log(f"  {row['target']:<34} goal {row['goal']:<10} measured {row['measured']}  {'met' if row['met'] else 'NOT met'}")
+        log(
+            f"  {row['target']:<34} goal {row['goal']:<10} measured {row['measured']}  {'met' if row['met'] else 'NOT met'}"
+        )
     save()
     return 0
 
@@ -571,30 +792,59 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
 
     def add(target: str, goal: str, measured: float | None, met: bool | None, detail: str) -> None:
-        out.append({"target": target, "goal": goal, "measured": None if measured is None else round(measured, 3), "met": bool(met), "detail": detail})
+        out.append(
+            {
+                "target": target,
+                "goal": goal,
+                "measured": None if measured is None else round(measured, 3),
+                "met": bool(met),
+                "detail": detail,
+            }
+        )
 
     short = [r for r in rows if r["tokens"] == 13 and r["inputs_per_request"] == 1]
     st13 = [r for r in st if r["tokens"] == 13]
     if short and st13:
         best, ref = max(short, key=lambda r: r["seq_per_s"]), max(st13, key=lambda r: r["seq_per_s"])
         ratio = best["seq_per_s"] / ref["seq_per_s"]
-        add("13 tok, 1/request vs ST best", f">= {TARGETS['short_vs_sentence_transformers']}x", ratio,
+        add(
+            "13 tok, 1/request vs ST best",
+            f">= {TARGETS['short_vs_sentence_transformers']}x",
+            ratio,
             ratio >= TARGETS["short_vs_sentence_transformers"],
-            f"served {best['seq_per_s']:,.0f} seq/s at c={best['concurrency']} vs ST {ref['seq_per_s']:,.0f} at batch {ref['batch']}")
+            f"served {best['seq_per_s']:,.0f} seq/s at c={best['concurrency']} vs ST {ref['seq_per_s']:,.0f} at batch {ref['batch']}",
+        )
     c1 = [r for r in short if r["concurrency"] == 1]
     if c1:
         p50 = min(r["p50_ms"] for r in c1)
-        add("c=1 p50, 13 tokens", f"<= {TARGETS['p50_ms_c1_13_tokens']} ms", p50, p50 <= TARGETS["p50_ms_c1_13_tokens"], "through the frontend")
+        add(
+            "c=1 p50, 13 tokens",
+            f"<= {TARGETS['p50_ms_c1_13_tokens']} ms",
+            p50,
+            p50 <= TARGETS["p50_ms_c1_13_tokens"],
+            "through the frontend",
+        )
     long = [r for r in rows if r["tokens"] == 128]
     plain128 = [r for r in plain if r["tokens"] == 128]
     if long and plain128:
         best, ref = max(long, key=lambda r: r["seq_per_s"]), max(plain128, key=lambda r: r["seq_per_s"])
         ratio = best["seq_per_s"] / ref["seq_per_s"]
-        add("128 tok served vs plain forward", f">= {TARGETS['served_vs_plain_128_tokens']:.0%}", ratio, ratio >= TARGETS["served_vs_plain_128_tokens"],
-            f"served {best['seq_per_s']:,.0f} seq/s (c={best['concurrency']} x{best['inputs_per_request']}) vs plain {ref['seq_per_s']:,.0f} at batch {ref['batch']}")
+        add(
+            "128 tok served vs plain forward",
+            f">= {TARGETS['served_vs_plain_128_tokens']:.0%}",
+            ratio,
+            ratio >= TARGETS["served_vs_plain_128_tokens"],
+            f"served {best['seq_per_s']:,.0f} seq/s (c={best['concurrency']} x{best['inputs_per_request']}) vs plain {ref['seq_per_s']:,.0f} at batch {ref['batch']}",
+        )
     two = report.get("two_gpus")
     if two:
-        add("two workers on two GPUs vs one", f">= {TARGETS['two_gpus_vs_one']}x", two["ratio"], two["ratio"] >= TARGETS["two_gpus_vs_one"], "128 tokens, 16 inputs/request")
+        add(
+            "two workers on two GPUs vs one",
+            f">= {TARGETS['two_gpus_vs_one']}x",
+            two["ratio"],
+            two["ratio"] >= TARGETS["two_gpus_vs_one"],
+            "128 tokens, 16 inputs/request",
+        )
     return out
 
 

@@ -16,8 +16,9 @@ import multiprocessing as mp
 import os
 import threading
 import time
+from collections.abc import Coroutine
 from dataclasses import asdict, dataclass
-from typing import Any, Coroutine, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -39,7 +40,9 @@ class LoadResult:
         return f"{self.rps:10.1f} req/s  p50 {self.p50_ms:8.2f} ms  p99 {self.p99_ms:8.2f} ms  failed {self.failed}"
 
 
-def body_for(model: str, *, inputs: int, tokens: int | None, text: str, base64: bool, seed: int, max_id: int = 5000) -> bytes:
+def body_for(
+    model: str, *, inputs: int, tokens: int | None, text: str, base64: bool, seed: int, max_id: int = 5000
+) -> bytes:
     rng = np.random.default_rng(seed)
     if tokens:
         # Token ids fix the sequence length exactly, whatever the tokenizer.
@@ -52,14 +55,18 @@ def body_for(model: str, *, inputs: int, tokens: int | None, text: str, base64: 
     return json.dumps(body).encode()
 
 
-async def _lane_group(url: str, body: bytes, count: int, lanes: int, start: Any, seconds: float | None) -> tuple[list[float], int, float, float]:
+async def _lane_group(
+    url: str, body: bytes, count: int, lanes: int, start: Any, seconds: float | None
+) -> tuple[list[float], int, float, float]:
     import aiohttp
 
     latencies: list[float] = []
     failed = 0
     remaining = count
     connector = aiohttp.TCPConnector(limit=lanes, force_close=False)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=300)) as session:
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=300)
+    ) as session:
         # All processes start together, once every one has imported and is ready: on a
         # loaded machine a fixed start time can pass before the last one is up.
         try:
@@ -75,7 +82,9 @@ async def _lane_group(url: str, body: bytes, count: int, lanes: int, start: Any,
                 remaining -= 1
                 t = time.perf_counter()
                 try:
-                    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
+                    async with session.post(
+                        url, data=body, headers={"Content-Type": "application/json"}
+                    ) as resp:
                         await resp.read()
                         ok = resp.status == 200
                 except aiohttp.ClientError:
@@ -107,18 +116,27 @@ def _process(args: tuple[str, bytes, int, int, Any, float | None, Any]) -> None:
 
 
 def run_load(
-    url: str, body: bytes, *, requests: int, concurrency: int, processes: int | None = None, inputs_per_request: int = 1,
+    url: str,
+    body: bytes,
+    *,
+    requests: int,
+    concurrency: int,
+    processes: int | None = None,
+    inputs_per_request: int = 1,
     seconds: float | None = None,
 ) -> LoadResult:
     """`requests` in all, or as many as `seconds` allow (no new request starts after them)."""
     processes = max(1, min(processes or os.cpu_count() or 1, concurrency))
     lanes = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
-    counts = [requests * l // concurrency for l in lanes]
+    counts = [requests * lane // concurrency for lane in lanes]
     counts[0] += requests - sum(counts)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     start = ctx.Barrier(processes)
-    procs = [ctx.Process(target=_process, args=((url, body, c, l, start, seconds, queue),)) for c, l in zip(counts, lanes)]
+    procs = [
+        ctx.Process(target=_process, args=((url, body, c, lane, start, seconds, queue),))
+        for c, lane in zip(counts, lanes)
+    ]
     for p in procs:
         p.start()
     try:
@@ -136,10 +154,14 @@ def run_load(
     failed = sum(f for _, f, _, _ in results)
     seconds = ended - start_at
     return LoadResult(
-        requests=len(latencies), failed=failed, seconds=seconds, rps=len(latencies) / seconds,
+        requests=len(latencies),
+        failed=failed,
+        seconds=seconds,
+        rps=len(latencies) / seconds,
         p50_ms=float(np.percentile(latencies, 50) * 1000) if len(latencies) else float("nan"),
         p99_ms=float(np.percentile(latencies, 99) * 1000) if len(latencies) else float("nan"),
-        inputs_per_second=len(latencies) * inputs_per_request / seconds, concurrency=concurrency,
+        inputs_per_second=len(latencies) * inputs_per_request / seconds,
+        concurrency=concurrency,
     )
 
 
@@ -151,13 +173,28 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--processes", type=int, default=None)
     parser.add_argument("--inputs-per-request", type=int, default=1)
-    parser.add_argument("--tokens", type=int, default=None, help="send token-id inputs of exactly this length")
+    parser.add_argument(
+        "--tokens", type=int, default=None, help="send token-id inputs of exactly this length"
+    )
     parser.add_argument("--text", default="hello world")
     parser.add_argument("--base64", action="store_true")
     args = parser.parse_args()
-    body = body_for(args.model, inputs=args.inputs_per_request, tokens=args.tokens, text=args.text, base64=args.base64, seed=0)
-    result = run_load(args.url.rstrip("/") + "/v1/embeddings", body, requests=args.requests, concurrency=args.concurrency,
-                      processes=args.processes, inputs_per_request=args.inputs_per_request)
+    body = body_for(
+        args.model,
+        inputs=args.inputs_per_request,
+        tokens=args.tokens,
+        text=args.text,
+        base64=args.base64,
+        seed=0,
+    )
+    result = run_load(
+        args.url.rstrip("/") + "/v1/embeddings",
+        body,
+        requests=args.requests,
+        concurrency=args.concurrency,
+        processes=args.processes,
+        inputs_per_request=args.inputs_per_request,
+    )
     print(json.dumps(asdict(result)))
 
 

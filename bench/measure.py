@@ -16,9 +16,9 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -37,11 +37,27 @@ class HeyResult:
 
 def require_hey() -> None:
     if not os.path.exists(HEY):
-        raise SystemExit("hey is not installed: `apt-get install hey` (Debian), or `make bench`, which installs it")
+        raise SystemExit(
+            "hey is not installed: `apt-get install hey` (Debian), or `make bench`, which installs it"
+        )
 
 
 def _hey_argv(url: str, body: bytes, *, requests: int, concurrency: int, headers: Sequence[str]) -> list[str]:
-    argv = [HEY, "-n", str(requests), "-c", str(concurrency), "-m", "POST", "-T", "application/json", "-t", "60", "-o", "csv"]
+    argv = [
+        HEY,
+        "-n",
+        str(requests),
+        "-c",
+        str(concurrency),
+        "-m",
+        "POST",
+        "-T",
+        "application/json",
+        "-t",
+        "60",
+        "-o",
+        "csv",
+    ]
     for header in headers:
         argv += ["-H", header]
     return argv + ["-d", body.decode(), url]
@@ -75,8 +91,12 @@ def hey_many(
     """
     require_hey()
     procs = [
-        subprocess.Popen(_hey_argv(url, body, requests=requests, concurrency=concurrency, headers=headers),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        subprocess.Popen(
+            _hey_argv(url, body, requests=requests, concurrency=concurrency, headers=headers),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
         for url, body in jobs
     ]
     latencies: list[float] = []
@@ -104,8 +124,12 @@ def hey_many(
         raise RuntimeError(f"no request was answered 200 by {jobs[0][0]} ({bad} failed)")
     arr = np.asarray(latencies)
     return HeyResult(
-        requests=answered, failed=total - answered, seconds=last_end, rps=answered / last_end,
-        p50_ms=float(np.percentile(arr, 50) * 1e3), p99_ms=float(np.percentile(arr, 99) * 1e3),
+        requests=answered,
+        failed=total - answered,
+        seconds=last_end,
+        rps=answered / last_end,
+        p50_ms=float(np.percentile(arr, 50) * 1e3),
+        p99_ms=float(np.percentile(arr, 99) * 1e3),
     )
 
 
@@ -185,8 +209,13 @@ class ForeignCpu:
 
 
 def wait_for_quiet(
-    own_pgids: Sequence[int] = (), *, max_load: float | None = 1.5, max_foreign_cores: float = 0.3,
-    poll_s: float = 30.0, max_wait_s: float = 600.0, window_s: float = 5.0,
+    own_pgids: Sequence[int] = (),
+    *,
+    max_load: float | None = 1.5,
+    max_foreign_cores: float = 0.3,
+    poll_s: float = 30.0,
+    max_wait_s: float = 600.0,
+    window_s: float = 5.0,
 ) -> dict[str, float | bool]:
     """Wait (bounded) until other people's work leaves the cores alone; say what was seen.
 
@@ -206,8 +235,16 @@ def wait_for_quiet(
         quiet = foreign <= max_foreign_cores and (max_load is None or load <= max_load)
         waited = time.monotonic() - started
         if quiet or waited >= max_wait_s:
-            return {"load_1m": round(load, 2), "foreign_cores": round(foreign, 2), "waited_s": round(waited, 1), "quiet": quiet}
-        print(f"  busy machine (load average {load:.2f}, others use {foreign:.2f} cores): waiting {poll_s:.0f} s", flush=True)
+            return {
+                "load_1m": round(load, 2),
+                "foreign_cores": round(foreign, 2),
+                "waited_s": round(waited, 1),
+                "quiet": quiet,
+            }
+        print(
+            f"  busy machine (load average {load:.2f}, others use {foreign:.2f} cores): waiting {poll_s:.0f} s",
+            flush=True,
+        )
         time.sleep(poll_s)
 
 
@@ -227,13 +264,19 @@ def machine_info() -> dict[str, object]:
         pass
     hey_version = ""
     try:
-        out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "hey"], capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Version}", "hey"], capture_output=True, text=True, timeout=5
+        )
         hey_version = out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
     return {
-        "cpu": model, "cores": os.cpu_count(), "memory_gib": round(mem_gib, 1), "kernel": platform.release(),
-        "python": platform.python_version(), "hey": hey_version,
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_gib, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "hey": hey_version,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
 

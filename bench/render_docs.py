@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import matplotlib
 
@@ -56,8 +57,12 @@ def met(ok: bool) -> str:
 
 
 def machine_line(m: dict[str, Any], load: Any = None) -> str:
-    parts = [f"{m.get('cores')} cores ({m.get('cpu') or 'CPU'})", f"{m.get('memory_gib')} GiB",
-             f"Linux {m.get('kernel')}", f"Python {m.get('python')}"]
+    parts = [
+        f"{m.get('cores')} cores ({m.get('cpu') or 'CPU'})",
+        f"{m.get('memory_gib')} GiB",
+        f"Linux {m.get('kernel')}",
+        f"Python {m.get('python')}",
+    ]
     if m.get("hey"):
         parts.append(f"hey {m['hey']}")
     line = ", ".join(parts) + f"; run {m.get('date', '')}."
@@ -71,9 +76,12 @@ def load_summary(load: Any) -> str:
     values = list(load.values()) if isinstance(load, dict) else list(load)
     blocks = [v for v in values if isinstance(v, dict) and "waited_s" in v]
     end = [v for v in values if isinstance(v, dict) and "waited_s" not in v and "load_1m" in v]
-    text = ("Before each block of measurements: other processes used "
-            + ", ".join(f"{v.get('foreign_cores', float('nan')):.2f}" for v in blocks)
-            + " cores, 1-minute load average " + ", ".join(f"{v['load_1m']:.2f}" for v in blocks))
+    text = (
+        "Before each block of measurements: other processes used "
+        + ", ".join(f"{v.get('foreign_cores', float('nan')):.2f}" for v in blocks)
+        + " cores, 1-minute load average "
+        + ", ".join(f"{v['load_1m']:.2f}" for v in blocks)
+    )
     if any(not v.get("quiet", True) for v in blocks):
         text += " (some blocks ran without a quiet machine after 10 minutes of waiting)"
     if end:
@@ -83,6 +91,7 @@ def load_summary(load: Any) -> str:
 
 # -- router overhead --------------------------------------------------------------------
 
+
 def router_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
     rows = data["rows"]
     concurrencies = data["setup"]["concurrency"]
@@ -91,29 +100,69 @@ def router_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]
     def cell(path: str, c: int) -> dict[str, Any] | None:
         return next((r for r in rows if r["path"] == path and r["concurrency"] == c), None)
 
-    body = [table(
-        ["path", "c", "req/s", "p50 ms", "p99 ms", "frontend CPU ms/request", "failed"],
-        [[PATH_LABELS[r["path"]], r["concurrency"], num(r["rps"]), num(r["p50_ms"], 2), num(r["p99_ms"], 2),
-          num(r["cpu_ms_per_request"], 3) if "cpu_ms_per_request" in r else "-", r["failed"]]
-         for c in concurrencies for p in paths if (r := cell(p, c))],
-    )]
-    body.append("\nRatios of throughput, measured side by side (b = embedlab, a = direct, c = Dynamo, d = LiteLLM):\n")
-    body.append(table(
-        ["concurrency", "b/a", "b/c", "b/d", "p50 added over direct, ms"],
-        [[r["concurrency"], num(r.get("b_over_a", float("nan")), 2), num(r.get("b_over_c", float("nan")), 2),
-          num(r.get("b_over_d", float("nan")), 1), num(r.get("p50_added_ms", float("nan")), 2)] for r in data["ratios"]],
-    ))
+    body = [
+        table(
+            ["path", "c", "req/s", "p50 ms", "p99 ms", "frontend CPU ms/request", "failed"],
+            [
+                [
+                    PATH_LABELS[r["path"]],
+                    r["concurrency"],
+                    num(r["rps"]),
+                    num(r["p50_ms"], 2),
+                    num(r["p99_ms"], 2),
+                    num(r["cpu_ms_per_request"], 3) if "cpu_ms_per_request" in r else "-",
+                    r["failed"],
+                ]
+                for c in concurrencies
+                for p in paths
+                if (r := cell(p, c))
+            ],
+        )
+    ]
+    body.append(
+        "\nRatios of throughput, measured side by side (b = embedlab, a = direct, c = Dynamo, d = LiteLLM):\n"
+    )
+    body.append(
+        table(
+            ["concurrency", "b/a", "b/c", "b/d", "p50 added over direct, ms"],
+            [
+                [
+                    r["concurrency"],
+                    num(r.get("b_over_a", float("nan")), 2),
+                    num(r.get("b_over_c", float("nan")), 2),
+                    num(r.get("b_over_d", float("nan")), 1),
+                    num(r.get("p50_added_ms", float("nan")), 2),
+                ]
+                for r in data["ratios"]
+            ],
+        )
+    )
     targets = []
     t = data["targets"]
     if "b_over_c_at_top" in t:
-        targets.append((f"router: embedlab / Dynamo throughput at c={max(concurrencies)}", ">= 0.5x",
-                        f"{t['b_over_c_at_top']['value']:.2f}x, {met(t['b_over_c_at_top']['met'])}"))
+        targets.append(
+            (
+                f"router: embedlab / Dynamo throughput at c={max(concurrencies)}",
+                ">= 0.5x",
+                f"{t['b_over_c_at_top']['value']:.2f}x, {met(t['b_over_c_at_top']['met'])}",
+            )
+        )
     if "b_over_d_at_top" in t:
-        targets.append((f"router: embedlab / LiteLLM throughput at c={max(concurrencies)}", ">= 10x",
-                        f"{t['b_over_d_at_top']['value']:.1f}x, {met(t['b_over_d_at_top']['met'])}"))
+        targets.append(
+            (
+                f"router: embedlab / LiteLLM throughput at c={max(concurrencies)}",
+                ">= 10x",
+                f"{t['b_over_d_at_top']['value']:.1f}x, {met(t['b_over_d_at_top']['met'])}",
+            )
+        )
     if "p50_added_ms_at_low" in t:
-        targets.append((f"router: p50 added over direct at c={min(concurrencies)}", "< 1 ms",
-                        f"{t['p50_added_ms_at_low']['value']:.2f} ms, {met(t['p50_added_ms_at_low']['met'])}"))
+        targets.append(
+            (
+                f"router: p50 added over direct at c={min(concurrencies)}",
+                "< 1 ms",
+                f"{t['p50_added_ms_at_low']['value']:.2f} ms, {met(t['p50_added_ms_at_low']['met'])}",
+            )
+        )
     plot_router(data, paths)
     return "\n".join(body), targets
 
@@ -124,7 +173,9 @@ def plot_router(data: dict[str, Any], paths: list[str]) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.9), gridspec_kw={"width_ratios": [3, 2]})
     width = 0.8 / len(paths)
     for i, path in enumerate(paths):
-        values = [next(r["rps"] for r in rows if r["path"] == path and r["concurrency"] == c) for c in concurrencies]
+        values = [
+            next(r["rps"] for r in rows if r["path"] == path and r["concurrency"] == c) for c in concurrencies
+        ]
         xs = [j + (i - (len(paths) - 1) / 2) * width for j in range(len(concurrencies))]
         left.bar(xs, values, width, label=PATH_LABELS[path], color=COLORS[path])
     left.set_xticks(range(len(concurrencies)), [f"c={c}" for c in concurrencies])
@@ -134,8 +185,10 @@ def plot_router(data: dict[str, Any], paths: list[str]) -> None:
     left.set_ylim(bottom=1)  # bars on a log axis need a fixed floor to compare by height
     cpu_paths = [p for p in paths if any("cpu_ms_per_request" in r and r["path"] == p for r in rows)]
     for i, path in enumerate(cpu_paths):
-        values = [next(r.get("cpu_ms_per_request", 0) for r in rows if r["path"] == path and r["concurrency"] == c)
-                  for c in concurrencies]
+        values = [
+            next(r.get("cpu_ms_per_request", 0) for r in rows if r["path"] == path and r["concurrency"] == c)
+            for c in concurrencies
+        ]
         w = 0.8 / len(cpu_paths)
         xs = [j + (i - (len(cpu_paths) - 1) / 2) * w for j in range(len(concurrencies))]
         right.bar(xs, values, w, label=PATH_LABELS[path], color=COLORS[path])
@@ -152,27 +205,59 @@ def plot_router(data: dict[str, Any], paths: list[str]) -> None:
 
 # -- scale ------------------------------------------------------------------------------
 
+
 def scale_label(setting: str) -> str:
     kind, n = setting.split("=")
     return f"{n} workers, 1 model" if kind == "workers" else f"{n} models, 1 worker each"
 
 
-def scale_section(data: dict[str, Any], *, image: str = "scale.png") -> tuple[str, list[tuple[str, str, str]]]:
+def scale_section(
+    data: dict[str, Any], *, image: str = "scale.png"
+) -> tuple[str, list[tuple[str, str, str]]]:
     rows = data["rows"]
     cores = data.get("machine", {}).get("cores")
     body = table(
-        ["pool", "req/s", "vs 2 workers", "p50 ms", "p99 ms", "frontend CPU ms/req", "workers CPU ms/req",
-         "worker switches/req", "routing decision, us", "control: direct req/s", "direct vs 2 workers",
-         "direct: workers CPU ms/req"],
-        [[scale_label(r["setting"]), num(r["rps"]), f"{r.get('vs_2_workers', float('nan')):.2f}", num(r["p50_ms"], 1),
-          num(r["p99_ms"], 1), num(r["frontend_cpu_ms_per_request"], 3), num(r["workers_cpu_ms_per_request"], 3),
-          num(r["worker_switches_per_request"], 2), num(r["routing_us"], 2), num(r["direct_rps"]),
-          f"{r.get('direct_vs_2_workers', float('nan')):.2f}", num(r["direct_workers_cpu_ms_per_request"], 3)]
-         for r in rows],
+        [
+            "pool",
+            "req/s",
+            "vs 2 workers",
+            "p50 ms",
+            "p99 ms",
+            "frontend CPU ms/req",
+            "workers CPU ms/req",
+            "worker switches/req",
+            "routing decision, us",
+            "control: direct req/s",
+            "direct vs 2 workers",
+            "direct: workers CPU ms/req",
+        ],
+        [
+            [
+                scale_label(r["setting"]),
+                num(r["rps"]),
+                f"{r.get('vs_2_workers', float('nan')):.2f}",
+                num(r["p50_ms"], 1),
+                num(r["p99_ms"], 1),
+                num(r["frontend_cpu_ms_per_request"], 3),
+                num(r["workers_cpu_ms_per_request"], 3),
+                num(r["worker_switches_per_request"], 2),
+                num(r["routing_us"], 2),
+                num(r["direct_rps"]),
+                f"{r.get('direct_vs_2_workers', float('nan')):.2f}",
+                num(r["direct_workers_cpu_ms_per_request"], 3),
+            ]
+            for r in rows
+        ],
     )
-    targets = [(f"scale ({cores} cores): throughput with {scale_label(k)} vs 2 workers", ">= 0.90",
-                f"{v['value']:.2f}, {met(v['met'])}")
-               for k, v in data["targets"].items() if isinstance(v, dict)]
+    targets = [
+        (
+            f"scale ({cores} cores): throughput with {scale_label(k)} vs 2 workers",
+            ">= 0.90",
+            f"{v['value']:.2f}, {met(v['met'])}",
+        )
+        for k, v in data["targets"].items()
+        if isinstance(v, dict)
+    ]
     plot_scale(data, image)
     return body, targets
 
@@ -183,18 +268,44 @@ def plot_scale(data: dict[str, Any], image: str) -> None:
     labels = [r["setting"].replace("workers=", "").replace("models=16", "16 models") for r in rows]
     width = 0.4
     xs = list(range(len(rows)))
-    left.bar([x - width / 2 for x in xs], [r["rps"] for r in rows], width, color="#1f77b4", label="through the frontend")
-    left.bar([x + width / 2 for x in xs], [r["direct_rps"] for r in rows], width, color="#7f7f7f", label="direct to the workers (control)")
+    left.bar(
+        [x - width / 2 for x in xs],
+        [r["rps"] for r in rows],
+        width,
+        color="#1f77b4",
+        label="through the frontend",
+    )
+    left.bar(
+        [x + width / 2 for x in xs],
+        [r["direct_rps"] for r in rows],
+        width,
+        color="#7f7f7f",
+        label="direct to the workers (control)",
+    )
     base = next((r["rps"] for r in rows if r["setting"] == "workers=2"), None)
     if base:
-        left.axhline(0.9 * base, color="#d62728", linestyle="--", linewidth=1, label="90% of 2 workers, frontend")
+        left.axhline(
+            0.9 * base, color="#d62728", linestyle="--", linewidth=1, label="90% of 2 workers, frontend"
+        )
     left.legend(fontsize=7, loc="upper right")
     left.set_xticks(xs, labels)
     left.set_xlabel("hash workers")
     left.set_ylabel("requests/s at c=32")
     left.set_title("Throughput as the pool grows")
-    right.bar([x - width / 2 for x in xs], [r["frontend_cpu_ms_per_request"] for r in rows], width, label="frontend", color="#1f77b4")
-    right.bar([x + width / 2 for x in xs], [r["workers_cpu_ms_per_request"] for r in rows], width, label="all workers", color="#ff7f0e")
+    right.bar(
+        [x - width / 2 for x in xs],
+        [r["frontend_cpu_ms_per_request"] for r in rows],
+        width,
+        label="frontend",
+        color="#1f77b4",
+    )
+    right.bar(
+        [x + width / 2 for x in xs],
+        [r["workers_cpu_ms_per_request"] for r in rows],
+        width,
+        label="all workers",
+        color="#ff7f0e",
+    )
     right.set_xticks(xs, labels)
     right.set_ylabel("CPU ms per request")
     right.set_title("Where the CPU goes")
@@ -205,29 +316,72 @@ def plot_scale(data: dict[str, Any], image: str) -> None:
 
 # -- time to verdict ----------------------------------------------------------------------
 
+
 def verdict_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
     rows = data["rows"]
     body = table(
-        ["scenario", "stack", "engine", "passed", "wall s", "import s", "launch + ready s", "burst + check s", "teardown s"],
-        [[r["scenario"], r["stack"], r["engine"], "yes" if r["passed"] else "**no**", num(r["wall"], 2), num(r["import"], 2),
-          num(r["launch_and_ready"], 2), num(r["burst_and_check"], 2), num(r["teardown"], 2)] for r in rows],
+        [
+            "scenario",
+            "stack",
+            "engine",
+            "passed",
+            "wall s",
+            "import s",
+            "launch + ready s",
+            "burst + check s",
+            "teardown s",
+        ],
+        [
+            [
+                r["scenario"],
+                r["stack"],
+                r["engine"],
+                "yes" if r["passed"] else "**no**",
+                num(r["wall"], 2),
+                num(r["import"], 2),
+                num(r["launch_and_ready"], 2),
+                num(r["burst_and_check"], 2),
+                num(r["teardown"], 2),
+            ]
+            for r in rows
+        ],
         "llll" + "r" * 5,
     )
     both = data["both_hash_embedded_s"]
-    return body, [("time to verdict: both hash scenarios, embedded stack", "< 5 s", f"{both:.2f} s, {met(both < 5)}")]
+    return body, [
+        ("time to verdict: both hash scenarios, embedded stack", "< 5 s", f"{both:.2f} s, {met(both < 5)}")
+    ]
 
 
 # -- lease TTL sweep ------------------------------------------------------------------------
+
 
 def ttl_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
     rows = []
     for point in data["summary"]:
         span = point["out_of_dispatch_s_range"]
-        rows.append([
-            f"{point['ttl_s']:g}", num(point["out_of_dispatch_s_median"], 1) if point["out_of_dispatch_s_median"] is not None else "never",
-            f"{span[0]:.1f} to {span[1]:.1f}" if span else "-", num(point["failed_median"], 0), str(point["never_left"]),
-        ])
-    body = table(["lease TTL s", "SIGKILL to out of dispatch, s (median)", "range, s", "failed requests (median)", "runs it never left"], rows, "rrrrr")
+        rows.append(
+            [
+                f"{point['ttl_s']:g}",
+                num(point["out_of_dispatch_s_median"], 1)
+                if point["out_of_dispatch_s_median"] is not None
+                else "never",
+                f"{span[0]:.1f} to {span[1]:.1f}" if span else "-",
+                num(point["failed_median"], 0),
+                str(point["never_left"]),
+            ]
+        )
+    body = table(
+        [
+            "lease TTL s",
+            "SIGKILL to out of dispatch, s (median)",
+            "range, s",
+            "failed requests (median)",
+            "runs it never left",
+        ],
+        rows,
+        "rrrrr",
+    )
     plot_ttl(data)
     return body, []
 
@@ -235,10 +389,18 @@ def ttl_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
 def plot_ttl(data: dict[str, Any]) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     for run in data["runs"]:
-        left.plot([p["ttl_s"] for p in run], [p["out_of_dispatch_s"] for p in run], "o", color="#1f77b4", alpha=0.5)
+        left.plot(
+            [p["ttl_s"] for p in run], [p["out_of_dispatch_s"] for p in run], "o", color="#1f77b4", alpha=0.5
+        )
     summary = data["summary"]
     ttls = [p["ttl_s"] for p in summary]
-    left.plot(ttls, [p["out_of_dispatch_s_median"] for p in summary], "-", color="#1f77b4", label="median of the runs")
+    left.plot(
+        ttls,
+        [p["out_of_dispatch_s_median"] for p in summary],
+        "-",
+        color="#1f77b4",
+        label="median of the runs",
+    )
     span = [0, max(ttls) * 1.1]
     left.plot(span, span, "--", color="#888888", label="one TTL")
     left.set_xlabel("lease TTL (s)")
@@ -254,32 +416,79 @@ def plot_ttl(data: dict[str, Any]) -> None:
 
 # -- GPU --------------------------------------------------------------------------------
 
+
 def gpu_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
     s = data["summary"]
     pf = data["plain_forward"]
     parts = ["**Plain batched forward (the reference), one H200, same call:**\n"]
-    parts.append(table(["batch x tokens", "forwards", "tokens/s"],
-                       [[f"{pf['batch']} x {pf['tokens']}", pf["forwards"], num(pf["tokens_per_s"])]]))
-    parts.append("\n**Served throughput, two workers (one per GPU) behind the embedded frontend, 128-token inputs:**\n")
-    parts.append(table(
-        ["concurrency", "inputs/request", "requests", "req/s", "tokens/s", "per GPU vs plain forward", "p50 ms", "p99 ms"],
-        [[r["concurrency"], r["inputs_per_request"], r["requests"], num(r["rps"], 1), num(r["tokens_per_s"]),
-          f"{r['tokens_per_s'] / 2 / pf['tokens_per_s']:.0%}", num(r["p50_ms"], 1), num(r["p99_ms"], 1)]
-         for r in data["load_two_workers"]],
-    ))
+    parts.append(
+        table(
+            ["batch x tokens", "forwards", "tokens/s"],
+            [[f"{pf['batch']} x {pf['tokens']}", pf["forwards"], num(pf["tokens_per_s"])]],
+        )
+    )
+    parts.append(
+        "\n**Served throughput, two workers (one per GPU) behind the embedded frontend, 128-token inputs:**\n"
+    )
+    parts.append(
+        table(
+            [
+                "concurrency",
+                "inputs/request",
+                "requests",
+                "req/s",
+                "tokens/s",
+                "per GPU vs plain forward",
+                "p50 ms",
+                "p99 ms",
+            ],
+            [
+                [
+                    r["concurrency"],
+                    r["inputs_per_request"],
+                    r["requests"],
+                    num(r["rps"], 1),
+                    num(r["tokens_per_s"]),
+                    f"{r['tokens_per_s'] / 2 / pf['tokens_per_s']:.0%}",
+                    num(r["p50_ms"], 1),
+                    num(r["p99_ms"], 1),
+                ]
+                for r in data["load_two_workers"]
+            ],
+        )
+    )
     parts.append("\n**One worker against two, at the best setting:**\n")
     best_two = max(data["load_two_workers"], key=lambda r: r["tokens_per_s"])
-    parts.append(table(
-        ["workers", "concurrency", "inputs/request", "tokens/s", "p50 ms"],
-        [[1, r["concurrency"], r["inputs_per_request"], num(r["tokens_per_s"]), num(r["p50_ms"], 1)] for r in data["load_one_worker"]]
-        + [[2, best_two["concurrency"], best_two["inputs_per_request"], num(best_two["tokens_per_s"]), num(best_two["p50_ms"], 1)]],
-    ))
-    parts.append(f"\nTwo workers over one: **{s['two_over_one']:.2f}x**. "
-                 f"Latency at concurrency 1 (one 128-token input): **p50 {s['p50_ms_at_c1']:.1f} ms**. "
-                 f"Both scenarios passed on the GPUs: {'yes' if s['scenarios_passed'] else '**no**'}; "
-                 f"served vector against a direct forward: cosine {s['served_vs_direct_cosine']:.5f}.")
+    parts.append(
+        table(
+            ["workers", "concurrency", "inputs/request", "tokens/s", "p50 ms"],
+            [
+                [1, r["concurrency"], r["inputs_per_request"], num(r["tokens_per_s"]), num(r["p50_ms"], 1)]
+                for r in data["load_one_worker"]
+            ]
+            + [
+                [
+                    2,
+                    best_two["concurrency"],
+                    best_two["inputs_per_request"],
+                    num(best_two["tokens_per_s"]),
+                    num(best_two["p50_ms"], 1),
+                ]
+            ],
+        )
+    )
+    parts.append(
+        f"\nTwo workers over one: **{s['two_over_one']:.2f}x**. "
+        f"Latency at concurrency 1 (one 128-token input): **p50 {s['p50_ms_at_c1']:.1f} ms**. "
+        f"Both scenarios passed on the GPUs: {'yes' if s['scenarios_passed'] else '**no**'}; "
+        f"served vector against a direct forward: cosine {s['served_vs_direct_cosine']:.5f}."
+    )
     targets = [
-        ("GPU: served tokens/s per GPU vs plain forward", ">= 85%", f"{s['served_per_gpu_over_plain']:.0%}, {met(s['served_per_gpu_over_plain'] >= 0.85)}"),
+        (
+            "GPU: served tokens/s per GPU vs plain forward",
+            ">= 85%",
+            f"{s['served_per_gpu_over_plain']:.0%}, {met(s['served_per_gpu_over_plain'] >= 0.85)}",
+        ),
         ("GPU: two workers vs one", ">= 1.8x", f"{s['two_over_one']:.2f}x, {met(s['two_over_one'] >= 1.8)}"),
         ("GPU: p50 at concurrency 1", "reported", f"{s['p50_ms_at_c1']:.1f} ms"),
     ]
@@ -293,10 +502,18 @@ def plot_gpu(data: dict[str, Any]) -> None:
     fig, ax = plt.subplots(figsize=(10, 3.4))
     labels = [f"c={r['concurrency']}\nx{r['inputs_per_request']}" for r in rows]
     ax.bar(labels, [r["tokens_per_s"] / 1e3 for r in rows], color="#1f77b4", label="two workers, served")
-    ax.axhline(2 * pf / 1e3, color="#2ca02c", linestyle="--", linewidth=1, label="2 x plain forward (batch 64 x 128)")
+    ax.axhline(
+        2 * pf / 1e3, color="#2ca02c", linestyle="--", linewidth=1, label="2 x plain forward (batch 64 x 128)"
+    )
     ax.axhline(2 * 0.85 * pf / 1e3, color="#d62728", linestyle=":", linewidth=1, label="85% target")
     one = max(data["load_one_worker"], key=lambda r: r["tokens_per_s"])
-    ax.axhline(one["tokens_per_s"] / 1e3, color="#ff7f0e", linestyle="-.", linewidth=1, label="one worker, best served")
+    ax.axhline(
+        one["tokens_per_s"] / 1e3,
+        color="#ff7f0e",
+        linestyle="-.",
+        linewidth=1,
+        label="one worker, best served",
+    )
     ax.set_ylabel("thousand tokens/s")
     ax.set_xlabel("concurrency and inputs per request (128 tokens each)")
     ax.set_title("Qwen3-Embedding-0.6B shape, bf16, 2x H200, embedded stack")
@@ -311,89 +528,177 @@ SHORT_MODES = {"graphs": "embedlab, CUDA graphs", "graphs + compile": "embedlab,
 def gpu_short_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
     parts = ["**Targets, as ratios in this run:**\n"]
     rows = [[t["target"], t["goal"], t["measured"], met(t["met"]), t["detail"]] for t in data["targets"]]
-    rows.append(["two workers on two GPUs vs one", ">= 1.9x", "not run", "**not measured**",
-                 "the two-GPU kind was not lent to this session; the earlier 1.96x (below) predates this change"])
+    rows.append(
+        [
+            "two workers on two GPUs vs one",
+            ">= 1.9x",
+            "not run",
+            "**not measured**",
+            "the two-GPU kind was not lent to this session; the earlier 1.96x (below) predates this change",
+        ]
+    )
     parts.append(table(["target", "goal", "measured", "", "how"], rows, "lllll"))
 
-    parts.append("\n**References, same call: a plain batched forward and sentence-transformers `encode`, seq/s:**\n")
+    parts.append(
+        "\n**References, same call: a plain batched forward and sentence-transformers `encode`, seq/s:**\n"
+    )
     plain = {(r["tokens"], r["batch"]): r["seq_per_s"] for r in data["plain_forward"]}
     st = {(r["tokens"], r["batch"]): r["seq_per_s"] for r in data["sentence_transformers"]}
-    parts.append(table(
-        ["tokens", "batch", "plain forward", "sentence-transformers"],
-        [[t, b, num(plain[(t, b)]), num(st[(t, b)])] for t, b in sorted(plain)],
-    ))
+    parts.append(
+        table(
+            ["tokens", "batch", "plain forward", "sentence-transformers"],
+            [[t, b, num(plain[(t, b)]), num(st[(t, b)])] for t, b in sorted(plain)],
+        )
+    )
 
     profile = data["profile"]
-    parts.append("\n**The forward paths in-process, back to back, two in flight** (host: time to queue one forward; "
-                 "device: event to event on the stream; wall: per forward over the run):\n")
+    parts.append(
+        "\n**The forward paths in-process, back to back, two in flight** (host: time to queue one forward; "
+        "device: event to event on the stream; wall: per forward over the run):\n"
+    )
     prof_rows = []
     for path, body in profile["paths"].items():
         for r in body["rows"]:
-            prof_rows.append([path, f"{r['rows']} x {r['tokens']}", num(r["host_ms_per_forward"], 2), num(r["device_ms_per_forward"], 2),
-                              num(r["wall_ms_per_forward"], 2), num(r["seq_per_s"])])
-    parts.append(table(["path", "batch x tokens", "host ms", "device ms", "wall ms", "seq/s"], prof_rows, "llrrrr"))
+            prof_rows.append(
+                [
+                    path,
+                    f"{r['rows']} x {r['tokens']}",
+                    num(r["host_ms_per_forward"], 2),
+                    num(r["device_ms_per_forward"], 2),
+                    num(r["wall_ms_per_forward"], 2),
+                    num(r["seq_per_s"]),
+                ]
+            )
+    parts.append(
+        table(["path", "batch x tokens", "host ms", "device ms", "wall ms", "seq/s"], prof_rows, "llrrrr")
+    )
     trace_rows = []
     for path, body in profile["paths"].items():
         trace = body.get("trace")
         check = body.get("sync_check", "")
-        trace_rows.append([
-            path, "passed" if check.startswith("passed") else ("**a sync**" if check else "-"),
-            f"{trace['device_busy_fraction']:.0%}" if trace else "-", trace["gaps_over_50us"] if trace else "-",
-            num(trace["largest_gap_us"]) if trace else "-",
-        ])
-    parts.append("\nUnder `torch.cuda.set_sync_debug_mode(\"error\")` (graph replays, a padded eager batch, a batch past the "
-                 "graph widths), and in a torch-profiler trace of 20 back-to-back 256 x 13 forwards:\n")
-    parts.append(table(["path", "sync check", "device busy", "idle gaps > 50 us", "largest gap us"], trace_rows, "llrrr"))
+        trace_rows.append(
+            [
+                path,
+                "passed" if check.startswith("passed") else ("**a sync**" if check else "-"),
+                f"{trace['device_busy_fraction']:.0%}" if trace else "-",
+                trace["gaps_over_50us"] if trace else "-",
+                num(trace["largest_gap_us"]) if trace else "-",
+            ]
+        )
+    parts.append(
+        '\nUnder `torch.cuda.set_sync_debug_mode("error")` (graph replays, a padded eager batch, a batch past the '
+        "graph widths), and in a torch-profiler trace of 20 back-to-back 256 x 13 forwards:\n"
+    )
+    parts.append(
+        table(
+            ["path", "sync check", "device busy", "idle gaps > 50 us", "largest gap us"], trace_rows, "llrrr"
+        )
+    )
 
-    parts.append("\n**Served through the embedded frontend** (one worker, token-id inputs, base64 answers; CPU is each "
-                 "process's utime + stime over the step, per request):\n")
+    parts.append(
+        "\n**Served through the embedded frontend** (one worker, token-id inputs, base64 answers; CPU is each "
+        "process's utime + stime over the step, per request):\n"
+    )
     served_rows = []
     for mode, body in data["served"].items():
         for r in body["rows"] + [dict(x, direct=True) for x in body.get("direct_to_worker", [])]:
-            served_rows.append([
-                SHORT_MODES.get(mode, mode) + (" (straight to the worker)" if r.get("direct") else ""), r["tokens"], r["concurrency"],
-                r["inputs_per_request"], num(r["seq_per_s"]), num(r["p50_ms"], 2), num(r["p99_ms"], 1), num(r["mean_batch"], 1),
-                num(r["cpu_ms_per_request"].get("worker-0", 0), 3), num(r["cpu_ms_per_request"].get("frontend", 0), 3) if not r.get("direct") else "-",
-            ])
-    parts.append(table(
-        ["path", "tokens", "c", "inputs/req", "seq/s", "p50 ms", "p99 ms", "mean batch", "worker CPU ms/req", "frontend CPU ms/req"],
-        served_rows, "lrrrrrrrrr",
-    ))
+            served_rows.append(
+                [
+                    SHORT_MODES.get(mode, mode) + (" (straight to the worker)" if r.get("direct") else ""),
+                    r["tokens"],
+                    r["concurrency"],
+                    r["inputs_per_request"],
+                    num(r["seq_per_s"]),
+                    num(r["p50_ms"], 2),
+                    num(r["p99_ms"], 1),
+                    num(r["mean_batch"], 1),
+                    num(r["cpu_ms_per_request"].get("worker-0", 0), 3),
+                    num(r["cpu_ms_per_request"].get("frontend", 0), 3) if not r.get("direct") else "-",
+                ]
+            )
+    parts.append(
+        table(
+            [
+                "path",
+                "tokens",
+                "c",
+                "inputs/req",
+                "seq/s",
+                "p50 ms",
+                "p99 ms",
+                "mean batch",
+                "worker CPU ms/req",
+                "frontend CPU ms/req",
+            ],
+            served_rows,
+            "lrrrrrrrrr",
+        )
+    )
     for mode, body in data["served"].items():
         info = body["engine_info"]
-        parts.append(f"\n{SHORT_MODES.get(mode, mode)}: {len(info['cuda_graphs'])} graphs captured in {info['graph_capture_s']} s, "
-                     f"{num(info['graph_memory_mib'])} MiB; served vectors against an unpadded forward, "
-                     f"{len(body['parity']['cosines'])} vectors of {min(body['parity']['lengths'])} to "
-                     f"{max(body['parity']['lengths'])} tokens: min cosine {body['parity']['min_cosine']:.6f} "
-                     f"(floor {body['parity']['floor']}).")
+        parts.append(
+            f"\n{SHORT_MODES.get(mode, mode)}: {len(info['cuda_graphs'])} graphs captured in {info['graph_capture_s']} s, "
+            f"{num(info['graph_memory_mib'])} MiB; served vectors against an unpadded forward, "
+            f"{len(body['parity']['cosines'])} vectors of {min(body['parity']['lengths'])} to "
+            f"{max(body['parity']['lengths'])} tokens: min cosine {body['parity']['min_cosine']:.6f} "
+            f"(floor {body['parity']['floor']})."
+        )
     hist = next(r for r in data["served"]["graphs"]["rows"] if r["tokens"] == 13 and r["concurrency"] == 512)
     direct = next(r for r in data["served"]["graphs"].get("direct_to_worker", []) if r["concurrency"] == 512)
     long = next(r for r in data["served"]["graphs"]["rows"] if r["tokens"] == 128 and r["concurrency"] == 512)
 
     def summary(r: dict[str, Any]) -> str:
         h = {int(k): v for k, v in r["batch_histogram"].items()}
-        return (f"{r['forwards']} forwards, mean {r['mean_batch']:.0f}, {h.get(256, 0)} at 256, "
-                f"{sum(v for k, v in h.items() if k < 32)} under 32")
+        return (
+            f"{r['forwards']} forwards, mean {r['mean_batch']:.0f}, {h.get(256, 0)} at 256, "
+            f"{sum(v for k, v in h.items() if k < 32)} under 32"
+        )
 
-    parts.append("\n**Batch sizes at c=512** (CUDA graphs, largest bucket 256): 13 tokens through the frontend: "
-                 f"{summary(hist)}; 13 tokens straight to the worker: {summary(direct)}; 128 tokens through the frontend: "
-                 f"{summary(long)}. Full histograms per step are in the JSON (`batch_histogram`).")
+    parts.append(
+        "\n**Batch sizes at c=512** (CUDA graphs, largest bucket 256): 13 tokens through the frontend: "
+        f"{summary(hist)}; 13 tokens straight to the worker: {summary(direct)}; 128 tokens through the frontend: "
+        f"{summary(long)}. Full histograms per step are in the JSON (`batch_histogram`)."
+    )
     cpu = load("cpu_path")
     if cpu:
-        parts.append("\n**On CPU nothing of the above runs.** The CPU path against the landed engine (commit dc86faf), "
-                     "`bench/cpu_path.py`: tiny models in-process, token-id requests, each tree in a fresh interpreter, "
-                     f"the trees alternating, median of {cpu['rounds']} rounds, on the 2 shared cores:\n")
-        parts.append(table(
-            ["case", "landed seq/s", "this seq/s", "ratio", "landed p50 ms", "this p50 ms"],
-            [[r["case"], num(r["baseline_seq_per_s"]), num(r["this_seq_per_s"]), f"{r['throughput_ratio']:.2f}x",
-              num(r["baseline_p50_ms"], 2), num(r["this_p50_ms"], 2)] for r in cpu["rows"]],
-            "lrrrrr",
-        ))
-        parts.append("\nAt c=1 the landed batcher held a lone request for its 2 ms window; this one launches it at once "
-                     "when the device is idle.")
+        parts.append(
+            "\n**On CPU nothing of the above runs.** The CPU path against the landed engine (commit dc86faf), "
+            "`bench/cpu_path.py`: tiny models in-process, token-id requests, each tree in a fresh interpreter, "
+            f"the trees alternating, median of {cpu['rounds']} rounds, on the 2 shared cores:\n"
+        )
+        parts.append(
+            table(
+                ["case", "landed seq/s", "this seq/s", "ratio", "landed p50 ms", "this p50 ms"],
+                [
+                    [
+                        r["case"],
+                        num(r["baseline_seq_per_s"]),
+                        num(r["this_seq_per_s"]),
+                        f"{r['throughput_ratio']:.2f}x",
+                        num(r["baseline_p50_ms"], 2),
+                        num(r["this_p50_ms"], 2),
+                    ]
+                    for r in cpu["rows"]
+                ],
+                "lrrrrr",
+            )
+        )
+        parts.append(
+            "\nAt c=1 the landed batcher held a lone request for its 2 ms window; this one launches it at once "
+            "when the device is idle."
+        )
     plot_gpu_short(data)
-    found = [(f"GPU short inputs: {t['target']}", t["goal"], f"{t['measured']}, {met(t['met'])}") for t in data["targets"]]
-    found.append(("GPU short inputs: two workers on two GPUs vs one", ">= 1.9x", "not measured: no two-GPU machine lent"))
+    found = [
+        (f"GPU short inputs: {t['target']}", t["goal"], f"{t['measured']}, {met(t['met'])}")
+        for t in data["targets"]
+    ]
+    found.append(
+        (
+            "GPU short inputs: two workers on two GPUs vs one",
+            ">= 1.9x",
+            "not measured: no two-GPU machine lent",
+        )
+    )
     return "\n".join(parts), found
 
 
@@ -401,28 +706,62 @@ def plot_gpu_short(data: dict[str, Any]) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=False)
     for ax, tokens in zip(axes, (13, 128)):
         for mode, body in data["served"].items():
-            rows = sorted((r for r in body["rows"] if r["tokens"] == tokens and r["inputs_per_request"] == 1), key=lambda r: r["concurrency"])
-            ax.plot([r["concurrency"] for r in rows], [r["seq_per_s"] for r in rows], marker="o",
-                    label=SHORT_MODES.get(mode, mode) + ", 1 input/request")
+            rows = sorted(
+                (r for r in body["rows"] if r["tokens"] == tokens and r["inputs_per_request"] == 1),
+                key=lambda r: r["concurrency"],
+            )
+            ax.plot(
+                [r["concurrency"] for r in rows],
+                [r["seq_per_s"] for r in rows],
+                marker="o",
+                label=SHORT_MODES.get(mode, mode) + ", 1 input/request",
+            )
             multi = [r for r in body["rows"] if r["tokens"] == tokens and r["inputs_per_request"] > 1]
             for r in multi:
-                ax.scatter([r["concurrency"]], [r["seq_per_s"]], marker="^", s=50,
-                           color=ax.lines[-1].get_color(), label=SHORT_MODES.get(mode, mode) + f", {r['inputs_per_request']} inputs/request")
-        st = sorted((r for r in data["sentence_transformers"] if r["tokens"] == tokens), key=lambda r: r["batch"])
-        ax.plot([r["batch"] for r in st], [r["seq_per_s"] for r in st], marker="s", linestyle="--", color="#d62728",
-                label="sentence-transformers encode (x = batch)")
-        ceiling = {path: next((r["seq_per_s"] for r in body["rows"] if r["rows"] == 256 and r["tokens"] == tokens), None)
-                   for path, body in data["profile"]["paths"].items() if path.startswith("cuda")}
+                ax.scatter(
+                    [r["concurrency"]],
+                    [r["seq_per_s"]],
+                    marker="^",
+                    s=50,
+                    color=ax.lines[-1].get_color(),
+                    label=SHORT_MODES.get(mode, mode) + f", {r['inputs_per_request']} inputs/request",
+                )
+        st = sorted(
+            (r for r in data["sentence_transformers"] if r["tokens"] == tokens), key=lambda r: r["batch"]
+        )
+        ax.plot(
+            [r["batch"] for r in st],
+            [r["seq_per_s"] for r in st],
+            marker="s",
+            linestyle="--",
+            color="#d62728",
+            label="sentence-transformers encode (x = batch)",
+        )
+        ceiling = {
+            path: next(
+                (r["seq_per_s"] for r in body["rows"] if r["rows"] == 256 and r["tokens"] == tokens), None
+            )
+            for path, body in data["profile"]["paths"].items()
+            if path.startswith("cuda")
+        }
         for (path, value), style in zip(ceiling.items(), (":", "-.")):
             if value:
-                ax.axhline(value, color="#7f7f7f", linestyle=style, linewidth=1, label=f"in-process {path}, 256 rows (the device's ceiling)")
+                ax.axhline(
+                    value,
+                    color="#7f7f7f",
+                    linestyle=style,
+                    linewidth=1,
+                    label=f"in-process {path}, 256 rows (the device's ceiling)",
+                )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency (served) or batch (sentence-transformers)")
         ax.set_ylabel("sequences/s")
         ax.set_title(f"{tokens}-token inputs")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7.5, frameon=False)
-    fig.suptitle("Qwen3-Embedding-0.6B shape, bf16, one H200: embedlab served vs sentence-transformers", fontsize=10)
+    fig.suptitle(
+        "Qwen3-Embedding-0.6B shape, bf16, one H200: embedlab served vs sentence-transformers", fontsize=10
+    )
     fig.tight_layout(rect=(0, 0.2, 1, 1))
     save(fig, "gpu_short_inputs.png")
 
@@ -473,13 +812,27 @@ def main() -> int:
     sections: list[str] = [INTRO]
     targets: list[tuple[str, str, str]] = []
     parts: list[tuple[str, str, Callable[[dict[str, Any]], tuple[str, list[tuple[str, str, str]]]], str]] = [
-        ("router_overhead", "Router overhead: embedlab against direct, Dynamo and LiteLLM", router_section, ROUTER_TEXT),
+        (
+            "router_overhead",
+            "Router overhead: embedlab against direct, Dynamo and LiteLLM",
+            router_section,
+            ROUTER_TEXT,
+        ),
         ("scale", "Scale: 2 to 16 workers, and 16 models", scale_section, SCALE_TEXT),
-        ("scale_h200x1_16cores", "Scale on 16 cores: a core per worker", partial(scale_section, image="scale_16cores.png"),
-         SCALE_16_TEXT),
+        (
+            "scale_h200x1_16cores",
+            "Scale on 16 cores: a core per worker",
+            partial(scale_section, image="scale_16cores.png"),
+            SCALE_16_TEXT,
+        ),
         ("time_to_verdict", "Time to verdict", verdict_section, VERDICT_TEXT),
         ("ttl_sweep", "Lease TTL against time out of dispatch, on etcd across hosts", ttl_section, TTL_TEXT),
-        ("gpu_short_inputs", "GPU serving on short inputs: one H200, Qwen3-Embedding-0.6B shape", gpu_short_section, GPU_SHORT_TEXT),
+        (
+            "gpu_short_inputs",
+            "GPU serving on short inputs: one H200, Qwen3-Embedding-0.6B shape",
+            gpu_short_section,
+            GPU_SHORT_TEXT,
+        ),
         ("gpu_h200x2", "GPU serving: two H200s, Qwen3-Embedding-0.6B shape", gpu_section, GPU_TEXT),
     ]
     body: list[str] = []
@@ -493,11 +846,17 @@ def main() -> int:
         machine = data.get("machine", {})
         if "gpus" in machine:
             kind = "nvidia-h200" if len(machine["gpus"]) == 1 else f"nvidia-h200-x{len(machine['gpus'])}"
-            software = f", torch {machine['torch']}, transformers {machine['transformers']}" if "torch" in machine else ""
+            software = (
+                f", torch {machine['torch']}, transformers {machine['transformers']}"
+                if "torch" in machine
+                else ""
+            )
             where = f"{len(machine['gpus'])}x {machine['gpus'][0]}, {machine['cpus']} CPU cores, Python {machine['python']}{software} (the device machine, kind `{kind}`)."
         elif str(machine.get("kernel", "")).endswith("-gpu"):
-            where = (f"{machine['cores']} cores ({machine['cpu']}), {machine['memory_gib']} GiB, Python {machine['python']}; "
-                     f"run {machine['date']} (the device machine, kind `nvidia-h200`, held by this run alone).")
+            where = (
+                f"{machine['cores']} cores ({machine['cpu']}), {machine['memory_gib']} GiB, Python {machine['python']}; "
+                f"run {machine['date']} (the device machine, kind `nvidia-h200`, held by this run alone)."
+            )
         else:
             where = machine_line(machine, data.get("load"))
         command = data.get("command") or DEFAULT_COMMANDS.get(name, "")
@@ -506,8 +865,14 @@ def main() -> int:
             section.append(f"**Reproduce:** `{command}`\n")
         section.append(text.strip() + "\n")
         section.append(rendered + "\n")
-        img = {"router_overhead": "router_overhead.png", "scale": "scale.png", "scale_h200x1_16cores": "scale_16cores.png",
-               "gpu_short_inputs": "gpu_short_inputs.png", "gpu_h200x2": "gpu_serving.png", "ttl_sweep": "ttl_sweep.png"}.get(name)
+        img = {
+            "router_overhead": "router_overhead.png",
+            "scale": "scale.png",
+            "scale_h200x1_16cores": "scale_16cores.png",
+            "gpu_short_inputs": "gpu_short_inputs.png",
+            "gpu_h200x2": "gpu_serving.png",
+            "ttl_sweep": "ttl_sweep.png",
+        }.get(name)
         if img:
             section.append(f"![{title}](img/{img})\n")
         notes = NOTES.get(name)
@@ -723,7 +1088,6 @@ the frontend's alone, and there the target is met.
 }
 
 
-
 def scale_numbers(data: dict[str, Any]) -> str:
     """The figures behind the scale notes, from this run's JSON."""
     rows = {r["setting"]: r for r in data["rows"]}
@@ -744,8 +1108,10 @@ def scale_numbers(data: dict[str, Any]) -> str:
     ]
     many = rows.get("models=16")
     if many:
-        lines.append(f"With 16 models of one worker each: {many['vs_2_workers']:.2f}x through the frontend, "
-                     f"{many['direct_vs_2_workers']:.2f}x direct.")
+        lines.append(
+            f"With 16 models of one worker each: {many['vs_2_workers']:.2f}x through the frontend, "
+            f"{many['direct_vs_2_workers']:.2f}x direct."
+        )
     return " ".join(lines)
 
 
@@ -754,16 +1120,23 @@ def scale_16_numbers(data: dict[str, Any]) -> str:
     four, sixteen, many = rows.get("workers=4"), rows.get("workers=16"), rows.get("models=16")
     if not four or not sixteen:
         return ""
-    text = (f"In this run the frontend's CPU per request was {four['frontend_cpu_ms_per_request']:.3f} ms with 4 workers and "
-            f"{sixteen['frontend_cpu_ms_per_request']:.3f} ms with 16; throughput with 16 workers was "
-            f"{sixteen['rps'] / four['rps']:.2f}x that with 4")
+    text = (
+        f"In this run the frontend's CPU per request was {four['frontend_cpu_ms_per_request']:.3f} ms with 4 workers and "
+        f"{sixteen['frontend_cpu_ms_per_request']:.3f} ms with 16; throughput with 16 workers was "
+        f"{sixteen['rps'] / four['rps']:.2f}x that with 4"
+    )
     if many:
         text += f", and with 16 models {many['rps'] / four['rps']:.2f}x"
-    return text + (". So the drop on 2 cores is the pool sharing 2 cores, not the frontend or its registry "
-                   "growing with the pool.")
+    return text + (
+        ". So the drop on 2 cores is the pool sharing 2 cores, not the frontend or its registry "
+        "growing with the pool."
+    )
 
 
-NUMBERS: dict[str, Callable[[dict[str, Any]], str]] = {"scale": scale_numbers, "scale_h200x1_16cores": scale_16_numbers}
+NUMBERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "scale": scale_numbers,
+    "scale_h200x1_16cores": scale_16_numbers,
+}
 
 
 if __name__ == "__main__":

@@ -17,15 +17,15 @@ frontends' CPU time per request comes from /proc (utime + stime of the process g
 from __future__ import annotations
 
 import argparse
-import statistics
 import json
 import os
 import secrets
 import signal
+import statistics
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable
 
 import httpx
 
@@ -33,11 +33,19 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 from measure import (  # noqa: E402
-    ForeignCpu, HeyResult, group_cpu_seconds, hey, machine_info, median_result, require_hey, wait_for_quiet,
+    ForeignCpu,
+    HeyResult,
+    group_cpu_seconds,
+    hey,
+    machine_info,
+    median_result,
+    require_hey,
+    wait_for_quiet,
     worker_addresses,
 )
 
 from embedlab import Deployment, DeploymentSpec, ManagedProcess  # noqa: E402
+
 # Not the public API: the LiteLLM proxy runs beside the deployment, as a process this
 # benchmark starts itself, on ports reserved the way the harness reserves its own.
 from embedlab.ports import release_port, reserve_port  # noqa: E402
@@ -52,7 +60,10 @@ HOST = "127.0.0.1"
 def litellm_config(worker_urls: list[str], master_key: str) -> str:
     # JSON is YAML: no YAML writer needed. simple-shuffle is LiteLLM's weighted random.
     deployments = [
-        {"model_name": MODEL, "litellm_params": {"model": f"openai/{MODEL}", "api_base": f"{url}/v1", "api_key": "unused"}}
+        {
+            "model_name": MODEL,
+            "litellm_params": {"model": f"openai/{MODEL}", "api_base": f"{url}/v1", "api_key": "unused"},
+        }
         for url in worker_urls
     ]
     config = {
@@ -66,7 +77,9 @@ def litellm_config(worker_urls: list[str], master_key: str) -> str:
 
 def start_litellm(stack: ExitStack, run_dir: Path, worker_urls: list[str]) -> tuple[str, ManagedProcess, str]:
     if not LITELLM.exists():
-        raise SystemExit(f"{LITELLM} is missing: run `make bench` first (it builds .routers/litellm with LiteLLM)")
+        raise SystemExit(
+            f"{LITELLM} is missing: run `make bench` first (it builds .routers/litellm with LiteLLM)"
+        )
     master_key = f"sk-bench-{secrets.token_hex(8)}"
     config = run_dir / "litellm.yaml"
     config.write_text(litellm_config(worker_urls, master_key))
@@ -87,8 +100,15 @@ def start_litellm(stack: ExitStack, run_dir: Path, worker_urls: list[str]) -> tu
 
     def ready() -> bool:
         # Ready means it routes: an embeddings call through it to a worker answers 200.
-        return httpx.post(f"{url}/v1/embeddings", content=BODY, headers={**headers, "Content-Type": "application/json"},
-                          timeout=10).status_code == 200
+        return (
+            httpx.post(
+                f"{url}/v1/embeddings",
+                content=BODY,
+                headers={**headers, "Content-Type": "application/json"},
+                timeout=10,
+            ).status_code
+            == 200
+        )
 
     proc.wait_ready(ready, timeout=180, what="an embeddings request through it answered 200")
     return url, proc, master_key
@@ -104,9 +124,15 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--paths", default=",".join(PATHS), help="a subset of " + ",".join(PATHS))
-    parser.add_argument("--max-load", type=float, default=1.5, help="wait for the 1-minute load average to fall below this")
-    parser.add_argument("--max-foreign", type=float, default=0.3,
-                        help="wait until processes not ours use at most this many cores")
+    parser.add_argument(
+        "--max-load", type=float, default=1.5, help="wait for the 1-minute load average to fall below this"
+    )
+    parser.add_argument(
+        "--max-foreign",
+        type=float,
+        default=0.3,
+        help="wait until processes not ours use at most this many cores",
+    )
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "router_overhead.json")
     args = parser.parse_args()
     paths = [p for p in args.paths.split(",") if p]
@@ -127,7 +153,9 @@ def main() -> int:
             targets["embedlab"] = (embedded.frontend_url + "/v1/embeddings", [])
             cpu_groups["embedlab"] = embedded.frontend.pgid  # type: ignore[union-attr,assignment]
         if "dynamo" in paths:
-            dynamo = stack.enter_context(Deployment(DeploymentSpec.same_model(MODEL, workers=2, stack="dynamo")))
+            dynamo = stack.enter_context(
+                Deployment(DeploymentSpec.same_model(MODEL, workers=2, stack="dynamo"))
+            )
             targets["dynamo"] = (dynamo.frontend_url + "/v1/embeddings", [])
             cpu_groups["dynamo"] = dynamo.frontend.pgid  # type: ignore[union-attr,assignment]
             own_pgids += [p.pgid for p in dynamo.processes if p.pgid]
@@ -140,7 +168,7 @@ def main() -> int:
         print(f"run directory (logs): {embedded.run_dir}", flush=True)
 
         # Warm every path once: connections, lazy imports, LiteLLM's first-call set-up.
-        for name, (url, headers) in targets.items():
+        for url, headers in targets.values():
             hey(url, BODY, requests=200, concurrency=8, headers=headers)
 
         rows: list[dict[str, object]] = []
@@ -148,33 +176,48 @@ def main() -> int:
         for concurrency in concurrencies:
             # The load average is checked before the first block only: ours keeps it up afterwards.
             first = concurrency == concurrencies[0]
-            loads[f"c={concurrency}"] = wait_for_quiet(own_pgids, max_load=args.max_load if first else None,
-                                                      max_foreign_cores=args.max_foreign)
+            loads[f"c={concurrency}"] = wait_for_quiet(
+                own_pgids, max_load=args.max_load if first else None, max_foreign_cores=args.max_foreign
+            )
             runs: dict[str, list[HeyResult]] = {p: [] for p in targets}
             foreign: dict[str, list[float]] = {p: [] for p in targets}
             quiet_start: dict[str, list[bool]] = {p: [] for p in targets}
             cpu: dict[str, list[float]] = {p: [] for p in cpu_groups}
             order = list(targets)
             for rep in range(args.repeat):
-                for name in order[rep % len(order):] + order[: rep % len(order)]:
+                for name in order[rep % len(order) :] + order[: rep % len(order)]:
                     url, headers = targets[name]
                     # Each run, not just each block, starts on quiet cores (bounded: 2 minutes):
                     # someone's test suite starting mid-block would otherwise land on one path.
-                    gate = wait_for_quiet(own_pgids, max_load=None, max_foreign_cores=args.max_foreign,
-                                          poll_s=10.0, max_wait_s=120.0, window_s=2.0)
+                    gate = wait_for_quiet(
+                        own_pgids,
+                        max_load=None,
+                        max_foreign_cores=args.max_foreign,
+                        poll_s=10.0,
+                        max_wait_s=120.0,
+                        window_s=2.0,
+                    )
                     before = group_cpu_seconds(cpu_groups[name]) if name in cpu_groups else 0.0
                     meter = ForeignCpu(own_pgids)
                     result = hey(url, BODY, requests=args.requests, concurrency=concurrency, headers=headers)
                     foreign[name].append(meter.cores())
                     quiet_start[name].append(bool(gate["quiet"]))
                     if name in cpu_groups:
-                        cpu[name].append((group_cpu_seconds(cpu_groups[name]) - before) * 1e3 / max(1, result.requests))
+                        cpu[name].append(
+                            (group_cpu_seconds(cpu_groups[name]) - before) * 1e3 / max(1, result.requests)
+                        )
                     runs[name].append(result)
-                    print(f"  c={concurrency:<3} run {rep + 1} {name:<9} {result.rps:9.1f} req/s  p50 {result.p50_ms:7.2f} ms  "
-                          f"p99 {result.p99_ms:7.2f} ms  failed {result.failed}  others' CPU {foreign[name][-1]:.2f} cores",
-                          flush=True)
+                    print(
+                        f"  c={concurrency:<3} run {rep + 1} {name:<9} {result.rps:9.1f} req/s  p50 {result.p50_ms:7.2f} ms  "
+                        f"p99 {result.p99_ms:7.2f} ms  failed {result.failed}  others' CPU {foreign[name][-1]:.2f} cores",
+                        flush=True,
+                    )
             for name in targets:
-                row: dict[str, object] = {"path": name, "concurrency": concurrency, **median_result(runs[name])}
+                row: dict[str, object] = {
+                    "path": name,
+                    "concurrency": concurrency,
+                    **median_result(runs[name]),
+                }
                 if name in cpu:
                     row["cpu_ms_per_request"] = statistics.median(cpu[name])
                 row["all_rps"] = [round(r.rps, 1) for r in runs[name]]
@@ -192,8 +235,12 @@ def main() -> int:
     return 0 if report["targets"].get("met", False) else 1  # type: ignore[union-attr]
 
 
-def build_report(rows: list[dict[str, object]], concurrencies: list[int], args: argparse.Namespace,
-                 loads: dict[str, dict[str, float]]) -> dict[str, object]:
+def build_report(
+    rows: list[dict[str, object]],
+    concurrencies: list[int],
+    args: argparse.Namespace,
+    loads: dict[str, dict[str, float]],
+) -> dict[str, object]:
     def get(path: str, c: int) -> dict[str, object] | None:
         return next((r for r in rows if r["path"] == path and r["concurrency"] == c), None)
 
@@ -213,19 +260,38 @@ def build_report(rows: list[dict[str, object]], concurrencies: list[int], args: 
     top, low = max(concurrencies), min(concurrencies)
     by_c = {r["concurrency"]: r for r in ratios}
     if "b_over_c" in by_c.get(top, {}):
-        targets["b_over_c_at_top"] = {"value": by_c[top]["b_over_c"], "target": ">= 0.5", "met": by_c[top]["b_over_c"] >= 0.5}
+        targets["b_over_c_at_top"] = {
+            "value": by_c[top]["b_over_c"],
+            "target": ">= 0.5",
+            "met": by_c[top]["b_over_c"] >= 0.5,
+        }
     if "b_over_d" in by_c.get(top, {}):
-        targets["b_over_d_at_top"] = {"value": by_c[top]["b_over_d"], "target": ">= 10", "met": by_c[top]["b_over_d"] >= 10}
+        targets["b_over_d_at_top"] = {
+            "value": by_c[top]["b_over_d"],
+            "target": ">= 10",
+            "met": by_c[top]["b_over_d"] >= 10,
+        }
     if "p50_added_ms" in by_c.get(low, {}):
-        targets["p50_added_ms_at_low"] = {"value": by_c[low]["p50_added_ms"], "target": "< 1 ms", "met": by_c[low]["p50_added_ms"] < 1}
+        targets["p50_added_ms_at_low"] = {
+            "value": by_c[low]["p50_added_ms"],
+            "target": "< 1 ms",
+            "met": by_c[low]["p50_added_ms"] < 1,
+        }
     targets["met"] = all(t["met"] for t in targets.values() if isinstance(t, dict))
     return {
         "benchmark": "router_overhead",
         "command": ".venv/bin/python bench/router_overhead.py",
         "machine": machine_info(),
         "load": loads,
-        "setup": {"workers": 2, "engine": "hash", "requests": args.requests, "repeat": args.repeat,
-                  "body": BODY.decode(), "load_generator": "hey (keep-alive)", "concurrency": concurrencies},
+        "setup": {
+            "workers": 2,
+            "engine": "hash",
+            "requests": args.requests,
+            "repeat": args.repeat,
+            "body": BODY.decode(),
+            "load_generator": "hey (keep-alive)",
+            "concurrency": concurrencies,
+        },
         "rows": rows,
         "ratios": ratios,
         "targets": targets,
@@ -234,15 +300,21 @@ def build_report(rows: list[dict[str, object]], concurrencies: list[int], args: 
 
 def print_table(report: dict[str, object]) -> None:
     rows = report["rows"]  # type: ignore[assignment]
-    print(f"\n{'path':<10} {'c':>3} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>11} {'failed':>7}")
+    print(
+        f"\n{'path':<10} {'c':>3} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>11} {'failed':>7}"
+    )
     for r in rows:  # type: ignore[attr-defined]
         cpu = f"{r['cpu_ms_per_request']:11.3f}" if "cpu_ms_per_request" in r else f"{'':>11}"
-        print(f"{r['path']:<10} {r['concurrency']:>3} {r['rps']:9.1f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {cpu} {r['failed']:>7}")
+        print(
+            f"{r['path']:<10} {r['concurrency']:>3} {r['rps']:9.1f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {cpu} {r['failed']:>7}"
+        )
     print(f"\n{'c':>3} {'b/a':>6} {'b/c':>6} {'b/d':>7} {'p50 added ms':>13}")
     fmt: Callable[[dict[str, object], str, str], str] = lambda d, k, f: format(d[k], f) if k in d else "-"  # noqa: E731
     for r in report["ratios"]:  # type: ignore[attr-defined]
-        print(f"{r['concurrency']:>3} {fmt(r, 'b_over_a', '6.2f'):>6} {fmt(r, 'b_over_c', '6.2f'):>6} "
-              f"{fmt(r, 'b_over_d', '7.1f'):>7} {fmt(r, 'p50_added_ms', '13.2f'):>13}")
+        print(
+            f"{r['concurrency']:>3} {fmt(r, 'b_over_a', '6.2f'):>6} {fmt(r, 'b_over_c', '6.2f'):>6} "
+            f"{fmt(r, 'b_over_d', '7.1f'):>7} {fmt(r, 'p50_added_ms', '13.2f'):>13}"
+        )
     print()
     for name, t in report["targets"].items():  # type: ignore[attr-defined]
         if isinstance(t, dict):

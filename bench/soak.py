@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import run_fast  # noqa: E402
 
 from embedlab import Deployment, DeploymentSpec  # noqa: E402
+
 # The frontend's body limit, read where it is defined once (not part of the public API).
 from embedlab.defaults import MAX_BODY_BYTES as DEFAULT_MAX_BODY  # noqa: E402
 
@@ -85,16 +86,52 @@ def _invalid_catalogue() -> list[tuple[float, Request]]:
         (1, ("invalid", "POST", emb, b'{"model": "soak-model", "input": ["a", 1]}', J)),
         (1, ("invalid", "POST", emb, b'{"model": "soak-model", "input": [true, false]}', J)),
         (1, ("invalid", "POST", emb, b'{"model": "soak-model", "input": [9223372036854775808]}', J)),
-        (1, ("invalid", "POST", emb, b'{"model": "soak-model", "input": "x", "dimensions": 4611686018427387904}', J)),
+        (
+            1,
+            (
+                "invalid",
+                "POST",
+                emb,
+                b'{"model": "soak-model", "input": "x", "dimensions": 4611686018427387904}',
+                J,
+            ),
+        ),
         (1, ("invalid", "POST", emb, b'{"model": "soak-model", "input": "x", "encoding_format": "int8"}', J)),
         (1, ("invalid", "POST", emb, b'{"model": "soak-model", "input": "\xff\xfe"}', J)),
         (1, ("invalid", "POST", emb, b'{"model": "soak-model", "input": "\\ud800"}', J)),
-        (1, ("invalid", "POST", emb, b'{"model": "soak-model", "input": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", J)),
+        (
+            1,
+            (
+                "invalid",
+                "POST",
+                emb,
+                b'{"model": "soak-model", "input": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+                J,
+            ),
+        ),
         (1, ("invalid", "POST", emb, b'{"model": "soak-model", "input": [' + b"9" * 5000 + b"]}", J)),
         (1, ("invalid", "POST", emb, json.dumps({"model": MODEL, "input": ["x"] * 2049}).encode(), J)),
         (1, ("invalid", "POST", emb, json.dumps({"model": MODEL, "input": "w " * 9000}).encode(), J)),
-        (1, ("invalid", "POST", emb, b"model=soak-model&input=x", {"Content-Type": "application/x-www-form-urlencoded"})),
-        (1, ("invalid", "POST", emb, b'{"model": "soak-model", "input": "x"}', {**J, "Content-Encoding": "gzip"})),
+        (
+            1,
+            (
+                "invalid",
+                "POST",
+                emb,
+                b"model=soak-model&input=x",
+                {"Content-Type": "application/x-www-form-urlencoded"},
+            ),
+        ),
+        (
+            1,
+            (
+                "invalid",
+                "POST",
+                emb,
+                b'{"model": "soak-model", "input": "x"}',
+                {**J, "Content-Encoding": "gzip"},
+            ),
+        ),
         (1, ("invalid", "GET", emb, b"", {})),
         (1, ("invalid", "POST", "/v1/nothing", b"{}", J)),
         (1, ("invalid", "POST", "/registry/instances", b'{"instance_id": 1}', J)),
@@ -104,7 +141,16 @@ def _invalid_catalogue() -> list[tuple[float, Request]]:
         # frontend's metrics, say, would grow without bound here.
         (3, ("invalid", "POST", emb, UNKNOWN_MODEL, J)),  # filled in per request, below
         # Over the body limit: rare, as each one is 8 MiB on the wire.
-        (0.02, ("invalid", "POST", emb, b'{"model": "soak-model", "input": "' + b"x" * (MAX_BODY + 1) + b'"}', J)),
+        (
+            0.02,
+            (
+                "invalid",
+                "POST",
+                emb,
+                b'{"model": "soak-model", "input": "' + b"x" * (MAX_BODY + 1) + b'"}',
+                J,
+            ),
+        ),
     ]
     return cases
 
@@ -120,7 +166,11 @@ def build_requests(count: int, *, seed: int, invalid_fraction: float) -> list[Re
             continue
         request = rng.choices(catalogue, weights)[0][1]
         if request[3] == UNKNOWN_MODEL:
-            request = request[:3] + (json.dumps({"model": f"unknown-{seed}-{i}", "input": "x"}).encode(),) + request[4:]
+            request = (
+                request[:3]
+                + (json.dumps({"model": f"unknown-{seed}-{i}", "input": "x"}).encode(),)
+                + request[4:]
+            )
         out.append(request)
     return out
 
@@ -134,7 +184,7 @@ class Tally:
     valid_latency: list[float] = field(default_factory=list)
     finished: int = 0
 
-    def merge(self, other: "Tally") -> None:
+    def merge(self, other: Tally) -> None:
         for cls in ("valid", "invalid"):
             self.sent[cls] += other.sent[cls]
             for code, n in other.status[cls].items():
@@ -158,7 +208,9 @@ async def _drive(base: str, requests: list[Request], lanes: int, start_at: float
     connector = aiohttp.TCPConnector(limit=lanes)
     timeout = aiohttp.ClientTimeout(total=60)
     # auto_decompress off and skip_auto_headers: send and read bytes exactly as given.
-    async with aiohttp.ClientSession(base, connector=connector, timeout=timeout, auto_decompress=False) as session:
+    async with aiohttp.ClientSession(
+        base, connector=connector, timeout=timeout, auto_decompress=False
+    ) as session:
         await asyncio.sleep(max(0.0, start_at - time.time()))
 
         async def lane() -> None:
@@ -172,7 +224,7 @@ async def _drive(base: str, requests: list[Request], lanes: int, start_at: float
                         payload = await resp.read()
                         status = resp.status
                         content_type = resp.headers.get("Content-Type", "")
-                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                except (TimeoutError, aiohttp.ClientError) as exc:
                     tally.failed(f"{cls} {method} {path} {body[:80]!r}: {exc!r}")
                     continue
                 tally.status[cls][status] = tally.status[cls].get(status, 0) + 1
@@ -183,8 +235,12 @@ async def _drive(base: str, requests: list[Request], lanes: int, start_at: float
                         tally.failed(f"valid {body[:80]!r}: {status} {payload[:200]!r}")
                 elif not 400 <= status < 500:
                     tally.failed(f"invalid {method} {path} {body[:80]!r}: {status} {payload[:200]!r}")
-                elif method != "HEAD" and not (content_type.startswith("application/json") and b'"error"' in payload):
-                    tally.failed(f"invalid {method} {path} {body[:80]!r}: {status} not error JSON: {payload[:200]!r}")
+                elif method != "HEAD" and not (
+                    content_type.startswith("application/json") and b'"error"' in payload
+                ):
+                    tally.failed(
+                        f"invalid {method} {path} {body[:80]!r}: {status} not error JSON: {payload[:200]!r}"
+                    )
 
         await asyncio.gather(*(lane() for _ in range(lanes)))
     return tally
@@ -195,7 +251,9 @@ def _process(args: tuple[str, list[Request], int, float, float, Any]) -> None:
     queue.put(run_fast(_drive(base, requests, lanes, start_at, deadline)))
 
 
-def run_load(base: str, requests: list[Request], *, concurrency: int, processes: int, max_seconds: float) -> tuple[Tally, float]:
+def run_load(
+    base: str, requests: list[Request], *, concurrency: int, processes: int, max_seconds: float
+) -> tuple[Tally, float]:
     """Spread `requests` and `concurrency` lanes over `processes`; returns the tally and the wall time."""
     processes = max(1, min(processes, concurrency))
     lanes = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
@@ -204,7 +262,10 @@ def run_load(base: str, requests: list[Request], *, concurrency: int, processes:
     queue = ctx.Queue()
     start_at = time.time() + 1.5 + 0.3 * processes  # every process starts together, after its imports
     deadline = start_at + max_seconds
-    procs = [ctx.Process(target=_process, args=((base, s, n, start_at, deadline, queue),)) for s, n in zip(shares, lanes)]
+    procs = [
+        ctx.Process(target=_process, args=((base, s, n, start_at, deadline, queue),))
+        for s, n in zip(shares, lanes)
+    ]
     for p in procs:
         p.start()
     try:
@@ -241,7 +302,9 @@ def main() -> int:
     parser.add_argument("--invalid-fraction", type=float, default=0.5)
     parser.add_argument("--processes", type=int, default=2, help="load-generator processes")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-seconds", type=float, default=600.0, help="stop the soak after this long (then it fails)")
+    parser.add_argument(
+        "--max-seconds", type=float, default=600.0, help="stop the soak after this long (then it fails)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
 
@@ -251,14 +314,30 @@ def main() -> int:
     with Deployment(spec) as dep:
         assert dep.frontend is not None and dep.frontend.pid is not None
         pid = dep.frontend.pid
-        print(f"soak: frontend pid {pid} at {dep.frontend_url}, 2 hash workers; logs in {dep.run_dir}", flush=True)
+        print(
+            f"soak: frontend pid {pid} at {dep.frontend_url}, 2 hash workers; logs in {dep.run_dir}",
+            flush=True,
+        )
         rss_start = rss_kib(pid)
-        warm, warm_wall = run_load(dep.frontend_url, warmup, concurrency=args.concurrency, processes=args.processes,
-                                   max_seconds=args.max_seconds)
+        warm, warm_wall = run_load(
+            dep.frontend_url,
+            warmup,
+            concurrency=args.concurrency,
+            processes=args.processes,
+            max_seconds=args.max_seconds,
+        )
         rss_before, cpu_before = rss_kib(pid), cpu_seconds(pid)
-        print(f"warm-up: {warm.finished} requests in {warm_wall:.1f} s; frontend RSS {rss_before / 1024:.1f} MiB", flush=True)
-        tally, wall = run_load(dep.frontend_url, soak, concurrency=args.concurrency, processes=args.processes,
-                               max_seconds=args.max_seconds)
+        print(
+            f"warm-up: {warm.finished} requests in {warm_wall:.1f} s; frontend RSS {rss_before / 1024:.1f} MiB",
+            flush=True,
+        )
+        tally, wall = run_load(
+            dep.frontend_url,
+            soak,
+            concurrency=args.concurrency,
+            processes=args.processes,
+            max_seconds=args.max_seconds,
+        )
         rss_after, cpu_after = rss_kib(pid), cpu_seconds(pid)
         workers_rss = [rss_kib(w.pid) for w in dep.workers if w.pid]
         alive = all(p.alive() for p in dep.processes)
@@ -284,19 +363,25 @@ def main() -> int:
         return ", ".join(f"{code}: {n}" for code, n in sorted(tally.status[cls].items())) or "-"
 
     print()
-    print(f"Soak of {args.requests} requests ({args.invalid_fraction:.0%} invalid) at concurrency {args.concurrency}, "
-          f"{args.processes} load processes, after a {args.warmup}-request warm-up")
+    print(
+        f"Soak of {args.requests} requests ({args.invalid_fraction:.0%} invalid) at concurrency {args.concurrency}, "
+        f"{args.processes} load processes, after a {args.warmup}-request warm-up"
+    )
     print(f"{'':22}{'sent':>8}{'answered 200':>14}{'5xx':>6}   statuses")
     for cls in ("valid", "invalid"):
         fives = sum(n for code, n in tally.status[cls].items() if code >= 500)
-        print(f"{cls + ' requests':22}{tally.sent[cls]:>8}{tally.status[cls].get(200, 0):>14}{fives:>6}   {codes(cls)}")
+        print(
+            f"{cls + ' requests':22}{tally.sent[cls]:>8}{tally.status[cls].get(200, 0):>14}{fives:>6}   {codes(cls)}"
+        )
     print(f"{'transport errors / wrong answers':34} {tally.error_count}")
     print(f"{'throughput':34} {tally.finished / wall:,.0f} req/s over {wall:.1f} s")
     print(f"{'valid latency':34} p50 {np.percentile(lat, 50):.2f} ms, p99 {np.percentile(lat, 99):.2f} ms")
     print(f"{'frontend CPU':34} {(cpu_after - cpu_before) / max(1, tally.finished) * 1e3:.3f} ms per request")
     print(f"{'frontend RSS at start':34} {rss_start / 1024:.1f} MiB")
     print(f"{'frontend RSS after warm-up':34} {rss_before / 1024:.1f} MiB")
-    print(f"{'frontend RSS after soak':34} {rss_after / 1024:.1f} MiB  ({growth:+.2%}, limit {RSS_LIMIT:.0%})")
+    print(
+        f"{'frontend RSS after soak':34} {rss_after / 1024:.1f} MiB  ({growth:+.2%}, limit {RSS_LIMIT:.0%})"
+    )
     print(f"{'worker RSS after soak':34} " + ", ".join(f"{r / 1024:.1f} MiB" for r in workers_rss))
     for name, ok in checks.items():
         print(f"  [{'ok' if ok else 'FAIL'}] {name}")
@@ -307,15 +392,29 @@ def main() -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         result = {
-            "passed": passed, "checks": checks, "requests": args.requests, "concurrency": args.concurrency,
-            "warmup": args.warmup, "processes": args.processes, "sent": tally.sent,
+            "passed": passed,
+            "checks": checks,
+            "requests": args.requests,
+            "concurrency": args.concurrency,
+            "warmup": args.warmup,
+            "processes": args.processes,
+            "sent": tally.sent,
             "status": {cls: {str(k): v for k, v in d.items()} for cls, d in tally.status.items()},
-            "errors": tally.error_count, "error_examples": tally.errors, "wall_seconds": wall,
-            "requests_per_second": tally.finished / wall, "valid_p50_ms": float(np.percentile(lat, 50)),
-            "valid_p99_ms": float(np.percentile(lat, 99)), "rss_kib": {"start": rss_start, "after_warmup": rss_before,
-            "after_soak": rss_after}, "rss_growth": growth, "workers_rss_kib": workers_rss,
+            "errors": tally.error_count,
+            "error_examples": tally.errors,
+            "wall_seconds": wall,
+            "requests_per_second": tally.finished / wall,
+            "valid_p50_ms": float(np.percentile(lat, 50)),
+            "valid_p99_ms": float(np.percentile(lat, 99)),
+            "rss_kib": {"start": rss_start, "after_warmup": rss_before, "after_soak": rss_after},
+            "rss_growth": growth,
+            "workers_rss_kib": workers_rss,
             "frontend_cpu_ms_per_request": (cpu_after - cpu_before) / max(1, tally.finished) * 1e3,
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+            },
         }
         args.json.write_text(json.dumps(result, indent=2))
     return 0 if passed else 1

@@ -46,14 +46,21 @@ print(json.dumps({"passed": result.passed, "import": imported - t0, "launch_and_
 
 
 # A stack label -> (stack, discovery, hosts).
-STACKS = {"embedded": ("embedded", "file", 1), "dynamo": ("dynamo", "file", 1), "dynamo-etcd-3hosts": ("dynamo", "etcd", 3)}
+STACKS = {
+    "embedded": ("embedded", "file", 1),
+    "dynamo": ("dynamo", "file", 1),
+    "dynamo-etcd-3hosts": ("dynamo", "etcd", 3),
+}
 
 
 def measure(scenario: str, label: str, engine: str) -> dict[str, float]:
     stack, discovery, hosts = STACKS[label]
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, scenario, stack, engine, discovery, str(hosts)], capture_output=True, text=True, cwd=REPO,
+        [sys.executable, "-c", CHILD, scenario, stack, engine, discovery, str(hosts)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
         timeout=600,
     )
     wall = time.perf_counter() - started
@@ -70,28 +77,50 @@ def main() -> int:
     parser.add_argument("--engines", default="hash,transformers")
     parser.add_argument("--stacks", default="embedded,dynamo,dynamo-etcd-3hosts")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "time_to_verdict.json")
-    parser.add_argument("--max-load", type=float, default=1.5, help="wait for the 1-minute load average to fall below this")
-    parser.add_argument("--max-foreign", type=float, default=0.3,
-                        help="wait until processes not ours use at most this many cores")
+    parser.add_argument(
+        "--max-load", type=float, default=1.5, help="wait for the 1-minute load average to fall below this"
+    )
+    parser.add_argument(
+        "--max-foreign",
+        type=float,
+        default=0.3,
+        help="wait until processes not ours use at most this many cores",
+    )
     args = parser.parse_args()
-    load = wait_for_quiet(max_load=args.max_load, max_foreign_cores=args.max_foreign)  # other people's tests on these cores would be timed too
+    load = wait_for_quiet(
+        max_load=args.max_load, max_foreign_cores=args.max_foreign
+    )  # other people's tests on these cores would be timed too
     if "transformers" in args.engines:
         # Not the public API: the tiny models are built ahead, so the timing is the verdict's alone.
         from embedlab.engines.tiny import cached_tiny_model
 
         cached_tiny_model("bert"), cached_tiny_model("qwen3")  # building models is not part of a verdict
     rows = []
-    print(f"{'scenario':<12} {'stack':<19} {'engine':<13} {'wall s':>7} {'import':>7} {'launch+ready':>13} {'burst+check':>12} {'teardown':>9}")
+    print(
+        f"{'scenario':<12} {'stack':<19} {'engine':<13} {'wall s':>7} {'import':>7} {'launch+ready':>13} {'burst+check':>12} {'teardown':>9}"
+    )
     for engine in args.engines.split(","):
         for stack in args.stacks.split(","):
             for scenario in ("same-model", "multi-model"):
                 runs = [measure(scenario, stack, engine) for _ in range(args.repeat)]
-                med = {k: statistics.median(r[k] for r in runs) for k in ("wall", "import", "launch_and_ready", "burst_and_check", "teardown")}
-                row = {"scenario": scenario, "stack": stack, "engine": engine, "runs": args.repeat,
-                       "passed": all(r["passed"] for r in runs), **med}
+                med = {
+                    k: statistics.median(r[k] for r in runs)
+                    for k in ("wall", "import", "launch_and_ready", "burst_and_check", "teardown")
+                }
+                row = {
+                    "scenario": scenario,
+                    "stack": stack,
+                    "engine": engine,
+                    "runs": args.repeat,
+                    "passed": all(r["passed"] for r in runs),
+                    **med,
+                }
                 rows.append(row)
-                print(f"{scenario:<12} {stack:<19} {engine:<13} {med['wall']:7.2f} {med['import']:7.2f} {med['launch_and_ready']:13.2f} "
-                      f"{med['burst_and_check']:12.2f} {med['teardown']:9.2f}", flush=True)
+                print(
+                    f"{scenario:<12} {stack:<19} {engine:<13} {med['wall']:7.2f} {med['import']:7.2f} {med['launch_and_ready']:13.2f} "
+                    f"{med['burst_and_check']:12.2f} {med['teardown']:9.2f}",
+                    flush=True,
+                )
     # Rows not measured this time (another stack or engine) are kept from the last run.
     measured = {(r["scenario"], r["stack"], r["engine"]) for r in rows}
     if args.json.is_file():
@@ -100,9 +129,14 @@ def main() -> int:
     both = sum(r["wall"] for r in rows if r["stack"] == "embedded" and r["engine"] == "hash")
     print(f"\nboth hash scenarios on the embedded stack, one after the other: {both:.2f} s (target < 5 s)")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    report = {"benchmark": "time_to_verdict", "command": ".venv/bin/python bench/time_to_verdict.py",
-              "machine": machine_info(), "load": {"start": load, "end": {"load_1m": round(os.getloadavg()[0], 2)}},
-              "rows": rows, "both_hash_embedded_s": both}
+    report = {
+        "benchmark": "time_to_verdict",
+        "command": ".venv/bin/python bench/time_to_verdict.py",
+        "machine": machine_info(),
+        "load": {"start": load, "end": {"load_1m": round(os.getloadavg()[0], 2)}},
+        "rows": rows,
+        "both_hash_embedded_s": both,
+    }
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0
 

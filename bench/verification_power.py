@@ -23,6 +23,7 @@ from pathlib import Path
 from scipy import stats
 
 from embedlab import Deployment, DeploymentSpec, ScenarioPlan, ScenarioResult
+
 # Not in the public API: the named defaults themselves, which this benchmark reports on.
 from embedlab.defaults import FAIRNESS_ALPHA as DEFAULT_FAIRNESS_ALPHA
 
@@ -102,7 +103,12 @@ def smallest_burst(target: float = 0.99) -> int:
     return n
 
 
-def render(cases: list[Case], clean: list[Case], sweep: list[tuple[int, float, float, float | None]], args: argparse.Namespace) -> str:
+def render(
+    cases: list[Case],
+    clean: list[Case],
+    sweep: list[tuple[int, float, float, float | None]],
+    args: argparse.Namespace,
+) -> str:
     total_clean = sum(len(c.outcomes) for c in clean)
     false_alarms = sum(sum(c.outcomes) for c in clean)
     lines = [
@@ -123,10 +129,15 @@ def render(cases: list[Case], clean: list[Case], sweep: list[tuple[int, float, f
     for c in cases:
         target = f"≥ {c.target:.0%}" if c.target is not None else "reported"
         met = "" if c.target is None else (" ✅" if c.rate >= c.target else " ❌")
-        seen = "; ".join(f"{k} ({v})" for k, v in sorted(c.reasons.items(), key=lambda kv: -kv[1])[:2]) or "nothing"
+        seen = (
+            "; ".join(f"{k} ({v})" for k, v in sorted(c.reasons.items(), key=lambda kv: -kv[1])[:2])
+            or "nothing"
+        )
         if c.latency_ratio:
             seen += f"; slow worker's median latency {statistics.median(c.latency_ratio):.1f}× the other's"
-        lines.append(f"| `{c.fault}` | {c.scenario} ({c.requests}) | {len(c.outcomes)} | {c.rate:.1%}{met} | {target} | {seen} |")
+        lines.append(
+            f"| `{c.fault}` | {c.scenario} ({c.requests}) | {len(c.outcomes)} | {c.rate:.1%}{met} | {target} | {seen} |"
+        )
     lines += [
         "",
         "## False alarms",
@@ -135,7 +146,9 @@ def render(cases: list[Case], clean: list[Case], sweep: list[tuple[int, float, f
         "|---|---|---|",
     ]
     for c in clean:
-        lines.append(f"| {c.scenario} ({c.requests}) | {len(c.outcomes)} | {sum(c.outcomes)} ({c.rate:.1%}) |")
+        lines.append(
+            f"| {c.scenario} ({c.requests}) | {len(c.outcomes)} | {sum(c.outcomes)} ({c.rate:.1%}) |"
+        )
     rate = false_alarms / total_clean if total_clean else float("nan")
     lines += [
         f"| **all** | {total_clean} | {false_alarms} ({rate:.2%}) {'✅' if rate <= 0.01 else '❌'} (target ≤ 1%) |",
@@ -183,7 +196,14 @@ def main() -> int:
     args.cpus = os.cpu_count()
     same = DEFAULT_SAME_MODEL_REQUESTS
     cases = [
-        Case("leak", f"leak:{1 / MULTI_BURST:g}", "multi-model", MULTI_BURST, "one leaked request per burst", 1.0),
+        Case(
+            "leak",
+            f"leak:{1 / MULTI_BURST:g}",
+            "multi-model",
+            MULTI_BURST,
+            "one leaked request per burst",
+            1.0,
+        ),
         Case("stick", "stick", "same-model", same, "always the first instance", 1.0),
         Case("ghost", "ghost", "drain", 20, "dispatch to a drained instance", 1.0),
         Case("skew", "skew:0.9", "same-model", same, "90% to one instance", 0.99),
@@ -197,10 +217,16 @@ def main() -> int:
     ]
     for case in cases:
         measure(case, args.runs)
-        print(f"{case.fault:>10} via {case.scenario:<11} ({case.requests:>3}): detected {case.rate:6.1%} of {len(case.outcomes)} in {case.seconds:.0f} s", flush=True)
+        print(
+            f"{case.fault:>10} via {case.scenario:<11} ({case.requests:>3}): detected {case.rate:6.1%} of {len(case.outcomes)} in {case.seconds:.0f} s",
+            flush=True,
+        )
     for case in clean:
         measure(case, args.clean_runs)
-        print(f"{'clean':>10} via {case.scenario:<11} ({case.requests:>3}): flagged  {case.rate:6.1%} of {len(case.outcomes)} in {case.seconds:.0f} s", flush=True)
+        print(
+            f"{'clean':>10} via {case.scenario:<11} ({case.requests:>3}): flagged  {case.rate:6.1%} of {len(case.outcomes)} in {case.seconds:.0f} s",
+            flush=True,
+        )
     # The burst-size sweep for skew: exact power, and a measurement at the old default.
     old = Case("skew@20", "skew:0.9", "same-model", 20, "90% to one instance")
     measure(old, args.runs)
@@ -213,15 +239,38 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(
-        {
-            "faults": [{"fault": c.fault, "scenario": c.scenario, "burst": c.requests, "runs": len(c.outcomes), "detected": sum(c.outcomes), "rate": c.rate, "target": c.target} for c in cases],
-            "clean": [{"scenario": c.scenario, "burst": c.requests, "runs": len(c.outcomes), "flagged": sum(c.outcomes)} for c in clean],
-            "skew_sweep": [{"burst": n, "power": p, "false_alarm": f, "measured": m} for n, p, f, m in sweep],
-            "smallest_burst_for_99pct": smallest_burst(),
-        },
-        indent=2,
-    ))
+    args.json.write_text(
+        json.dumps(
+            {
+                "faults": [
+                    {
+                        "fault": c.fault,
+                        "scenario": c.scenario,
+                        "burst": c.requests,
+                        "runs": len(c.outcomes),
+                        "detected": sum(c.outcomes),
+                        "rate": c.rate,
+                        "target": c.target,
+                    }
+                    for c in cases
+                ],
+                "clean": [
+                    {
+                        "scenario": c.scenario,
+                        "burst": c.requests,
+                        "runs": len(c.outcomes),
+                        "flagged": sum(c.outcomes),
+                    }
+                    for c in clean
+                ],
+                "skew_sweep": [
+                    {"burst": n, "power": p, "false_alarm": f, "measured": m} for n, p, f, m in sweep
+                ],
+                "smallest_burst_for_99pct": smallest_burst(),
+            },
+            indent=2,
+        )
+    )
     print(text)
     failed = [c.label for c in cases if c.target is not None and c.rate < c.target]
     false_rate = sum(sum(c.outcomes) for c in clean) / max(1, sum(len(c.outcomes) for c in clean))

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -61,26 +62,41 @@ class CheckResult:
         for r in self.rows:
             mark = "ok" if r.ok else "!!"
             expect = "moves" if r.expected else "stays"
-            lines.append(f"{r.index:>6} {r.before:>10g} {r.after:>10g} {r.delta:>+8g} {expect:>9}  {mark:2} {r.url}")
-        lines.append(f"total delta {self.total_delta:g}" + (f" (min {self.min_total_delta:g})" if self.min_total_delta is not None else ""))
+            lines.append(
+                f"{r.index:>6} {r.before:>10g} {r.after:>10g} {r.delta:>+8g} {expect:>9}  {mark:2} {r.url}"
+            )
+        lines.append(
+            f"total delta {self.total_delta:g}"
+            + (f" (min {self.min_total_delta:g})" if self.min_total_delta is not None else "")
+        )
         if self.p_value is not None:
-            lines.append(f"fairness p-value {self.p_value:.4g} against shares {', '.join(f'{s:.3f}' for s in self.expected_shares or ())}")
+            lines.append(
+                f"fairness p-value {self.p_value:.4g} against shares {', '.join(f'{s:.3f}' for s in self.expected_shares or ())}"
+            )
         return "\n".join(lines)
 
     def summary(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
         moved = sorted(self.moved)
-        return f"{verdict}: workers that moved {moved}, expected {sorted(self.expected)}, total {self.total_delta:g}" + (
-            "" if self.passed else f" ({'; '.join(self.reasons)})"
+        return (
+            f"{verdict}: workers that moved {moved}, expected {sorted(self.expected)}, total {self.total_delta:g}"
+            + ("" if self.passed else f" ({'; '.join(self.reasons)})")
         )
 
-    def to_frame(self) -> "pd.DataFrame":
+    def to_frame(self) -> pd.DataFrame:
         import pandas as pd
 
         return pd.DataFrame(
             [
-                {"worker": r.index, "url": r.url, "before": r.before, "after": r.after, "delta": r.delta,
-                 "expected_to_move": r.expected, "ok": r.ok}
+                {
+                    "worker": r.index,
+                    "url": r.url,
+                    "before": r.before,
+                    "after": r.after,
+                    "delta": r.delta,
+                    "expected_to_move": r.expected,
+                    "ok": r.ok,
+                }
                 for r in self.rows
             ]
         )
@@ -95,14 +111,24 @@ class CheckResult:
             "reasons": list(self.reasons),
             "p_value": self.p_value,
             "rows": [
-                {"worker": r.index, "url": r.url, "before": r.before, "after": r.after, "delta": r.delta, "expected": r.expected}
+                {
+                    "worker": r.index,
+                    "url": r.url,
+                    "before": r.before,
+                    "after": r.after,
+                    "delta": r.delta,
+                    "expected": r.expected,
+                }
                 for r in self.rows
             ],
         }
 
     def raise_for_failure(self) -> None:
         if not self.passed:
-            raise CheckFailedError(f"dispatch check failed: {'; '.join(self.reasons)}\n{self.table_text()}", table=self.table_text())
+            raise CheckFailedError(
+                f"dispatch check failed: {'; '.join(self.reasons)}\n{self.table_text()}",
+                table=self.table_text(),
+            )
 
 
 def fairness_p_value(observed: Sequence[float], weights: Sequence[float]) -> float | None:
@@ -144,7 +170,16 @@ def evaluate(
     rows = []
     for index, url, b, a in zip(indices, urls, before, after):
         delta = b.delta(a, worker_index=index)
-        rows.append(WorkerRow(index=index, url=url, before=b.value, after=a.value, delta=delta, expected=index in expected_set))
+        rows.append(
+            WorkerRow(
+                index=index,
+                url=url,
+                before=b.value,
+                after=a.value,
+                delta=delta,
+                expected=index in expected_set,
+            )
+        )
     by_index = {r.index: r for r in rows}
     moved = frozenset(r.index for r in rows if r.delta > 0)
     total = float(sum(r.delta for r in rows))
@@ -169,10 +204,19 @@ def evaluate(
         p_value = fairness_p_value([by_index[i].delta for i in order], w)
         if fairness_alpha is not None and p_value is not None and p_value < fairness_alpha:
             observed = ", ".join(f"{by_index[i].delta:g}" for i in order)
-            reasons.append(f"split {observed} is unlikely under weights {w} (p={p_value:.2g} < {fairness_alpha:g})")
+            reasons.append(
+                f"split {observed} is unlikely under weights {w} (p={p_value:.2g} < {fairness_alpha:g})"
+            )
     return CheckResult(
-        passed=not reasons, rows=tuple(rows), expected=expected_set, moved=moved, total_delta=total,
-        min_total_delta=min_total_delta, reasons=tuple(reasons), p_value=p_value, expected_shares=shares,
+        passed=not reasons,
+        rows=tuple(rows),
+        expected=expected_set,
+        moved=moved,
+        total_delta=total,
+        min_total_delta=min_total_delta,
+        reasons=tuple(reasons),
+        p_value=p_value,
+        expected_shares=shares,
     )
 
 
@@ -230,7 +274,9 @@ class DispatchCheck:
         self.expected = frozenset(self.expected_worker_indices_with_delta)
         bad = [i for i in self.expected if not 0 <= i < len(self.system_urls)]
         if bad:
-            raise ConfigError(f"expected worker indices {bad} are out of range for {len(self.system_urls)} workers")
+            raise ConfigError(
+                f"expected worker indices {bad} are out of range for {len(self.system_urls)} workers"
+            )
         if isinstance(self.metric, str):
             self.metric = MetricQuery.parse(self.metric)
         if self.weights is not None and len(self.weights) != len(self.system_urls):
@@ -246,9 +292,15 @@ class DispatchCheck:
 
     def _scrape_sync(self) -> list[Snapshot]:
         if self.client is not None:
-            return [_for_worker(i, scrape, u, metric=self.metric, client=self.client) for i, u in enumerate(self.system_urls)]
+            return [
+                _for_worker(i, scrape, u, metric=self.metric, client=self.client)
+                for i, u in enumerate(self.system_urls)
+            ]
         with clients.client(timeout=self.timeout) as client:
-            return [_for_worker(i, scrape, u, metric=self.metric, client=client) for i, u in enumerate(self.system_urls)]
+            return [
+                _for_worker(i, scrape, u, metric=self.metric, client=client)
+                for i, u in enumerate(self.system_urls)
+            ]
 
     def end(self) -> CheckResult:
         """Take the deltas (after `settle_seconds`) and judge them."""
@@ -259,7 +311,7 @@ class DispatchCheck:
         self.after = self._scrape_sync()
         return self._judge()
 
-    def __enter__(self) -> "DispatchCheck":
+    def __enter__(self) -> DispatchCheck:
         self.begin()
         return self
 
@@ -286,7 +338,7 @@ class DispatchCheck:
         self.after = await self._scrape_all(client)
         return self._judge()
 
-    async def __aenter__(self) -> "DispatchCheck":
+    async def __aenter__(self) -> DispatchCheck:
         await self.abegin()
         return self
 
@@ -303,7 +355,10 @@ class DispatchCheck:
         http = client or clients.async_client(timeout=self.timeout)
         try:
             found = await asyncio.gather(
-                *(_afor_worker(i, u, metric=self.metric, client=http) for i, u in enumerate(self.system_urls)),
+                *(
+                    _afor_worker(i, u, metric=self.metric, client=http)
+                    for i, u in enumerate(self.system_urls)
+                ),
                 return_exceptions=True,
             )
             # The first worker by index that failed, not the first failure to arrive: the same error every run.
@@ -318,7 +373,13 @@ class DispatchCheck:
     def _judge(self) -> CheckResult:
         assert self.before is not None and self.after is not None
         self.result = evaluate(
-            self.system_urls, self.before, self.after, self.expected, min_total_delta=self.min_total_delta,
-            weights=self.weights, fairness_alpha=self.fairness_alpha, require_all=self.require_all,
+            self.system_urls,
+            self.before,
+            self.after,
+            self.expected,
+            min_total_delta=self.min_total_delta,
+            weights=self.weights,
+            fairness_alpha=self.fairness_alpha,
+            require_all=self.require_all,
         )
         return self.result

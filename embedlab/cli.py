@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from . import defaults
 from .serve_commands import SERVING, engine_options_from_args, positive_float
@@ -32,7 +33,9 @@ class _Parser(argparse.ArgumentParser):
         # --help shows every real default, also of options without help text (and not
         # "None" or "False", which say nothing).
         # `is`, not `in`: 0 == False, and a default of 0 is worth showing.
-        meaningful = not any(action.default is v for v in (None, False, argparse.SUPPRESS)) and action.default not in ("", [])
+        meaningful = not any(
+            action.default is v for v in (None, False, argparse.SUPPRESS)
+        ) and action.default not in ("", [])
         if action.option_strings and meaningful and "default" not in (action.help or "").lower():
             action.help = f"{action.help} (default: %(default)s)" if action.help else "default: %(default)s"
         return action
@@ -48,39 +51,97 @@ def _add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
 
     listing = "; ".join(f"{s.name}: {s.help.rstrip('.')}" for s in map(SCENARIOS.get, SCENARIOS.names()))
     p = sub.add_parser(
-        "scenario", help="launch (or attach to) a deployment, run one scenario, print the verdict",
+        "scenario",
+        help="launch (or attach to) a deployment, run one scenario, print the verdict",
         description=f"Scenarios: {listing}.",
     )
     p.add_argument("scenario", choices=SCENARIOS.names())
     p.add_argument("--stack", choices=STACKS.names(), default="embedded")
     p.add_argument("--engine", choices=sorted(ENGINES), default="hash")
-    p.add_argument("--models", default="", help="comma-separated model names; worker i serves models[i] in multi-model")
-    p.add_argument("--model-path", action="append", default=[], help="one per model, or one for all (default: tiny local models)")
+    p.add_argument(
+        "--models", default="", help="comma-separated model names; worker i serves models[i] in multi-model"
+    )
+    p.add_argument(
+        "--model-path",
+        action="append",
+        default=[],
+        help="one per model, or one for all (default: tiny local models)",
+    )
     p.add_argument("--workers", type=int, default=None, help="workers of the one model (default: 2)")
     p.add_argument("--weights", default="", help="comma-separated worker weights, for same-model")
-    p.add_argument("--requests", type=int, default=None, help="requests per burst (default: the scenario's own)")
-    p.add_argument("--concurrency", type=int, default=None, help="requests in flight (default: the scenario's own)")
+    p.add_argument(
+        "--requests", type=int, default=None, help="requests per burst (default: the scenario's own)"
+    )
+    p.add_argument(
+        "--concurrency", type=int, default=None, help="requests in flight (default: the scenario's own)"
+    )
     p.add_argument("--victim", type=int, default=1, help="failover and drain: the worker that leaves")
-    p.add_argument("--kill-after", type=int, default=50, help="failover: the victim dies after this many responses")
-    p.add_argument("--discovery", choices=["file", "etcd"], default="file", help="dynamo: file, or etcd (the run starts one)")
-    p.add_argument("--hosts", type=int, default=1, help="simulated hosts: more than 1 runs network namespaces (root; dynamo on etcd)")
-    p.add_argument("--lease-ttl", type=positive_float, default=None, help="seconds a lease lives (default: the scenario's, else 3)")
-    p.add_argument("--restart", choices=["never", "on-exit"], default=None, help="bring a worker back on its host when it exits")
-    p.add_argument("--etcd-endpoints", default="", help="attach: the cluster's etcd, to list the instances it believes live")
+    p.add_argument(
+        "--kill-after", type=int, default=50, help="failover: the victim dies after this many responses"
+    )
+    p.add_argument(
+        "--discovery",
+        choices=["file", "etcd"],
+        default="file",
+        help="dynamo: file, or etcd (the run starts one)",
+    )
+    p.add_argument(
+        "--hosts",
+        type=int,
+        default=1,
+        help="simulated hosts: more than 1 runs network namespaces (root; dynamo on etcd)",
+    )
+    p.add_argument(
+        "--lease-ttl",
+        type=positive_float,
+        default=None,
+        help="seconds a lease lives (default: the scenario's, else 3)",
+    )
+    p.add_argument(
+        "--restart",
+        choices=["never", "on-exit"],
+        default=None,
+        help="bring a worker back on its host when it exits",
+    )
+    p.add_argument(
+        "--etcd-endpoints",
+        default="",
+        help="attach: the cluster's etcd, to list the instances it believes live",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--router-mode", default=None, help="the frontend's policy, in its own names (default: its own default)")
+    p.add_argument(
+        "--router-mode",
+        default=None,
+        help="the frontend's policy, in its own names (default: its own default)",
+    )
     p.add_argument("--pooling", default=None)
     p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument("--frontend-url", default="", help="attach: the frontend of a running deployment (launches nothing)")
-    p.add_argument("--system-url", action="append", default=[], help="attach: one per worker, in worker order")
-    p.add_argument("--metric", default=defaults.METRIC, help='counter selector, e.g. http_requests_total{handler="/v1/embeddings"}')
-    p.add_argument("--run-dir", default="", help="where logs go (default: a fresh directory under the temp dir)")
+    p.add_argument(
+        "--frontend-url", default="", help="attach: the frontend of a running deployment (launches nothing)"
+    )
+    p.add_argument(
+        "--system-url", action="append", default=[], help="attach: one per worker, in worker order"
+    )
+    p.add_argument(
+        "--metric",
+        default=defaults.METRIC,
+        help='counter selector, e.g. http_requests_total{handler="/v1/embeddings"}',
+    )
+    p.add_argument(
+        "--run-dir", default="", help="where logs go (default: a fresh directory under the temp dir)"
+    )
     p.add_argument("--startup-timeout", type=positive_float, default=defaults.STARTUP_TIMEOUT_S)
-    p.add_argument("--worker-arg", action="append", default=[], help="extra argument for every worker (repeat)")
+    p.add_argument(
+        "--worker-arg", action="append", default=[], help="extra argument for every worker (repeat)"
+    )
     p.add_argument("--json", type=Path, default=None, help="write the full result as JSON here")
     p.add_argument("--plot", type=Path, default=None, help="write the scenario's main figure (PNG) here")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show the launch and a bar per burst, on stderr (default: the launch alone, on a terminal)")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show the launch and a bar per burst, on stderr (default: the launch alone, on a terminal)",
+    )
     p.set_defaults(run=_run_scenario)
 
 
@@ -89,15 +150,37 @@ def _run_scenario(args: argparse.Namespace) -> int:
     from .views import figures_table, plot, table
 
     plan = ScenarioPlan(
-        scenario=args.scenario, stack=args.stack, engine=args.engine, models=args.models,
-        model_paths=tuple(args.model_path), workers=args.workers, weights=args.weights, requests=args.requests,
-        concurrency=args.concurrency, seed=args.seed, router_mode=args.router_mode, pooling=args.pooling,
-        max_model_len=args.max_model_len, frontend_url=args.frontend_url, system_urls=tuple(args.system_url),
-        metric=args.metric, run_dir=args.run_dir, startup_timeout=args.startup_timeout, worker_args=tuple(args.worker_arg),
-        victim=args.victim, kill_after=args.kill_after, progress=bool(args.progress), discovery=args.discovery,
-        hosts=args.hosts, lease_ttl=args.lease_ttl, restart=args.restart, etcd_endpoints=args.etcd_endpoints,
+        scenario=args.scenario,
+        stack=args.stack,
+        engine=args.engine,
+        models=args.models,
+        model_paths=tuple(args.model_path),
+        workers=args.workers,
+        weights=args.weights,
+        requests=args.requests,
+        concurrency=args.concurrency,
+        seed=args.seed,
+        router_mode=args.router_mode,
+        pooling=args.pooling,
+        max_model_len=args.max_model_len,
+        frontend_url=args.frontend_url,
+        system_urls=tuple(args.system_url),
+        metric=args.metric,
+        run_dir=args.run_dir,
+        startup_timeout=args.startup_timeout,
+        worker_args=tuple(args.worker_arg),
+        victim=args.victim,
+        kill_after=args.kill_after,
+        progress=bool(args.progress),
+        discovery=args.discovery,
+        hosts=args.hosts,
+        lease_ttl=args.lease_ttl,
+        restart=args.restart,
+        etcd_endpoints=args.etcd_endpoints,
     )
-    result = run_scenario(plan, launch_progress=sys.stderr.isatty() if args.progress is None else args.progress)
+    result = run_scenario(
+        plan, launch_progress=sys.stderr.isatty() if args.progress is None else args.progress
+    )
     with _pandas_display():
         print(table(result).drop(columns=["ok"]).to_string(index=False))
     for burst in result.bursts:
@@ -118,10 +201,21 @@ def _run_scenario(args: argparse.Namespace) -> int:
 
 
 def _add_regress(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("regress", help="run every notebook for every parameter set of a matrix; write reports")
-    p.add_argument("--matrix", type=Path, default=None, help="a TOML matrix (default: the packaged default matrix)")
-    p.add_argument("--out", type=Path, default=Path("outputs"), help="runs go to OUT/<run-id>/ (default: outputs)")
-    p.add_argument("--timeout", type=positive_float, default=defaults.CELL_TIMEOUT_S, help="seconds any one notebook cell may take")
+    p = sub.add_parser(
+        "regress", help="run every notebook for every parameter set of a matrix; write reports"
+    )
+    p.add_argument(
+        "--matrix", type=Path, default=None, help="a TOML matrix (default: the packaged default matrix)"
+    )
+    p.add_argument(
+        "--out", type=Path, default=Path("outputs"), help="runs go to OUT/<run-id>/ (default: outputs)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=defaults.CELL_TIMEOUT_S,
+        help="seconds any one notebook cell may take",
+    )
     p.add_argument("--show-code", action="store_true", help="show code cells in the HTML reports")
     p.set_defaults(run=_run_regress)
 
@@ -130,10 +224,15 @@ def _run_regress(args: argparse.Namespace) -> int:
     from .regression import regress
 
     run = regress(
-        matrix=args.matrix, out=args.out, timeout=args.timeout, show_code=args.show_code,
+        matrix=args.matrix,
+        out=args.out,
+        timeout=args.timeout,
+        show_code=args.show_code,
         progress=lambda line: print(line, flush=True),
     )
-    counts = ", ".join(f"{sum(o.status == s for o in run.outcomes)} {s}" for s in sorted({o.status for o in run.outcomes}))
+    counts = ", ".join(
+        f"{sum(o.status == s for o in run.outcomes)} {s}" for s in sorted({o.status for o in run.outcomes})
+    )
     print(f"{len(run.outcomes)} notebook runs in {run.wall_seconds:.0f} s: {counts}")
     for outcome in run.failed:
         report = outcome.html or outcome.notebook_out
@@ -146,16 +245,29 @@ def _add_conformance(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     from .scenarios.battery import BATTERY, BATTERY_STACKS
 
     p = sub.add_parser(
-        "conformance", help="run the battery of checks against every stack; write a stack x check matrix",
+        "conformance",
+        help="run the battery of checks against every stack; write a stack x check matrix",
         description="Each check is a registered scenario, run against each stack with its own defaults. Writes "
-                    "OUT/<run-id>/conformance.html, conformance.json and junit.xml. Exits 0 when every cell ran to a "
-                    "verdict (a failed check is a finding about a router, not a broken run), 1 when a cell broke.",
+        "OUT/<run-id>/conformance.html, conformance.json and junit.xml. Exits 0 when every cell ran to a "
+        "verdict (a failed check is a finding about a router, not a broken run), 1 when a cell broke.",
     )
     p.add_argument("--stacks", default=",".join(BATTERY_STACKS), help="comma-separated stacks")
-    p.add_argument("--checks", default=",".join(BATTERY), help="comma-separated checks (registered scenarios)")
+    p.add_argument(
+        "--checks", default=",".join(BATTERY), help="comma-separated checks (registered scenarios)"
+    )
     p.add_argument("--out", type=Path, default=Path("outputs"), help="runs go to OUT/<run-id>/")
-    p.add_argument("--timeout", type=positive_float, default=defaults.CELL_TIMEOUT_S, help="seconds any one notebook cell may take")
-    p.add_argument("--markdown", type=Path, default=None, help="also write the matrix as Markdown here (docs/conformance.md)")
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=defaults.CELL_TIMEOUT_S,
+        help="seconds any one notebook cell may take",
+    )
+    p.add_argument(
+        "--markdown",
+        type=Path,
+        default=None,
+        help="also write the matrix as Markdown here (docs/conformance.md)",
+    )
     p.set_defaults(run=_run_conformance)
 
 
@@ -164,16 +276,26 @@ def _run_conformance(args: argparse.Namespace) -> int:
 
     split = lambda text: [part.strip() for part in text.split(",") if part.strip()]  # noqa: E731
     run = conformance(
-        stacks=split(args.stacks), checks=split(args.checks), out=args.out, timeout=args.timeout,
+        stacks=split(args.stacks),
+        checks=split(args.checks),
+        out=args.out,
+        timeout=args.timeout,
         progress=lambda line: print(line, flush=True),
     )
-    counts = ", ".join(f"{sum(c.verdict == v for c in run.matrix.cells)} {v}" for v in sorted({c.verdict for c in run.matrix.cells}))
+    counts = ", ".join(
+        f"{sum(c.verdict == v for c in run.matrix.cells)} {v}"
+        for v in sorted({c.verdict for c in run.matrix.cells})
+    )
     print(f"{len(run.matrix.cells)} cells: {counts}")
     if args.markdown:
         from .jsonio import load_json
         from .report import conformance_markdown
 
-        command = "embedlab conformance " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["conformance"] else "embedlab conformance"
+        command = (
+            "embedlab conformance " + " ".join(sys.argv[2:])
+            if sys.argv[1:2] == ["conformance"]
+            else "embedlab conformance"
+        )
         args.markdown.write_text(conformance_markdown(load_json(run.json), command=command))
     print(run.html)
     return 0 if run.complete else EXIT_FAILED

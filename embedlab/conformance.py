@@ -11,10 +11,10 @@ report and logs, as `embedlab regress` writes them (`notebooks/scenario.ipynb` r
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable, Sequence
 
 from .defaults import CELL_TIMEOUT_S
 from .errors import ConfigError
@@ -62,24 +62,45 @@ def conformance(
     notebook = (default_notebook_dir() / f"{GENERIC_NOTEBOOK}.ipynb").resolve()
     run_id, run_dir = new_run_dir(Path(out))
     say = progress or (lambda line: None)
-    started_at = datetime.now(timezone.utc)
+    started_at = datetime.now(UTC)
     t0 = time.monotonic()
-    jobs = [Job(notebook=notebook, slug=stack, params={"scenario": check, "stack": stack}, label=check) for stack in stacks for check in checks]
+    jobs = [
+        Job(notebook=notebook, slug=stack, params={"scenario": check, "stack": stack}, label=check)
+        for stack in stacks
+        for check in checks
+    ]
     outcomes, cells = [], []
     for number, job in enumerate(jobs, 1):
         say(f"[{number}/{len(jobs)}] {job.label} on {job.slug}: running")
         outcome = run_job(job, run_dir, timeout=timeout)
         outcomes.append(outcome)
         report = outcome.html.name if outcome.html else None
-        cells.append(Cell(job.slug, job.label, outcome.status, cell_text(job.label, outcome.result, error=outcome.error), report))
+        cells.append(
+            Cell(
+                job.slug,
+                job.label,
+                outcome.status,
+                cell_text(job.label, outcome.result, error=outcome.error),
+                report,
+            )
+        )
         say(f"[{number}/{len(jobs)}] {job.label} on {job.slug}: {outcome.status.upper()} ({cells[-1].text})")
-    matrix = ConformanceMatrix(stacks=list(stacks), checks=list(checks), cells=cells, versions=stack_versions(stacks))
+    matrix = ConformanceMatrix(
+        stacks=list(stacks), checks=list(checks), cells=cells, versions=stack_versions(stacks)
+    )
     data = {
-        "run_id": run_id, "started_at": started_at.isoformat(timespec="seconds"), "wall_seconds": round(time.monotonic() - t0, 1),
-        "counts": {str(v): sum(c.verdict == v for c in cells) for v in Verdict}, **matrix.to_json(),
+        "run_id": run_id,
+        "started_at": started_at.isoformat(timespec="seconds"),
+        "wall_seconds": round(time.monotonic() - t0, 1),
+        "counts": {str(v): sum(c.verdict == v for c in cells) for v in Verdict},
+        **matrix.to_json(),
         "scenarios": [o.to_json(run_dir) for o in outcomes],
     }
     json_path = write_json(run_dir / "conformance.json", data)
-    junit = write_junit(run_dir / "junit.xml", {"wall_seconds": data["wall_seconds"], "scenarios": data["scenarios"]})
+    junit = write_junit(
+        run_dir / "junit.xml", {"wall_seconds": data["wall_seconds"], "scenarios": data["scenarios"]}
+    )
     html = write_conformance(run_dir / "conformance.html", data)
-    return ConformanceRun(run_dir=run_dir, matrix=matrix, outcomes=outcomes, html=html, json=json_path, junit=junit)
+    return ConformanceRun(
+        run_dir=run_dir, matrix=matrix, outcomes=outcomes, html=html, json=json_path, junit=junit
+    )

@@ -18,15 +18,22 @@ import secrets
 import signal
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 import httpx
 
 from . import clients
 from .defaults import (
-    CUDA_VISIBLE_ENV, HOST, HTTP_PORT_ENV, NAMESPACE, STATE_DIR_ENV, STOP_TIMEOUT_S, SYSTEM_PORT_ENV, TOKEN_ENV,
+    CUDA_VISIBLE_ENV,
+    HOST,
+    HTTP_PORT_ENV,
+    NAMESPACE,
+    STATE_DIR_ENV,
+    STOP_TIMEOUT_S,
+    SYSTEM_PORT_ENV,
+    TOKEN_ENV,
     VLLM_STOP_TIMEOUT_S,
 )
 from .errors import ConfigError, DeploymentStoppedError, ServerStartError
@@ -65,7 +72,12 @@ class Deployment:
     """One frontend and N workers of a stack, as managed subprocesses, on one host or several."""
 
     def __init__(
-        self, spec: DeploymentSpec, *, run_dir: Path | str | None = None, host: str = HOST, progress: LaunchObserver | None = None
+        self,
+        spec: DeploymentSpec,
+        *,
+        run_dir: Path | str | None = None,
+        host: str = HOST,
+        progress: LaunchObserver | None = None,
     ) -> None:
         self.spec = spec
         self._report = LaunchReport(progress, active=lambda: self.state is DeploymentState.STARTING)
@@ -125,8 +137,11 @@ class Deployment:
     def target(self) -> Target:
         """What the checks read: the system URLs by worker index, and the spec's counter."""
         return Target(
-            frontend_url=self.frontend_url, system_urls=tuple(self.system_urls), models=tuple(self.models),
-            metric=MetricQuery.parse(self.spec.metric), weights=tuple(w.weight for w in self.spec.workers),
+            frontend_url=self.frontend_url,
+            system_urls=tuple(self.system_urls),
+            models=tuple(self.models),
+            metric=MetricQuery.parse(self.spec.metric),
+            weights=tuple(w.weight for w in self.spec.workers),
             stack=self.spec.stack,
         )
 
@@ -155,18 +170,20 @@ class Deployment:
             why = f"its frontend (pid {f.pid}) exited with code {f.returncode}"
             raise DeploymentStoppedError(why, log_path=f.log_path, tail=f.log_tail(10))
         if self._ctx is None:
-            raise ConfigError(f"the deployment is {self.state.value}; start it first (use it as a context manager)")
+            raise ConfigError(
+                f"the deployment is {self.state.value}; start it first (use it as a context manager)"
+            )
         return self._ctx
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def __enter__(self) -> "Deployment":
+    def __enter__(self) -> Deployment:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self) -> "Deployment":
+    def start(self) -> Deployment:
         if self.state is not DeploymentState.NEW:
             raise ConfigError(f"a deployment starts once; this one is {self.state.value}")
         self.state = DeploymentState.STARTING
@@ -190,10 +207,18 @@ class Deployment:
         self.network = Network.create(run_id=secrets.token_hex(3), hosts=spec.hosts)
         frontend_port = self._reserve()
         self._system_ports = [self._reserve() for _ in spec.workers]
-        namespace = spec.namespace or (NAMESPACE if spec.stack == "embedded" else f"embedlab{secrets.token_hex(4)}")
+        namespace = spec.namespace or (
+            NAMESPACE if spec.stack == "embedded" else f"embedlab{secrets.token_hex(4)}"
+        )
         self._ctx = StackContext(
-            spec=spec, run_dir=self.run_dir, host=self.host, frontend_port=frontend_port, namespace=namespace,
-            hosts=tuple(self.network.hosts), reserve=self._reserve, system_ports=tuple(self._system_ports),
+            spec=spec,
+            run_dir=self.run_dir,
+            host=self.host,
+            frontend_port=frontend_port,
+            namespace=namespace,
+            hosts=tuple(self.network.hosts),
+            reserve=self._reserve,
+            system_ports=tuple(self._system_ports),
         )
         self._env = {**os.environ, **self.stack.prepare(self._ctx), **dict(spec.env)}
         # The user's own overrides must not leak in and point processes at other ports.
@@ -211,9 +236,13 @@ class Deployment:
             ready_url = frontend.ready_url or f"{self.frontend_url}/health"
             gpus = visible_gpus()
             for index in range(len(spec.workers)):
-                self.workers.append(self._launch(self._worker_spec(index), gpu=gpu_for(index, spec.workers[index], gpus)))
+                self.workers.append(
+                    self._launch(self._worker_spec(index), gpu=gpu_for(index, spec.workers[index], gpus))
+                )
             self.startup_seconds["frontend"] = self._report.wait(
-                self.frontend, lambda: client.get(ready_url).status_code == 200, timeout=spec.startup_timeout,
+                self.frontend,
+                lambda: client.get(ready_url).status_code == 200,
+                timeout=spec.startup_timeout,
                 what=f"{ready_url} answered 200",
             )
             for index in range(len(spec.workers)):
@@ -224,7 +253,11 @@ class Deployment:
         return self.stack.worker(self._context(), index, self.spec.workers[index], self._system_ports[index])
 
     def _launch(self, pspec: ProcessSpec, *, gpu: str | None = None) -> ManagedProcess:
-        env = {k: v for k, v in self._env.items() if not k.startswith(pspec.unset)} if pspec.unset else dict(self._env)
+        env = (
+            {k: v for k, v in self._env.items() if not k.startswith(pspec.unset)}
+            if pspec.unset
+            else dict(self._env)
+        )
         env.update({**pspec.env, STATE_DIR_ENV: str(self.run_dir / f"{pspec.name}-state")})
         stop_timeout = STOP_TIMEOUT_S
         if pspec.worker is not None and self.spec.workers[pspec.worker].runs_vllm:
@@ -232,18 +265,27 @@ class Deployment:
             stop_timeout = VLLM_STOP_TIMEOUT_S
         if gpu is not None:
             env[CUDA_VISIBLE_ENV] = gpu
-        argv = self._context().host_of(pspec.worker).wrap(pspec.argv) if pspec.worker is not None else pspec.argv
-        proc = ManagedProcess(pspec.name, argv, log_path=self.run_dir / f"{pspec.name}.log", env=env, stop_timeout=stop_timeout)
+        argv = (
+            self._context().host_of(pspec.worker).wrap(pspec.argv) if pspec.worker is not None else pspec.argv
+        )
+        proc = ManagedProcess(
+            pspec.name, argv, log_path=self.run_dir / f"{pspec.name}.log", env=env, stop_timeout=stop_timeout
+        )
         return self._report.started(proc.start())
 
     def _wait_service(self, client: httpx.Client, service: ProcessSpec) -> None:
         proc, url = self.services[service.role], service.ready_url
         if url is not None:
             self.startup_seconds[proc.name] = self._report.wait(
-                proc, lambda: client.get(url).status_code == 200, timeout=self.spec.startup_timeout, what=f"{url} answered 200",
+                proc,
+                lambda: client.get(url).status_code == 200,
+                timeout=self.spec.startup_timeout,
+                what=f"{url} answered 200",
             )
 
-    def _wait_worker(self, client: httpx.Client, index: int, *, cancelled: threading.Event | None = None) -> None:
+    def _wait_worker(
+        self, client: httpx.Client, index: int, *, cancelled: threading.Event | None = None
+    ) -> None:
         proc = self.workers[index]
         model = self.spec.workers[index].model
         endpoint = self.endpoint(index)
@@ -251,7 +293,9 @@ class Deployment:
 
         def ready() -> bool:
             if cancelled is not None and cancelled.is_set():
-                raise ServerStartError(f"{proc.name}: the deployment is stopping", name=proc.name, log_path=proc.log_path)
+                raise ServerStartError(
+                    f"{proc.name}: the deployment is stopping", name=proc.name, log_path=proc.log_path
+                )
             if client.get(f"{system_url}/health").status_code != 200:
                 return False
             listed = self.stack.listed_models(client, self._context())
@@ -260,7 +304,9 @@ class Deployment:
             return endpoint in self.dispatchable_endpoints(client)
 
         self.startup_seconds[proc.name] = self._report.wait(
-            proc, ready, timeout=self.spec.startup_timeout,
+            proc,
+            ready,
+            timeout=self.spec.startup_timeout,
             what=f"its /health answered 200 and the frontend listed model '{model}' on {endpoint}",
         )
 
@@ -280,7 +326,9 @@ class Deployment:
         self._dispatch_change(index, self.stack.resume, listed=True, timeout=timeout)
         self._event("resume", f"worker {index}")
 
-    def _dispatch_change(self, index: int, change: Callable[..., None], *, listed: bool, timeout: float) -> None:
+    def _dispatch_change(
+        self, index: int, change: Callable[..., None], *, listed: bool, timeout: float
+    ) -> None:
         endpoint = self.endpoint(index)
         with clients.client(timeout=5.0) as client:
             change(client, self._context(), index)
@@ -288,7 +336,9 @@ class Deployment:
             while (endpoint in self.dispatchable_endpoints(client)) != listed:
                 if time.monotonic() > deadline:
                     state = "back in" if listed else "out of"
-                    raise ServerStartError(f"worker {index} ({endpoint}) was not {state} dispatch within {timeout:g} s")
+                    raise ServerStartError(
+                        f"worker {index} ({endpoint}) was not {state} dispatch within {timeout:g} s"
+                    )
                 time.sleep(0.05)
 
     def _reserve(self) -> int:
@@ -308,7 +358,11 @@ class Deployment:
             self._supervisor.join(timeout=STOP_TIMEOUT_S)
         errors: list[BaseException] = []
         with self._lock:
-            groups = [list(reversed(self.workers)), [self.frontend] if self.frontend else [], list(self.services.values())]
+            groups = [
+                list(reversed(self.workers)),
+                [self.frontend] if self.frontend else [],
+                list(self.services.values()),
+            ]
         for group in groups:
             try:
                 stop_together(group)
@@ -328,12 +382,16 @@ class Deployment:
     def set_weights(self, weights: Sequence[float]) -> None:
         """Change the routing weight of every worker, live (embedded stack only)."""
         if self.spec.stack != "embedded":
-            raise ConfigError(f"live weights need the embedded frontend; this deployment runs {self.spec.stack}")
+            raise ConfigError(
+                f"live weights need the embedded frontend; this deployment runs {self.spec.stack}"
+            )
         if len(weights) != len(self.workers):
             raise ConfigError(f"{len(self.workers)} workers but {len(weights)} weights")
         # The registry wants the token the frontend was started with, where one is set.
         token = self._env.get(TOKEN_ENV)
-        with clients.client(timeout=5.0, headers={"Authorization": f"Bearer {token}"} if token else None) as client:
+        with clients.client(
+            timeout=5.0, headers={"Authorization": f"Bearer {token}"} if token else None
+        ) as client:
             instances = {
                 i["endpoint"]: i["instance_id"]
                 for group in client.get(f"{self.frontend_url}/health").json()["models"].values()
@@ -343,8 +401,13 @@ class Deployment:
                 endpoint = self.endpoint(index)
                 if endpoint not in instances:
                     raise ConfigError(f"worker {index} ({endpoint}) is not registered")
-                client.put(f"{self.frontend_url}/registry/instances/{instances[endpoint]}/weight", json={"weight": weight}).raise_for_status()
-        self.spec = replace(self.spec, workers=tuple(replace(w, weight=float(x)) for w, x in zip(self.spec.workers, weights)))
+                client.put(
+                    f"{self.frontend_url}/registry/instances/{instances[endpoint]}/weight",
+                    json={"weight": weight},
+                ).raise_for_status()
+        self.spec = replace(
+            self.spec, workers=tuple(replace(w, weight=float(x)) for w, x in zip(self.spec.workers, weights))
+        )
 
     # -- the faults of a real cluster ---------------------------------------------------------
 
@@ -393,7 +456,9 @@ class Deployment:
         """Stop worker `index` and start it again on its host and system port."""
         with self._lock:
             self.workers[index].stop()
-            self.workers[index] = self._launch(self._worker_spec(index), gpu=gpu_for(index, self.spec.workers[index], visible_gpus()))
+            self.workers[index] = self._launch(
+                self._worker_spec(index), gpu=gpu_for(index, self.spec.workers[index], visible_gpus())
+            )
         with clients.client(timeout=2.0) as client:
             self._wait_worker(client, index)
         self._event("restart", f"worker {index}")
@@ -411,7 +476,8 @@ class Deployment:
                         self._event("exit", f"worker {index} (code {proc.returncode})")
                         proc.stop()
                         self.workers[index] = self._launch(
-                            self._worker_spec(index), gpu=gpu_for(index, self.spec.workers[index], visible_gpus())
+                            self._worker_spec(index),
+                            gpu=gpu_for(index, self.spec.workers[index], visible_gpus()),
                         )
                     try:
                         self._wait_worker(client, index, cancelled=self._stopping)

@@ -154,7 +154,10 @@ class DeploymentStoppedError(EmbedlabError):
     """
 
     def __init__(
-        self, why: str = "this deployment was stopped and its servers are gone", *, log_path: Path | None = None,
+        self,
+        why: str = "this deployment was stopped and its servers are gone",
+        *,
+        log_path: Path | None = None,
         tail: str = "",
     ) -> None:
         message = f"{why}; start a new one (in a notebook: run the Start cell again)"

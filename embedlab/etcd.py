@@ -12,9 +12,10 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import httpx
 
@@ -36,15 +37,30 @@ def etcd_binary() -> str:
     return found
 
 
-def etcd_argv(*, data_dir: Path, client_port: int, peer_port: int, hosts: Sequence[str], name: str = "embedlab") -> list[str]:
+def etcd_argv(
+    *, data_dir: Path, client_port: int, peer_port: int, hosts: Sequence[str], name: str = "embedlab"
+) -> list[str]:
     """One etcd member on `hosts` (its client port on each), peers on loopback only."""
     clients_urls = ",".join(f"http://{h}:{client_port}" for h in dict.fromkeys(hosts))
     peer = f"http://127.0.0.1:{peer_port}"
     return [
-        etcd_binary(), "--name", name, "--data-dir", str(data_dir),
-        "--listen-client-urls", clients_urls, "--advertise-client-urls", clients_urls,
-        "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", f"{name}={peer}",
-        "--log-level", "warn",
+        etcd_binary(),
+        "--name",
+        name,
+        "--data-dir",
+        str(data_dir),
+        "--listen-client-urls",
+        clients_urls,
+        "--advertise-client-urls",
+        clients_urls,
+        "--listen-peer-urls",
+        peer,
+        "--initial-advertise-peer-urls",
+        peer,
+        "--initial-cluster",
+        f"{name}={peer}",
+        "--log-level",
+        "warn",
     ]
 
 
@@ -84,7 +100,9 @@ def _address(value: Any) -> str | None:
     return None
 
 
-def discovered(endpoint: str, *, namespace: str | None = None, timeout: float = 5.0) -> list[DiscoveredInstance]:
+def discovered(
+    endpoint: str, *, namespace: str | None = None, timeout: float = 5.0
+) -> list[DiscoveredInstance]:
     """The instances registered in etcd at `endpoint`, under `namespace` (all where None)."""
     prefix = INSTANCES_PREFIX + (f"{namespace}/" if namespace else "")
     url = endpoint.rstrip("/") + "/v3/kv/range"
@@ -94,11 +112,13 @@ def discovered(endpoint: str, *, namespace: str | None = None, timeout: float = 
             response.raise_for_status()
             body = response.json()
     except (httpx.HTTPError, ValueError) as exc:
-        raise ScrapeError(f"cannot list instances in etcd at {url}: {exc.__class__.__name__}: {exc}", url=url) from exc
+        raise ScrapeError(
+            f"cannot list instances in etcd at {url}: {exc.__class__.__name__}: {exc}", url=url
+        ) from exc
     found = []
     for kv in body.get("kvs", []):
         key = base64.b64decode(kv["key"]).decode(errors="replace")
-        parts = key[len(INSTANCES_PREFIX):].split("/")
+        parts = key[len(INSTANCES_PREFIX) :].split("/")
         if len(parts) < 4:
             continue
         try:
@@ -107,8 +127,12 @@ def discovered(endpoint: str, *, namespace: str | None = None, timeout: float = 
             value = None
         found.append(
             DiscoveredInstance(
-                namespace=parts[0], component=parts[1], endpoint=parts[2], instance_id=parts[3],
-                address=_address(value), lease=kv.get("lease"),
+                namespace=parts[0],
+                component=parts[1],
+                endpoint=parts[2],
+                instance_id=parts[3],
+                address=_address(value),
+                lease=kv.get("lease"),
             )
         )
     return found

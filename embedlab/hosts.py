@@ -24,8 +24,8 @@ import random
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from .defaults import HOST
 from .errors import ConfigError, ServerError
@@ -83,11 +83,11 @@ class Network:
     destroyed: bool = False
 
     @classmethod
-    def local(cls) -> "Network":
+    def local(cls) -> Network:
         return cls(hosts=[Host(index=0, address=HOST, hub=HOST)])
 
     @classmethod
-    def create(cls, *, run_id: str, hosts: int) -> "Network":
+    def create(cls, *, run_id: str, hosts: int) -> Network:
         """Host 0 plus `hosts - 1` namespaces. A failure halfway deletes what was made."""
         if hosts < 2:
             return cls.local()
@@ -122,7 +122,11 @@ class Network:
         # Host k owns the /30 at 4k: .4k+1 on host 0's side, .4k+2 on its own.
         base = int(subnet.network_address) + 4 * index
         outer, inner = str(ipaddress.ip_address(base + 1)), str(ipaddress.ip_address(base + 2))
-        namespace, root_end, host_end = f"embl-{run_id}-h{index}", f"embl{run_id}r{index}", f"embl{run_id}h{index}"
+        namespace, root_end, host_end = (
+            f"embl-{run_id}-h{index}",
+            f"embl{run_id}r{index}",
+            f"embl{run_id}h{index}",
+        )
         register_cleanup(("ip", "netns", "del", namespace))
         _ip("netns", "add", namespace)
         self._made.append(namespace)

@@ -8,8 +8,8 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .defaults import CUDA_VISIBLE_ENV, RUN_ROOT_ENV, VLLM_CACHE_ENV
 from .specs import WorkerSpec

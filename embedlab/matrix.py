@@ -37,7 +37,15 @@ from .errors import ConfigError
 from .scenarios.plans import ScenarioPlan
 from .scenarios.registry import SCENARIOS
 
-__all__ = ["GENERIC_NOTEBOOK", "Job", "Matrix", "load_matrix", "notebook_parameters", "params_slug", "shown_path"]
+__all__ = [
+    "GENERIC_NOTEBOOK",
+    "Job",
+    "Matrix",
+    "load_matrix",
+    "notebook_parameters",
+    "params_slug",
+    "shown_path",
+]
 
 # Set by the runner (the first two for every job, `stop_at_end` where a notebook takes it);
 # a matrix that set them would scatter outputs, or leave a deployment up until the kernel exits.
@@ -103,7 +111,9 @@ def load_matrix(path: str | Path | None = None, *, notebook_dir: Path | None = N
         raise ConfigError(f"matrix {path} is not valid TOML: {exc}") from exc
     unknown = sorted(set(data) - _TOP_LEVEL)
     if unknown:
-        raise ConfigError(f"matrix {path}: unknown top-level keys {unknown} (expected {', '.join(sorted(_TOP_LEVEL))})")
+        raise ConfigError(
+            f"matrix {path}: unknown top-level keys {unknown} (expected {', '.join(sorted(_TOP_LEVEL))})"
+        )
     notebooks_dir = notebook_dir or default_notebook_dir()
     defaults = data.get("defaults", {})
     sets = data.get("params") or [{}]
@@ -116,11 +126,20 @@ def load_matrix(path: str | Path | None = None, *, notebook_dir: Path | None = N
         scenarios = pset.get("scenarios", data.get("scenarios", []))
         if not isinstance(names, list) or not isinstance(scenarios, list) or not (names or scenarios):
             raise ConfigError(f"{where}: nothing to run (a `notebooks = [...]` or `scenarios = [...]` list)")
-        entries = [(_notebook_path(n, base=path.parent, notebooks_dir=notebooks_dir, where=where), n, None) for n in names]
-        generic = _notebook_path(GENERIC_NOTEBOOK, base=path.parent, notebooks_dir=notebooks_dir, where=where) if scenarios else None
+        entries = [
+            (_notebook_path(n, base=path.parent, notebooks_dir=notebooks_dir, where=where), n, None)
+            for n in names
+        ]
+        generic = (
+            _notebook_path(GENERIC_NOTEBOOK, base=path.parent, notebooks_dir=notebooks_dir, where=where)
+            if scenarios
+            else None
+        )
         for scenario in scenarios:
             if scenario not in SCENARIOS:
-                raise ConfigError(f"{where}: unknown scenario {scenario!r}; registered: {', '.join(SCENARIOS.names())}")
+                raise ConfigError(
+                    f"{where}: unknown scenario {scenario!r}; registered: {', '.join(SCENARIOS.names())}"
+                )
             entries.append((generic, scenario, scenario))  # type: ignore[arg-type]
         for notebook, label, scenario in entries:
             stem = Path(label).stem
@@ -128,27 +147,41 @@ def load_matrix(path: str | Path | None = None, *, notebook_dir: Path | None = N
             if scenario is not None:
                 params = {"scenario": scenario, **params}
             _check_params(notebook, params, where)
-            jobs.append(Job(notebook=notebook, slug=pset.get("name") or params_slug(params), params=params, label=stem))
+            jobs.append(
+                Job(
+                    notebook=notebook, slug=pset.get("name") or params_slug(params), params=params, label=stem
+                )
+            )
     seen: dict[str, int] = {}
     for job in jobs:
         seen[job.name] = seen.get(job.name, 0) + 1
     clashes = sorted(n for n, count in seen.items() if count > 1)
     if clashes:
-        raise ConfigError(f"matrix {path}: runs {clashes} would overwrite each other; give their sets distinct `name`s")
+        raise ConfigError(
+            f"matrix {path}: runs {clashes} would overwrite each other; give their sets distinct `name`s"
+        )
     return Matrix(path=path, jobs=tuple(jobs))
 
 
 def _notebook_path(name: str, *, base: Path, notebooks_dir: Path, where: str) -> Path:
     notebook = (base / name) if name.endswith(".ipynb") else notebooks_dir / f"{name}.ipynb"
     if not notebook.is_file():
-        hint = "" if name.endswith(".ipynb") else f" (names are looked up there; set {NOTEBOOKS_ENV}, or give a path to an .ipynb)"
+        hint = (
+            ""
+            if name.endswith(".ipynb")
+            else f" (names are looked up there; set {NOTEBOOKS_ENV}, or give a path to an .ipynb)"
+        )
         raise ConfigError(f"{where}: notebook {notebook} does not exist{hint}")
     return notebook.resolve()
 
 
 def _params_for(stem: str, defaults: dict[str, Any], pset: dict[str, Any]) -> dict[str, Any]:
     """[defaults], then the set's plain values, then the set's table for this notebook or scenario."""
-    own = {k: v for k, v in pset.items() if k not in ("name", "notebooks", "scenarios") and not isinstance(v, dict)}
+    own = {
+        k: v
+        for k, v in pset.items()
+        if k not in ("name", "notebooks", "scenarios") and not isinstance(v, dict)
+    }
     return {**defaults, **own, **pset.get(stem, {})}
 
 
@@ -159,12 +192,18 @@ def _check_params(notebook: Path, params: dict[str, Any], where: str) -> None:
         raise ConfigError(f"{where}: {notebook.name} takes no parameter {unknown}; it takes {sorted(taken)}")
     reserved = sorted(set(params) & set(RUNNER_PARAMS))
     if reserved:
-        raise ConfigError(f"{where}: {reserved} are set by the runner for every run; leave them out of the matrix")
+        raise ConfigError(
+            f"{where}: {reserved} are set by the runner for every run; leave them out of the matrix"
+        )
     scenario = params.get("scenario") or notebook_scenario(notebook)
     if scenario is not None:
         plan_fields = {f.name for f in fields(ScenarioPlan)}
         # What the notebook will hand its plan: its own defaults, under the matrix's values.
-        values = {**{k: ast.literal_eval(v) for k, v in taken.items() if k in plan_fields}, **params, "scenario": scenario}
+        values = {
+            **{k: ast.literal_eval(v) for k, v in taken.items() if k in plan_fields},
+            **params,
+            "scenario": scenario,
+        }
         try:
             ScenarioPlan.from_params(**{k: v for k, v in values.items() if k in plan_fields})
         except ConfigError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
+
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -28,7 +29,7 @@ class MetricQuery:
     labels: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def parse(cls, selector: str) -> "MetricQuery":
+    def parse(cls, selector: str) -> MetricQuery:
         """`name` or `name{label="value",...}`, as PromQL writes an instant selector."""
         match = _SELECTOR.match(selector)
         if not match:
@@ -66,7 +67,7 @@ class Snapshot:
     def value(self) -> float:
         return float(sum(v for _, v in self.series))
 
-    def delta(self, later: "Snapshot", *, worker_index: int | None = None) -> float:
+    def delta(self, later: Snapshot, *, worker_index: int | None = None) -> float:
         """`later - self`; a counter that went down, or a series that vanished, is a reset."""
         before = dict(self.series)
         after = dict(later.series)
@@ -75,13 +76,16 @@ class Snapshot:
             if labels not in after:
                 raise CounterResetError(
                     f"counter reset on {who}: series {_fmt(labels)} of {self.query.name} vanished "
-                    f"(the worker restarted between snapshots)", url=self.url, worker_index=worker_index,
+                    f"(the worker restarted between snapshots)",
+                    url=self.url,
+                    worker_index=worker_index,
                 )
             if after[labels] < value:
                 raise CounterResetError(
                     f"counter reset on {who}: {self.query.name}{_fmt(labels)} went from {value:g} to "
                     f"{after[labels]:g} (the worker restarted between snapshots)",
-                    url=self.url, worker_index=worker_index,
+                    url=self.url,
+                    worker_index=worker_index,
                 )
         return later.value - self.value
 
@@ -102,7 +106,11 @@ def parse_snapshot(text: str, *, url: str, query: MetricQuery = DEFAULT_METRIC) 
     try:
         for family in text_string_to_metric_families(text):
             # Asked by family name ("x" for counter "x_total"): take the _total samples.
-            wanted = query.name + "_total" if family.type == "counter" and family.name == query.name else query.name
+            wanted = (
+                query.name + "_total"
+                if family.type == "counter" and family.name == query.name
+                else query.name
+            )
             for sample in family.samples:
                 if sample.name == wanted:
                     seen_name = True
@@ -116,7 +124,13 @@ def parse_snapshot(text: str, *, url: str, query: MetricQuery = DEFAULT_METRIC) 
     return Snapshot(url=url, query=query, series=tuple(series))
 
 
-def scrape(url: str, *, metric: MetricQuery | str = DEFAULT_METRIC, client: httpx.Client | None = None, timeout: float = 5.0) -> Snapshot:
+def scrape(
+    url: str,
+    *,
+    metric: MetricQuery | str = DEFAULT_METRIC,
+    client: httpx.Client | None = None,
+    timeout: float = 5.0,
+) -> Snapshot:
     """Read one worker's counter. `url` is its system URL or its /metrics URL."""
     query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
     target = metrics_url(url)
@@ -134,7 +148,9 @@ def scrape(url: str, *, metric: MetricQuery | str = DEFAULT_METRIC, client: http
     return parse_snapshot(response.text, url=target, query=query)
 
 
-async def ascrape(url: str, *, metric: MetricQuery | str = DEFAULT_METRIC, client: httpx.AsyncClient, timeout: float = 5.0) -> Snapshot:
+async def ascrape(
+    url: str, *, metric: MetricQuery | str = DEFAULT_METRIC, client: httpx.AsyncClient, timeout: float = 5.0
+) -> Snapshot:
     """`scrape`, on an async client."""
     query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
     target = metrics_url(url)

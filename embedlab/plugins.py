@@ -13,8 +13,9 @@ is the registered name, its value what it registers.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
-from typing import Callable, Generic, Mapping, TypeVar
+from typing import Generic, TypeVar
 
 from .errors import ConfigError
 
@@ -33,7 +34,12 @@ class Registry(Generic[T]):
     """Name -> T. Unknown names are a `ConfigError` that lists the known ones."""
 
     def __init__(
-        self, kind: str, *, group: str, builtins: Mapping[str, T | str], adapt: Callable[[str, object], T] | None = None
+        self,
+        kind: str,
+        *,
+        group: str,
+        builtins: Mapping[str, T | str],
+        adapt: Callable[[str, object], T] | None = None,
     ) -> None:
         """`adapt(name, loaded)` turns what a string or an entry point loads into a T."""
         self.kind = kind
@@ -50,7 +56,9 @@ class Registry(Generic[T]):
         self._load_plugins()
         # A plugin's module may register its own entry when it is imported: that is no clash.
         if name in self._entries and not replace and name not in self._from_plugins:
-            raise ConfigError(f"a {self.kind} named {name!r} is already registered (pass replace=True to replace it)")
+            raise ConfigError(
+                f"a {self.kind} named {name!r} is already registered (pass replace=True to replace it)"
+            )
         self._from_plugins.discard(name)
         self._entries[name] = target
 
@@ -69,7 +77,9 @@ class Registry(Generic[T]):
         try:
             target = self._entries[name]
         except KeyError:
-            raise ConfigError(f"unknown {self.kind} {name!r}; choose from {', '.join(self._entries)}") from None
+            raise ConfigError(
+                f"unknown {self.kind} {name!r}; choose from {', '.join(self._entries)}"
+            ) from None
         if isinstance(target, str):
             loaded = resolve(target)
             registered = self._entries[name]

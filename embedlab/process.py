@@ -20,14 +20,14 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from .defaults import PORT_DIR_ENV, STOP_TIMEOUT_S
 from .errors import ReadinessTimeoutError, ServerExitedError, ServerStopError
 
 _PR_SET_PDEATHSIG = 1
-_live: "weakref.WeakSet[ManagedProcess]" = weakref.WeakSet()
+_live: weakref.WeakSet[ManagedProcess] = weakref.WeakSet()
 _live_lock = threading.Lock()
 
 
@@ -54,13 +54,18 @@ class _Watchdog:
         # Its own session, so a Ctrl-C aimed at the harness's terminal group spares it.
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "embedlab.watchdog", str(os.getpid()), str(self._path)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
 
     def _write(self) -> None:
         assert self._path is not None
         tmp = self._path.with_suffix(".tmp")
-        lines = [f"{g}\n" for g in sorted(self._groups)] + [f"run {json.dumps(list(c))}\n" for c in self._cleanups]
+        lines = [f"{g}\n" for g in sorted(self._groups)] + [
+            f"run {json.dumps(list(c))}\n" for c in self._cleanups
+        ]
         tmp.write_text("".join(lines))
         tmp.replace(self._path)
 
@@ -130,7 +135,7 @@ def _die_with_parent() -> None:
 
 def tail(path: Path, lines: int = 40) -> str:
     try:
-        with open(path, "r", errors="replace") as handle:
+        with open(path, errors="replace") as handle:
             return "".join(deque(handle, maxlen=lines))
     except OSError:
         return ""
@@ -174,7 +179,7 @@ class ManagedProcess:
     def alive(self) -> bool:
         return self._popen is not None and self._popen.poll() is None
 
-    def start(self) -> "ManagedProcess":
+    def start(self) -> ManagedProcess:
         if self.state is not State.NEW:
             raise RuntimeError(f"{self.name} was already started ({self.state.value})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -187,8 +192,14 @@ class ManagedProcess:
             # thread, the watchdog alone stops the servers of a killed harness.
             on_main_thread = threading.current_thread() is threading.main_thread()
             self._popen = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                cwd=self.cwd, start_new_session=True, preexec_fn=_die_with_parent if on_main_thread else None,
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if on_main_thread else None,
             )
         self.pgid = self._popen.pid  # leader of its own new session and group
         self.started_at = time.monotonic()
@@ -205,11 +216,17 @@ class ManagedProcess:
         code = self.returncode
         return ServerExitedError(
             f"{self.name} exited with code {code} before {what}. Last lines of {self.log_path}:\n{self.log_tail()}",
-            name=self.name, log_path=self.log_path, returncode=code,
+            name=self.name,
+            log_path=self.log_path,
+            returncode=code,
         )
 
     def wait_ready(
-        self, probe: Callable[[], bool], *, timeout: float, what: str = "it was ready",
+        self,
+        probe: Callable[[], bool],
+        *,
+        timeout: float,
+        what: str = "it was ready",
         on_poll: Callable[[], None] | None = None,
     ) -> float:
         """Poll `probe` with backoff until it is true; fail at once if the process exits.
@@ -234,7 +251,8 @@ class ManagedProcess:
                 raise ReadinessTimeoutError(
                     f"{self.name} (pid {self.pid}) was not ready ({what}) within {timeout:g}s. "
                     f"Last lines of {self.log_path}:\n{self.log_tail()}",
-                    name=self.name, log_path=self.log_path,
+                    name=self.name,
+                    log_path=self.log_path,
                 )
             time.sleep(min(delay, deadline - now))
             delay = min(delay * 1.5, 0.05)
@@ -293,13 +311,15 @@ class ManagedProcess:
             self._popen.poll()
 
 
-def stop_together(procs: list["ManagedProcess"], *, timeout: float | None = None) -> None:
+def stop_together(procs: list[ManagedProcess], *, timeout: float | None = None) -> None:
     """SIGTERM every group in order, then wait for them all (SIGKILL past the deadline)."""
     running = [p for p in procs if p._popen is not None and p.state is not State.STOPPED]
     for proc in running:
         proc.signal(signal.SIGTERM)
     errors = []
-    deadline = time.monotonic() + (max((p.stop_timeout for p in running), default=0.0) if timeout is None else timeout)
+    deadline = time.monotonic() + (
+        max((p.stop_timeout for p in running), default=0.0) if timeout is None else timeout
+    )
     for proc in running:
         try:
             proc._finish_stop(deadline)
@@ -337,6 +357,13 @@ def _stop_all() -> None:
     except Exception:
         pass
     for argv in cleanups:
-        subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
+        subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+            check=False,
+        )
     with _live_lock:
         _watchdog.close()

@@ -17,8 +17,9 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 if TYPE_CHECKING:
     from .process import ManagedProcess
@@ -67,7 +68,7 @@ class LaunchReport:
         if self.observer is not None and self.active():
             self.observer(LaunchEvent(kind, process, detail, seconds))
 
-    def started(self, proc: "ManagedProcess") -> "ManagedProcess":
+    def started(self, proc: ManagedProcess) -> ManagedProcess:
         """`proc` was launched (its log is the event's detail); returns it."""
         self.emit("starting", proc.name, str(proc.log_path))
         return proc
@@ -76,12 +77,14 @@ class LaunchReport:
         """The start failed with `exc`: its first line, for the process the report waited on."""
         self.emit("failed", detail=(str(exc).strip().splitlines() or [type(exc).__name__])[0])
 
-    def wait(self, proc: "ManagedProcess", probe: Callable[[], bool], *, timeout: float, what: str) -> float:
+    def wait(self, proc: ManagedProcess, probe: Callable[[], bool], *, timeout: float, what: str) -> float:
         """`proc.wait_ready(probe, ...)`, reported in seconds since `proc` was launched."""
         launched = proc.started_at or time.monotonic()
         self.emit("waiting", proc.name, what, time.monotonic() - launched)
         seconds = proc.wait_ready(
-            probe, timeout=timeout, what=what,
+            probe,
+            timeout=timeout,
+            what=what,
             on_poll=lambda: self.emit("poll", proc.name, what, time.monotonic() - launched),
         )
         self.emit("ready", proc.name, what, time.monotonic() - launched)
@@ -137,14 +140,24 @@ class Bar:
             # The widget draws the bar itself where the format says {bar}, at whatever width.
             fmt = re.sub(r"\{bar:\d+\}", "{bar}", fmt) if fmt else fmt
             # Displayed through handles of our own, so that close() can replace the widget by text.
-            self._tqdm: Any = notebook_tqdm(total=total, desc=desc, unit=unit, leave=False, display=False, bar_format=fmt)
+            self._tqdm: Any = notebook_tqdm(
+                total=total, desc=desc, unit=unit, leave=False, display=False, bar_format=fmt
+            )
             if lines:
                 self._lines_handle = display(_text(""), raw=True, display_id=True)
             self._bar_handle = display(self._tqdm.container, display_id=True)
         elif _is_terminal(self._file):
             from tqdm import tqdm
 
-            self._tqdm = tqdm(total=total, desc=desc, unit=unit, leave=False, file=self._file, bar_format=fmt, dynamic_ncols=True)
+            self._tqdm = tqdm(
+                total=total,
+                desc=desc,
+                unit=unit,
+                leave=False,
+                file=self._file,
+                bar_format=fmt,
+                dynamic_ncols=True,
+            )
         else:
             self._tqdm = None
 
@@ -179,7 +192,9 @@ class Bar:
             self._tqdm.set_description_str(f"{desc}: {detail}" if detail else desc, refresh=True)
 
     def _show_lines(self) -> None:
-        self._lines_handle.update(_text("\n".join([*self._lines, *([self._detail] if self._detail else [])])), raw=True)
+        self._lines_handle.update(
+            _text("\n".join([*self._lines, *([self._detail] if self._detail else [])])), raw=True
+        )
 
     def write(self, line: str) -> None:
         """A line that stays: what happened, for the notebook, the terminal or the log."""
@@ -263,7 +278,11 @@ class LaunchProgress:
     def _on_waiting(self, event: LaunchEvent) -> None:
         if self._bar is None:
             self._bar = Bar(
-                total=len(self._started), unit="ready", bar_format=LAUNCH_FORMAT, file=self.file, notebook=self.notebook,
+                total=len(self._started),
+                unit="ready",
+                bar_format=LAUNCH_FORMAT,
+                file=self.file,
+                notebook=self.notebook,
                 lines=True,
             )
         if self._unannounced:
@@ -282,7 +301,8 @@ class LaunchProgress:
         self._last_draw = time.monotonic()
         if self._bar is not None:
             self._bar.describe(
-                f"{self._current}, {int(seconds)} s", detail=f"waiting for {self._current}: ready once {self._what}"
+                f"{self._current}, {int(seconds)} s",
+                detail=f"waiting for {self._current}: ready once {self._what}",
             )
 
     def _on_ready(self, event: LaunchEvent) -> None:
@@ -300,5 +320,11 @@ class LaunchProgress:
 
     def _finish(self, final: str) -> None:
         if self._bar is None:  # failed before any wait began: nothing was drawn yet
-            self._bar = Bar(total=max(1, len(self._started)), unit="ready", file=self.file, notebook=self.notebook, lines=True)
+            self._bar = Bar(
+                total=max(1, len(self._started)),
+                unit="ready",
+                file=self.file,
+                notebook=self.notebook,
+                lines=True,
+            )
         self._bar.close(final)

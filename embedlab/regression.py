@@ -27,17 +27,27 @@ import os
 import secrets
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .defaults import CELL_TIMEOUT_S, KERNEL_NAME
 from .errors import ConfigError, NotebookRunError
 from .matrix import Job, Matrix, load_matrix, notebook_parameters, shown_path
 from .verdicts import Verdict
 
-__all__ = ["Matrix", "Outcome", "RegressRun", "check_kernel", "key_figures", "load_matrix", "regress", "run_job"]
+__all__ = [
+    "Matrix",
+    "Outcome",
+    "RegressRun",
+    "check_kernel",
+    "key_figures",
+    "load_matrix",
+    "regress",
+    "run_job",
+]
 
 
 # -- one run ------------------------------------------------------------------------------------
@@ -120,7 +130,9 @@ def key_figures(result: dict[str, Any]) -> dict[str, Any]:
         "out_of_dispatch_s": failover.get("excluded_after_s", fault.get("left_dispatch_after_s")),
         "longest_hang_s": fault.get("longest_hang_s"),
         "recovered": fault.get("recovered"),
-        "ttl_out_of_dispatch_s": {f"{p['lease_ttl_s']:g}": p["left_dispatch_after_s"] for p in result.get("ttl_points") or []},
+        "ttl_out_of_dispatch_s": {
+            f"{p['lease_ttl_s']:g}": p["left_dispatch_after_s"] for p in result.get("ttl_points") or []
+        },
     }
 
 
@@ -183,8 +195,14 @@ def run_job(job: Job, run_dir: Path, *, timeout: float = CELL_TIMEOUT_S, show_co
     error = None
     try:
         papermill.execute_notebook(
-            str(job.notebook), str(notebook_out), parameters=params, kernel_name=KERNEL_NAME, progress_bar=False,
-            execution_timeout=timeout, cwd=str(run_dir.resolve()), kernel_manager_class=_ipc_kernel_manager(),
+            str(job.notebook),
+            str(notebook_out),
+            parameters=params,
+            kernel_name=KERNEL_NAME,
+            progress_bar=False,
+            execution_timeout=timeout,
+            cwd=str(run_dir.resolve()),
+            kernel_manager_class=_ipc_kernel_manager(),
         )
     except PapermillExecutionError as exc:
         error = f"{exc.ename}: {_first_line(exc.evalue)} (cell {exc.exec_count})"
@@ -196,16 +214,31 @@ def run_job(job: Job, run_dir: Path, *, timeout: float = CELL_TIMEOUT_S, show_co
     html = None
     figures: list[str] = []
     if notebook_out.is_file():
-        banner = {"name": job.name, "status": status, "params": job.params, "summary": error or (result or {}).get("verdict", "")}
+        banner = {
+            "name": job.name,
+            "status": status,
+            "params": job.params,
+            "summary": error or (result or {}).get("verdict", ""),
+        }
         try:
-            html = export_html(notebook_out, notebook_out.with_suffix(".html"), show_code=show_code, banner=banner)
+            html = export_html(
+                notebook_out, notebook_out.with_suffix(".html"), show_code=show_code, banner=banner
+            )
             figures = notebook_figures(notebook_out)
         except Exception as exc:  # a broken export must not hide the notebook's own verdict
             error = (error + "; " if error else "") + f"HTML export failed: {exc.__class__.__name__}: {exc}"
             status = Verdict.ERROR
     return Outcome(
-        job=job, status=status, seconds=seconds, notebook_out=notebook_out, html=html, result_json=result_json,
-        logs=logs, result=result, error=error, figures=figures,
+        job=job,
+        status=status,
+        seconds=seconds,
+        notebook_out=notebook_out,
+        html=html,
+        result_json=result_json,
+        logs=logs,
+        result=result,
+        error=error,
+        figures=figures,
     )
 
 
@@ -279,7 +312,7 @@ def regress(
     run_id, run_dir = new_run_dir(out)
     previous = latest_results(out, exclude=run_dir)
     say = progress or (lambda line: None)
-    started_at = datetime.now(timezone.utc)
+    started_at = datetime.now(UTC)
     t0 = time.monotonic()
     say(f"embedlab regress: {len(plan.jobs)} notebook runs from {plan.path} -> {run_dir}")
 
@@ -305,12 +338,20 @@ def regress(
     results_json = write_json(run_dir / "results.json", results)
     junit_xml = write_junit(run_dir / "junit.xml", results)
     index_html = write_index(
-        run_dir / "index.html", results, previous=load_results(previous) if previous else None,
+        run_dir / "index.html",
+        results,
+        previous=load_results(previous) if previous else None,
         figures={o.job.name: o.figures for o in outcomes},
     )
     return RegressRun(
-        run_id=run_id, run_dir=run_dir, outcomes=outcomes, wall_seconds=wall, index_html=index_html,
-        results_json=results_json, junit_xml=junit_xml, previous=previous,
+        run_id=run_id,
+        run_dir=run_dir,
+        outcomes=outcomes,
+        wall_seconds=wall,
+        index_html=index_html,
+        results_json=results_json,
+        junit_xml=junit_xml,
+        previous=previous,
     )
 
 

@@ -9,21 +9,35 @@ from __future__ import annotations
 import html
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from .jsonio import load_json as load_results, write_json
+from .jsonio import load_json as load_results
+from .jsonio import write_json
 from .verdicts import Verdict
 
-__all__ = ["compare_runs", "export_html", "load_results", "notebook_figures", "write_index", "write_json", "write_junit"]
+__all__ = [
+    "compare_runs",
+    "export_html",
+    "load_results",
+    "notebook_figures",
+    "write_index",
+    "write_json",
+    "write_junit",
+]
 
 FIGURE_TAG = "report-figure"  # cells whose images index.html shows inline
 
 # One colour per verdict, on every page. Only a pass is green; a report (figures shown,
 # nothing asserted) is a neutral slate, so it never reads as a pass.
 VERDICT_COLOURS = {
-    Verdict.PASSED: "#2e7d32", Verdict.FAILED: "#c62828", Verdict.INCONCLUSIVE: "#ef6c00",
-    Verdict.REPORTED: "#546e7a", Verdict.UNSUPPORTED: "#9e9e9e", Verdict.ERROR: "#6a1b9a",
+    Verdict.PASSED: "#2e7d32",
+    Verdict.FAILED: "#c62828",
+    Verdict.INCONCLUSIVE: "#ef6c00",
+    Verdict.REPORTED: "#546e7a",
+    Verdict.UNSUPPORTED: "#9e9e9e",
+    Verdict.ERROR: "#6a1b9a",
 }
 _VERDICT_CSS = "".join(f".verdict.{v} {{ background: {c}; }}\n" for v, c in VERDICT_COLOURS.items())
 LATENCY_CHANGE = 0.25  # a latency percentile that moves by more than this share is flagged
@@ -31,36 +45,46 @@ LATENCY_CHANGE = 0.25  # a latency percentile that moves by more than this share
 # nbconvert's lab template, minus everything it would fetch from a CDN (require.js,
 # MathJax, mermaid, the widget manager: a progress bar saved its widget state, but shows as
 # text), plus a banner with the verdict and a way back to the index.
-_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+_TEMPLATE = (
+    """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
-{%- block extra_css -%}<style>""" + """
+{%- block extra_css -%}<style>"""
+    + """
 .embedlab-banner { font-family: system-ui, sans-serif; margin: 12px 24px; padding: 10px 14px; border-radius: 6px;
   border: 1px solid #ccc; background: #fafafa; }
 .embedlab-banner .verdict { font-weight: 700; padding: 2px 8px; border-radius: 4px; color: #fff; }
 .embedlab-banner .params { font-family: monospace; font-size: 12px; color: #444; margin-top: 6px; }
-""" + _VERDICT_CSS + """</style>{%- endblock extra_css -%}
+"""
+    + _VERDICT_CSS
+    + """</style>{%- endblock extra_css -%}
 {%- block body_header -%}
 {{ super() }}
 {{ resources.embedlab_banner }}
 {%- endblock body_header -%}
 """
+)
 
 
 # -- one notebook's report -------------------------------------------------------------------------
 
 
-def export_html(notebook: Path, target: Path, *, show_code: bool = False, banner: Mapping[str, Any] | None = None) -> Path:
+def export_html(
+    notebook: Path, target: Path, *, show_code: bool = False, banner: Mapping[str, Any] | None = None
+) -> Path:
     """The executed notebook as one HTML page: outputs (and code, if `show_code`), no network."""
     import jinja2
     import nbformat
     from nbconvert import HTMLExporter
 
     exporter = HTMLExporter(
-        extra_loaders=[jinja2.DictLoader({"embedlab.html.j2": _TEMPLATE})], template_file="embedlab.html.j2",
-        exclude_input=not show_code, exclude_input_prompt=not show_code, exclude_output_prompt=True,
+        extra_loaders=[jinja2.DictLoader({"embedlab.html.j2": _TEMPLATE})],
+        template_file="embedlab.html.j2",
+        exclude_input=not show_code,
+        exclude_input_prompt=not show_code,
+        exclude_output_prompt=True,
     )
     nb = nbformat.read(notebook, as_version=4)
     body, _ = exporter.from_notebook_node(nb, resources={"embedlab_banner": _banner(banner or {}, target)})
@@ -77,7 +101,7 @@ def _banner(banner: Mapping[str, Any], target: Path) -> str:
     index = target.parent / "index.html"
     return (
         f'<div class="embedlab-banner"><span class="verdict {_e(status)}">{_e(status.upper())}</span> '
-        f'<strong>{_e(banner.get("name", ""))}</strong>'
+        f"<strong>{_e(banner.get('name', ''))}</strong>"
         + (f" &middot; {_e(summary)}" if summary and summary.lower() != status else "")
         + f' &middot; <a href="{_e(index.name)}">all scenarios</a>'
         + (f'<div class="params">{_e(params)}</div>' if params else "")
@@ -95,7 +119,9 @@ def notebook_figures(notebook: Path) -> list[str]:
         for output in cell.get("outputs", []):
             png = output.get("data", {}).get("image/png")
             if png:
-                found.append("".join(png).replace("\n", "") if isinstance(png, list) else png.replace("\n", ""))
+                found.append(
+                    "".join(png).replace("\n", "") if isinstance(png, list) else png.replace("\n", "")
+                )
     return found
 
 
@@ -106,13 +132,22 @@ def write_junit(path: Path, results: Mapping[str, Any]) -> Path:
     """One testcase per notebook and parameter set; a failed verdict is a <failure>, a crash an <error>."""
     scenarios = results.get("scenarios", [])
     suite = ET.Element(
-        "testsuite", name="embedlab.regress", tests=str(len(scenarios)),
+        "testsuite",
+        name="embedlab.regress",
+        tests=str(len(scenarios)),
         failures=str(sum(s["status"] in (Verdict.FAILED, Verdict.INCONCLUSIVE) for s in scenarios)),
-        errors=str(sum(s["status"] == Verdict.ERROR for s in scenarios)), time=f"{results.get('wall_seconds', 0):.2f}",
+        errors=str(sum(s["status"] == Verdict.ERROR for s in scenarios)),
+        time=f"{results.get('wall_seconds', 0):.2f}",
         timestamp=str(results.get("started_at", "")),
     )
     for s in scenarios:
-        case = ET.SubElement(suite, "testcase", classname=f"embedlab.regress.{s['notebook']}", name=s["slug"], time=f"{s['seconds']:.2f}")
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"embedlab.regress.{s['notebook']}",
+            name=s["slug"],
+            time=f"{s['seconds']:.2f}",
+        )
         report = s.get("report_html") or s.get("notebook_out") or "(no report)"
         status = Verdict(s["status"])
         if not status.ok:
@@ -122,7 +157,10 @@ def write_junit(path: Path, results: Mapping[str, Any]) -> Path:
         out = [f"verdict: {status}", f"report: {report}", f"params: {json.dumps(s.get('params', {}))}"]
         if status == Verdict.REPORTED:
             # A passing case that asserted nothing: its figures are what a reader must see.
-            out[1:1] = [f"reported, not asserted: {s.get('summary') or ''}", *(f"  {r}" for r in s.get("reasons") or [])]
+            out[1:1] = [
+                f"reported, not asserted: {s.get('summary') or ''}",
+                *(f"  {r}" for r in s.get("reasons") or []),
+            ]
         ET.SubElement(case, "system-out").text = "\n".join(out)
     root = ET.Element("testsuites")
     root.append(suite)
@@ -141,29 +179,41 @@ def compare_runs(previous: Mapping[str, Any], current: Mapping[str, Any]) -> lis
     rows = []
     for name in [*now, *(n for n in before if n not in now)]:
         old, new = before.get(name), now.get(name)
-        row: dict[str, Any] = {"name": name, "old_status": old and old["status"], "new_status": new and new["status"]}
-        row["change"] = "new" if old is None else "removed" if new is None else (
-            "flipped" if old["status"] != new["status"] else "same"
+        row: dict[str, Any] = {
+            "name": name,
+            "old_status": old and old["status"],
+            "new_status": new and new["status"],
+        }
+        row["change"] = (
+            "new"
+            if old is None
+            else "removed"
+            if new is None
+            else ("flipped" if old["status"] != new["status"] else "same")
         )
         old_fig = (old or {}).get("figures") or {}
         new_fig = (new or {}).get("figures") or {}
         old_p, new_p = old_fig.get("p_values") or {}, new_fig.get("p_values") or {}
         row["p_values"] = {
-            k: (old_p.get(k), new_p.get(k)) for k in [*new_p, *(k for k in old_p if k not in new_p)]
+            k: (old_p.get(k), new_p.get(k))
+            for k in [*new_p, *(k for k in old_p if k not in new_p)]
             if (old_p.get(k), new_p.get(k)) != (None, None)  # bursts without a fairness test
         }
         for pct in ("p50", "p99"):
             a = (old_fig.get("latency_ms") or {}).get(pct)
             b = (new_fig.get("latency_ms") or {}).get(pct)
             row[pct] = (a, b)
-            row[f"{pct}_change"] = (b - a) / a if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 else None
+            row[f"{pct}_change"] = (
+                (b - a) / a if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 else None
+            )
         rows.append(row)
     return rows
 
 
 # -- index.html -----------------------------------------------------------------------------------
 
-_CSS = """
+_CSS = (
+    """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 24px; color: #222; max-width: 1400px; }
 h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 18px; margin-top: 28px; } h3 { font-size: 15px; }
 .meta { color: #555; font-size: 13px; }
@@ -171,7 +221,9 @@ table { border-collapse: collapse; font-size: 13px; width: 100%; }
 th, td { border: 1px solid #ddd; padding: 5px 8px; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; }
 .verdict { font-weight: 700; padding: 1px 7px; border-radius: 4px; color: #fff; white-space: nowrap; }
-""" + _VERDICT_CSS + """
+"""
+    + _VERDICT_CSS
+    + """
 .params, .figs { font-family: ui-monospace, monospace; font-size: 12px; }
 .flag { color: #c62828; font-weight: 700; } .warn { color: #ef6c00; font-weight: 700; } .muted { color: #777; }
 .scenario { border-top: 1px solid #ddd; padding-top: 8px; margin-top: 18px; }
@@ -179,6 +231,7 @@ th { background: #f3f3f3; }
 .scenario img { max-width: 100%; margin: 8px 0; border: 1px solid #eee; }
 .reason { color: #c62828; font-size: 13px; } .reason.reported { color: #37474f; }
 """
+)
 
 
 def write_index(
@@ -220,14 +273,21 @@ def write_index(
 def _summary_table(scenarios: Sequence[Mapping[str, Any]]) -> str:
     rows = []
     for s in scenarios:
-        links = [f'<a href="{_e(s[key])}">{label}</a>' for key, label in (
-            ("report_html", "report"), ("notebook_out", "notebook"), ("result_json", "result"), ("logs", "logs")
-        ) if s.get(key)]
+        links = [
+            f'<a href="{_e(s[key])}">{label}</a>'
+            for key, label in (
+                ("report_html", "report"),
+                ("notebook_out", "notebook"),
+                ("result_json", "result"),
+                ("logs", "logs"),
+            )
+            if s.get(key)
+        ]
         rows.append(
             f'<tr><td><a href="#{_e(s["name"])}">{_e(s["notebook"])}</a><br><span class="muted">{_e(s["slug"])}</span></td>'
             f'<td class="params">{_params_html(s.get("params", {}))}</td>'
             f'<td>{_verdict(s["status"])}</td><td class="figs">{_figures_text(s.get("figures") or {})}</td>'
-            f'<td>{" &middot; ".join(links)}</td></tr>'
+            f"<td>{' &middot; '.join(links)}</td></tr>"
         )
     return (
         "<h2>Scenarios</h2><table><tr><th>scenario</th><th>parameters</th><th>verdict</th>"
@@ -238,9 +298,13 @@ def _summary_table(scenarios: Sequence[Mapping[str, Any]]) -> str:
 def _scenario_section(s: Mapping[str, Any], pngs: Sequence[str]) -> str:
     reasons = s.get("reasons") or ([s["error"]] if s.get("error") else [])
     style = "reason reported" if s["status"] == Verdict.REPORTED else "reason"
-    images = "".join(
-        f'<img alt="{_e(s["name"])} figure {i + 1}" src="data:image/png;base64,{png}">' for i, png in enumerate(pngs)
-    ) or '<p class="muted">no figures: the notebook stopped before drawing them (see its report)</p>'
+    images = (
+        "".join(
+            f'<img alt="{_e(s["name"])} figure {i + 1}" src="data:image/png;base64,{png}">'
+            for i, png in enumerate(pngs)
+        )
+        or '<p class="muted">no figures: the notebook stopped before drawing them (see its report)</p>'
+    )
     report = f' &middot; <a href="{_e(s["report_html"])}">full report</a>' if s.get("report_html") else ""
     return (
         f'<div class="scenario" id="{_e(s["name"])}"><h3>{_e(s["name"])} {_verdict(s["status"])}{report}</h3>'
@@ -255,21 +319,32 @@ def _history_section(results: Mapping[str, Any], previous: Mapping[str, Any] | N
     rows = []
     for row in compare_runs(previous, results):
         verdict = (
-            f'{_verdict(row["old_status"])} &rarr; {_verdict(row["new_status"])}' if row["change"] == "flipped"
-            else _verdict(row["new_status"] or row["old_status"]) + f' <span class="muted">{row["change"]}</span>'
+            f"{_verdict(row['old_status'])} &rarr; {_verdict(row['new_status'])}"
+            if row["change"] == "flipped"
+            else _verdict(row["new_status"] or row["old_status"])
+            + f' <span class="muted">{row["change"]}</span>'
         )
-        p_text = "<br>".join(f"{_e(k)}: {_num(a, 'p')} &rarr; {_num(b, 'p')}" for k, (a, b) in row["p_values"].items()) or "&ndash;"
+        p_text = (
+            "<br>".join(
+                f"{_e(k)}: {_num(a, 'p')} &rarr; {_num(b, 'p')}" for k, (a, b) in row["p_values"].items()
+            )
+            or "&ndash;"
+        )
         latency = "<br>".join(
-            f"{pct} {_num(row[pct][0], 'ms')} &rarr; {_num(row[pct][1], 'ms')} {_change(row[f'{pct}_change'])}" for pct in ("p50", "p99")
+            f"{pct} {_num(row[pct][0], 'ms')} &rarr; {_num(row[pct][1], 'ms')} {_change(row[f'{pct}_change'])}"
+            for pct in ("p50", "p99")
         )
         flag = ' class="flag"' if row["change"] == "flipped" else ""
-        rows.append(f'<tr><td{flag}>{_e(row["name"])}</td><td>{verdict}</td><td class="figs">{p_text}</td><td class="figs">{latency}</td></tr>')
+        rows.append(
+            f'<tr><td{flag}>{_e(row["name"])}</td><td>{verdict}</td><td class="figs">{p_text}</td><td class="figs">{latency}</td></tr>'
+        )
     flips = sum(r["change"] == "flipped" for r in compare_runs(previous, results))
     return (
-        f'<h2>Changes since run <code>{_e(previous.get("run_id", "?"))}</code></h2>'
+        f"<h2>Changes since run <code>{_e(previous.get('run_id', '?'))}</code></h2>"
         f'<p class="meta">{flips} verdict flip{"s" if flips != 1 else ""}; latency changes over {LATENCY_CHANGE:.0%} are flagged.</p>'
         "<table><tr><th>scenario</th><th>verdict</th><th>p-values (before &rarr; now)</th><th>latency (before &rarr; now)</th></tr>"
-        + "".join(rows) + "</table>"
+        + "".join(rows)
+        + "</table>"
     )
 
 
@@ -280,13 +355,19 @@ def _figures_text(fig: Mapping[str, Any]) -> str:
             lines.append(f"p({_e(burst)}) = {_num(p, 'p')}")
     failed = fig.get("failed_requests")
     if failed or fig.get("out_of_dispatch_s") is not None:
-        lines.append(f'<span class="{"flag" if failed else "muted"}">{failed or 0} failed request{"s" if failed != 1 else ""}</span>')
+        lines.append(
+            f'<span class="{"flag" if failed else "muted"}">{failed or 0} failed request{"s" if failed != 1 else ""}</span>'
+        )
     if fig.get("out_of_dispatch_s") is not None:
         lines.append(f"out of dispatch {fig['out_of_dispatch_s'] * 1000:.0f} ms after the fault")
     if fig.get("longest_hang_s") is not None:
-        lines.append(f"longest hang {fig['longest_hang_s']:.2f} s; recovered: {'yes' if fig.get('recovered') else 'NO'}")
+        lines.append(
+            f"longest hang {fig['longest_hang_s']:.2f} s; recovered: {'yes' if fig.get('recovered') else 'NO'}"
+        )
     for ttl, left in (fig.get("ttl_out_of_dispatch_s") or {}).items():
-        lines.append(f"TTL {_e(ttl)} s: out of dispatch after " + ("never" if left is None else f"{left:.1f} s"))
+        lines.append(
+            f"TTL {_e(ttl)} s: out of dispatch after " + ("never" if left is None else f"{left:.1f} s")
+        )
     lat = fig.get("latency_ms") or {}
     if lat:
         lines.append(f"p50 {_num(lat.get('p50'), 'ms')} &middot; p99 {_num(lat.get('p99'), 'ms')}")
@@ -315,7 +396,11 @@ def _change(share: float | None) -> str:
     if share is None:
         return ""
     text = f"({share:+.0%})"
-    return f'<span class="warn">{text}</span>' if abs(share) > LATENCY_CHANGE else f'<span class="muted">{text}</span>'
+    return (
+        f'<span class="warn">{text}</span>'
+        if abs(share) > LATENCY_CHANGE
+        else f'<span class="muted">{text}</span>'
+    )
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -325,7 +410,6 @@ def _short(value: Any, limit: int = 60) -> str:
 
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
-
 
 
 # -- conformance.html ---------------------------------------------------------------------------
@@ -344,9 +428,13 @@ def write_conformance(path: Path, matrix: Mapping[str, Any]) -> Path:
                 tds.append('<td class="muted">not run</td>')
                 continue
             link = f' <a href="{_e(cell["report"])}">report</a>' if cell.get("report") else ""
-            tds.append(f'<td>{_verdict(cell["verdict"])}{link}<div class="figs">{_e(cell["text"])}</div></td>')
+            tds.append(
+                f'<td>{_verdict(cell["verdict"])}{link}<div class="figs">{_e(cell["text"])}</div></td>'
+            )
         version = matrix.get("versions", {}).get(stack, "")
-        rows.append(f'<tr><th>{_e(stack)}<br><span class="muted">{_e(version)}</span></th>{"".join(tds)}</tr>')
+        rows.append(
+            f'<tr><th>{_e(stack)}<br><span class="muted">{_e(version)}</span></th>{"".join(tds)}</tr>'
+        )
     counts = ", ".join(f"{n} {v}" for v, n in sorted(matrix.get("counts", {}).items()) if n)
     page = [
         "<!DOCTYPE html>",
@@ -354,7 +442,7 @@ def write_conformance(path: Path, matrix: Mapping[str, Any]) -> Path:
         f"<title>embedlab conformance {_e(matrix.get('run_id', ''))}</title><style>{_CSS}</style></head><body>",
         "<h1>embedlab conformance: every check against every router</h1>",
         f'<p class="meta">run <code>{_e(matrix.get("run_id", ""))}</code> &middot; started {_e(matrix.get("started_at", ""))}'
-        f' &middot; wall {matrix.get("wall_seconds", 0):.0f} s &middot; {_e(counts)}</p>',
+        f" &middot; wall {matrix.get('wall_seconds', 0):.0f} s &middot; {_e(counts)}</p>",
         '<p class="meta">passed: the check held; failed: it did not; reported: figures shown, not asserted (what the '
         "router decides); unsupported: the router cannot do what the check needs, in its own words.</p>",
         f'<table class="matrix"><tr><th>stack</th>{head}</tr>{"".join(rows)}</table>',
@@ -368,17 +456,23 @@ def conformance_markdown(matrix: Mapping[str, Any], *, command: str) -> str:
     """The matrix as a Markdown page (docs/conformance.md), with the versions it was measured on."""
     cells = {(c["stack"], c["check"]): c for c in matrix.get("cells", [])}
     lines = [
-        "# Router conformance", "",
+        "# Router conformance",
+        "",
         f"Generated by `{command}` on {matrix.get('started_at', '')}; do not edit by hand. Each cell is a registered",
         "scenario run against the stack with its own defaults (the router's default policy included), hash",
         "workers behind it, verdicts from the workers' own counters. passed: the check held; failed: it did",
         "not; reported: figures shown, not asserted (what the router decides); unsupported: the router cannot",
-        "do what the check needs, in its own words.", "",
+        "do what the check needs, in its own words.",
+        "",
         "| stack | version | " + " | ".join(matrix["checks"]) + " |",
         "|---|---|" + "---|" * len(matrix["checks"]),
     ]
     for stack in matrix["stacks"]:
-        row = [f"**{c['verdict'].upper()}** {c['text']}".replace("|", "/") if (c := cells.get((stack, check))) else "not run"
-               for check in matrix["checks"]]
+        row = [
+            f"**{c['verdict'].upper()}** {c['text']}".replace("|", "/")
+            if (c := cells.get((stack, check)))
+            else "not run"
+            for check in matrix["checks"]
+        ]
         lines.append(f"| {stack} | {matrix.get('versions', {}).get(stack, '')} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"

@@ -30,17 +30,35 @@ def _add_frontend(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     from .serve.faults import CATALOGUE
     from .serve.router import POLICIES
 
-    p = sub.add_parser("frontend", help="run the embedded frontend (OpenAI /v1/embeddings, routed by model name)")
+    p = sub.add_parser(
+        "frontend", help="run the embedded frontend (OpenAI /v1/embeddings, routed by model name)"
+    )
     p.add_argument("--host", default=defaults.HOST)
-    p.add_argument("--port", type=int, default=int(os.environ.get(defaults.HTTP_PORT_ENV, defaults.FRONTEND_PORT)))
+    p.add_argument(
+        "--port", type=int, default=int(os.environ.get(defaults.HTTP_PORT_ENV, defaults.FRONTEND_PORT))
+    )
     p.add_argument("--router-mode", choices=sorted(POLICIES), default="weighted-random")
-    p.add_argument("--seed", type=int, default=None, help="seed the routing choices, for reproducible experiments")
-    p.add_argument("--lease-ttl", type=positive_float, default=defaults.LEASE_TTL_S, help="seconds a worker's lease lives without heartbeat")
+    p.add_argument(
+        "--seed", type=int, default=None, help="seed the routing choices, for reproducible experiments"
+    )
+    p.add_argument(
+        "--lease-ttl",
+        type=positive_float,
+        default=defaults.LEASE_TTL_S,
+        help="seconds a worker's lease lives without heartbeat",
+    )
     p.add_argument("--max-body-bytes", type=int, default=defaults.MAX_BODY_BYTES)
     p.add_argument("--request-timeout", type=positive_float, default=defaults.REQUEST_TIMEOUT_S)
-    p.add_argument("--allow-remote-workers", action="store_true", help="accept workers whose request plane is not on loopback")
     p.add_argument(
-        "--fault", action="append", default=[], metavar="NAME[:PARAM]",
+        "--allow-remote-workers",
+        action="store_true",
+        help="accept workers whose request plane is not on loopback",
+    )
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="NAME[:PARAM]",
         help=f"inject a routing fault, for proving checks ({', '.join(CATALOGUE)}); off by default",
     )
     p.add_argument("--log-level", default="INFO")
@@ -54,9 +72,16 @@ def _run_frontend(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level)
     config = FrontendConfig(
-        host=args.host, port=args.port, router_mode=args.router_mode, seed=args.seed, lease_ttl=args.lease_ttl,
-        max_body_bytes=args.max_body_bytes, request_timeout=args.request_timeout, token=token_from_env(),
-        allow_remote_workers=args.allow_remote_workers, faults=tuple(parse_fault(f) for f in args.fault),
+        host=args.host,
+        port=args.port,
+        router_mode=args.router_mode,
+        seed=args.seed,
+        lease_ttl=args.lease_ttl,
+        max_body_bytes=args.max_body_bytes,
+        request_timeout=args.request_timeout,
+        token=token_from_env(),
+        allow_remote_workers=args.allow_remote_workers,
+        faults=tuple(parse_fault(f) for f in args.fault),
     )
     return run_service(lambda stop: serve_frontend(config, stop))
 
@@ -76,13 +101,23 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batch-tokens", type=int, default=16384, help="padded tokens per forward")
     p.add_argument("--batch-wait-ms", type=float, default=2.0)
     p.add_argument(
-        "--engine-arg", action="append", default=[], metavar="KEY=VALUE",
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="extra engine argument passed through (vllm: any AsyncEngineArgs field; value parsed as JSON when it can be)",
     )
     # vLLM's own spelling of the above, so the seed's worker command lines run unchanged.
-    p.add_argument("--runner", choices=["pooling"], default=None, help="vLLM's runner; embedding workers are always 'pooling'")
     p.add_argument(
-        "--pooler-config", default=None, metavar="JSON",
+        "--runner",
+        choices=["pooling"],
+        default=None,
+        help="vLLM's runner; embedding workers are always 'pooling'",
+    )
+    p.add_argument(
+        "--pooler-config",
+        default=None,
+        metavar="JSON",
         help='vLLM pooler config, e.g. \'{"pooling_type": "MEAN"}\': pooling_type sets --pooling, other keys go to vllm',
     )
 
@@ -106,7 +141,9 @@ def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
         try:
             pooler = json.loads(args.pooler_config)
         except ValueError as exc:
-            raise ConfigError(f"--pooler-config must be a JSON object, got {args.pooler_config!r}: {exc}") from None
+            raise ConfigError(
+                f"--pooler-config must be a JSON object, got {args.pooler_config!r}: {exc}"
+            ) from None
         if not isinstance(pooler, dict):
             raise ConfigError(f"--pooler-config must be a JSON object, got {args.pooler_config!r}")
         pooler = {k.replace("-", "_"): v for k, v in pooler.items()}
@@ -115,10 +152,20 @@ def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
         if pooler:
             extra["pooler_config"] = {**pooler, **dict(extra.get("pooler_config") or {})}  # type: ignore[arg-type]
     return EngineOptions(
-        model_path=args.model_path, dim=args.dim, pooling=str(pooling).lower() if pooling else None,
-        normalize=args.normalize, dtype=args.dtype, device=args.device, max_model_len=args.max_model_len,
-        max_batch_size=args.max_batch_size, max_batch_tokens=args.max_batch_tokens, batch_wait_ms=args.batch_wait_ms, extra_args=extra,
-        state_dir=Path(os.environ[defaults.STATE_DIR_ENV]) if os.environ.get(defaults.STATE_DIR_ENV) else None,
+        model_path=args.model_path,
+        dim=args.dim,
+        pooling=str(pooling).lower() if pooling else None,
+        normalize=args.normalize,
+        dtype=args.dtype,
+        device=args.device,
+        max_model_len=args.max_model_len,
+        max_batch_size=args.max_batch_size,
+        max_batch_tokens=args.max_batch_tokens,
+        batch_wait_ms=args.batch_wait_ms,
+        extra_args=extra,
+        state_dir=Path(os.environ[defaults.STATE_DIR_ENV])
+        if os.environ.get(defaults.STATE_DIR_ENV)
+        else None,
     )
 
 
@@ -128,14 +175,20 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--served-model-name", required=True)
     p.add_argument("--endpoint", required=True, help="namespace.component.endpoint, unique per model")
     p.add_argument(
-        "--frontend-url", default=os.environ.get(defaults.FRONTEND_URL_ENV, f"http://{defaults.HOST}:{defaults.FRONTEND_PORT}"),
+        "--frontend-url",
+        default=os.environ.get(defaults.FRONTEND_URL_ENV, f"http://{defaults.HOST}:{defaults.FRONTEND_PORT}"),
         help='the embedded frontend to register with; "" for none (a router in front is given this worker\'s URL)',
     )
     p.add_argument("--system-port", type=int, default=int(os.environ.get(defaults.SYSTEM_PORT_ENV, 0)))
     p.add_argument("--system-host", default=os.environ.get(defaults.SYSTEM_HOST_ENV, defaults.HOST))
     p.add_argument("--host", default=defaults.HOST, help="request-plane address")
     p.add_argument("--port", type=int, default=0, help="request-plane port (0: any free one)")
-    p.add_argument("--load-format", choices=["vllm", "sglang"], default="vllm", help="the shape of GET /get_load, per router")
+    p.add_argument(
+        "--load-format",
+        choices=["vllm", "sglang"],
+        default="vllm",
+        help="the shape of GET /get_load, per router",
+    )
     p.add_argument("--weight", type=positive_float, default=1.0)
     p.add_argument("--instance-id", default=None)
     p.add_argument("--register-timeout", type=positive_float, default=60.0)
@@ -151,17 +204,28 @@ def _run_worker(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     extra = {"instance_id": args.instance_id} if args.instance_id else {}
     config = WorkerConfig(
-        engine=args.engine, served_model_name=args.served_model_name, endpoint=args.endpoint,
-        frontend_url=args.frontend_url, engine_options=engine_options_from_args(args), system_port=args.system_port,
-        system_host=args.system_host, host=args.host, port=args.port, weight=args.weight, token=token_from_env(),
+        engine=args.engine,
+        served_model_name=args.served_model_name,
+        endpoint=args.endpoint,
+        frontend_url=args.frontend_url,
+        engine_options=engine_options_from_args(args),
+        system_port=args.system_port,
+        system_host=args.system_host,
+        host=args.host,
+        port=args.port,
+        weight=args.weight,
+        token=token_from_env(),
         load_format=args.load_format,
-        register_timeout=args.register_timeout, **extra,
+        register_timeout=args.register_timeout,
+        **extra,
     )
     return run_service(lambda stop: serve_worker(config, stop))
 
 
 def _add_dynamo_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("dynamo-worker", help="serve an embedlab engine on the Dynamo runtime (for python -m dynamo.frontend)")
+    p = sub.add_parser(
+        "dynamo-worker", help="serve an embedlab engine on the Dynamo runtime (for python -m dynamo.frontend)"
+    )
     _add_engine_flags(p)
     p.add_argument("--served-model-name", required=True)
     p.add_argument("--endpoint", required=True, help="namespace.component.endpoint, unique per model")
@@ -177,7 +241,9 @@ def _run_dynamo_worker(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level)
     config = DynamoWorkerConfig(
-        engine=args.engine, served_model_name=args.served_model_name, endpoint=args.endpoint,
+        engine=args.engine,
+        served_model_name=args.served_model_name,
+        endpoint=args.endpoint,
         engine_options=engine_options_from_args(args),
     )
     install_event_loop_policy()
@@ -188,7 +254,12 @@ def _add_tiny(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     p = sub.add_parser("make-tiny-model", help="build a seeded tiny model and tokenizer into a directory")
     p.add_argument("outdir", type=Path)
     p.add_argument("--arch", choices=["bert", "qwen3"], default="bert")
-    p.add_argument("--shape", choices=["qwen3-embedding-0.6b"], default=None, help="real shapes, random weights (timing work)")
+    p.add_argument(
+        "--shape",
+        choices=["qwen3-embedding-0.6b"],
+        default=None,
+        help="real shapes, random weights (timing work)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(run=_run_tiny)
@@ -197,7 +268,9 @@ def _add_tiny(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
 def _run_tiny(args: argparse.Namespace) -> int:
     from .engines.tiny import build_tiny_model
 
-    path = build_tiny_model(args.arch, args.outdir, shape=args.shape, seed=args.seed, overwrite=args.overwrite)
+    path = build_tiny_model(
+        args.arch, args.outdir, shape=args.shape, seed=args.seed, overwrite=args.overwrite
+    )
     print(path)
     return 0
 

@@ -6,9 +6,9 @@ Plain data: which stacks exist is the stack registry's business (`embedlab.stack
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from .defaults import LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
 from .errors import ConfigError
@@ -77,10 +77,14 @@ class DeploymentSpec:
         if isinstance(self.hosts, bool) or not isinstance(self.hosts, int) or self.hosts < 1:
             raise ConfigError(f"hosts must be a whole number of at least 1, got {self.hosts!r}")
         if self.discovery not in DISCOVERY_BACKENDS:
-            raise ConfigError(f"discovery must be one of {', '.join(DISCOVERY_BACKENDS)}, got {self.discovery!r}")
+            raise ConfigError(
+                f"discovery must be one of {', '.join(DISCOVERY_BACKENDS)}, got {self.discovery!r}"
+            )
         for index, worker in enumerate(self.workers):
             if worker.host is not None and not 0 <= worker.host < self.hosts:
-                raise ConfigError(f"worker {index} is placed on host {worker.host}, but the deployment has hosts 0..{self.hosts - 1}")
+                raise ConfigError(
+                    f"worker {index} is placed on host {worker.host}, but the deployment has hosts 0..{self.hosts - 1}"
+                )
 
     def host_of(self, index: int) -> int:
         """The host worker `index` runs on: its own `host`, else round-robin over the hosts
@@ -106,7 +110,7 @@ class DeploymentSpec:
         weights: Sequence[float] | None = None,
         stack: str = "embedded",
         **options: object,
-    ) -> "DeploymentSpec":
+    ) -> DeploymentSpec:
         """N workers of one model, each on its own endpoint."""
         weights = list(weights) if weights else [1.0] * workers
         if len(weights) != workers:
@@ -125,7 +129,7 @@ class DeploymentSpec:
         model_paths: Sequence[Path | str | None] | None = None,
         stack: str = "embedded",
         **options: object,
-    ) -> "DeploymentSpec":
+    ) -> DeploymentSpec:
         """One worker per model, in order: worker i serves models[i]."""
         paths = list(model_paths) if model_paths else [None] * len(models)
         if len(paths) != len(models):

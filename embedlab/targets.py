@@ -8,8 +8,9 @@ scripts, another host, a Kubernetes port-forward).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from .errors import ConfigError
 from .metrics import DEFAULT_METRIC, MetricQuery
@@ -51,8 +52,10 @@ def attach(
         raise ConfigError(f"{len(system_urls)} system URLs but {len(models)} models")
     query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
     return Target(
-        frontend_url=frontend_url.rstrip("/"), system_urls=tuple(u.rstrip("/") for u in system_urls),
-        models=tuple(models) if models is not None else (None,) * len(system_urls), metric=query,
+        frontend_url=frontend_url.rstrip("/"),
+        system_urls=tuple(u.rstrip("/") for u in system_urls),
+        models=tuple(models) if models is not None else (None,) * len(system_urls),
+        metric=query,
         weights=tuple(weights) if weights else None,
     )
 

@@ -10,8 +10,9 @@ import asyncio
 import concurrent.futures
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
@@ -114,15 +115,20 @@ class BurstResult:
                 f"{len(failures)} of {self.n} requests for '{self.model}' failed; first: request {first.index}: {first.error}"
             )
 
-    def to_frame(self) -> "pd.DataFrame":
+    def to_frame(self) -> pd.DataFrame:
         import pandas as pd
 
         return pd.DataFrame([{f: getattr(r, f) for f in RequestRecord.__slots__} for r in self.records])  # type: ignore[attr-defined]
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "model": self.model, "n": self.n, "concurrency": self.concurrency, "failed": len(self.failures),
-            "wall_seconds": self.wall_seconds, "latency_ms": self.latency_ms(), "served_by": dict(self.served_by()),
+            "model": self.model,
+            "n": self.n,
+            "concurrency": self.concurrency,
+            "failed": len(self.failures),
+            "wall_seconds": self.wall_seconds,
+            "latency_ms": self.latency_ms(),
+            "served_by": dict(self.served_by()),
             "errors": [f"request {r.index}: {r.error}" for r in self.failures[:10]],
         }
 
@@ -183,7 +189,8 @@ async def asend_burst(
     own = client is None
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     http = client or clients.async_client(
-        timeout=timeout, transport=httpx.AsyncHTTPTransport(retries=0, limits=limits, verify=clients.tls()),
+        timeout=timeout,
+        transport=httpx.AsyncHTTPTransport(retries=0, limits=limits, verify=clients.tls()),
     )
     t0 = time.perf_counter()
 
@@ -193,10 +200,14 @@ async def asend_burst(
         started = time.perf_counter()
         status, worker, error = 0, None, None
         try:
-            response = await http.post(url, json={"model": model, "input": item, "encoding_format": encoding_format})
+            response = await http.post(
+                url, json={"model": model, "input": item, "encoding_format": encoding_format}
+            )
             status = response.status_code
             # LiteLLM passes a backend's headers on with an `llm_provider-` prefix.
-            worker = response.headers.get(WORKER_HEADER) or response.headers.get(f"llm_provider-{WORKER_HEADER}")
+            worker = response.headers.get(WORKER_HEADER) or response.headers.get(
+                f"llm_provider-{WORKER_HEADER}"
+            )
             if status != 200:
                 error = f"HTTP {status}: {response.text[:200]}"
             else:
@@ -236,11 +247,15 @@ async def asend_burst(
             await http.aclose()
     records.sort(key=lambda r: r.index)
     return BurstResult(
-        model=model, n=n, concurrency=concurrency, records=records, wall_seconds=time.perf_counter() - t0, origin=t0
+        model=model,
+        n=n,
+        concurrency=concurrency,
+        records=records,
+        wall_seconds=time.perf_counter() - t0,
+        origin=t0,
     )
 
 
 def send_burst(frontend_url: str, model: str, n: int, **options: Any) -> BurstResult:
     """`asend_burst`, from sync code (notebooks included). Same keyword options."""
     return run_sync(asend_burst(frontend_url, model, n, **options))
-

@@ -32,7 +32,7 @@ class Verdict(enum.StrEnum):
         return self in (Verdict.PASSED, Verdict.REPORTED, Verdict.UNSUPPORTED)
 
     @classmethod
-    def worst(cls, verdicts: "list[Verdict] | tuple[Verdict, ...]") -> "Verdict":
+    def worst(cls, verdicts: list[Verdict] | tuple[Verdict, ...]) -> Verdict:
         """One verdict for several: doubt, then failure, then a report win over a pass.
 
         Doubt first: a failure seen beside a counter reset may be the reset's doing.

@@ -65,7 +65,14 @@ def watch(parent: int, path: Path) -> None:
     _signal_groups(groups, signal.SIGKILL)
     for argv in reversed(commands):
         try:
-            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
+            subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=30,
+                check=False,
+            )
         except (OSError, subprocess.SubprocessError):
             continue
     try:

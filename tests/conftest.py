@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,7 @@ class InProcessStack:
     def call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=60)
 
-    def __enter__(self) -> "InProcessStack":
+    def __enter__(self) -> InProcessStack:
         self.thread.start()
         try:
             self.call(self._start())
@@ -57,8 +58,11 @@ class InProcessStack:
         for i, model in enumerate(self.models):
             worker = Worker(
                 WorkerConfig(
-                    engine="hash", served_model_name=model, endpoint=f"test.w{i}.generate",
-                    frontend_url=self.url, engine_options=EngineOptions(dim=16, max_model_len=64),
+                    engine="hash",
+                    served_model_name=model,
+                    endpoint=f"test.w{i}.generate",
+                    frontend_url=self.url,
+                    engine_options=EngineOptions(dim=16, max_model_len=64),
                 )
             )
             await worker.start()

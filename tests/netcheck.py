@@ -24,7 +24,9 @@ def _listening_inodes() -> dict[str, str]:
             if family == socket.AF_INET:
                 addr = socket.inet_ntop(family, struct.pack("<I", int(hex_addr, 16)))
             else:
-                addr = socket.inet_ntop(family, b"".join(struct.pack("<I", w) for w in struct.unpack(">4I", raw)))
+                addr = socket.inet_ntop(
+                    family, b"".join(struct.pack("<I", w) for w in struct.unpack(">4I", raw))
+                )
             found[fields[9]] = f"{addr}:{int(hex_port, 16)}"
     return found
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from embedlab import Deployment
@@ -80,16 +81,20 @@ def kill_all(pids: list[int]) -> None:
             pass
 
 
-def deployment_pids(dep: "Deployment") -> dict[int, list[int]]:
+def deployment_pids(dep: Deployment) -> dict[int, list[int]]:
     """Process group id -> every live process of that group and below (by PID, never by name)."""
     found: dict[int, list[int]] = {}
     for proc in dep.processes:
         if proc.pgid is not None and proc.pid is not None:
-            found[proc.pgid] = sorted(set(group_members(proc.pgid)) | set(descendants_of(proc.pid)) | {proc.pid})
+            found[proc.pgid] = sorted(
+                set(group_members(proc.pgid)) | set(descendants_of(proc.pid)) | {proc.pid}
+            )
     return found
 
 
-def assert_all_gone(pids: Iterable[int], groups: Iterable[int], what: str = "after teardown", *, timeout: float = 15.0) -> None:
+def assert_all_gone(
+    pids: Iterable[int], groups: Iterable[int], what: str = "after teardown", *, timeout: float = 15.0
+) -> None:
     """Every pid dead (zombies count as dead) and every process group empty, within `timeout`."""
     survivors = wait_gone(list(pids), timeout=timeout)
     assert survivors == [], f"{what}: processes survived: {survivors}"

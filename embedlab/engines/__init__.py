@@ -6,13 +6,20 @@ The lazy import keeps a hash worker free of torch, and a transformers worker fre
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import ConfigError
 from .base import Embeddings, Engine, EngineOptions, InvalidInput, check_dimensions
 
 __all__ = [
-    "ENGINES", "Embeddings", "Engine", "EngineOptions", "InvalidInput", "check_dimensions", "create_engine", "register_engine",
+    "ENGINES",
+    "Embeddings",
+    "Engine",
+    "EngineOptions",
+    "InvalidInput",
+    "check_dimensions",
+    "create_engine",
+    "register_engine",
 ]
 
 # name -> "module:attribute" of a factory taking EngineOptions

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from ..defaults import DEVICE, HASH_DIM
 from ..errors import EngineError
@@ -30,7 +31,7 @@ class InvalidInput(ValueError):
 class Embeddings:
     """One request's vectors (rows, float32) and the tokens it used."""
 
-    vectors: "np.ndarray"
+    vectors: np.ndarray
     prompt_tokens: int
 
 
@@ -65,7 +66,9 @@ class Engine(Protocol):
 
     async def start(self) -> None: ...
 
-    async def embed(self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None) -> Embeddings: ...
+    async def embed(
+        self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None
+    ) -> Embeddings: ...
 
     async def close(self) -> None: ...
 
@@ -88,7 +91,9 @@ def check_dimensions(engine: Engine, dimensions: object) -> None:
         return
     if not engine.supports_dimensions:
         raise InvalidInput(
-            f"The {engine.name} engine does not support 'dimensions'", param="dimensions", code="unsupported_parameter"
+            f"The {engine.name} engine does not support 'dimensions'",
+            param="dimensions",
+            code="unsupported_parameter",
         )
     if isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1:
         raise InvalidInput("'dimensions' must be a positive integer", param="dimensions")
@@ -96,7 +101,8 @@ def check_dimensions(engine: Engine, dimensions: object) -> None:
     # asked numpy for an impossible array (a 500), and 10**7 for a 40 MB response.
     if dimensions > engine.dim:
         raise InvalidInput(
-            f"'dimensions' is {dimensions}, more than this model's {engine.dim}", param="dimensions",
+            f"'dimensions' is {dimensions}, more than this model's {engine.dim}",
+            param="dimensions",
             code="unsupported_parameter",
         )
 

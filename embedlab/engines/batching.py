@@ -32,8 +32,8 @@ import bisect
 import collections
 import concurrent.futures
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -206,7 +206,11 @@ class DynamicBatcher:
                     return  # the in-flight forward's completion calls _pump again
                 now = time.monotonic()
                 oldest = self._queues[width][0].arrived
-                if count < self._expected and now - self._last_arrival < self.wait and now - oldest < self.max_wait:
+                if (
+                    count < self._expected
+                    and now - self._last_arrival < self.wait
+                    and now - oldest < self.max_wait
+                ):
                     self._arm(min(self._last_arrival + self.wait, oldest + self.max_wait))
                     return
             self._launch(self._take(width, count))
@@ -250,7 +254,9 @@ class DynamicBatcher:
         self.sequences += len(seqs)
         self.tokens += sum(len(s) for s in seqs)
         self.padded_tokens += self.shapes.padded_rows(len(seqs)) * (
-            self.shapes.width(longest) if self.shapes.widths and longest <= self.shapes.widths[-1] else longest
+            self.shapes.width(longest)
+            if self.shapes.widths and longest <= self.shapes.widths[-1]
+            else longest
         )
         self.batch_sizes[len(seqs)] += 1
         self._expected = len(seqs)
@@ -268,7 +274,7 @@ class DynamicBatcher:
             work = self._loop.run_in_executor(self._executor, self._run_batch, seqs)
             work.add_done_callback(lambda finished: self._settle(finished, items))
 
-    def _settle(self, done: "asyncio.Future[np.ndarray | Deferred]", items: list[_Item]) -> None:
+    def _settle(self, done: asyncio.Future[np.ndarray | Deferred], items: list[_Item]) -> None:
         if not done.cancelled() and done.exception() is None and isinstance(done.result(), Deferred):
             assert self._loop is not None
             deferred: Deferred = done.result()  # type: ignore[assignment]
@@ -277,7 +283,7 @@ class DynamicBatcher:
             return
         self._deliver(done, items)  # type: ignore[arg-type]
 
-    def _deliver(self, done: "asyncio.Future[np.ndarray]", items: list[_Item]) -> None:
+    def _deliver(self, done: asyncio.Future[np.ndarray], items: list[_Item]) -> None:
         self._inflight -= 1
         error = done.exception() if not done.cancelled() else asyncio.CancelledError()
         vectors = done.result() if error is None else None

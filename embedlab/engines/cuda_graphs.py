@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import queue
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,7 +38,9 @@ GRAPH_ROWS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 Compute = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 
-def graph_shapes(*, max_batch_size: int, max_batch_tokens: int, widths: Sequence[int], max_model_len: int) -> list[tuple[int, int]]:
+def graph_shapes(
+    *, max_batch_size: int, max_batch_tokens: int, widths: Sequence[int], max_model_len: int
+) -> list[tuple[int, int]]:
     """The (rows, width) buckets a CUDA worker captures, smallest first.
 
     Rows follow GRAPH_ROWS up to the largest batch; a bucket never holds more padded
@@ -45,7 +48,13 @@ def graph_shapes(*, max_batch_size: int, max_batch_tokens: int, widths: Sequence
     """
     rows_ladder = [r for r in GRAPH_ROWS if r < max_batch_size] + [max_batch_size]
     return sorted(
-        ((r, w) for w in widths if w <= max_model_len for r in rows_ladder if r * w <= max(max_batch_tokens, w)),
+        (
+            (r, w)
+            for w in widths
+            if w <= max_model_len
+            for r in rows_ladder
+            if r * w <= max(max_batch_tokens, w)
+        ),
         key=lambda s: (s[0] * s[1], s[1]),
     )
 
@@ -55,8 +64,8 @@ class Graph:
     rows: int
     width: int
     graph: Any  # torch.cuda.CUDAGraph
-    ids: "torch.Tensor"  # static input, a row-prefix view of the width's buffer
-    out: "torch.Tensor"  # static output [rows, dim] float32
+    ids: torch.Tensor  # static input, a row-prefix view of the width's buffer
+    out: torch.Tensor  # static output [rows, dim] float32
 
 
 class GraphSet:
@@ -77,7 +86,9 @@ class GraphSet:
     def shapes(self) -> list[list[int]]:
         return [[r, w] for w, rows in self.rows_by_width.items() for r in rows]
 
-    def capture(self, compute: Compute, *, device: Any, shapes: Sequence[tuple[int, int]], pad_id: int, memory_mb: int) -> dict[str, Any]:
+    def capture(
+        self, compute: Compute, *, device: Any, shapes: Sequence[tuple[int, int]], pad_id: int, memory_mb: int
+    ) -> dict[str, Any]:
         """Capture `shapes` in order until the graphs hold `memory_mb`; returns what to report."""
         import torch
 
@@ -85,7 +96,9 @@ class GraphSet:
         self.clear()
         self.lengths = torch.ones(max(r for r, _ in shapes), dtype=torch.int64, device=device)
         buffers = {
-            w: torch.full((max(r for r, ww in shapes if ww == w), w), pad_id, dtype=torch.int64, device=device)
+            w: torch.full(
+                (max(r for r, ww in shapes if ww == w), w), pad_id, dtype=torch.int64, device=device
+            )
             for w in sorted({w for _, w in shapes})
         }
         mempool = torch.cuda.graph_pool_handle()
@@ -131,7 +144,7 @@ class GraphSet:
                 return None
         return None
 
-    def replay(self, graph: Graph, ids: "torch.Tensor", lengths: "torch.Tensor") -> "torch.Tensor":
+    def replay(self, graph: Graph, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Queue `graph` on pinned host inputs (its bucket's shape); returns its static output."""
         graph.ids.copy_(ids, non_blocking=True)
         self.lengths[: graph.rows].copy_(lengths, non_blocking=True)
@@ -157,7 +170,7 @@ class Slot:
 class SlotVectors(Deferred):
     """A batch's vectors on their way into its slot; `wait()` returns them and frees the slot."""
 
-    def __init__(self, slots: "queue.SimpleQueue[Slot]", slot: Slot, count: int) -> None:
+    def __init__(self, slots: queue.SimpleQueue[Slot], slot: Slot, count: int) -> None:
         self.slots = slots
         self.slot = slot
         self.count = count

@@ -6,7 +6,7 @@ Imports no ML library, so a hash worker starts in well under a second.
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -30,10 +30,14 @@ class HashEngine:
     async def close(self) -> None:
         return None
 
-    async def embed(self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None) -> Embeddings:
+    async def embed(
+        self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None
+    ) -> Embeddings:
         return self.embed_sync(inputs, dimensions=dimensions)
 
-    def embed_sync(self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None) -> Embeddings:
+    def embed_sync(
+        self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None
+    ) -> Embeddings:
         # check_dimensions bounded 'dimensions' where the request entered (1..self.dim).
         dim = dimensions or self.dim
         vectors = np.empty((len(inputs), dim), dtype=np.float32)

@@ -41,6 +41,7 @@ ARCHS = ("bert", "qwen3")
 POOLING = {"bert": "MEAN", "qwen3": "LAST"}
 SHAPES: dict[str, str] = {"qwen3-embedding-0.6b": "qwen3"}
 
+
 def read_marker(model_dir: str | os.PathLike) -> dict[str, Any] | None:
     """Return the parsed ``embedlab-tiny.json`` of ``model_dir``, or None."""
     try:
@@ -76,9 +77,7 @@ def default_pooling(model_dir: str | os.PathLike) -> str:
         return "MEAN"
     names = [str(a) for a in cfg.get("architectures") or []]
     model_type = str(cfg.get("model_type", ""))
-    if model_type.startswith("qwen") or any(
-        a.startswith("Qwen") or "CausalLM" in a for a in names
-    ):
+    if model_type.startswith("qwen") or any(a.startswith("Qwen") or "CausalLM" in a for a in names):
         return "LAST"
     return "MEAN"
 

@@ -115,9 +115,7 @@ def write_bert_tokenizer(d: Path) -> int:
     )
     tok.save(str(d / "tokenizer.json"))
     vocab = tok.get_vocab()
-    (d / "vocab.txt").write_text(
-        "".join(t + "\n" for t, _ in sorted(vocab.items(), key=lambda kv: kv[1]))
-    )
+    (d / "vocab.txt").write_text("".join(t + "\n" for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])))
     write_json(
         d / "tokenizer_config.json",
         {
@@ -138,8 +136,13 @@ def write_bert_tokenizer(d: Path) -> int:
     )
     write_json(
         d / "special_tokens_map.json",
-        {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-         "cls_token": "[CLS]", "mask_token": "[MASK]"},
+        {
+            "unk_token": "[UNK]",
+            "sep_token": "[SEP]",
+            "pad_token": "[PAD]",
+            "cls_token": "[CLS]",
+            "mask_token": "[MASK]",
+        },
     )
     return tok.get_vocab_size(with_added_tokens=True)
 
@@ -150,13 +153,22 @@ def write_qwen_tokenizer(d: Path, *, model_max_length: int) -> tuple[int, int]:
     from tokenizers.trainers import BpeTrainer
 
     # Mirrors the Qwen2Tokenizer pipeline (see QWEN_PRETOKENIZE_REGEX).
-    tok = Tokenizer(BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="",
-                        fuse_unk=False, byte_fallback=False))
+    tok = Tokenizer(
+        BPE(
+            unk_token=None,
+            continuing_subword_prefix="",
+            end_of_word_suffix="",
+            fuse_unk=False,
+            byte_fallback=False,
+        )
+    )
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = BpeTrainer(
         vocab_size=1024,

@@ -25,9 +25,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger("embedlab.engines.transformers")
+
 
 @dataclass(frozen=True, kw_only=True)
 class TransformersTuning:
@@ -61,7 +63,7 @@ class TransformersTuning:
     max_inflight: int = 2
 
     @classmethod
-    def parse(cls, extra: Mapping[str, object]) -> "TransformersTuning":
+    def parse(cls, extra: Mapping[str, object]) -> TransformersTuning:
         known = {"cuda_graphs", "compile", "graph_widths", "graph_memory_mb", "max_inflight"}
         unknown = sorted(set(extra) - known)
         if unknown:
@@ -85,13 +87,21 @@ class TransformersTuning:
                 values[key] = value
         if "graph_widths" in extra:
             widths = extra["graph_widths"]
-            if not isinstance(widths, list) or not widths or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths):
-                raise EngineError(f"--engine-arg graph_widths must be a JSON list of positive integers, got {widths!r}")
+            if (
+                not isinstance(widths, list)
+                or not widths
+                or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths)
+            ):
+                raise EngineError(
+                    f"--engine-arg graph_widths must be a JSON list of positive integers, got {widths!r}"
+                )
             values["graph_widths"] = tuple(sorted(set(widths)))
         return cls(**values)
 
 
-def pool(hidden: "torch.Tensor", lengths: "torch.Tensor", valid: "torch.Tensor | None", pooling: str) -> "torch.Tensor":
+def pool(
+    hidden: torch.Tensor, lengths: torch.Tensor, valid: torch.Tensor | None, pooling: str
+) -> torch.Tensor:
     """Pool right-padded hidden states [batch, seq, dim]; `valid` marks real tokens (MEAN only)."""
     import torch
 
@@ -161,7 +171,9 @@ class TransformersEngine:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise EngineError("--device cuda was asked for, but torch sees no CUDA device")
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[self.options.dtype]
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+            self.options.dtype
+        ]
         try:
             self._tokenizer = AutoTokenizer.from_pretrained(self.model_path)
             model = AutoModel.from_pretrained(self.model_path, dtype=dtype)
@@ -170,19 +182,27 @@ class TransformersEngine:
         self._device = torch.device(device)
         self._model = model.to(self._device).eval()
         config = model.config
-        self.dim = int(getattr(config, "hidden_size"))
-        self._vocab_size = int(getattr(config, "vocab_size"))
+        self.dim = int(config.hidden_size)
+        self._vocab_size = int(config.vocab_size)
         limit = int(getattr(config, "max_position_embeddings", 512) or 512)
         self.max_model_len = min(self.options.max_model_len or limit, limit)
         pad = self._tokenizer.pad_token_id
         self._pad_id = int(pad if pad is not None else 0)
         self.attention = self._choose_attention()
         self.info = {
-            "device": str(self._device), "dtype": self.options.dtype, "pooling": self.pooling,
-            "attention": self.attention, "compile": self.tuning.compile, "cuda_graphs": [],
+            "device": str(self._device),
+            "dtype": self.options.dtype,
+            "pooling": self.pooling,
+            "attention": self.attention,
+            "compile": self.tuning.compile,
+            "cuda_graphs": [],
         }
         if self._device.type == "cuda":
-            tokens = max(self.options.max_batch_tokens, self.max_model_len, self.options.max_batch_size * max(self.tuning.graph_widths))
+            tokens = max(
+                self.options.max_batch_tokens,
+                self.max_model_len,
+                self.options.max_batch_size * max(self.tuning.graph_widths),
+            )
             # One slot more than the batcher keeps in flight: filling the next batch never
             # waits for the device to finish with a slot.
             for _ in range(self.tuning.max_inflight + 1):
@@ -193,7 +213,13 @@ class TransformersEngine:
                 self._capture_or_fall_back()
         log.info(
             "loaded %s: dim %d, pooling %s, %s on %s, max_model_len %d, attention %s",
-            self.model_path, self.dim, self.pooling, self.options.dtype, device, self.max_model_len, self.attention,
+            self.model_path,
+            self.dim,
+            self.pooling,
+            self.options.dtype,
+            device,
+            self.max_model_len,
+            self.attention,
         )
 
     def _choose_attention(self) -> str:
@@ -229,11 +255,19 @@ class TransformersEngine:
                 self.attention = "transformers"
                 theirs = self._compute(ids, lens, padded=True)
         except Exception as exc:  # a model that takes no prepared mask: keep its own path
-            log.info("attention inputs %s not accepted by this model (%s); using transformers' masks", candidate, exc)
+            log.info(
+                "attention inputs %s not accepted by this model (%s); using transformers' masks",
+                candidate,
+                exc,
+            )
             return "transformers"
         cosine = torch.nn.functional.cosine_similarity(ours.float(), theirs.float(), dim=-1).min().item()
         if cosine < 0.999:
-            log.warning("attention inputs %s disagree with transformers' (cosine %.5f); using transformers' masks", candidate, cosine)
+            log.warning(
+                "attention inputs %s disagree with transformers' (cosine %.5f); using transformers' masks",
+                candidate,
+                cosine,
+            )
             return "transformers"
         return candidate
 
@@ -262,7 +296,9 @@ class TransformersEngine:
                 return
             except Exception as exc:  # a worker that serves slower beats one that does not start
                 log.warning("CUDA graph capture failed (%s): %s: %s", attempt, exc.__class__.__name__, exc)
-                self.info.setdefault("graph_capture_errors", []).append(f"{attempt}: {exc.__class__.__name__}: {exc}")
+                self.info.setdefault("graph_capture_errors", []).append(
+                    f"{attempt}: {exc.__class__.__name__}: {exc}"
+                )
                 self._graphs.clear()
                 torch.cuda.synchronize()
                 if not self.tuning.compile or attempt != "as configured":
@@ -274,20 +310,27 @@ class TransformersEngine:
 
     def _capture(self) -> None:
         shapes = graph_shapes(
-            max_batch_size=self.options.max_batch_size, max_batch_tokens=self.options.max_batch_tokens,
-            widths=self.tuning.graph_widths, max_model_len=self.max_model_len,
+            max_batch_size=self.options.max_batch_size,
+            max_batch_tokens=self.options.max_batch_tokens,
+            widths=self.tuning.graph_widths,
+            max_model_len=self.max_model_len,
         )
         if not shapes:
             return
         captured = self._graphs.capture(
             lambda ids, lengths: self._compute(ids, lengths, padded=True),
-            device=self._device, shapes=shapes, pad_id=self._pad_id, memory_mb=self.tuning.graph_memory_mb,
+            device=self._device,
+            shapes=shapes,
+            pad_id=self._pad_id,
+            memory_mb=self.tuning.graph_memory_mb,
         )
         self.info.update(captured)
         skipped = captured["graphs_skipped_for_memory"]
         log.info(
             "captured %d CUDA graphs in %.1f s, %.0f MiB of device memory; buckets (width: rows) %s%s",
-            len(self._graphs), captured["graph_capture_s"], captured["graph_memory_mib"],
+            len(self._graphs),
+            captured["graph_capture_s"],
+            captured["graph_memory_mib"],
             "; ".join(f"{w}: {','.join(map(str, rs))}" for w, rs in self._graphs.rows_by_width.items()),
             f"; over the {self.tuning.graph_memory_mb} MiB budget, eager: {skipped}" if skipped else "",
         )
@@ -309,12 +352,16 @@ class TransformersEngine:
             seqs = [list(ids) for ids in inputs]  # type: ignore[arg-type]
             for i, ids in enumerate(seqs):
                 if max(ids) >= self._vocab_size:
-                    raise InvalidInput(f"input[{i}] has a token id outside the vocabulary (size {self._vocab_size})")
+                    raise InvalidInput(
+                        f"input[{i}] has a token id outside the vocabulary (size {self._vocab_size})"
+                    )
         for i, ids in enumerate(seqs):
             check_length(len(ids), self.max_model_len, i)
         return seqs
 
-    async def embed(self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None) -> Embeddings:
+    async def embed(
+        self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None
+    ) -> Embeddings:
         if self._batcher is None:
             raise EngineError("the transformers engine was not started")
         seqs = self.tokenize(inputs)
@@ -323,7 +370,7 @@ class TransformersEngine:
 
     # -- the forward path ---------------------------------------------------------------
 
-    def _compute(self, ids: "torch.Tensor", lengths: "torch.Tensor", *, padded: bool) -> "torch.Tensor":
+    def _compute(self, ids: torch.Tensor, lengths: torch.Tensor, *, padded: bool) -> torch.Tensor:
         """Pooled, optionally normalised float32 vectors of right-padded `ids` [rows, width].
 
         Nothing here reads a device value on the host, so it queues without waiting and
@@ -343,7 +390,9 @@ class TransformersEngine:
             elif getattr(self._model.config, "_attn_implementation", None) == "sdpa":
                 attention = valid[:, None, None, :]  # type: ignore[index]
             else:  # eager attention adds its mask to the scores
-                attention = (~valid[:, None, None, :]).to(self._model.dtype) * torch.finfo(self._model.dtype).min  # type: ignore[index]
+                attention = (~valid[:, None, None, :]).to(self._model.dtype) * torch.finfo(
+                    self._model.dtype
+                ).min  # type: ignore[index]
         else:
             attention = valid.to(torch.int64) if valid is not None else None
         # No KV cache: decoder configs default to filling one, which an embedding never reads.
@@ -361,7 +410,9 @@ class TransformersEngine:
         import torch
 
         if not len(seqs) <= rows or max(len(s) for s in seqs) > width:
-            raise ValueError(f"{len(seqs)} sequences of up to {max(len(s) for s in seqs)} tokens do not fit ({rows}, {width})")
+            raise ValueError(
+                f"{len(seqs)} sequences of up to {max(len(s) for s in seqs)} tokens do not fit ({rows}, {width})"
+            )
         ids_np = np.empty((rows, width), dtype=np.int64)
         lengths_np = np.empty(rows, dtype=np.int64)
         self._fill(ids_np, lengths_np, seqs)
@@ -382,7 +433,7 @@ class TransformersEngine:
         """Whether a batch of this shape is a graph replay (queued on the event loop)."""
         return self._graphs.bucket(count, longest) is not None
 
-    def _forward(self, seqs: list[list[int]]) -> "np.ndarray | Deferred":
+    def _forward(self, seqs: list[list[int]]) -> np.ndarray | Deferred:
         import torch
 
         count = len(seqs)
@@ -393,7 +444,9 @@ class TransformersEngine:
                 lengths_np = np.empty(count, dtype=np.int64)
                 self._fill(ids_np, lengths_np, seqs)
                 padded = bool(lengths_np.min() < longest)
-                return self._compute(torch.from_numpy(ids_np), torch.from_numpy(lengths_np), padded=padded).numpy()
+                return self._compute(
+                    torch.from_numpy(ids_np), torch.from_numpy(lengths_np), padded=padded
+                ).numpy()
             graph = self._graphs.bucket(count, longest)
             rows, width = (graph.rows, graph.width) if graph is not None else (count, longest)
             slot = self._slots.get()

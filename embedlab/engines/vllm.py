@@ -30,8 +30,9 @@ import secrets
 import shutil
 import signal
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -107,7 +108,9 @@ def cpu_kv_cache_bytes(model_path: Path, max_model_len: int | None, dtype: str) 
         kv_heads = int(text.get("num_key_value_heads") or heads)
         head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
         length = int(max_model_len or text.get("max_position_embeddings") or 0)
-        per_token = 2 * int(text["num_hidden_layers"]) * kv_heads * head_dim * (4 if dtype == "float32" else 2)
+        per_token = (
+            2 * int(text["num_hidden_layers"]) * kv_heads * head_dim * (4 if dtype == "float32" else 2)
+        )
     except (ValueError, KeyError, TypeError, ZeroDivisionError):
         return CPU_KV_CACHE_BYTES  # vLLM's own error will say what it needs
     # A quarter more: the cache is handed out in whole blocks of tokens.
@@ -179,7 +182,9 @@ class VllmEngine:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(build), timeout=60)
                 # Should it finish after all, its engine goes as soon as it is built.
-                build.add_done_callback(lambda _: self._engine.shutdown() if self._engine is not None else None)
+                build.add_done_callback(
+                    lambda _: self._engine.shutdown() if self._engine is not None else None
+                )
                 raise
             assert self._engine is not None
             # One real request before the worker calls itself ready: some faults (a head
@@ -199,7 +204,12 @@ class VllmEngine:
             raise
         log.info(
             "vLLM engine ready: %s, dim %d, pooling %s, %s, max_model_len %d, state in %s",
-            model_path, self.dim, self.pooling, self.options.dtype, self.max_model_len, self._state_dir,
+            model_path,
+            self.dim,
+            self.pooling,
+            self.options.dtype,
+            self.max_model_len,
+            self._state_dir,
         )
 
     def _check_model_path(self) -> Path:
@@ -244,7 +254,9 @@ class VllmEngine:
         if kv_space is not None and not kv_space.strip():
             self._env.unset("VLLM_CPU_KVCACHE_SPACE")
         elif kv_space is not None and not kv_space.strip().isdigit():
-            raise EngineError(f"VLLM_CPU_KVCACHE_SPACE must be a whole number of GiB or unset, not {kv_space!r}")
+            raise EngineError(
+                f"VLLM_CPU_KVCACHE_SPACE must be a whole number of GiB or unset, not {kv_space!r}"
+            )
 
     def _rpc_base(self, rpc_dir: Path, system_tmp: str) -> str:
         """Where vLLM puts its ZMQ socket files: `<base>/<uuid4>`.
@@ -261,7 +273,9 @@ class VllmEngine:
                 link.symlink_to(rpc_dir, target_is_directory=True)
                 self._rpc_link = link
                 return str(link)
-        raise EngineError(f"no socket path short enough for vLLM: {rpc_dir} is {len(str(rpc_dir))} characters long")
+        raise EngineError(
+            f"no socket path short enough for vLLM: {rpc_dir} is {len(str(rpc_dir))} characters long"
+        )
 
     def _engine_args(self, model_path: Path) -> Any:
         from vllm import AsyncEngineArgs
@@ -275,7 +289,11 @@ class VllmEngine:
                 raise EngineError(f"--engine-arg {key}=... is not allowed: use {OWN_ARGS[key]}")
             if key not in known:
                 close = difflib.get_close_matches(key, sorted(known), n=3)
-                hint = f"; did you mean {', '.join(close)}?" if close else " (see vllm.AsyncEngineArgs for the fields)"
+                hint = (
+                    f"; did you mean {', '.join(close)}?"
+                    if close
+                    else " (see vllm.AsyncEngineArgs for the fields)"
+                )
                 raise EngineError(f"unknown vLLM engine argument {key!r}{hint}")
         pooler = extra.pop("pooler_config", None) or {}
         if not isinstance(pooler, dict):
@@ -291,7 +309,9 @@ class VllmEngine:
         if length and limit and length > limit and not os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
             # As the transformers engine does: the seed passes 2048 to every model, and vLLM
             # would refuse to start a model of 512 positions (the tiny ones) with it.
-            log.warning("--max-model-len %d is more than %s has positions for: serving %d", length, model_path, limit)
+            log.warning(
+                "--max-model-len %d is more than %s has positions for: serving %d", length, model_path, limit
+            )
             length = limit
         args: dict[str, Any] = {
             "model": str(model_path),
@@ -306,7 +326,9 @@ class VllmEngine:
             # Eager: vLLM's compile cache fails to reload in this version, so every start
             # would compile again. The KV cache default would take GiBs per engine.
             dtype = str(extra.get("dtype", self.options.dtype))
-            args.update(enforce_eager=True, kv_cache_memory_bytes=cpu_kv_cache_bytes(model_path, length, dtype))  # type: ignore[arg-type]
+            args.update(
+                enforce_eager=True, kv_cache_memory_bytes=cpu_kv_cache_bytes(model_path, length, dtype)
+            )  # type: ignore[arg-type]
         args.update(extra)
         try:
             return AsyncEngineArgs(**args)
@@ -335,7 +357,9 @@ class VllmEngine:
             self._engine = AsyncLLM.from_engine_args(engine_args)
         except Exception as exc:  # bad config, missing weights, a core process that died
             message = " ".join(str(exc).split())
-            raise EngineError(f"vLLM could not start with {model_path}: {exc.__class__.__name__}: {message}") from exc
+            raise EngineError(
+                f"vLLM could not start with {model_path}: {exc.__class__.__name__}: {message}"
+            ) from exc
 
     async def close(self) -> None:
         engine, self._engine = self._engine, None
@@ -359,7 +383,9 @@ class VllmEngine:
 
     # -- requests -------------------------------------------------------------------------
 
-    async def embed(self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None) -> Embeddings:
+    async def embed(
+        self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None
+    ) -> Embeddings:
         if self._engine is None:
             raise EngineError("the vllm engine is not running")
         vectors, tokens = await self._encode_all(inputs)
@@ -376,7 +402,9 @@ class VllmEngine:
                 task.cancel()  # vLLM aborts a request whose generator is cancelled
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
-        vectors = np.stack([out.outputs.data.detach().float().cpu().numpy() for out in outputs]).astype(np.float32, copy=False)
+        vectors = np.stack([out.outputs.data.detach().float().cpu().numpy() for out in outputs]).astype(
+            np.float32, copy=False
+        )
         return vectors, sum(len(out.prompt_token_ids or ()) for out in outputs)
 
     async def _encode_one(self, item: str | Sequence[int], index: int) -> Any:
@@ -385,7 +413,9 @@ class VllmEngine:
         prompt: Any = item if isinstance(item, str) else self._tokens_prompt(prompt_token_ids=list(item))
         final = None
         try:
-            async for out in self._engine.encode(prompt, self._params, request_id=f"embedlab-{next(self._ids)}"):
+            async for out in self._engine.encode(
+                prompt, self._params, request_id=f"embedlab-{next(self._ids)}"
+            ):
                 final = out  # a pooling request yields exactly one, finished, output
         except self._validation_error as exc:
             # Not a ValueError: vLLM's own tree, for the request's fault. The engine stays up.

@@ -14,22 +14,44 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..jsonio import write_json
 from ..stacks import STACKS
 from ..verdicts import Verdict
 from .plans import ScenarioPlan, run_scenario
 
-__all__ = ["BATTERY", "BATTERY_STACKS", "Cell", "ConformanceMatrix", "cell_text", "run_battery", "stack_versions"]
+__all__ = [
+    "BATTERY",
+    "BATTERY_STACKS",
+    "Cell",
+    "ConformanceMatrix",
+    "cell_text",
+    "run_battery",
+    "stack_versions",
+]
 
-BATTERY = ("same-model", "multi-model", "failover", "failover-no-retries", "client-mistakes", "drain", "overhead")
+BATTERY = (
+    "same-model",
+    "multi-model",
+    "failover",
+    "failover-no-retries",
+    "client-mistakes",
+    "drain",
+    "overhead",
+)
 BATTERY_STACKS = ("embedded", "dynamo", "litellm", "vllm-router", "sglang-router")
 # The package each stack's frontend comes from, for the versions the matrix was measured on.
-PACKAGES = {"dynamo": "ai-dynamo", "litellm": "litellm", "vllm-router": "vllm-router", "sglang-router": "sglang-router"}
+PACKAGES = {
+    "dynamo": "ai-dynamo",
+    "litellm": "litellm",
+    "vllm-router": "vllm-router",
+    "sglang-router": "sglang-router",
+}
 
 
 @dataclass(frozen=True)
@@ -52,7 +74,12 @@ class ConformanceMatrix:
         return next((c for c in self.cells if c.stack == stack and c.check == check), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"stacks": self.stacks, "checks": self.checks, "versions": self.versions, "cells": [asdict(c) for c in self.cells]}
+        return {
+            "stacks": self.stacks,
+            "checks": self.checks,
+            "versions": self.versions,
+            "cells": [asdict(c) for c in self.cells],
+        }
 
     def save_json(self, path: str | Path) -> Path:
         return write_json(path, self.to_json())
@@ -87,29 +114,47 @@ def _failover(result: dict[str, Any]) -> str:
 
 
 def _mistakes(result: dict[str, Any]) -> str:
-    shown = [f"{m['mistake']} {m['status']}{'' if m['openai_error'] else ' plain'}" for m in result.get("mistakes") or []]
+    shown = [
+        f"{m['mistake']} {m['status']}{'' if m['openai_error'] else ' plain'}"
+        for m in result.get("mistakes") or []
+    ]
     burst = (result.get("bursts") or [{}])[0].get("traffic") or {}
-    after = f"after mistakes {burst.get('n', 0) - burst.get('failed', 0)}/{burst.get('n', 0)} ok" + _codes(result)
+    after = f"after mistakes {burst.get('n', 0) - burst.get('failed', 0)}/{burst.get('n', 0)} ok" + _codes(
+        result
+    )
     return "; ".join([*shown, after])
 
 
 def _drain(result: dict[str, Any]) -> str:
     d = result.get("drain") or {}
-    return f"drained worker counted {d.get('victim_delta', '?'):.0f}" if isinstance(d.get("victim_delta"), (int, float)) else ""
+    return (
+        f"drained worker counted {d.get('victim_delta', '?'):.0f}"
+        if isinstance(d.get("victim_delta"), (int, float))
+        else ""
+    )
 
 
 def _overhead(result: dict[str, Any]) -> str:
     o = result.get("overhead") or {}
     if not o:
         return ""
-    added = "" if o.get("p50_ms_c1_direct") is None else f" ({o['p50_ms_c1'] - o['p50_ms_c1_direct']:+.2f} vs direct)"
+    added = (
+        ""
+        if o.get("p50_ms_c1_direct") is None
+        else f" ({o['p50_ms_c1'] - o['p50_ms_c1_direct']:+.2f} vs direct)"
+    )
     share = "" if not o.get("rps_c32_direct") else f" ({o['rps_c32'] / o['rps_c32_direct']:.0%} of direct)"
     return f"p50 {o['p50_ms_c1']:.2f} ms{added}; c=32 {o['rps_c32']:.0f}/s{share}"
 
 
 CELL_TEXT: dict[str, Callable[[dict[str, Any]], str]] = {
-    "same-model": _split, "multi-model": _dispatch, "failover": _failover, "failover-no-retries": _failover,
-    "client-mistakes": _mistakes, "drain": _drain, "overhead": _overhead,
+    "same-model": _split,
+    "multi-model": _dispatch,
+    "failover": _failover,
+    "failover-no-retries": _failover,
+    "client-mistakes": _mistakes,
+    "drain": _drain,
+    "overhead": _overhead,
 }
 
 
@@ -136,7 +181,9 @@ def stack_versions(stacks: Sequence[str]) -> dict[str, str]:
         try:
             if python.exists():
                 code = f"import importlib.metadata as m; print(m.version({package!r}))"
-                found[stack] = f"{package} {subprocess.run([str(python), '-c', code], capture_output=True, text=True, timeout=60).stdout.strip()}"
+                found[stack] = (
+                    f"{package} {subprocess.run([str(python), '-c', code], capture_output=True, text=True, timeout=60).stdout.strip()}"
+                )
             else:
                 found[stack] = f"{package} {metadata.version(package)}"
         except (OSError, subprocess.SubprocessError, metadata.PackageNotFoundError):
@@ -144,7 +191,9 @@ def stack_versions(stacks: Sequence[str]) -> dict[str, str]:
     return found
 
 
-def run_battery(*, stacks: Sequence[str] = BATTERY_STACKS, checks: Sequence[str] = BATTERY, run_dir: str = "") -> ConformanceMatrix:
+def run_battery(
+    *, stacks: Sequence[str] = BATTERY_STACKS, checks: Sequence[str] = BATTERY, run_dir: str = ""
+) -> ConformanceMatrix:
     """Every check on every stack, in this process (each a fresh deployment)."""
     unknown = [s for s in stacks if s not in STACKS]
     cells = []
@@ -154,9 +203,17 @@ def run_battery(*, stacks: Sequence[str] = BATTERY_STACKS, checks: Sequence[str]
                 cells.append(Cell(stack, check, Verdict.ERROR, f"unknown stack {stack!r}"))
                 continue
             try:
-                result = run_scenario(ScenarioPlan(scenario=check, stack=stack, run_dir=f"{run_dir}/{stack}-{check}" if run_dir else ""))
+                result = run_scenario(
+                    ScenarioPlan(
+                        scenario=check, stack=stack, run_dir=f"{run_dir}/{stack}-{check}" if run_dir else ""
+                    )
+                )
                 data = result.to_json()
                 cells.append(Cell(stack, check, result.verdict, cell_text(check, data)))
             except Exception as exc:  # a cell that breaks is recorded, and the battery goes on
-                cells.append(Cell(stack, check, Verdict.ERROR, f"{exc.__class__.__name__}: {str(exc).splitlines()[0]}"))
-    return ConformanceMatrix(stacks=list(stacks), checks=list(checks), cells=cells, versions=stack_versions(stacks))
+                cells.append(
+                    Cell(stack, check, Verdict.ERROR, f"{exc.__class__.__name__}: {str(exc).splitlines()[0]}")
+                )
+    return ConformanceMatrix(
+        stacks=list(stacks), checks=list(checks), cells=cells, versions=stack_versions(stacks)
+    )

@@ -1,27 +1,28 @@
 """The piece every scenario is made of: one burst between two counter snapshots, judged.
 
-    spec = BurstSpec(name="m", model="m", expected=frozenset({0, 1}), requests=40)
-    burst = run_sync(run_burst(target, spec))
-    verdict, reasons = judge([burst], exact_total=True)
+spec = BurstSpec(name="m", model="m", expected=frozenset({0, 1}), requests=40)
+burst = run_sync(run_burst(target, spec))
+verdict, reasons = judge([burst], exact_total=True)
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import httpx
 
 from .. import clients
 from ..checks import DispatchCheck
 from ..deployment import Deployment
-from ..targets import Target, target_of
 from ..errors import ConfigError, CounterResetError, ScrapeError, TrafficError
+from ..targets import Target, target_of
 from ..traffic import Input, RequestRecord, asend_burst, default_inputs
 from ..verdicts import Verdict
 from .results import Burst, WorkerInfo
 
 __all__ = ["BurstSpec", "judge", "run_burst", "served_models", "serving", "workers_of"]
+
 
 @dataclass(frozen=True, kw_only=True)
 class BurstSpec:
@@ -53,7 +54,11 @@ def workers_of(deployment: Deployment | Target) -> list[WorkerInfo]:
     launched = isinstance(deployment, Deployment)
     return [
         WorkerInfo(
-            index=i, system_url=url, model=model, weight=weights[i], endpoint=deployment.endpoint(i) if launched else None,
+            index=i,
+            system_url=url,
+            model=model,
+            weight=weights[i],
+            endpoint=deployment.endpoint(i) if launched else None,
             host=deployment.host_of(i) if launched else 0,
         )
         for i, (url, model) in enumerate(zip(target.system_urls, target.models))
@@ -72,41 +77,60 @@ def served_models(frontend_url: str) -> list[str]:
         raise TrafficError(f"cannot list models at {url}: {exc.__class__.__name__}: {exc}") from exc
 
 
-def serving(deployment: Deployment | Target, model: str | None, *, at_least: int = 2) -> tuple[str, list[int]]:
+def serving(
+    deployment: Deployment | Target, model: str | None, *, at_least: int = 2
+) -> tuple[str, list[int]]:
     """The model to send (default: the only one served) and the indices of the workers serving it."""
     target = target_of(deployment)
     known = [m for m in target.models if m is not None]
     if model is None:
         candidates = sorted(set(known)) or served_models(target.frontend_url)
         if len(candidates) != 1:
-            raise ConfigError(f"this scenario needs one model; this deployment serves {candidates}: pass model=")
+            raise ConfigError(
+                f"this scenario needs one model; this deployment serves {candidates}: pass model="
+            )
         model = candidates[0]
     indices = [i for i, m in enumerate(target.models) if m in (model, None)]
     if len(indices) < at_least:
-        raise ConfigError(f"this scenario needs at least {at_least} workers serving '{model}', found {len(indices)}")
+        raise ConfigError(
+            f"this scenario needs at least {at_least} workers serving '{model}', found {len(indices)}"
+        )
     return model, indices
 
 
 async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) -> Burst:
     """Snapshot every worker, send the burst, snapshot again, judge the deltas by worker index."""
     check = DispatchCheck(
-        target.system_urls, spec.expected,
+        target.system_urls,
+        spec.expected,
         min_total_delta=spec.requests if spec.min_total_delta is None else spec.min_total_delta,
-        settle_seconds=spec.settle_seconds, metric=target.metric, weights=spec.weights,
-        fairness_alpha=spec.fairness_alpha, require_all=spec.require_all, raise_on_failure=False,
+        settle_seconds=spec.settle_seconds,
+        metric=target.metric,
+        weights=spec.weights,
+        fairness_alpha=spec.fairness_alpha,
+        require_all=spec.require_all,
+        raise_on_failure=False,
     )
     async with clients.async_client(timeout=10.0) as scrape_client:
         # The baseline is in hand before the first request of the burst leaves.
         await check.abegin(scrape_client)
         traffic = await asend_burst(
-            target.frontend_url, spec.model, spec.requests, concurrency=spec.concurrency,
-            inputs=spec.inputs or default_inputs(spec.requests), timeout=spec.timeout, progress=progress,
+            target.frontend_url,
+            spec.model,
+            spec.requests,
+            concurrency=spec.concurrency,
+            inputs=spec.inputs or default_inputs(spec.requests),
+            timeout=spec.timeout,
+            progress=progress,
             on_response=spec.on_response,
         )
         share_of = spec.weights if spec.weights is not None else [1.0] * len(target.system_urls)
         total = sum(share_of[i] for i in spec.expected) or 1.0
         burst = Burst(
-            name=spec.name, model=spec.model, expected=spec.expected, traffic=traffic,
+            name=spec.name,
+            model=spec.model,
+            expected=spec.expected,
+            traffic=traffic,
             expected_shares={i: share_of[i] / total for i in spec.expected},
         )
         try:
@@ -130,9 +154,13 @@ def judge(bursts: Sequence[Burst], *, exact_total: bool) -> tuple[Verdict, list[
     for burst in bursts:
         failed = burst.traffic.failures
         if failed:
-            reasons.append(f"{burst.name}: {len(failed)} of {burst.traffic.n} requests failed ({failed[0].error})")
+            reasons.append(
+                f"{burst.name}: {len(failed)} of {burst.traffic.n} requests failed ({failed[0].error})"
+            )
         assert burst.check is not None
         reasons += [f"{burst.name}: {r}" for r in burst.check.reasons]
         if exact_total and not failed and burst.check.total_delta != burst.traffic.n:
-            reasons.append(f"{burst.name}: counters moved {burst.check.total_delta:g} for {burst.traffic.n} requests sent")
+            reasons.append(
+                f"{burst.name}: counters moved {burst.check.total_delta:g} for {burst.traffic.n} requests sent"
+            )
     return (Verdict.FAILED if reasons else Verdict.PASSED), reasons

@@ -13,9 +13,10 @@ import asyncio
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -34,7 +35,14 @@ from .results import Burst, CounterSample, Event, FaultFigures, ScenarioResult, 
 if TYPE_CHECKING:
     from .plans import ScenarioPlan
 
-__all__ = ["etcd_restart", "lease_ttl_sweep", "partition", "run_etcd_restart", "run_partition", "run_ttl_sweep"]
+__all__ = [
+    "etcd_restart",
+    "lease_ttl_sweep",
+    "partition",
+    "run_etcd_restart",
+    "run_partition",
+    "run_ttl_sweep",
+]
 
 RATE = 20.0  # requests per second of steady traffic: enough to see every second of a fault
 LEAD_S = 2.0  # traffic before the fault begins
@@ -59,7 +67,9 @@ class _Watch:
         async with clients.async_client(timeout=POLL_S * 0.9) as client:
             while not self.done.is_set():
                 at = time.perf_counter() - self.origin
-                values = await asyncio.gather(*(self._read(client, url, target) for url in target.system_urls))
+                values = await asyncio.gather(
+                    *(self._read(client, url, target) for url in target.system_urls)
+                )
                 self.samples += [CounterSample(at, i, v) for i, v in enumerate(values)]
                 try:
                     health = (await client.get(self.deployment.health_url)).json()
@@ -68,7 +78,7 @@ class _Watch:
                     pass
                 try:
                     await asyncio.wait_for(self.done.wait(), POLL_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     @staticmethod
@@ -90,17 +100,30 @@ class _Watch:
         """When worker's counter first moved again (or restarted and moved), `after` or later."""
         previous = None
         for sample in (s for s in self.samples if s.worker == worker and s.value is not None):
-            if sample.at_s >= after and previous is not None and sample.value != previous and sample.value > 0:  # type: ignore[operator]
+            if (
+                sample.at_s >= after
+                and previous is not None
+                and sample.value != previous
+                and sample.value > 0
+            ):  # type: ignore[operator]
                 return sample.at_s
             previous = sample.value
         return None
 
 
-def _steady(deployment: Deployment, model: str, seconds: float, concurrency: int, progress: bool) -> Callable[[], Any]:
+def _steady(
+    deployment: Deployment, model: str, seconds: float, concurrency: int, progress: bool
+) -> Callable[[], Any]:
     n = max(1, int(RATE * seconds))
     return lambda: asend_burst(
-        deployment.frontend_url, model, n, concurrency=concurrency, inputs=default_inputs(n), timeout=REQUEST_TIMEOUT_S,
-        progress=progress, rate=RATE,
+        deployment.frontend_url,
+        model,
+        n,
+        concurrency=concurrency,
+        inputs=default_inputs(n),
+        timeout=REQUEST_TIMEOUT_S,
+        progress=progress,
+        rate=RATE,
     )
 
 
@@ -130,7 +153,9 @@ def _recovered(deployment: Deployment, *, wait_s: float) -> ScenarioResult:
             time.sleep(0.1)
     frontend = deployment.frontend
     if frontend is not None and not frontend.alive():
-        raise _FrontendGone(f"the frontend exited (code {frontend.returncode}) during the fault; see {frontend.log_path}")
+        raise _FrontendGone(
+            f"the frontend exited (code {frontend.returncode}) during the fault; see {frontend.log_path}"
+        )
     return same_model_load_balance(deployment)
 
 
@@ -139,8 +164,18 @@ class _FrontendGone(Exception):
 
 
 def _fault_run(
-    deployment: Deployment, *, scenario: str, fault: str, victim: int | None, seconds: float, concurrency: int,
-    progress: bool, begin: Callable[[], None], end: Callable[[], None], hold_s: float, params: dict[str, Any],
+    deployment: Deployment,
+    *,
+    scenario: str,
+    fault: str,
+    victim: int | None,
+    seconds: float,
+    concurrency: int,
+    progress: bool,
+    begin: Callable[[], None],
+    end: Callable[[], None],
+    hold_s: float,
+    params: dict[str, Any],
 ) -> ScenarioResult:
     """Steady traffic for `seconds`; `begin()` at LEAD_S, `end()` `hold_s` later (both in a thread)."""
     model, _ = serving(deployment, None, at_least=1)
@@ -167,7 +202,11 @@ def _fault_run(
     traffic, watch, origin, fault_at, end_at = run_sync(run())
     try:
         recovery: ScenarioResult | None = _recovered(deployment, wait_s=30.0)
-        failure = [] if recovery.passed else [f"after recovery: {r}" for r in recovery.reasons] or [recovery.summary()]  # type: ignore[union-attr]
+        failure = (
+            []
+            if recovery.passed
+            else [f"after recovery: {r}" for r in recovery.reasons] or [recovery.summary()]
+        )  # type: ignore[union-attr]
     except _FrontendGone as gone:
         recovery, failure = None, [str(gone)]
     left = back = None
@@ -182,22 +221,38 @@ def _fault_run(
     else:
         back = next((r.started + r.latency for r in traffic.records if r.ok and r.started >= end_at), None)
     figures = FaultFigures(
-        fault=fault, started_s=fault_at, ended_s=end_at, failed_requests=len(traffic.failures),
-        status_codes=_codes(traffic), longest_hang_s=max((r.latency for r in traffic.records), default=0.0),
+        fault=fault,
+        started_s=fault_at,
+        ended_s=end_at,
+        failed_requests=len(traffic.failures),
+        status_codes=_codes(traffic),
+        longest_hang_s=max((r.latency for r in traffic.records), default=0.0),
         served_during_fault=_served_between(traffic, fault_at, end_at),
         left_dispatch_after_s=None if left is None else left - fault_at,
-        back_after_s=None if back is None else back - end_at, recovered=not failure,
+        back_after_s=None if back is None else back - end_at,
+        recovered=not failure,
     )
-    steady = Burst(name=f"steady traffic through the {fault}", model=model, expected=frozenset(), traffic=traffic)
+    steady = Burst(
+        name=f"steady traffic through the {fault}", model=model, expected=frozenset(), traffic=traffic
+    )
     return ScenarioResult(
-        scenario=scenario, stack=deployment.spec.stack, params=params, workers=workers_of(deployment),
-        bursts=[steady, *(recovery.bursts if recovery else [])], verdict=Verdict.FAILED if failure else Verdict.PASSED,
-        reasons=failure, wall_seconds=time.monotonic() - started, events=_events(deployment, origin, since),
-        fault=figures, samples=watch.samples,
+        scenario=scenario,
+        stack=deployment.spec.stack,
+        params=params,
+        workers=workers_of(deployment),
+        bursts=[steady, *(recovery.bursts if recovery else [])],
+        verdict=Verdict.FAILED if failure else Verdict.PASSED,
+        reasons=failure,
+        wall_seconds=time.monotonic() - started,
+        events=_events(deployment, origin, since),
+        fault=figures,
+        samples=watch.samples,
     )
 
 
-def partition(deployment: Deployment, *, victim: int = 1, concurrency: int = 32, progress: bool = False) -> ScenarioResult:
+def partition(
+    deployment: Deployment, *, victim: int = 1, concurrency: int = 32, progress: bool = False
+) -> ScenarioResult:
     """Cut worker `victim`'s host off the network mid-traffic, heal it after 2 lease TTLs + 2 s.
 
     Dynamo's worker exits once it finds its lease gone; the deployment's restart policy
@@ -205,31 +260,53 @@ def partition(deployment: Deployment, *, victim: int = 1, concurrency: int = 32,
     """
     host = deployment.host_of(victim)
     if host == 0:
-        raise ConfigError(f"worker {victim} runs on host 0, the harness's own: place it on another host to partition it")
+        raise ConfigError(
+            f"worker {victim} runs on host 0, the harness's own: place it on another host to partition it"
+        )
     ttl = deployment.spec.lease_ttl
     hold = 2 * ttl + 2
     return _fault_run(
-        deployment, scenario="partition", fault=f"partition of host {host}", victim=victim,
-        seconds=LEAD_S + hold + max(15.0, 3 * ttl), concurrency=concurrency, progress=progress,
-        begin=lambda: deployment.partition(host), end=lambda: deployment.heal(host), hold_s=hold,
+        deployment,
+        scenario="partition",
+        fault=f"partition of host {host}",
+        victim=victim,
+        seconds=LEAD_S + hold + max(15.0, 3 * ttl),
+        concurrency=concurrency,
+        progress=progress,
+        begin=lambda: deployment.partition(host),
+        end=lambda: deployment.heal(host),
+        hold_s=hold,
         params={"victim": victim, "host": host, "lease_ttl": ttl, "partition_s": hold, "rate": RATE},
     )
 
 
-def etcd_restart(deployment: Deployment, *, down_for: float = ETCD_DOWN_S, concurrency: int = 32, progress: bool = False) -> ScenarioResult:
+def etcd_restart(
+    deployment: Deployment, *, down_for: float = ETCD_DOWN_S, concurrency: int = 32, progress: bool = False
+) -> ScenarioResult:
     """Stop etcd for `down_for` seconds mid-traffic and start it again on the same data dir."""
     if deployment.etcd_url is None:
         raise ConfigError("etcd-restart needs the dynamo stack with discovery='etcd'")
     return _fault_run(
-        deployment, scenario="etcd-restart", fault=f"etcd stop of {down_for:g} s", victim=None,
-        seconds=LEAD_S + down_for + 8.0, concurrency=concurrency, progress=progress,
-        begin=lambda: deployment.restart_etcd(down_for=down_for), end=lambda: None, hold_s=0.0,
+        deployment,
+        scenario="etcd-restart",
+        fault=f"etcd stop of {down_for:g} s",
+        victim=None,
+        seconds=LEAD_S + down_for + 8.0,
+        concurrency=concurrency,
+        progress=progress,
+        begin=lambda: deployment.restart_etcd(down_for=down_for),
+        end=lambda: None,
+        hold_s=0.0,
         params={"down_s": down_for, "lease_ttl": deployment.spec.lease_ttl, "rate": RATE},
     )
 
 
 def lease_ttl_sweep(
-    make: Callable[[float], Deployment], *, ttls: Sequence[float] = TTLS, victim: int = 1, concurrency: int = 32,
+    make: Callable[[float], Deployment],
+    *,
+    ttls: Sequence[float] = TTLS,
+    victim: int = 1,
+    concurrency: int = 32,
     progress: bool = False,
 ) -> ScenarioResult:
     """For each TTL, a fresh deployment (`make(ttl)`), a worker SIGKILLed mid-traffic, and how long
@@ -245,11 +322,13 @@ def lease_ttl_sweep(
             model, _ = serving(deployment, None)
             since = len(deployment.events)
 
-            async def run() -> tuple[BurstResult, _Watch, float, float]:
+            async def run(model: str = model, ttl: float = ttl) -> tuple[BurstResult, _Watch, float, float]:
                 origin = time.perf_counter()
                 watch = _Watch(deployment, origin)
                 watcher = asyncio.create_task(watch.run())
-                traffic = asyncio.create_task(_steady(deployment, model, LEAD_S + ttl + 4.0, concurrency, progress)())
+                traffic = asyncio.create_task(
+                    _steady(deployment, model, LEAD_S + ttl + 4.0, concurrency, progress)()
+                )
                 await asyncio.sleep(LEAD_S)
                 deployment.kill_worker(victim, signal.SIGKILL)
                 killed = time.perf_counter() - origin
@@ -260,18 +339,36 @@ def lease_ttl_sweep(
 
             traffic, watch, origin, killed = run_sync(run())
             left = watch.left_dispatch(deployment.endpoint(victim), killed)
-            points.append(TtlPoint(ttl, None if left is None else left - killed, len(traffic.failures), _codes(traffic)))
-            bursts.append(Burst(name=f"lease TTL {ttl:g} s", model=model, expected=frozenset(), traffic=traffic))
-            events += [replace(e, detail=f"TTL {ttl:g} s: {e.detail}") for e in _events(deployment, origin, since)]
+            points.append(
+                TtlPoint(ttl, None if left is None else left - killed, len(traffic.failures), _codes(traffic))
+            )
+            bursts.append(
+                Burst(name=f"lease TTL {ttl:g} s", model=model, expected=frozenset(), traffic=traffic)
+            )
+            events += [
+                replace(e, detail=f"TTL {ttl:g} s: {e.detail}") for e in _events(deployment, origin, since)
+            ]
     reasons = [
-        f"TTL {p.lease_ttl_s:g} s: " + ("still dispatched at the end" if p.left_dispatch_after_s is None else
-                                        f"out of dispatch after {p.left_dispatch_after_s:.1f} s") + f", {p.failed_requests} failed"
+        f"TTL {p.lease_ttl_s:g} s: "
+        + (
+            "still dispatched at the end"
+            if p.left_dispatch_after_s is None
+            else f"out of dispatch after {p.left_dispatch_after_s:.1f} s"
+        )
+        + f", {p.failed_requests} failed"
         for p in points
     ]
     return ScenarioResult(
-        scenario="lease-ttl-sweep", stack=stack, params={"ttls": list(ttls), "victim": victim, "rate": RATE},
-        workers=workers, bursts=bursts, verdict=Verdict.REPORTED, reasons=reasons, wall_seconds=time.monotonic() - started,
-        events=events, ttl_points=points,
+        scenario="lease-ttl-sweep",
+        stack=stack,
+        params={"ttls": list(ttls), "victim": victim, "rate": RATE},
+        workers=workers,
+        bursts=bursts,
+        verdict=Verdict.REPORTED,
+        reasons=reasons,
+        wall_seconds=time.monotonic() - started,
+        events=events,
+        ttl_points=points,
     )
 
 
@@ -284,22 +381,31 @@ def _launched(target: Any, name: str) -> Deployment:
     return target
 
 
-def run_partition(target: Any, plan: "ScenarioPlan") -> ScenarioResult:
-    return partition(_launched(target, "partition"), victim=plan.victim, concurrency=plan.concurrency, progress=plan.progress)  # type: ignore[arg-type]
+def run_partition(target: Any, plan: ScenarioPlan) -> ScenarioResult:
+    return partition(
+        _launched(target, "partition"),
+        victim=plan.victim,
+        concurrency=plan.concurrency,
+        progress=plan.progress,
+    )  # type: ignore[arg-type]
 
 
-def run_etcd_restart(target: Any, plan: "ScenarioPlan") -> ScenarioResult:
-    return etcd_restart(_launched(target, "etcd-restart"), concurrency=plan.concurrency, progress=plan.progress)  # type: ignore[arg-type]
+def run_etcd_restart(target: Any, plan: ScenarioPlan) -> ScenarioResult:
+    return etcd_restart(
+        _launched(target, "etcd-restart"), concurrency=plan.concurrency, progress=plan.progress
+    )  # type: ignore[arg-type]
 
 
-def run_ttl_sweep(target: Any, plan: "ScenarioPlan") -> ScenarioResult:
+def run_ttl_sweep(target: Any, plan: ScenarioPlan) -> ScenarioResult:
     base = plan.deployment_spec()
     return lease_ttl_sweep(
         # One deployment per TTL, each in its own folder: etcd's data dir must not carry over.
         lambda ttl: Deployment(
-            replace(base, lease_ttl=ttl), run_dir=Path(plan.run_dir) / f"ttl-{ttl:g}" if plan.run_dir else None,
+            replace(base, lease_ttl=ttl),
+            run_dir=Path(plan.run_dir) / f"ttl-{ttl:g}" if plan.run_dir else None,
             progress=LaunchProgress() if plan.progress else None,
         ),
         victim=plan.victim,
-        concurrency=plan.concurrency, progress=plan.progress,  # type: ignore[arg-type]
+        concurrency=plan.concurrency,
+        progress=plan.progress,  # type: ignore[arg-type]
     )

@@ -1,22 +1,23 @@
 """Dispatch scenarios: does each request reach the right workers, in the right proportions?
 
-    with Deployment(DeploymentSpec.multi_model(["a", "b"])) as dep:
-        result = multi_model_dispatch(dep)
-    result.ok, table(result), plot(result)
+with Deployment(DeploymentSpec.multi_model(["a", "b"])) as dep:
+    result = multi_model_dispatch(dep)
+result.ok, table(result), plot(result)
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..defaults import FAIRNESS_ALPHA
 from ..deployment import Deployment
-from ..targets import Target, target_of
 from ..errors import ConfigError
+from ..targets import Target, target_of
 from ..traffic import Input, RequestRecord, default_inputs, run_sync
-from .bursts import BurstSpec, judge, run_burst, served_models, serving, workers_of
 from ..verdicts import Verdict
+from .bursts import BurstSpec, judge, run_burst, served_models, serving, workers_of
 from .results import Burst, ScenarioResult
 
 if TYPE_CHECKING:
@@ -60,16 +61,31 @@ def same_model_load_balance(
     target = target_of(deployment)
     served_models(target.frontend_url)
     model, indices = serving(target, model)
-    weights = list(weights) if weights is not None else list(target.weights or [1.0] * len(target.system_urls))
+    weights = (
+        list(weights) if weights is not None else list(target.weights or [1.0] * len(target.system_urls))
+    )
     params = {
-        "requests": requests, "concurrency": concurrency, "model": model, "weights": weights, "fairness_alpha": fairness_alpha,
+        "requests": requests,
+        "concurrency": concurrency,
+        "model": model,
+        "weights": weights,
+        "fairness_alpha": fairness_alpha,
         "split": split,
     }
     spec = BurstSpec(
-        name=model, model=model, expected=frozenset(indices), requests=requests, concurrency=concurrency,
-        inputs=inputs or default_inputs(requests), min_total_delta=min_total_delta, weights=weights,
-        fairness_alpha=fairness_alpha if split == "weights" else None, settle_seconds=settle_seconds, timeout=timeout,
-        require_all=split != "report", on_response=on_response,
+        name=model,
+        model=model,
+        expected=frozenset(indices),
+        requests=requests,
+        concurrency=concurrency,
+        inputs=inputs or default_inputs(requests),
+        min_total_delta=min_total_delta,
+        weights=weights,
+        fairness_alpha=fairness_alpha if split == "weights" else None,
+        settle_seconds=settle_seconds,
+        timeout=timeout,
+        require_all=split != "report",
+        on_response=on_response,
     )
     started = time.monotonic()
     burst = run_sync(run_burst(target, spec, progress=progress))
@@ -81,8 +97,14 @@ def same_model_load_balance(
     elif verdict == Verdict.PASSED and split == "report":
         verdict, reasons = Verdict.REPORTED, [f"{model}: split {shown} (the policy decides; not asserted)"]
     return ScenarioResult(
-        scenario="same-model", stack=target.stack, params=params, workers=workers_of(deployment), bursts=[burst],
-        verdict=verdict, reasons=reasons, wall_seconds=time.monotonic() - started,
+        scenario="same-model",
+        stack=target.stack,
+        params=params,
+        workers=workers_of(deployment),
+        bursts=[burst],
+        verdict=verdict,
+        reasons=reasons,
+        wall_seconds=time.monotonic() - started,
     )
 
 
@@ -103,7 +125,9 @@ def multi_model_dispatch(
     target = target_of(deployment)
     served_models(target.frontend_url)
     if any(m is None for m in target.models):
-        raise ConfigError("multi-model needs to know which model each worker serves (attach(..., models=[...]))")
+        raise ConfigError(
+            "multi-model needs to know which model each worker serves (attach(..., models=[...]))"
+        )
     served = [m for m in target.models if m is not None]
     models = list(models) if models else list(dict.fromkeys(served))
     if len(models) < 2:
@@ -114,10 +138,17 @@ def multi_model_dispatch(
     params = {"requests_per_burst": requests_per_burst, "concurrency": concurrency, "models": models}
     specs = [
         BurstSpec(
-            name=model, model=model, expected=frozenset(i for i, m in enumerate(target.models) if m == model),
-            requests=requests_per_burst, concurrency=concurrency, inputs=inputs or default_inputs(requests_per_burst),
-            min_total_delta=min_total_delta, weights=list(target.weights) if target.weights else None,
-            settle_seconds=settle_seconds, timeout=timeout, on_response=on_response,
+            name=model,
+            model=model,
+            expected=frozenset(i for i, m in enumerate(target.models) if m == model),
+            requests=requests_per_burst,
+            concurrency=concurrency,
+            inputs=inputs or default_inputs(requests_per_burst),
+            min_total_delta=min_total_delta,
+            weights=list(target.weights) if target.weights else None,
+            settle_seconds=settle_seconds,
+            timeout=timeout,
+            on_response=on_response,
         )
         for model in models
     ]
@@ -129,25 +160,39 @@ def multi_model_dispatch(
     bursts = run_sync(run_all())
     verdict, reasons = judge(bursts, exact_total=True)
     return ScenarioResult(
-        scenario="multi-model", stack=target.stack, params=params, workers=workers_of(deployment), bursts=bursts,
-        verdict=verdict, reasons=reasons, wall_seconds=time.monotonic() - started,
+        scenario="multi-model",
+        stack=target.stack,
+        params=params,
+        workers=workers_of(deployment),
+        bursts=bursts,
+        verdict=verdict,
+        reasons=reasons,
+        wall_seconds=time.monotonic() - started,
     )
 
 
 # -- as registered scenarios: run(target, plan) -------------------------------------------------
 
 
-def run_same_model(target: Deployment | Target, plan: "ScenarioPlan") -> ScenarioResult:
+def run_same_model(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
     # The split is judged by the router's policy: the stack knows what its modes mean.
     split = target.stack.split_for(target.spec.router_mode) if isinstance(target, Deployment) else "weights"
     return same_model_load_balance(
-        target, requests=plan.requests, concurrency=plan.concurrency,  # type: ignore[arg-type]
-        model=plan.models[0] if plan.models else None, weights=plan.weights or None, progress=plan.progress, split=split,
+        target,
+        requests=plan.requests,
+        concurrency=plan.concurrency,  # type: ignore[arg-type]
+        model=plan.models[0] if plan.models else None,
+        weights=plan.weights or None,
+        progress=plan.progress,
+        split=split,
     )
 
 
-def run_multi_model(target: Deployment | Target, plan: "ScenarioPlan") -> ScenarioResult:
+def run_multi_model(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
     return multi_model_dispatch(
-        target, plan.resolved_models()[0] if not plan.attached or plan.models else None,
-        requests_per_burst=plan.requests, concurrency=plan.concurrency, progress=plan.progress,  # type: ignore[arg-type]
+        target,
+        plan.resolved_models()[0] if not plan.attached or plan.models else None,
+        requests_per_burst=plan.requests,
+        concurrency=plan.concurrency,
+        progress=plan.progress,  # type: ignore[arg-type]
     )

@@ -20,8 +20,9 @@ every request, and the split must fit the weights (fairness p-value above alpha)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..defaults import FAIRNESS_ALPHA
 from ..errors import ConfigError
@@ -34,7 +35,13 @@ if TYPE_CHECKING:
     from .plans import ScenarioPlan
 
 __all__ = [
-    "Explorer", "Step", "SweepResult", "check_explore", "cumulative_shares", "expected_shares", "weights_label",
+    "Explorer",
+    "Step",
+    "SweepResult",
+    "check_explore",
+    "cumulative_shares",
+    "expected_shares",
+    "weights_label",
 ]
 
 
@@ -62,7 +69,7 @@ def weights_label(weights: Sequence[float]) -> str:
 
 
 def check_explore(
-    plan: "ScenarioPlan",
+    plan: ScenarioPlan,
     *,
     new_weights: Sequence[float],
     bursts: int,
@@ -138,23 +145,34 @@ class SweepResult(ScenarioResult):
     fairness_alpha: float = FAIRNESS_ALPHA
 
     @classmethod
-    def of(cls, points: Sequence[Step], *, stack: str, fairness_alpha: float) -> "SweepResult":
+    def of(cls, points: Sequence[Step], *, stack: str, fairness_alpha: float) -> SweepResult:
         bursts = [replace(p.result.bursts[0], name=weights_label(p.weights)) for p in points]
         verdict = Verdict.worst([p.result.verdict for p in points]) if points else Verdict.FAILED
         return cls(
-            scenario="weight-sweep", stack=stack,
+            scenario="weight-sweep",
+            stack=stack,
             params={"weights": [list(p.weights) for p in points], "fairness_alpha": fairness_alpha},
-            workers=points[0].result.workers if points else [], bursts=bursts, verdict=verdict,
+            workers=points[0].result.workers if points else [],
+            bursts=bursts,
+            verdict=verdict,
             reasons=[f"{weights_label(p.weights)}: {r}" for p in points for r in p.result.reasons],
-            wall_seconds=sum(p.result.wall_seconds for p in points), points=list(points), fairness_alpha=fairness_alpha,
+            wall_seconds=sum(p.result.wall_seconds for p in points),
+            points=list(points),
+            fairness_alpha=fairness_alpha,
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
             **super().to_json(),
             "points": [
-                {"weights": list(p.weights), "expected_shares": p.expected_shares, "observed_shares": p.observed_shares,
-                 "deltas": p.deltas, "p_value": p.p_value, "verdict": p.result.verdict}
+                {
+                    "weights": list(p.weights),
+                    "expected_shares": p.expected_shares,
+                    "observed_shares": p.observed_shares,
+                    "deltas": p.deltas,
+                    "p_value": p.p_value,
+                    "verdict": p.result.verdict,
+                }
                 for p in self.points
             ],
         }
@@ -173,7 +191,7 @@ class Explorer:
 
     def __init__(
         self,
-        deployment: "Deployment",
+        deployment: Deployment,
         *,
         model: str | None = None,
         concurrency: int = 4,
@@ -207,8 +225,12 @@ class Explorer:
             raise ConfigError(f"repeat must be at least 1, got {repeat}")
         for _ in range(repeat):
             result = same_model_load_balance(
-                self.deployment, requests=requests, concurrency=self.concurrency, model=self.model,
-                fairness_alpha=self.fairness_alpha, progress=self.progress,
+                self.deployment,
+                requests=requests,
+                concurrency=self.concurrency,
+                model=self.model,
+                fairness_alpha=self.fairness_alpha,
+                progress=self.progress,
             )
             step = Step(index=len(self.steps), phase=self.phase, weights=self.weights, result=result)
             in_phase = [s.deltas for s in self.steps if s.phase == self.phase] + [step.deltas]

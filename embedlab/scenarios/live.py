@@ -41,7 +41,9 @@ def start_deployment(
     elif isinstance(what, DeploymentSpec):
         spec, run_dir = what, None
     else:
-        raise ConfigError(f"start_deployment takes a ScenarioPlan or a DeploymentSpec, not {type(what).__name__}")
+        raise ConfigError(
+            f"start_deployment takes a ScenarioPlan or a DeploymentSpec, not {type(what).__name__}"
+        )
     stop_deployment(key=key)
     if run_dir is not None:
         run_dir = str(_fresh(Path(run_dir)))

@@ -7,13 +7,13 @@ mistake in the values is a `ConfigError` when the plan is made, before anything 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from ..defaults import LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
 from ..deployment import Deployment
-from ..targets import Target, attach
 from ..engines import ENGINES
 from ..errors import ConfigError, UnsupportedError
 from ..etcd import discovered
@@ -21,6 +21,7 @@ from ..metrics import MetricQuery
 from ..progress import LaunchProgress
 from ..specs import DeploymentSpec, WorkerSpec
 from ..stacks import STACKS, get_stack
+from ..targets import Target, attach
 from ..verdicts import Verdict
 from .registry import Scenario, get_scenario
 from .results import ScenarioResult
@@ -29,7 +30,13 @@ __all__ = ["TINY_MODELS", "ScenarioPlan", "run_scenario"]
 
 TINY_MODELS = {"tiny-bert": "bert", "tiny-qwen3": "qwen3"}
 # What a plan field left unset (None) becomes when its scenario has no default for it.
-FALLBACKS: dict[str, Any] = {"requests": 40, "concurrency": 4, "workers": 2, "lease_ttl": LEASE_TTL_S, "restart": "never"}
+FALLBACKS: dict[str, Any] = {
+    "requests": 40,
+    "concurrency": 4,
+    "workers": 2,
+    "lease_ttl": LEASE_TTL_S,
+    "restart": "never",
+}
 
 
 def _tuple(value: Any, kind: Callable[[Any], Any] = str) -> tuple[Any, ...]:
@@ -100,7 +107,9 @@ class ScenarioPlan:
         if bool(self.frontend_url) != bool(self.system_urls):
             raise ConfigError("attach mode needs both a frontend URL and one system URL per worker")
         if self.attached and (scenario.launches or scenario.deploys):
-            raise ConfigError(f"{self.scenario} changes a worker: it cannot run attached, only on a deployment it launches")
+            raise ConfigError(
+                f"{self.scenario} changes a worker: it cannot run attached, only on a deployment it launches"
+            )
         MetricQuery.parse(self.metric)
         plan = self.resolved()
         if not self.attached:
@@ -108,7 +117,11 @@ class ScenarioPlan:
             # The deployment's own checks (hosts, discovery, weights, the stack's limits), with
             # stand-in model paths: tiny models are built when the plan launches, not here.
             models = plan.models or plan.default_models()
-            paths = (None,) * len(models) if plan.engine == "hash" else (plan.model_paths or ("model-dir",)) * len(models)
+            paths = (
+                (None,) * len(models)
+                if plan.engine == "hash"
+                else (plan.model_paths or ("model-dir",)) * len(models)
+            )
             get_stack(plan.stack).check(plan._spec_of((models, paths[: len(models)]), workers=plan.workers))  # type: ignore[arg-type]
         if scenario.check is not None:
             scenario.check(plan)
@@ -127,7 +140,7 @@ class ScenarioPlan:
             )
 
     @classmethod
-    def from_params(cls, **params: Any) -> "ScenarioPlan":
+    def from_params(cls, **params: Any) -> ScenarioPlan:
         """Build from a notebook's parameters; unknown names are an error, not a silent no-op."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(params) - known)
@@ -146,22 +159,34 @@ class ScenarioPlan:
     def attached(self) -> bool:
         return bool(self.frontend_url)
 
-    def resolved(self) -> "ScenarioPlan":
+    def resolved(self) -> ScenarioPlan:
         """This plan with the fields left unset filled: the scenario's defaults, then embedlab's."""
         defaults = self.definition.defaults
         unknown = sorted(set(defaults) - {f.name for f in fields(self)})
         if unknown:
-            raise ConfigError(f"scenario {self.scenario!r} has defaults for no plan field: {', '.join(unknown)}")
+            raise ConfigError(
+                f"scenario {self.scenario!r} has defaults for no plan field: {', '.join(unknown)}"
+            )
         filled = {name: value for name, value in defaults.items() if getattr(self, name) is None}
         if self.workers is None and self.weights and self.definition.layout == "pool":
             filled["workers"] = len(self.weights)  # one weight per worker says how many
-        filled.update({name: value for name, value in FALLBACKS.items() if getattr(self, name) is None and name not in filled})
+        filled.update(
+            {
+                name: value
+                for name, value in FALLBACKS.items()
+                if getattr(self, name) is None and name not in filled
+            }
+        )
         return replace(self, **filled) if filled else self
 
     def describe(self) -> str:
         """One line for people: what runs where, and what the scenario proves."""
         plan = self.resolved()
-        where = f"attached to {plan.frontend_url}" if plan.attached else f"on {plan.stack} with the {plan.engine} engine"
+        where = (
+            f"attached to {plan.frontend_url}"
+            if plan.attached
+            else f"on {plan.stack} with the {plan.engine} engine"
+        )
         models, _ = plan.resolved_models()
         return (
             f"{plan.scenario} {where}: {', '.join(models)}; {plan.requests} requests at concurrency "
@@ -192,23 +217,37 @@ class ScenarioPlan:
         plan = self.resolved()
         return plan._spec_of(plan.resolved_models(), workers=plan.workers)  # type: ignore[arg-type]
 
-    def _spec_of(self, resolved: tuple[tuple[str, ...], tuple[str | None, ...]], *, workers: int) -> DeploymentSpec:
+    def _spec_of(
+        self, resolved: tuple[tuple[str, ...], tuple[str | None, ...]], *, workers: int
+    ) -> DeploymentSpec:
         models, paths = resolved
         common = dict(
-            engine=self.engine, pooling=self.pooling, max_model_len=self.max_model_len, extra_args=self.worker_args,
+            engine=self.engine,
+            pooling=self.pooling,
+            max_model_len=self.max_model_len,
+            extra_args=self.worker_args,
             restart=self.restart or FALLBACKS["restart"],
         )
         if self.definition.layout == "pool":
             weights = self.weights or (1.0,) * workers
             if len(weights) != workers:
                 raise ConfigError(f"{workers} workers but {len(weights)} weights")
-            specs = tuple(WorkerSpec(model=models[0], model_path=paths[0], weight=w, **common) for w in weights)  # type: ignore[arg-type]
+            specs = tuple(
+                WorkerSpec(model=models[0], model_path=paths[0], weight=w, **common) for w in weights
+            )  # type: ignore[arg-type]
         else:
             specs = tuple(WorkerSpec(model=m, model_path=p, **common) for m, p in zip(models, paths))  # type: ignore[arg-type]
         return DeploymentSpec(
-            stack=self.stack, workers=specs, router_mode=self.router_mode, seed=self.seed, metric=self.metric,
-            startup_timeout=self.startup_timeout, frontend_args=self.frontend_args, hosts=self.hosts,
-            discovery=self.discovery, lease_ttl=self.lease_ttl or FALLBACKS["lease_ttl"],
+            stack=self.stack,
+            workers=specs,
+            router_mode=self.router_mode,
+            seed=self.seed,
+            metric=self.metric,
+            startup_timeout=self.startup_timeout,
+            frontend_args=self.frontend_args,
+            hosts=self.hosts,
+            discovery=self.discovery,
+            lease_ttl=self.lease_ttl or FALLBACKS["lease_ttl"],
         )
 
     def deployment(self, *, progress: LaunchProgress | None = None) -> Deployment:
@@ -230,7 +269,13 @@ class ScenarioPlan:
                 models = list(self.models)
             else:
                 raise ConfigError(f"{len(self.system_urls)} system URLs but {len(self.models)} models")
-        return attach(self.frontend_url, self.system_urls, models=models, metric=self.metric, weights=self.weights or None)
+        return attach(
+            self.frontend_url,
+            self.system_urls,
+            models=models,
+            metric=self.metric,
+            weights=self.weights or None,
+        )
 
     def run_on(self, deployment: Deployment | Target | None) -> ScenarioResult:
         """This plan's scenario on a deployment that the caller started and stops."""
@@ -240,11 +285,18 @@ class ScenarioPlan:
         except UnsupportedError as exc:
             # The stack cannot do what the check needs: a verdict of its own, with the stack's reason.
             return ScenarioResult(
-                scenario=plan.scenario, stack=plan.stack, params={}, workers=[], bursts=[], verdict=Verdict.UNSUPPORTED,
+                scenario=plan.scenario,
+                stack=plan.stack,
+                params={},
+                workers=[],
+                bursts=[],
+                verdict=Verdict.UNSUPPORTED,
                 reasons=[str(exc)],
             )
         if not isinstance(result, ScenarioResult):
-            raise ConfigError(f"scenario {plan.scenario!r} returned {type(result).__name__}, not a ScenarioResult")
+            raise ConfigError(
+                f"scenario {plan.scenario!r} returned {type(result).__name__}, not a ScenarioResult"
+            )
         # A scenario built on another (a custom one on same_model_load_balance) reports under its own name.
         result.scenario = plan.scenario
         return result
@@ -252,7 +304,9 @@ class ScenarioPlan:
 
 def _tiny_path(model: str) -> Path:
     if model not in TINY_MODELS:
-        raise ConfigError(f"model '{model}' needs a --model-path (built-in tiny models: {', '.join(TINY_MODELS)})")
+        raise ConfigError(
+            f"model '{model}' needs a --model-path (built-in tiny models: {', '.join(TINY_MODELS)})"
+        )
     from ..engines.tiny import cached_tiny_model
 
     return cached_tiny_model(TINY_MODELS[model])
@@ -276,7 +330,9 @@ def run_scenario(
         result = plan.run_on(plan.target())
         if plan.etcd_endpoints:
             # What the cluster believes is live, beside what the counters said.
-            result.discovered = [asdict(i) | {"path": i.path} for i in discovered(plan.etcd_endpoints.split(",")[0])]
+            result.discovered = [
+                asdict(i) | {"path": i.path} for i in discovered(plan.etcd_endpoints.split(",")[0])
+            ]
         return result
     if plan.definition.deploys:
         return plan.run_on(None)  # type: ignore[arg-type]

@@ -14,8 +14,9 @@ function (whose docstring's first line becomes its help).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..errors import ConfigError
 from ..plugins import Registry, resolve
@@ -45,7 +46,9 @@ class Scenario:
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
-            raise ConfigError(f"scenario {self.name!r}: layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+            raise ConfigError(
+                f"scenario {self.name!r}: layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}"
+            )
         if not isinstance(self.run, str) and not callable(self.run):
             raise ConfigError(f"scenario {self.name!r}: run must be a function run(target, plan)")
 
@@ -80,66 +83,87 @@ SCENARIOS: Registry[Scenario] = Registry(
     adapt=_adapt,
     builtins={
         "same-model": Scenario(
-            name="same-model", run="embedlab.scenarios.dispatch:run_same_model",
+            name="same-model",
+            run="embedlab.scenarios.dispatch:run_same_model",
             help="several workers of one model: every one moves, the counters account for every request, "
-                 "and the split fits the weights",
+            "and the split fits the weights",
             defaults={"requests": 40, "concurrency": 4},
         ),
         "multi-model": Scenario(
-            name="multi-model", run="embedlab.scenarios.dispatch:run_multi_model", layout="per-model",
+            name="multi-model",
+            run="embedlab.scenarios.dispatch:run_multi_model",
+            layout="per-model",
             help="one burst per model: only that model's workers move",
             defaults={"requests": 10, "concurrency": 4},
         ),
         "failover": Scenario(
-            name="failover", run="embedlab.scenarios.resilience:run_failover", launches=True,
+            name="failover",
+            run="embedlab.scenarios.resilience:run_failover",
+            launches=True,
             help="a worker is SIGKILLed mid-burst: lost requests and time out of dispatch "
-                 "(asserted on embedded, reported on dynamo)",
+            "(asserted on embedded, reported on dynamo)",
             defaults={"requests": 200, "concurrency": 8},
         ),
         "failover-no-retries": Scenario(
-            name="failover-no-retries", run="embedlab.scenarios.resilience:run_failover_without_retries", deploys=True,
+            name="failover-no-retries",
+            run="embedlab.scenarios.resilience:run_failover_without_retries",
+            deploys=True,
             help="failover with the frontend's retries switched off (where it has a switch): what clients see",
             defaults={"requests": 200, "concurrency": 8},
         ),
         "drain": Scenario(
-            name="drain", run="embedlab.scenarios.resilience:run_drain", launches=True,
+            name="drain",
+            run="embedlab.scenarios.resilience:run_drain",
+            launches=True,
             help="a worker is taken out of dispatch while it keeps serving (the stack's own way): it must get "
-                 "nothing, and come back after",
+            "nothing, and come back after",
             defaults={"requests": 20, "concurrency": 4},
         ),
         "client-mistakes": Scenario(
-            name="client-mistakes", run="embedlab.scenarios.probes:run_client_mistakes",
+            name="client-mistakes",
+            run="embedlab.scenarios.probes:run_client_mistakes",
             help="unknown model, malformed body, missing field: each a 4xx with OpenAI error JSON, and valid "
-                 "traffic still flows right after a run of mistakes",
+            "traffic still flows right after a run of mistakes",
             defaults={"requests": 20, "concurrency": 4},
         ),
         "overhead": Scenario(
-            name="overhead", run="embedlab.scenarios.probes:run_overhead", launches=True,
+            name="overhead",
+            run="embedlab.scenarios.probes:run_overhead",
+            launches=True,
             help="latency and throughput through the frontend against straight to a worker, at c=1 and c=32 (reported)",
             defaults={"requests": 400},
         ),
         "partition": Scenario(
-            name="partition", run="embedlab.scenarios.cluster:run_partition", launches=True, stacks=("dynamo",),
+            name="partition",
+            run="embedlab.scenarios.cluster:run_partition",
+            launches=True,
+            stacks=("dynamo",),
             check=_needs_cluster,
             help="a worker's host drops off the network mid-traffic, then comes back: failures, the longest hang "
-                 "and the times to leave and rejoin dispatch are reported; recovery is asserted",
+            "and the times to leave and rejoin dispatch are reported; recovery is asserted",
             # 128 in flight: at 20 requests/s, requests that hang 5 s must not stall the traffic.
             defaults={"concurrency": 128, "restart": "on-exit", "lease_ttl": 5.0},
         ),
         "etcd-restart": Scenario(
-            name="etcd-restart", run="embedlab.scenarios.cluster:run_etcd_restart", launches=True, stacks=("dynamo",),
+            name="etcd-restart",
+            run="embedlab.scenarios.cluster:run_etcd_restart",
+            launches=True,
+            stacks=("dynamo",),
             check=_needs_etcd,
             help="etcd stops for 3 s mid-traffic and starts again: failures and whether dispatch went on are "
-                 "reported; recovery is asserted",
+            "reported; recovery is asserted",
             # The workers' 5 s leases lapse in the outage: they exit (Dynamo #3493), and the
             # restart policy brings them back. The frontend keeps Dynamo's 30 s lease.
             defaults={"concurrency": 128, "restart": "on-exit", "lease_ttl": 5.0},
         ),
         "lease-ttl-sweep": Scenario(
-            name="lease-ttl-sweep", run="embedlab.scenarios.cluster:run_ttl_sweep", deploys=True, stacks=("dynamo",),
+            name="lease-ttl-sweep",
+            run="embedlab.scenarios.cluster:run_ttl_sweep",
+            deploys=True,
+            stacks=("dynamo",),
             check=_needs_etcd,
             help="a worker is SIGKILLed at lease TTLs of 3, 5 and 10 s: time to leave dispatch and failed "
-                 "requests against the TTL (reported)",
+            "requests against the TTL (reported)",
             defaults={"concurrency": 128},
         ),
     },
@@ -165,8 +189,14 @@ def register_scenario(
     fields the caller left unset.
     """
     scenario = Scenario(
-        name=name, run=run, help=help or ((inspect.getdoc(run) or "").splitlines() or [""])[0],
-        defaults=dict(defaults or {}), layout=layout, launches=launches, stacks=stacks, deploys=deploys,
+        name=name,
+        run=run,
+        help=help or ((inspect.getdoc(run) or "").splitlines() or [""])[0],
+        defaults=dict(defaults or {}),
+        layout=layout,
+        launches=launches,
+        stacks=stacks,
+        deploys=deploys,
     )
     SCENARIOS.register(name, scenario, replace=replace)
     return scenario

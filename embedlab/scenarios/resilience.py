@@ -18,11 +18,11 @@ import httpx
 from .. import clients
 from ..checks import evaluate
 from ..deployment import Deployment
-from ..targets import Target
 from ..errors import ConfigError, CounterResetError
 from ..metrics import ascrape
-from ..traffic import RequestRecord, asend_burst, default_inputs, run_sync
 from ..stacks import get_stack
+from ..targets import Target
+from ..traffic import RequestRecord, asend_burst, default_inputs, run_sync
 from ..verdicts import Verdict
 from .bursts import BurstSpec, judge, run_burst, served_models, serving, workers_of
 from .results import Burst, DrainFigures, Event, FailoverFigures, ScenarioResult
@@ -38,7 +38,9 @@ DYNAMO_WATCH_S = 30.0
 
 def _launched(deployment: Deployment | Target, scenario: str) -> Deployment:
     if not isinstance(deployment, Deployment):
-        raise ConfigError(f"{scenario} changes a worker: it needs a deployment embedlab launched, not an attached one")
+        raise ConfigError(
+            f"{scenario} changes a worker: it needs a deployment embedlab launched, not an attached one"
+        )
     return deployment
 
 
@@ -96,7 +98,9 @@ def failover(
                 state["killed"] = time.perf_counter()
 
         async with clients.async_client(timeout=5.0) as client:
-            before = await asyncio.gather(*(ascrape(urls[i], metric=target.metric, client=client) for i in survivors))
+            before = await asyncio.gather(
+                *(ascrape(urls[i], metric=target.metric, client=client) for i in survivors)
+            )
             victim_before = await ascrape(urls[victim], metric=target.metric, client=client)
 
             async def watch() -> None:
@@ -113,51 +117,95 @@ def failover(
 
             watcher = asyncio.create_task(watch())
             traffic = await asend_burst(
-                deployment.frontend_url, model, requests, concurrency=concurrency, inputs=default_inputs(requests),
-                timeout=timeout, progress=progress, on_response=on_response,
+                deployment.frontend_url,
+                model,
+                requests,
+                concurrency=concurrency,
+                inputs=default_inputs(requests),
+                timeout=timeout,
+                progress=progress,
+                on_response=on_response,
             )
             await watcher
-            after = await asyncio.gather(*(ascrape(urls[i], metric=target.metric, client=client) for i in survivors))
+            after = await asyncio.gather(
+                *(ascrape(urls[i], metric=target.metric, client=client) for i in survivors)
+            )
         return traffic, before, after, victim_before, state
 
     traffic, before, after, victim_before, state = run_sync(run())
     killed_at = state["killed"] - traffic.origin if state["killed"] is not None else None
-    excluded_after = state["excluded"] - state["killed"] if state["excluded"] is not None and state["killed"] is not None else None
+    excluded_after = (
+        state["excluded"] - state["killed"]
+        if state["excluded"] is not None and state["killed"] is not None
+        else None
+    )
     failed = traffic.failures
     after_kill = [r for r in traffic.records if killed_at is not None and r.started + r.latency >= killed_at]
     figures = FailoverFigures(
-        victim=victim, kill_after_responses=kill_after, killed_at_s=killed_at, excluded_after_s=excluded_after,
-        lease_ttl_s=ttl if embedded else None, failed_requests=len(failed), responses_after_kill=len(after_kill),
-        errors_window_s=max(r.started + r.latency for r in failed) - killed_at if failed and killed_at is not None else 0.0,
-        asserted=strict, victim_counter_before=victim_before.value,
+        victim=victim,
+        kill_after_responses=kill_after,
+        killed_at_s=killed_at,
+        excluded_after_s=excluded_after,
+        lease_ttl_s=ttl if embedded else None,
+        failed_requests=len(failed),
+        responses_after_kill=len(after_kill),
+        errors_window_s=max(r.started + r.latency for r in failed) - killed_at
+        if failed and killed_at is not None
+        else 0.0,
+        asserted=strict,
+        victim_counter_before=victim_before.value,
     )
-    events = [] if killed_at is None else [Event(killed_at, "kill", f"worker {victim} {signal.Signals(sig).name}")]
+    events = (
+        [] if killed_at is None else [Event(killed_at, "kill", f"worker {victim} {signal.Signals(sig).name}")]
+    )
     if killed_at is not None and excluded_after is not None:
         events.append(Event(killed_at + excluded_after, "out of dispatch", f"worker {victim}"))
-    burst = Burst(name=model, model=model, expected=frozenset(survivors), traffic=traffic,
-                  expected_shares={i: 1 / len(survivors) for i in survivors})
+    burst = Burst(
+        name=model,
+        model=model,
+        expected=frozenset(survivors),
+        traffic=traffic,
+        expected_shares={i: 1 / len(survivors) for i in survivors},
+    )
     try:
         burst.check = evaluate([urls[i] for i in survivors], before, after, set(survivors), indices=survivors)
     except CounterResetError as exc:
         burst.inconclusive = f"counter reset on worker {exc.worker_index}"
     verdict, reasons = _failover_verdict(burst, figures, requests=requests, ttl=ttl)
     return ScenarioResult(
-        scenario="failover", stack=deployment.spec.stack,
-        params={"requests": requests, "concurrency": concurrency, "kill_after": kill_after, "victim": victim, "model": model,
-                "signal": signal.Signals(sig).name},
-        workers=workers_of(deployment), bursts=[burst], verdict=verdict, reasons=reasons,
-        wall_seconds=time.monotonic() - started, events=events, failover=figures,
+        scenario="failover",
+        stack=deployment.spec.stack,
+        params={
+            "requests": requests,
+            "concurrency": concurrency,
+            "kill_after": kill_after,
+            "victim": victim,
+            "model": model,
+            "signal": signal.Signals(sig).name,
+        },
+        workers=workers_of(deployment),
+        bursts=[burst],
+        verdict=verdict,
+        reasons=reasons,
+        wall_seconds=time.monotonic() - started,
+        events=events,
+        failover=figures,
     )
 
 
-def _failover_verdict(burst: Burst, figures: FailoverFigures, *, requests: int, ttl: float) -> tuple[Verdict, list[str]]:
+def _failover_verdict(
+    burst: Burst, figures: FailoverFigures, *, requests: int, ttl: float
+) -> tuple[Verdict, list[str]]:
     if burst.inconclusive:
         return Verdict.INCONCLUSIVE, [f"{burst.name}: {burst.inconclusive}"]
     excluded = figures.excluded_after_s
     if not figures.asserted:
         # Nothing asserted: the figures are the result, and the summary line carries them.
         shown = "not within the watch" if excluded is None else f"{excluded * 1000:.0f} ms after the kill"
-        return Verdict.REPORTED, [f"{figures.failed_requests} of {requests} requests failed", f"out of dispatch {shown}"]
+        return Verdict.REPORTED, [
+            f"{figures.failed_requests} of {requests} requests failed",
+            f"out of dispatch {shown}",
+        ]
     reasons: list[str] = []
     failed = burst.traffic.failures
     if failed:
@@ -192,8 +240,12 @@ def drain(
         raise ConfigError(f"worker {victim} does not serve '{model}'")
     target = deployment.target()
     spec = BurstSpec(
-        name=f"{model} (worker {victim} drained)", model=model, expected=frozenset(i for i in indices if i != victim),
-        requests=requests, concurrency=concurrency, inputs=default_inputs(requests),
+        name=f"{model} (worker {victim} drained)",
+        model=model,
+        expected=frozenset(i for i in indices if i != victim),
+        requests=requests,
+        concurrency=concurrency,
+        inputs=default_inputs(requests),
     )
     started = time.monotonic()
     since = len(deployment.events)
@@ -207,9 +259,15 @@ def drain(
     origin = burst.traffic.origin
     events = [Event(e.at - origin, e.kind, e.detail) for e in deployment.events[since:]]
     return ScenarioResult(
-        scenario="drain", stack=deployment.spec.stack, params={"requests": requests, "victim": victim, "model": model},
-        workers=workers_of(deployment), bursts=[burst], verdict=verdict, reasons=reasons,
-        wall_seconds=time.monotonic() - started, events=events,
+        scenario="drain",
+        stack=deployment.spec.stack,
+        params={"requests": requests, "victim": victim, "model": model},
+        workers=workers_of(deployment),
+        bursts=[burst],
+        verdict=verdict,
+        reasons=reasons,
+        wall_seconds=time.monotonic() - started,
+        events=events,
         drain=DrainFigures(victim=victim, victim_delta=burst.delta(victim), resumed=resume),
     )
 
@@ -217,7 +275,7 @@ def drain(
 # -- as registered scenarios: run(target, plan) -------------------------------------------------
 
 
-def run_failover_without_retries(target: None, plan: "ScenarioPlan") -> ScenarioResult:
+def run_failover_without_retries(target: None, plan: ScenarioPlan) -> ScenarioResult:
     """Failover with the frontend's retries switched off, where it has a switch."""
     from .plans import run_scenario  # the plan it launches is a failover's
 
@@ -228,16 +286,24 @@ def run_failover_without_retries(target: None, plan: "ScenarioPlan") -> Scenario
     return result
 
 
-def run_failover(target: Deployment | Target, plan: "ScenarioPlan") -> ScenarioResult:
+def run_failover(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
     return failover(
-        _launched(target, "failover"), requests=plan.requests, concurrency=plan.concurrency,  # type: ignore[arg-type]
-        kill_after=plan.kill_after, victim=plan.victim, model=plan.models[0] if plan.models else None,
+        _launched(target, "failover"),
+        requests=plan.requests,
+        concurrency=plan.concurrency,  # type: ignore[arg-type]
+        kill_after=plan.kill_after,
+        victim=plan.victim,
+        model=plan.models[0] if plan.models else None,
         progress=plan.progress,
     )
 
 
-def run_drain(target: Deployment | Target, plan: "ScenarioPlan") -> ScenarioResult:
+def run_drain(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
     return drain(
-        _launched(target, "drain"), victim=plan.victim, requests=plan.requests, concurrency=plan.concurrency,  # type: ignore[arg-type]
-        model=plan.models[0] if plan.models else None, progress=plan.progress,
+        _launched(target, "drain"),
+        victim=plan.victim,
+        requests=plan.requests,
+        concurrency=plan.concurrency,  # type: ignore[arg-type]
+        model=plan.models[0] if plan.models else None,
+        progress=plan.progress,
     )

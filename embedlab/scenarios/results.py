@@ -6,9 +6,10 @@ beyond the one-line `summary()`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..checks import CheckResult
 from ..jsonio import write_json
@@ -16,8 +17,17 @@ from ..traffic import BurstResult, latency_ms
 from ..verdicts import Verdict
 
 __all__ = [
-    "Burst", "CounterSample", "DrainFigures", "Event", "FailoverFigures", "FaultFigures", "MistakeAnswer",
-    "OverheadFigures", "ScenarioResult", "TtlPoint", "WorkerInfo",
+    "Burst",
+    "CounterSample",
+    "DrainFigures",
+    "Event",
+    "FailoverFigures",
+    "FaultFigures",
+    "MistakeAnswer",
+    "OverheadFigures",
+    "ScenarioResult",
+    "TtlPoint",
+    "WorkerInfo",
 ]
 
 
@@ -64,10 +74,14 @@ class Burst:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "model": self.model, "expected": sorted(self.expected),
+            "name": self.name,
+            "model": self.model,
+            "expected": sorted(self.expected),
             "expected_shares": {str(i): s for i, s in sorted(self.expected_shares.items())},
-            "check": self.check.to_json() if self.check else None, "inconclusive": self.inconclusive,
-            "traffic": self.traffic.to_json(), "deltas": [r.delta for r in self.check.rows] if self.check else None,
+            "check": self.check.to_json() if self.check else None,
+            "inconclusive": self.inconclusive,
+            "traffic": self.traffic.to_json(),
+            "deltas": [r.delta for r in self.check.rows] if self.check else None,
         }
 
 
@@ -185,7 +199,9 @@ class ScenarioResult:
     samples: list[CounterSample] = field(default_factory=list)  # counters polled through a fault
     mistakes: list[MistakeAnswer] = field(default_factory=list)
     overhead: OverheadFigures | None = None
-    discovered: list[dict[str, Any]] = field(default_factory=list)  # instances etcd lists (attach --etcd-endpoints)
+    discovered: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # instances etcd lists (attach --etcd-endpoints)
     startup_seconds: dict[str, float] = field(default_factory=dict)
     run_dir: str | None = None
 
@@ -225,11 +241,20 @@ class ScenarioResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "scenario": self.scenario, "stack": self.stack, "verdict": self.verdict, "passed": self.passed,
-            "ok": self.ok, "reasons": self.reasons, "params": self.params,
-            "workers": [asdict(w) for w in self.workers], "wall_seconds": self.wall_seconds,
-            "startup_seconds": self.startup_seconds, "run_dir": self.run_dir, "latency_ms": self.latency_ms(),
-            "p_values": self.p_values, "bursts": [b.to_json() for b in self.bursts],
+            "scenario": self.scenario,
+            "stack": self.stack,
+            "verdict": self.verdict,
+            "passed": self.passed,
+            "ok": self.ok,
+            "reasons": self.reasons,
+            "params": self.params,
+            "workers": [asdict(w) for w in self.workers],
+            "wall_seconds": self.wall_seconds,
+            "startup_seconds": self.startup_seconds,
+            "run_dir": self.run_dir,
+            "latency_ms": self.latency_ms(),
+            "p_values": self.p_values,
+            "bursts": [b.to_json() for b in self.bursts],
             "events": [asdict(e) for e in self.events],
             "failover": asdict(self.failover) if self.failover else None,
             "drain": asdict(self.drain) if self.drain else None,

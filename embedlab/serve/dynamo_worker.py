@@ -12,14 +12,15 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 from ..defaults import DISCOVERY, DISCOVERY_ENV, REQUEST_PLANE, REQUEST_PLANE_ENV
 from ..engines import EngineOptions, InvalidInput, check_dimensions, create_engine
 from ..errors import EngineError
-from .openai import ApiError, parse_inputs
 from .instances import validate_endpoint
+from .openai import ApiError, parse_inputs
 
 log = logging.getLogger("embedlab.dynamo_worker")
 
@@ -46,10 +47,19 @@ def _response(model: str, vectors: Any, prompt_tokens: int) -> dict[str, Any]:
     # base64 float32 is what Dynamo's own vLLM handler yields: the frontend then answers
     # floats or base64 as the client asked. A float list would ignore a base64 request.
     data = [
-        {"object": "embedding", "index": i, "embedding": base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii")}
+        {
+            "object": "embedding",
+            "index": i,
+            "embedding": base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii"),
+        }
         for i, v in enumerate(vectors)
     ]
-    return {"object": "list", "model": model, "data": data, "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}
+    return {
+        "object": "list",
+        "model": model,
+        "data": data,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    }
 
 
 async def run(config: DynamoWorkerConfig) -> int:
@@ -74,14 +84,18 @@ async def run(config: DynamoWorkerConfig) -> int:
         await engine.close()
         return 1
 
-    runtime = DistributedRuntime(loop, os.environ.get(DISCOVERY_ENV, DISCOVERY), os.environ.get(REQUEST_PLANE_ENV, REQUEST_PLANE))
+    runtime = DistributedRuntime(
+        loop, os.environ.get(DISCOVERY_ENV, DISCOVERY), os.environ.get(REQUEST_PLANE_ENV, REQUEST_PLANE)
+    )
     endpoint = runtime.endpoint(config.endpoint)
 
     # The parameter must be named `context`: Dynamo passes it by that name.
     async def handler(request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
         try:
             if request.get("model") not in (None, config.served_model_name):
-                raise ApiError(404, f"this worker serves '{config.served_model_name}', not '{request.get('model')}'")
+                raise ApiError(
+                    404, f"this worker serves '{config.served_model_name}', not '{request.get('model')}'"
+                )
             inputs = parse_inputs(request.get("input"))
             dimensions = request.get("dimensions")
             check_dimensions(engine, dimensions)
@@ -117,8 +131,14 @@ async def run(config: DynamoWorkerConfig) -> int:
         nonlocal exit_code
         try:
             await register_model(
-                ModelInput.Text, ModelType.Embedding, endpoint, config.served_model_name, config.served_model_name,
-                worker_type=WorkerType.Aggregated, needs=[], skip_model_assets=True,
+                ModelInput.Text,
+                ModelType.Embedding,
+                endpoint,
+                config.served_model_name,
+                config.served_model_name,
+                worker_type=WorkerType.Aggregated,
+                needs=[],
+                skip_model_assets=True,
             )
         except Exception as exc:
             # The conflict message is Dynamo's own; print it and exit non-zero, as embedded workers do.
@@ -129,12 +149,17 @@ async def run(config: DynamoWorkerConfig) -> int:
         # Ready means registered: /health turns 200 only now.
         runtime.set_health_status(True)
         log.warning(
-            "dynamo worker ready: model %s on %s, instance %x", config.served_model_name, config.endpoint, endpoint.connection_id()
+            "dynamo worker ready: model %s on %s, instance %x",
+            config.served_model_name,
+            config.endpoint,
+            endpoint.connection_id(),
         )
 
     try:
         await asyncio.gather(
-            endpoint.serve_endpoint(handler, graceful_shutdown=True, metrics_labels=[("model", config.served_model_name)]),
+            endpoint.serve_endpoint(
+                handler, graceful_shutdown=True, metrics_labels=[("model", config.served_model_name)]
+            ),
             register(),
         )
     finally:

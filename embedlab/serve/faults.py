@@ -14,8 +14,8 @@ Off by default. Each fault mimics a real dispatch bug:
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..errors import ConfigError
 from .instances import Instance, InstanceTable
@@ -98,7 +98,9 @@ class FaultInjector:
         ghosts = self._ghosts.get(model)
         return live + ghosts if ghosts else live
 
-    def pick(self, model: str, live: Sequence[Instance], policy: Policy, instances: InstanceTable) -> Instance:
+    def pick(
+        self, model: str, live: Sequence[Instance], policy: Policy, instances: InstanceTable
+    ) -> Instance:
         if "leak" in self.faults:
             debt = self._leak_debt.get(model, 0.0) + self.faults["leak"]
             if debt >= 1.0 - 1e-9:

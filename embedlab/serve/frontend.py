@@ -13,8 +13,8 @@ import hmac
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -24,8 +24,8 @@ from ..defaults import LEASE_TTL_S, MAX_BODY_BYTES, REQUEST_TIMEOUT_S, TOKEN_ENV
 from ..errors import ConfigError
 from .faults import Fault, FaultInjector
 from .http import error_response, is_loopback_host, json_response, make_app, start_site
-from .openai import WORKER_HEADER, ApiError, bad_request, loads, parse_embedding_request
 from .instances import Instance, InstanceTable, RegistrationConflict
+from .openai import WORKER_HEADER, ApiError, bad_request, loads, parse_embedding_request
 from .router import make_policy
 from .upstream import UpstreamClient, UpstreamError, WorkerUrlError, parse_worker_url
 
@@ -60,17 +60,26 @@ class _Metrics:
     def __init__(self, instances: InstanceTable) -> None:
         self.prom = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
-            "embedlab_frontend_requests", "Requests to /v1/embeddings by model and status code.",
-            ["model", "status"], registry=self.prom,
+            "embedlab_frontend_requests",
+            "Requests to /v1/embeddings by model and status code.",
+            ["model", "status"],
+            registry=self.prom,
         )
         self.duration = Histogram(
-            "embedlab_frontend_request_duration_seconds", "Time to answer /v1/embeddings.", ["model"],
+            "embedlab_frontend_request_duration_seconds",
+            "Time to answer /v1/embeddings.",
+            ["model"],
             registry=self.prom,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
-        self.inflight = Gauge("embedlab_frontend_inflight_requests", "Requests being answered.", registry=self.prom)
+        self.inflight = Gauge(
+            "embedlab_frontend_inflight_requests", "Requests being answered.", registry=self.prom
+        )
         self.retries = Counter(
-            "embedlab_frontend_retries", "Requests retried on another instance.", ["model"], registry=self.prom
+            "embedlab_frontend_retries",
+            "Requests retried on another instance.",
+            ["model"],
+            registry=self.prom,
         )
         self.prom.register(_LiveInstances(instances))
 
@@ -126,8 +135,15 @@ class Frontend:
         self._runner, self.port = await start_site(self.app, self.config.host, self.config.port)
         self._sweeper = asyncio.create_task(self._sweep())
         if self.faults:
-            log.warning("FAULT INJECTION IS ON: %s. This frontend routes wrongly on purpose.", self.faults.describe())
-        log.info("frontend listening on http://%s:%d (router %s)", self.config.host, self.port, self.config.router_mode)
+            log.warning(
+                "FAULT INJECTION IS ON: %s. This frontend routes wrongly on purpose.", self.faults.describe()
+            )
+        log.info(
+            "frontend listening on http://%s:%d (router %s)",
+            self.config.host,
+            self.port,
+            self.config.router_mode,
+        )
         return self.port
 
     async def close(self) -> None:
@@ -184,14 +200,24 @@ class Frontend:
             live = self.faults.candidates(model, live)
         if not live:
             if self.instances.is_known(model):
-                raise ApiError(503, f"Model '{model}' has no live instance", type="service_unavailable", code="no_live_instance")
+                raise ApiError(
+                    503,
+                    f"Model '{model}' has no live instance",
+                    type="service_unavailable",
+                    code="no_live_instance",
+                )
             served = ", ".join(self.instances.models()) or "none"
             raise ApiError(
-                404, f"The model '{model}' does not exist. Served models: {served}", type="not_found_error",
-                param="model", code="model_not_found",
+                404,
+                f"The model '{model}' does not exist. Served models: {served}",
+                type="not_found_error",
+                param="model",
+                code="model_not_found",
             )
         if self.faults and self.faults.should_drop():
-            raise ApiError(503, "Dropped by fault injection (drop)", type="service_unavailable", code="fault_drop")
+            raise ApiError(
+                503, "Dropped by fault injection (drop)", type="service_unavailable", code="fault_drop"
+            )
         failure = ""
         candidates: Sequence[Instance] = live
         for attempt in range(2):
@@ -209,7 +235,12 @@ class Frontend:
                 candidates = [i for i in self.instances.live(model) if i is not instance]
                 if not candidates:
                     break
-        raise ApiError(502, f"No instance of '{model}' could answer: {failure}", type="upstream_error", code="upstream_failed")
+        raise ApiError(
+            502,
+            f"No instance of '{model}' could answer: {failure}",
+            type="upstream_error",
+            code="upstream_failed",
+        )
 
     async def _forward(self, instance: Instance, body: bytes, live: Sequence[Instance]) -> web.Response | str:
         """Send the body to one instance; a Response to relay, or why the instance failed."""
@@ -229,15 +260,21 @@ class Frontend:
         finally:
             instance.inflight -= 1
         if upstream.status >= 500:
-            return f"{instance.label} answered {upstream.status}: {upstream.body[:200].decode(errors='replace')}"
+            return (
+                f"{instance.label} answered {upstream.status}: {upstream.body[:200].decode(errors='replace')}"
+            )
         return web.Response(
-            body=upstream.body, status=upstream.status,
+            body=upstream.body,
+            status=upstream.status,
             headers={"Content-Type": upstream.content_type, WORKER_HEADER: instance.label},
         )
 
     async def models(self, request: web.Request) -> web.Response:
         now = int(time.time())
-        data = [{"id": m, "object": "model", "created": now, "owned_by": "embedlab"} for m in self.instances.models()]
+        data = [
+            {"id": m, "object": "model", "created": now, "owned_by": "embedlab"}
+            for m in self.instances.models()
+        ]
         return json_response({"object": "list", "data": data})
 
     async def health(self, request: web.Request) -> web.Response:
@@ -252,7 +289,9 @@ class Frontend:
         )
 
     async def metrics_text(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.metrics.prom), content_type="text/plain", charset="utf-8")
+        return web.Response(
+            body=generate_latest(self.metrics.prom), content_type="text/plain", charset="utf-8"
+        )
 
     # -- registry -----------------------------------------------------------------------
 
@@ -262,7 +301,12 @@ class Frontend:
             return
         given = request.headers.get("Authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            raise ApiError(401, "The registry needs 'Authorization: Bearer <token>'", type="authentication_error", code="invalid_token")
+            raise ApiError(
+                401,
+                "The registry needs 'Authorization: Bearer <token>'",
+                type="authentication_error",
+                code="invalid_token",
+            )
 
     async def register(self, request: web.Request) -> web.Response:
         self._authorize(request)
@@ -270,7 +314,10 @@ class Frontend:
         if not isinstance(payload, dict):
             raise bad_request("A registration must be a JSON object")
         fields = {
-            "instance_id": str, "endpoint": str, "model": str, "url": str,
+            "instance_id": str,
+            "endpoint": str,
+            "model": str,
+            "url": str,
         }
         for name, kind in fields.items():
             if not isinstance(payload.get(name), kind) or not payload[name]:
@@ -292,32 +339,57 @@ class Frontend:
         # malformed: 'http://127.0.0.1@example.com:9' is a remote worker in disguise.
         if host is not None and not self.config.allow_remote_workers and not is_loopback_host(host):
             raise ApiError(
-                403, f"Worker URL {url} is not on loopback; start the frontend with --allow-remote-workers to accept it",
-                type="permission_error", param="url", code="remote_worker_refused",
+                403,
+                f"Worker URL {url} is not on loopback; start the frontend with --allow-remote-workers to accept it",
+                type="permission_error",
+                param="url",
+                code="remote_worker_refused",
             )
         if invalid is not None:
-            raise bad_request(f"Bad 'url': {invalid}; it must be http://host:port, optionally with a trailing '/'", param="url")
+            raise bad_request(
+                f"Bad 'url': {invalid}; it must be http://host:port, optionally with a trailing '/'",
+                param="url",
+            )
         pid = payload.get("pid")
         max_len = payload.get("max_model_len")
         try:
             instance = self.instances.register(
-                instance_id=payload["instance_id"], endpoint=payload["endpoint"], model=payload["model"], url=url,
-                weight=float(weight), pid=pid if isinstance(pid, int) else None,
+                instance_id=payload["instance_id"],
+                endpoint=payload["endpoint"],
+                model=payload["model"],
+                url=url,
+                weight=float(weight),
+                pid=pid if isinstance(pid, int) else None,
                 max_model_len=max_len if isinstance(max_len, int) else None,
             )
         except RegistrationConflict as exc:
             log.error("%s", exc.message)
-            raise ApiError(409, exc.message, type="conflict_error", param="model", code="registration_conflict") from None
+            raise ApiError(
+                409, exc.message, type="conflict_error", param="model", code="registration_conflict"
+            ) from None
         except ValueError as exc:
             raise bad_request(str(exc)) from None
-        log.info("registered %s (model %s, weight %g, %s)", instance.label, instance.model, instance.weight, instance.url)
-        return json_response({"instance_id": instance.instance_id, "lease_ttl_s": self.instances.ttl}, status=201)
+        log.info(
+            "registered %s (model %s, weight %g, %s)",
+            instance.label,
+            instance.model,
+            instance.weight,
+            instance.url,
+        )
+        return json_response(
+            {"instance_id": instance.instance_id, "lease_ttl_s": self.instances.ttl}, status=201
+        )
 
     async def heartbeat(self, request: web.Request) -> web.Response:
         self._authorize(request)
         instance_id = request.match_info["instance_id"]
         if not self.instances.heartbeat(instance_id):
-            raise ApiError(404, f"No live lease for instance {instance_id}; register again", type="not_found_error", code="lease_unknown")
+            raise ApiError(
+                404,
+                f"No live lease for instance {instance_id}; register again",
+                type="not_found_error",
+                code="lease_unknown",
+            )
         return json_response({"instance_id": instance_id, "lease_ttl_s": self.instances.ttl})
 
     async def deregister(self, request: web.Request) -> web.Response:

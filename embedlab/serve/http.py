@@ -9,7 +9,8 @@ import os
 import signal
 import socket
 import sys
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -29,7 +30,12 @@ def error_response(error: ApiError) -> web.Response:
     return web.Response(body=error.body(), status=error.status, content_type=JSON)
 
 
-_ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 413: "invalid_request_error"}
+_ERROR_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+}
 
 
 def closing_error(status: int, message: str, *, code: str) -> web.Response:
@@ -41,7 +47,9 @@ def closing_error(status: int, message: str, *, code: str) -> web.Response:
 
 
 @web.middleware
-async def openai_errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+async def openai_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
     """Answer every failure as OpenAI error JSON; a client mistake never becomes a 500."""
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
     if encoding not in ("", "identity") and request.body_exists:
@@ -49,7 +57,8 @@ async def openai_errors(request: web.Request, handler: Callable[[web.Request], A
         # decompression hangs request.read() forever on a truncated deflate stream, and
         # answers other bad encodings in plain text before any handler runs.
         return closing_error(
-            415, f"Content-Encoding {encoding[:40]!r} is not supported; send the JSON body uncompressed",
+            415,
+            f"Content-Encoding {encoding[:40]!r} is not supported; send the JSON body uncompressed",
             code="unsupported_content_encoding",
         )
     try:
@@ -68,7 +77,9 @@ async def openai_errors(request: web.Request, handler: Callable[[web.Request], A
         # Raised by request.read() when the body cannot be read (a broken chunked stream):
         # the client's fault, and the connection's framing is lost, so close it rather
         # than read the next request from the debris.
-        return closing_error(400, f"The request body could not be read: {' '.join(str(exc).split())}"[:300], code="400")
+        return closing_error(
+            400, f"The request body could not be read: {' '.join(str(exc).split())}"[:300], code="400"
+        )
     except (asyncio.CancelledError, KeyboardInterrupt):
         raise
     except Exception:
@@ -87,13 +98,15 @@ def make_app(*, client_max_size: int = 1 << 20) -> web.Application:
         # the limit first: 8 MiB per request, which the soak saw as 15 MiB swings of RSS.
         if request.content_length is not None and request.content_length > client_max_size:
             return closing_error(
-                413, f"The request body is too large: {request.content_length} bytes, the limit is {client_max_size}",
+                413,
+                f"The request body is too large: {request.content_length} bytes, the limit is {client_max_size}",
                 code="413",
             )
         return await handler(request)
 
     return web.Application(
-        middlewares=[openai_errors, declared_size], client_max_size=client_max_size,
+        middlewares=[openai_errors, declared_size],
+        client_max_size=client_max_size,
         handler_args={"access_log": None, "auto_decompress": False},
     )
 
@@ -116,7 +129,9 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         try:
-            return all(ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(host, None))
+            return all(
+                ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(host, None)
+            )
         except (OSError, ValueError):  # UnicodeError (idna) and NUL bytes are ValueErrors
             return False
 

@@ -7,8 +7,8 @@ lease expiry) are unit-tested without a server.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from ..defaults import LEASE_TTL_S
 from ..errors import ConfigError

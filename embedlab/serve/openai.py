@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..defaults import WORKER_HEADER
 
-__all__ = ["WORKER_HEADER", "ApiError", "bad_request", "decode_embedding", "embedding_response", "loads", "parse_embedding_request"]
+__all__ = [
+    "WORKER_HEADER",
+    "ApiError",
+    "bad_request",
+    "decode_embedding",
+    "embedding_response",
+    "loads",
+    "parse_embedding_request",
+]
 
 if TYPE_CHECKING:  # numpy is imported where vectors are encoded: the frontend never needs it
     import numpy as np
@@ -93,7 +102,9 @@ def _token_list(value: list[Any], where: str) -> list[int]:
                 param="input",
             )
         if token > MAX_TOKEN_ID:
-            raise bad_request(f"'{where}' has token id {token}, above the largest allowed, {MAX_TOKEN_ID}", param="input")
+            raise bad_request(
+                f"'{where}' has token id {token}, above the largest allowed, {MAX_TOKEN_ID}", param="input"
+            )
     return value
 
 
@@ -117,7 +128,9 @@ def parse_inputs(raw: object) -> Inputs:
     if isinstance(first, str):
         for i, item in enumerate(raw):
             if not isinstance(item, str):
-                raise bad_request(f"'input[{i}]' must be a string like input[0], got {type(item).__name__}", param="input")
+                raise bad_request(
+                    f"'input[{i}]' must be a string like input[0], got {type(item).__name__}", param="input"
+                )
             if not item:
                 raise bad_request(f"'input[{i}]' must not be an empty string", param="input")
         return raw
@@ -165,7 +178,8 @@ def parse_embedding_request(body: bytes) -> EmbeddingRequest:
         encoding_format = "float"
     elif encoding_format not in ("float", "base64"):
         raise bad_request(
-            f"'encoding_format' must be 'float' or 'base64', got {str(encoding_format)[:50]!r}", param="encoding_format"
+            f"'encoding_format' must be 'float' or 'base64', got {str(encoding_format)[:50]!r}",
+            param="encoding_format",
         )
     dimensions = payload.get("dimensions")
     if dimensions is not None and (not _is_int(dimensions) or dimensions < 1):
@@ -173,16 +187,22 @@ def parse_embedding_request(body: bytes) -> EmbeddingRequest:
     user = payload.get("user")
     if user is not None and not isinstance(user, str):
         raise bad_request(f"'user' must be a string, got {type(user).__name__}", param="user")
-    return EmbeddingRequest(model=model, inputs=inputs, encoding_format=encoding_format, dimensions=dimensions)
+    return EmbeddingRequest(
+        model=model, inputs=inputs, encoding_format=encoding_format, dimensions=dimensions
+    )
 
 
 def embedding_response(
-    *, model: str, vectors: "Sequence[np.ndarray] | np.ndarray", prompt_tokens: int, encoding_format: str = "float"
+    *,
+    model: str,
+    vectors: Sequence[np.ndarray] | np.ndarray,
+    prompt_tokens: int,
+    encoding_format: str = "float",
 ) -> bytes:
     """Serialise an OpenAI embeddings response body."""
     import numpy as np  # once per response, not per vector; never at import: the frontend uses this module too
 
-    def encode(vector: "np.ndarray") -> list[float] | str:
+    def encode(vector: np.ndarray) -> list[float] | str:
         if encoding_format == "base64":
             # OpenAI's base64 format: little-endian float32 bytes.
             return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
@@ -206,7 +226,7 @@ def dumps(payload: Any) -> bytes:
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
-def decode_embedding(value: list[float] | str) -> "np.ndarray":
+def decode_embedding(value: list[float] | str) -> np.ndarray:
     """Turn one `data[i].embedding` (float list or base64) back into float32."""
     import numpy as np
 

@@ -51,7 +51,9 @@ def parse_worker_url(url: str) -> tuple[str, int]:
         raise WorkerUrlError(f"worker URL {url!r} does not parse: {exc}") from None
     host = parts.hostname
     if parts.scheme != "http":
-        raise WorkerUrlError(f"worker URL {url!r} must be http:// (the upstream client speaks plain HTTP)", host)
+        raise WorkerUrlError(
+            f"worker URL {url!r} must be http:// (the upstream client speaks plain HTTP)", host
+        )
     if not host:
         raise WorkerUrlError(f"worker URL {url!r} has no host")
     if "@" in parts.netloc:
@@ -80,7 +82,7 @@ class UpstreamResponse:
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; answers one request at a time."""
 
-    def __init__(self, pool: "_Pool") -> None:
+    def __init__(self, pool: _Pool) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
@@ -234,7 +236,7 @@ class _Pool:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(lambda: _Connection(self), self.host, self.port), timeout
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise UpstreamError(f"cannot connect to {self.host}:{self.port} within {timeout:g} s") from None
         except OSError as exc:
             raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}") from None

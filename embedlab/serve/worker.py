@@ -23,8 +23,8 @@ from ..defaults import LEASE_TTL_S, MAX_BODY_BYTES, METRIC, WORKER_HEADER
 from ..engines import EngineOptions, InvalidInput, check_dimensions, create_engine
 from ..errors import ConfigError, EngineError
 from .http import error_response, json_response, make_app, start_site
-from .openai import ApiError, bad_request, embedding_response, parse_embedding_request
 from .instances import validate_endpoint
+from .openai import ApiError, bad_request, embedding_response, parse_embedding_request
 
 log = logging.getLogger("embedlab.worker")
 
@@ -34,7 +34,9 @@ EXIT_START_FAILED = 1
 # one path, so the stack that launches the worker says which.
 LOAD_FORMATS = {
     "vllm": lambda inflight: {"load": inflight},
-    "sglang": lambda inflight: [{"dp_rank": 0, "num_reqs": inflight, "num_waiting_reqs": 0, "num_tokens": inflight}],
+    "sglang": lambda inflight: [
+        {"dp_rank": 0, "num_reqs": inflight, "num_waiting_reqs": 0, "num_tokens": inflight}
+    ],
 }
 
 
@@ -68,7 +70,9 @@ class WorkerConfig:
         if self.weight <= 0:
             raise ConfigError(f"--weight must be positive, got {self.weight}")
         if self.load_format not in LOAD_FORMATS:
-            raise ConfigError(f"--load-format must be one of {', '.join(LOAD_FORMATS)}, got {self.load_format!r}")
+            raise ConfigError(
+                f"--load-format must be one of {', '.join(LOAD_FORMATS)}, got {self.load_format!r}"
+            )
 
     @property
     def labels(self) -> dict[str, str]:
@@ -94,15 +98,28 @@ class WorkerMetrics:
 
         # .labels() now, so every series is exported at 0 before the first request.
         # The counter every check reads (prometheus_client adds the _total suffix).
-        self.requests = counter(METRIC.removesuffix("_total"), "Requests this worker received.").labels(**labels)
-        self.errors = counter("dynamo_component_errors", "Requests this worker answered with an error.").labels(**labels)
-        self.request_bytes = counter("dynamo_component_request_bytes", "Request body bytes received.").labels(**labels)
-        self.response_bytes = counter("dynamo_component_response_bytes", "Response body bytes sent.").labels(**labels)
+        self.requests = counter(METRIC.removesuffix("_total"), "Requests this worker received.").labels(
+            **labels
+        )
+        self.errors = counter(
+            "dynamo_component_errors", "Requests this worker answered with an error."
+        ).labels(**labels)
+        self.request_bytes = counter("dynamo_component_request_bytes", "Request body bytes received.").labels(
+            **labels
+        )
+        self.response_bytes = counter("dynamo_component_response_bytes", "Response body bytes sent.").labels(
+            **labels
+        )
         self.duration = Histogram(
-            "dynamo_component_request_duration_seconds", "Time to answer a request.", names, registry=self.prom,
+            "dynamo_component_request_duration_seconds",
+            "Time to answer a request.",
+            names,
+            registry=self.prom,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         ).labels(**labels)
-        self.inflight = Gauge("dynamo_component_inflight_requests", "Requests being answered.", names, registry=self.prom).labels(**labels)
+        self.inflight = Gauge(
+            "dynamo_component_inflight_requests", "Requests being answered.", names, registry=self.prom
+        ).labels(**labels)
 
 
 class Worker:
@@ -119,7 +136,10 @@ class Worker:
                 web.post("/v1/embeddings", self.embeddings),
                 web.get("/health", self.health),
                 web.get("/v1/models", self.models),
-                *(web.get(path, self.server_info) for path in ("/get_server_info", "/server_info", "/get_model_info", "/model_info")),
+                *(
+                    web.get(path, self.server_info)
+                    for path in ("/get_server_info", "/server_info", "/get_model_info", "/model_info")
+                ),
                 web.get("/get_load", self.load),
             ]
         )
@@ -154,18 +174,25 @@ class Worker:
             parsed = parse_embedding_request(body)
             if parsed.model != self.config.served_model_name:
                 raise ApiError(
-                    404, f"The model '{parsed.model}' does not exist. Served models: {self.config.served_model_name}",
-                    type="not_found_error", param="model", code="model_not_found",
+                    404,
+                    f"The model '{parsed.model}' does not exist. Served models: {self.config.served_model_name}",
+                    type="not_found_error",
+                    param="model",
+                    code="model_not_found",
                 )
             check_dimensions(self.engine, parsed.dimensions)
             result = await self.engine.embed(parsed.inputs, dimensions=parsed.dimensions)
             payload = embedding_response(
-                model=self.config.served_model_name, vectors=result.vectors,
-                prompt_tokens=result.prompt_tokens, encoding_format=parsed.encoding_format,
+                model=self.config.served_model_name,
+                vectors=result.vectors,
+                prompt_tokens=result.prompt_tokens,
+                encoding_format=parsed.encoding_format,
             )
             metrics.response_bytes.inc(len(payload))
             # Routers pass a worker's headers on: through them, each response names its worker.
-            return web.Response(body=payload, content_type="application/json", headers={WORKER_HEADER: self.label})
+            return web.Response(
+                body=payload, content_type="application/json", headers={WORKER_HEADER: self.label}
+            )
         except ApiError as exc:
             metrics.errors.inc()
             return error_response(exc)
@@ -178,7 +205,9 @@ class Worker:
         except Exception as exc:  # an engine failure is the server's fault: a 500 the frontend may retry
             metrics.errors.inc()
             log.exception("engine failed")
-            return error_response(ApiError(500, f"The engine failed: {exc.__class__.__name__}: {exc}", type="server_error"))
+            return error_response(
+                ApiError(500, f"The engine failed: {exc.__class__.__name__}: {exc}", type="server_error")
+            )
         finally:
             metrics.inflight.dec()
             self.inflight -= 1
@@ -187,7 +216,9 @@ class Worker:
     # -- system port --------------------------------------------------------------------
 
     async def metrics_text(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.metrics.prom), content_type="text/plain", charset="utf-8")
+        return web.Response(
+            body=generate_latest(self.metrics.prom), content_type="text/plain", charset="utf-8"
+        )
 
     async def health(self, request: web.Request) -> web.Response:
         payload = {
@@ -215,7 +246,9 @@ class Worker:
 
     async def server_info(self, request: web.Request) -> web.Response:
         # served_model_name alone: with a model_path, sglang-router tries to download a tokenizer.
-        return json_response({"served_model_name": self.config.served_model_name, "max_model_len": self.engine.max_model_len})
+        return json_response(
+            {"served_model_name": self.config.served_model_name, "max_model_len": self.engine.max_model_len}
+        )
 
     async def load(self, request: web.Request) -> web.Response:
         return json_response(LOAD_FORMATS[self.config.load_format](self.inflight))
@@ -238,7 +271,9 @@ class Worker:
         """Register again after a drain."""
         if self.state == "draining":
             if not self.config.standalone:
-                self.lease_ttl = await self._register(deadline=time.monotonic() + self.config.register_timeout)
+                self.lease_ttl = await self._register(
+                    deadline=time.monotonic() + self.config.register_timeout
+                )
             self.state = "ready"
             log.info("resumed: registered again")
         return json_response({"state": self.state}, status=200 if self.state == "ready" else 409)
@@ -265,7 +300,10 @@ class Worker:
         self.state = "ready"
         log.info(
             "worker ready: model %s on %s, instance %s, request plane %s",
-            cfg.served_model_name, cfg.endpoint, cfg.instance_id, self.url,
+            cfg.served_model_name,
+            cfg.endpoint,
+            cfg.instance_id,
+            self.url,
         )
 
     async def _register(self, *, deadline: float) -> float:
@@ -273,8 +311,13 @@ class Worker:
         assert self._session is not None
         cfg = self.config
         payload = {
-            "instance_id": cfg.instance_id, "endpoint": cfg.endpoint, "model": cfg.served_model_name,
-            "url": self.url, "weight": cfg.weight, "pid": os.getpid(), "max_model_len": self.engine.max_model_len,
+            "instance_id": cfg.instance_id,
+            "endpoint": cfg.endpoint,
+            "model": cfg.served_model_name,
+            "url": self.url,
+            "weight": cfg.weight,
+            "pid": os.getpid(),
+            "max_model_len": self.engine.max_model_len,
         }
         delay = 0.01
         while True:
@@ -285,9 +328,13 @@ class Worker:
                     body = await resp.json(content_type=None)
                     if resp.status == 201:
                         return float(body.get("lease_ttl_s", LEASE_TTL_S))
-                    message = body.get("error", {}).get("message", str(body)) if isinstance(body, dict) else str(body)
+                    message = (
+                        body.get("error", {}).get("message", str(body))
+                        if isinstance(body, dict)
+                        else str(body)
+                    )
                     raise RegistrationRefused(resp.status, message)
-            except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientConnectionError) as exc:
                 if time.monotonic() > deadline:
                     raise EngineError(f"could not reach the frontend at {cfg.frontend_url}: {exc}") from exc
                 await asyncio.sleep(delay)
@@ -313,7 +360,7 @@ class Worker:
                 self.exit_code = EXIT_CONFLICT if exc.status == 409 else EXIT_START_FAILED
                 self.fatal.set()
                 return
-            except (aiohttp.ClientError, asyncio.TimeoutError, EngineError) as exc:
+            except (TimeoutError, aiohttp.ClientError, EngineError) as exc:
                 log.warning("heartbeat failed: %s", exc)
 
     async def _deregister(self) -> None:
@@ -323,10 +370,11 @@ class Worker:
         try:
             async with self._session.delete(
                 f"{self.config.frontend_url.rstrip('/')}/registry/instances/{self.config.instance_id}",
-                headers=self._auth(), timeout=aiohttp.ClientTimeout(total=1),
+                headers=self._auth(),
+                timeout=aiohttp.ClientTimeout(total=1),
             ):
                 pass
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             pass  # the lease lapses on its own
 
     async def close(self) -> None:

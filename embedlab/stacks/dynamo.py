@@ -28,7 +28,10 @@ ROUTER_MODES = {"weighted-random": "random", "round-robin": "round-robin", "leas
 
 
 def dynamo_installed() -> bool:
-    return importlib.util.find_spec("dynamo") is not None and importlib.util.find_spec("dynamo.frontend") is not None
+    return (
+        importlib.util.find_spec("dynamo") is not None
+        and importlib.util.find_spec("dynamo.frontend") is not None
+    )
 
 
 class DynamoStack:
@@ -41,15 +44,21 @@ class DynamoStack:
         if any(w.weight != 1.0 for w in spec.workers):
             raise ConfigError("the dynamo stack has no per-worker weights; leave every weight at 1")
         if spec.router_mode is not None and spec.router_mode not in ROUTER_MODES:
-            raise ConfigError(f"router mode {spec.router_mode!r} has no Dynamo counterpart; choose from {', '.join(ROUTER_MODES)}")
+            raise ConfigError(
+                f"router mode {spec.router_mode!r} has no Dynamo counterpart; choose from {', '.join(ROUTER_MODES)}"
+            )
         if spec.hosts > 1 and spec.discovery != "etcd":
-            raise ConfigError(f"hosts={spec.hosts} needs discovery='etcd': file discovery is one machine's shared folder")
+            raise ConfigError(
+                f"hosts={spec.hosts} needs discovery='etcd': file discovery is one machine's shared folder"
+            )
         if spec.hosts > 1 and not can_make_namespaces():
             raise ConfigError(
                 f"hosts={spec.hosts} needs network namespaces: run as root (or with CAP_NET_ADMIN and CAP_SYS_ADMIN), or use hosts=1"
             )
         if spec.discovery == "etcd" and spec.lease_ttl < 1:
-            raise ConfigError(f"etcd leases last whole seconds: lease_ttl must be at least 1, got {spec.lease_ttl:g}")
+            raise ConfigError(
+                f"etcd leases last whole seconds: lease_ttl must be at least 1, got {spec.lease_ttl:g}"
+            )
 
     def prepare(self, ctx: StackContext) -> dict[str, str]:
         if not dynamo_installed():
@@ -58,8 +67,11 @@ class DynamoStack:
         tmp = ctx.run_dir / "tmp"
         tmp.mkdir(parents=True, exist_ok=True)
         env = {
-            DISCOVERY_ENV: ctx.spec.discovery, REQUEST_PLANE_ENV: REQUEST_PLANE, "DYN_LOG": "warn",
-            "DYN_NAMESPACE": ctx.namespace, "TMPDIR": str(tmp),
+            DISCOVERY_ENV: ctx.spec.discovery,
+            REQUEST_PLANE_ENV: REQUEST_PLANE,
+            "DYN_LOG": "warn",
+            "DYN_NAMESPACE": ctx.namespace,
+            "TMPDIR": str(tmp),
         }
         if ctx.spec.discovery == "file":
             kv = ctx.run_dir / "dynamo-kv"
@@ -78,10 +90,14 @@ class DynamoStack:
         return openai_models(client, ctx)
 
     def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        raise UnsupportedError("Dynamo 1.6 has no API to take a worker out of dispatch while it keeps serving")
+        raise UnsupportedError(
+            "Dynamo 1.6 has no API to take a worker out of dispatch while it keeps serving"
+        )
 
     def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        raise UnsupportedError("Dynamo 1.6 has no API to take a worker out of dispatch while it keeps serving")
+        raise UnsupportedError(
+            "Dynamo 1.6 has no API to take a worker out of dispatch while it keeps serving"
+        )
 
     def direct_url(self, client: httpx.Client, ctx: StackContext, index: int) -> str | None:
         return None  # its workers speak Dynamo's TCP request plane, not HTTP
@@ -94,9 +110,18 @@ class DynamoStack:
             return []
         # Loopback for host 0's own processes; the hub address for the other hosts.
         listen = [ctx.host] + ([ctx.hosts[0].address] if len(ctx.hosts) > 1 else [])
-        argv = etcd_argv(data_dir=ctx.run_dir / "etcd", client_port=self._etcd_port, peer_port=ctx.reserve(), hosts=listen)
+        argv = etcd_argv(
+            data_dir=ctx.run_dir / "etcd", client_port=self._etcd_port, peer_port=ctx.reserve(), hosts=listen
+        )
         # etcd reads ETCD_* from its environment, and ETCD_NAME beside --name is fatal.
-        return [ProcessSpec(role="etcd", argv=argv, ready_url=f"http://{ctx.host}:{self._etcd_port}/health", unset=("ETCD_",))]
+        return [
+            ProcessSpec(
+                role="etcd",
+                argv=argv,
+                ready_url=f"http://{ctx.host}:{self._etcd_port}/health",
+                unset=("ETCD_",),
+            )
+        ]
 
     @property
     def etcd_url(self) -> str | None:
@@ -105,15 +130,26 @@ class DynamoStack:
 
     def _host_env(self, host: Host, *, reach: str) -> dict[str, str]:
         """Where a process on `host` listens, and how it reaches etcd (`reach`: host 0 as it sees it)."""
-        env = {"DYN_TCP_RPC_HOST": host.address, "DYN_TCP_RESPONSE_STREAM_HOST": host.address, SYSTEM_HOST_ENV: host.address}
+        env = {
+            "DYN_TCP_RPC_HOST": host.address,
+            "DYN_TCP_RESPONSE_STREAM_HOST": host.address,
+            SYSTEM_HOST_ENV: host.address,
+        }
         if self._etcd_port is not None:
             env["ETCD_ENDPOINTS"] = f"http://{reach}:{self._etcd_port}"
         return env
 
     def frontend(self, ctx: StackContext) -> ProcessSpec:
         argv = [
-            ctx.python, "-m", "dynamo.frontend", "--http-host", ctx.host, "--http-port", str(ctx.frontend_port),
-            "--namespace", ctx.namespace,
+            ctx.python,
+            "-m",
+            "dynamo.frontend",
+            "--http-host",
+            ctx.host,
+            "--http-port",
+            str(ctx.frontend_port),
+            "--namespace",
+            ctx.namespace,
         ]
         if ctx.spec.router_mode is not None:
             argv += ["--router-mode", ROUTER_MODES[ctx.spec.router_mode]]
@@ -127,11 +163,21 @@ class DynamoStack:
             argv = dynamo_vllm_argv(ctx, worker, endpoint)
         else:
             argv = [
-                ctx.python, "-m", "embedlab", "dynamo-worker", "--served-model-name", worker.model, "--endpoint", endpoint,
+                ctx.python,
+                "-m",
+                "embedlab",
+                "dynamo-worker",
+                "--served-model-name",
+                worker.model,
+                "--endpoint",
+                endpoint,
                 *worker_engine_args(worker),
             ]
         host = ctx.host_of(index)
-        env = {**self._host_env(host, reach=host.hub if host.namespace else ctx.host), **system_port_env(system_port)}
+        env = {
+            **self._host_env(host, reach=host.hub if host.namespace else ctx.host),
+            **system_port_env(system_port),
+        }
         if self._etcd_port is not None:
             # The spec's lease is the workers': how long a lost worker stays in dispatch. The
             # frontend keeps Dynamo's default (30 s), since with a short lease of its own it
@@ -153,9 +199,23 @@ def dynamo_vllm_argv(ctx: StackContext, worker: WorkerSpec, endpoint: str) -> li
     """
     pooling = (worker.pooling or "MEAN").upper()
     argv = [
-        ctx.python, "-m", "dynamo.vllm", "--model", str(worker.model_path or worker.model),
-        "--served-model-name", worker.model, "--endpoint", f"dyn://{endpoint}", "--embedding-worker",
-        "--runner", "pooling", "--dtype", "float32", "--pooler-config", f'{{"pooling_type": "{pooling}"}}',
-        "--max-model-len", str(worker.max_model_len or 2048),
+        ctx.python,
+        "-m",
+        "dynamo.vllm",
+        "--model",
+        str(worker.model_path or worker.model),
+        "--served-model-name",
+        worker.model,
+        "--endpoint",
+        f"dyn://{endpoint}",
+        "--embedding-worker",
+        "--runner",
+        "pooling",
+        "--dtype",
+        "float32",
+        "--pooler-config",
+        f'{{"pooling_type": "{pooling}"}}',
+        "--max-model-len",
+        str(worker.max_model_len or 2048),
     ]
     return argv + [a for arg in worker.extra_args for a in shlex.split(arg)]

@@ -55,11 +55,17 @@ class RouterStack:
 
     def check(self, spec: DeploymentSpec) -> None:
         if spec.hosts != 1 or spec.discovery != "file":
-            raise ConfigError(f"the {self.name} stack runs on one host, with no discovery service of its own to choose")
+            raise ConfigError(
+                f"the {self.name} stack runs on one host, with no discovery service of its own to choose"
+            )
         if spec.router_mode is not None and spec.router_mode.replace("-", "_") not in self.policies:
-            raise ConfigError(f"{self.name} has no policy {spec.router_mode!r}; choose from {', '.join(self.policies)}")
+            raise ConfigError(
+                f"{self.name} has no policy {spec.router_mode!r}; choose from {', '.join(self.policies)}"
+            )
         if any(w.weight != 1.0 for w in spec.workers):
-            raise ConfigError(f"the {self.name} stack takes no per-worker weights here; leave every weight at 1")
+            raise ConfigError(
+                f"the {self.name} stack takes no per-worker weights here; leave every weight at 1"
+            )
 
     def policy(self, spec: DeploymentSpec) -> str:
         return (spec.router_mode or self.default_policy).replace("-", "_")
@@ -78,8 +84,22 @@ class RouterStack:
     def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
         port = self._urls[index].rsplit(":", 1)[1]
         argv = [
-            ctx.python, "-m", "embedlab", "worker", "--served-model-name", worker.model, "--endpoint", ctx.endpoint(index),
-            "--frontend-url", "", "--host", ctx.host, "--port", port, "--load-format", self.load_format,
+            ctx.python,
+            "-m",
+            "embedlab",
+            "worker",
+            "--served-model-name",
+            worker.model,
+            "--endpoint",
+            ctx.endpoint(index),
+            "--frontend-url",
+            "",
+            "--host",
+            ctx.host,
+            "--port",
+            port,
+            "--load-format",
+            self.load_format,
             *worker_engine_args(worker),
         ]
         return ProcessSpec(role="worker", worker=index, argv=argv, env=system_port_env(system_port))
@@ -89,7 +109,11 @@ class RouterStack:
 
     def dispatchable_endpoints(self, health: Any) -> set[str]:
         """The router's worker list: a worker it holds and calls healthy."""
-        return {self._endpoints[w["url"]] for w in health.get("workers", []) if w.get("is_healthy") and w.get("url") in self._endpoints}
+        return {
+            self._endpoints[w["url"]]
+            for w in health.get("workers", [])
+            if w.get("is_healthy") and w.get("url") in self._endpoints
+        }
 
     def listed_models(self, client: httpx.Client, ctx: StackContext) -> set[str] | None:
         return {m["id"] for m in client.get(f"{ctx.frontend_url}/v1/models").json().get("data", [])}
@@ -110,8 +134,19 @@ class RouterStack:
     def _rust_router_argv(self, ctx: StackContext, head: list[str]) -> list[str]:
         # Both default their metrics to 0.0.0.0:29000: two at once would collide, so every run has its own.
         return [
-            *head, "--host", ctx.host, "--port", str(ctx.frontend_port), "--prometheus-host", ctx.host,
-            "--prometheus-port", str(ctx.reserve()), "--worker-urls", *self._urls, "--policy", self.policy(ctx.spec),
+            *head,
+            "--host",
+            ctx.host,
+            "--port",
+            str(ctx.frontend_port),
+            "--prometheus-host",
+            ctx.host,
+            "--prometheus-port",
+            str(ctx.reserve()),
+            "--worker-urls",
+            *self._urls,
+            "--policy",
+            self.policy(ctx.spec),
         ]
 
 
@@ -120,8 +155,13 @@ class VllmRouterStack(RouterStack):
 
     name = venv = "vllm-router"
     policies = {
-        "cache_aware": "report", "round_robin": "exact", "random": "weights", "power_of_two": "report",
-        "consistent_hash": "report", "sticky_least_loaded": "report", "kv_aware": "report",
+        "cache_aware": "report",
+        "round_robin": "exact",
+        "random": "weights",
+        "power_of_two": "report",
+        "consistent_hash": "report",
+        "sticky_least_loaded": "report",
+        "kv_aware": "report",
     }
     default_policy = "cache_aware"
     load_format = "vllm"
@@ -130,8 +170,17 @@ class VllmRouterStack(RouterStack):
         argv = self._rust_router_argv(ctx, [self._binary("bin/vllm-router")])
         # Recheck the workers every second at start: its default, 30 s, costs 30 s when a
         # worker is not up at the first look.
-        argv += ["--worker-startup-check-interval", "1", "--worker-startup-timeout-secs", str(int(ctx.spec.startup_timeout))]
-        return ProcessSpec(role="frontend", argv=argv + list(ctx.spec.frontend_args), ready_url=f"{ctx.frontend_url}/readiness")
+        argv += [
+            "--worker-startup-check-interval",
+            "1",
+            "--worker-startup-timeout-secs",
+            str(int(ctx.spec.startup_timeout)),
+        ]
+        return ProcessSpec(
+            role="frontend",
+            argv=argv + list(ctx.spec.frontend_args),
+            ready_url=f"{ctx.frontend_url}/readiness",
+        )
 
     def listed_models(self, client: httpx.Client, ctx: StackContext) -> set[str] | None:
         return None  # its /v1/models is one worker's, passed through: it lists no model of its own
@@ -147,13 +196,23 @@ class SglangRouterStack(RouterStack):
     """sglang-router: the port opens at once and workers join in the background; `/readiness` waits for one."""
 
     name = venv = "sglang-router"
-    policies = {"cache_aware": "report", "round_robin": "exact", "random": "weights", "power_of_two": "report", "manual": "report"}
+    policies = {
+        "cache_aware": "report",
+        "round_robin": "exact",
+        "random": "weights",
+        "power_of_two": "report",
+        "manual": "report",
+    }
     default_policy = "cache_aware"
     load_format = "sglang"
 
     def frontend(self, ctx: StackContext) -> ProcessSpec:
         argv = self._rust_router_argv(ctx, [self._binary("bin/python"), "-m", "sglang_router.launch_router"])
-        return ProcessSpec(role="frontend", argv=argv + list(ctx.spec.frontend_args), ready_url=f"{ctx.frontend_url}/readiness")
+        return ProcessSpec(
+            role="frontend",
+            argv=argv + list(ctx.spec.frontend_args),
+            ready_url=f"{ctx.frontend_url}/readiness",
+        )
 
     def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
         # Its workers are removed by id, and asynchronously (202): the deployment waits until it is gone.
@@ -176,8 +235,12 @@ class LiteLLMStack(RouterStack):
 
     name = venv = "litellm"
     policies = {
-        "simple_shuffle": "weights", "least_busy": "report", "usage_based_routing": "report",
-        "usage_based_routing_v2": "report", "latency_based_routing": "report", "cost_based_routing": "report",
+        "simple_shuffle": "weights",
+        "least_busy": "report",
+        "usage_based_routing": "report",
+        "usage_based_routing_v2": "report",
+        "latency_based_routing": "report",
+        "cost_based_routing": "report",
     }
     default_policy = "simple_shuffle"
 
@@ -187,7 +250,11 @@ class LiteLLMStack(RouterStack):
             "model_list": [
                 {
                     "model_name": worker.model,
-                    "litellm_params": {"model": f"openai/{worker.model}", "api_base": f"{url}/v1", "api_key": "none"},
+                    "litellm_params": {
+                        "model": f"openai/{worker.model}",
+                        "api_base": f"{url}/v1",
+                        "api_key": "none",
+                    },
                     # Else its /health would call /v1/chat/completions and call every deployment unhealthy.
                     "model_info": {"mode": "embedding"},
                 }
@@ -198,24 +265,41 @@ class LiteLLMStack(RouterStack):
         }
         path = ctx.run_dir / "litellm.yaml"
         path.write_text(json.dumps(config, indent=2))  # YAML reads JSON
-        argv = [self._binary("bin/litellm"), "--config", str(path), "--host", ctx.host, "--port", str(ctx.frontend_port), "--num_workers", "1"]
+        argv = [
+            self._binary("bin/litellm"),
+            "--config",
+            str(path),
+            "--host",
+            ctx.host,
+            "--port",
+            str(ctx.frontend_port),
+            "--num_workers",
+            "1",
+        ]
         env = {
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # else it downloads a price list at every start
             # No master key: the proxy listens on loopback only, and the harness sends no credentials.
             "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
         }
-        return ProcessSpec(role="frontend", argv=argv + args, env=env, ready_url=f"{ctx.frontend_url}/health/readiness")
+        return ProcessSpec(
+            role="frontend", argv=argv + args, env=env, ready_url=f"{ctx.frontend_url}/health/readiness"
+        )
 
     def health_url(self, ctx: StackContext) -> str:
         # Not /health: that sends a real embedding request to every deployment, and moves the counters.
         return f"{ctx.frontend_url}/v1/model/info"
 
     def dispatchable_endpoints(self, health: Any) -> set[str]:
-        bases = {str((m.get("litellm_params") or {}).get("api_base", "")).removesuffix("/v1") for m in health.get("data", [])}
+        bases = {
+            str((m.get("litellm_params") or {}).get("api_base", "")).removesuffix("/v1")
+            for m in health.get("data", [])
+        }
         return {endpoint for url, endpoint in self._endpoints.items() if url in bases}
 
     def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        raise UnsupportedError("the LiteLLM proxy deletes a deployment at run time only with a database (STORE_MODEL_IN_DB)")
+        raise UnsupportedError(
+            "the LiteLLM proxy deletes a deployment at run time only with a database (STORE_MODEL_IN_DB)"
+        )
 
     def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
         return ("--router-setting", "num_retries=0")

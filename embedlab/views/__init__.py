@@ -11,8 +11,9 @@ its name (`register_figure`), the per-burst delta bars where none is registered.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import singledispatch
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..deployment import Deployment
 from ..plugins import Registry
@@ -27,13 +28,26 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
-    "FIGURES", "deployment_table", "figures_table", "plot", "plot_convergence", "plot_deltas", "plot_latency",
-    "plot_sweep", "plot_timeline", "register_figure", "result_table", "steps_table", "sweep_table", "table",
+    "FIGURES",
+    "deployment_table",
+    "figures_table",
+    "plot",
+    "plot_convergence",
+    "plot_deltas",
+    "plot_latency",
+    "plot_sweep",
+    "plot_timeline",
+    "register_figure",
+    "result_table",
+    "steps_table",
+    "sweep_table",
+    "table",
 ]
 
 # Scenario name -> its main figure.
-FIGURES: Registry[Callable[[ScenarioResult], "Figure"]] = Registry(
-    "figure", group="embedlab.figures",
+FIGURES: Registry[Callable[[ScenarioResult], Figure]] = Registry(
+    "figure",
+    group="embedlab.figures",
     builtins={
         "failover": "embedlab.views.figures:plot_timeline",
         "partition": "embedlab.views.figures:plot_fault_timeline",
@@ -43,73 +57,73 @@ FIGURES: Registry[Callable[[ScenarioResult], "Figure"]] = Registry(
 )
 
 
-def register_figure(scenario: str, figure: Callable[[ScenarioResult], "Figure"]) -> None:
+def register_figure(scenario: str, figure: Callable[[ScenarioResult], Figure]) -> None:
     """Make `figure(result)` the main figure of `scenario`'s results."""
     FIGURES.register(scenario, figure, replace=True)
 
 
 @singledispatch
-def table(thing: Any) -> "pd.DataFrame":
+def table(thing: Any) -> pd.DataFrame:
     """The table of a result, a sweep or an explorer's bursts."""
     raise TypeError(f"no table for {type(thing).__name__}")
 
 
 @table.register(ScenarioResult)
-def _(result: ScenarioResult) -> "pd.DataFrame":
+def _(result: ScenarioResult) -> pd.DataFrame:
     return result_table(result)
 
 
 @table.register(SweepResult)
-def _(sweep: SweepResult) -> "pd.DataFrame":
+def _(sweep: SweepResult) -> pd.DataFrame:
     return sweep_table(sweep)
 
 
 @table.register(Explorer)
-def _(explorer: Explorer) -> "pd.DataFrame":
+def _(explorer: Explorer) -> pd.DataFrame:
     return steps_table(explorer.steps)
 
 
 @table.register(ConformanceMatrix)
-def _(matrix: ConformanceMatrix) -> "pd.DataFrame":
+def _(matrix: ConformanceMatrix) -> pd.DataFrame:
     return matrix_table(matrix)
 
 
 @table.register(Deployment)
-def _(deployment: Deployment) -> "pd.DataFrame":
+def _(deployment: Deployment) -> pd.DataFrame:
     return deployment_table(deployment)
 
 
 @table.register(Step)
-def _(step: Step) -> "pd.DataFrame":
+def _(step: Step) -> pd.DataFrame:
     return steps_table([step])
 
 
 @singledispatch
-def plot(thing: Any) -> "Figure":
+def plot(thing: Any) -> Figure:
     """The main figure of a result, a sweep or an explorer's bursts."""
     raise TypeError(f"no figure for {type(thing).__name__}")
 
 
 @plot.register(ScenarioResult)
-def _(result: ScenarioResult) -> "Figure":
+def _(result: ScenarioResult) -> Figure:
     return FIGURES.get(result.scenario)(result) if result.scenario in FIGURES else plot_deltas(result)
 
 
 @plot.register(SweepResult)
-def _(sweep: SweepResult) -> "Figure":
+def _(sweep: SweepResult) -> Figure:
     return plot_sweep(sweep)
 
 
 @plot.register(Explorer)
-def _(explorer: Explorer) -> "Figure":
+def _(explorer: Explorer) -> Figure:
     return plot_convergence(explorer.steps)
 
 
 @plot.register(ConformanceMatrix)
-def _(matrix: ConformanceMatrix) -> "Figure":
+def _(matrix: ConformanceMatrix) -> Figure:
     return plot_matrix(matrix)
 
 
 @plot.register(Step)
-def _(step: Step) -> "Figure":
+def _(step: Step) -> Figure:
     return plot_deltas(step.result)

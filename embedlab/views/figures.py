@@ -6,7 +6,8 @@ they never cover a bar or its label.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,8 +23,15 @@ if TYPE_CHECKING:
     from ..traffic import RequestRecord
 
 __all__ = [
-    "ALL_RESPONSES", "plot_convergence", "plot_deltas", "plot_fault_timeline", "plot_latency", "plot_matrix", "plot_sweep",
-    "plot_timeline", "plot_ttl_sweep",
+    "ALL_RESPONSES",
+    "plot_convergence",
+    "plot_deltas",
+    "plot_fault_timeline",
+    "plot_latency",
+    "plot_matrix",
+    "plot_sweep",
+    "plot_timeline",
+    "plot_ttl_sweep",
 ]
 
 OBSERVED, EXPECTED, BAD = "#1f77b4", "#c7c7c7", "#d62728"
@@ -31,7 +39,7 @@ OBSERVED, EXPECTED, BAD = "#1f77b4", "#c7c7c7", "#d62728"
 ALL_RESPONSES = "all responses (the frontend names no worker)"
 
 
-def _figure(width: float, height: float, ncols: int = 1) -> tuple["Figure", list["Axes"]]:
+def _figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, list[Axes]]:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), layout="constrained")
@@ -39,17 +47,17 @@ def _figure(width: float, height: float, ncols: int = 1) -> tuple["Figure", list
     return fig, list(axes)
 
 
-def _legend_outside(ax: "Axes", **options: object) -> None:
+def _legend_outside(ax: Axes, **options: object) -> None:
     """A legend right of the axes: it never covers data, whatever the data does."""
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **options)  # type: ignore[arg-type]
 
 
-def _served_by(result: ScenarioResult, record: "RequestRecord") -> str:
+def _served_by(result: ScenarioResult, record: RequestRecord) -> str:
     return result.worker_label(record.worker) if record.worker else ALL_RESPONSES
 
 
-def plot_deltas(result: ScenarioResult) -> "Figure":
+def plot_deltas(result: ScenarioResult) -> Figure:
     """Grouped bars per burst: observed delta against expected, per worker.
 
     Workers expected to stay still are shaded and labelled "expected 0"; a bar that
@@ -62,7 +70,9 @@ def plot_deltas(result: ScenarioResult) -> "Figure":
     for ax, burst in zip(axes, result.bursts):
         observed = [burst.delta(i) or 0.0 for i in workers]
         expected = [burst.expected_count(i) for i in workers]
-        colors = [OBSERVED if (i in burst.expected or observed[k] <= 0) else BAD for k, i in enumerate(workers)]
+        colors = [
+            OBSERVED if (i in burst.expected or observed[k] <= 0) else BAD for k, i in enumerate(workers)
+        ]
         ax.bar(x - 0.2, expected, 0.4, color=EXPECTED, label="expected")
         ax.bar(x + 0.2, observed, 0.4, color=colors, label="observed")
         top = max([*observed, *expected, 1.0])
@@ -73,7 +83,9 @@ def plot_deltas(result: ScenarioResult) -> "Figure":
             ax.text(k + 0.2, observed[k], f"{observed[k]:.0f}", ha="center", va="bottom", fontsize=8)
         ax.set_xticks(x, [f"{w.label}\n{w.model or ''}" for w in result.workers], fontsize=8)
         ax.set_ylim(0, top * 1.18)
-        verdict = "inconclusive" if burst.inconclusive else ("ok" if burst.check and burst.check.passed else "FAIL")
+        verdict = (
+            "inconclusive" if burst.inconclusive else ("ok" if burst.check and burst.check.passed else "FAIL")
+        )
         title = f"burst '{burst.model}': {verdict}"
         if burst.check and burst.check.p_value is not None:
             title += f"\np = {burst.check.p_value:.3g}"
@@ -84,7 +96,7 @@ def plot_deltas(result: ScenarioResult) -> "Figure":
     return fig
 
 
-def plot_latency(result: ScenarioResult) -> "Figure":
+def plot_latency(result: ScenarioResult) -> Figure:
     """Latency over the run, coloured by serving worker, and its distribution per burst."""
     fig, (timeline, dist) = _figure(10.0, 3.2, 2)
     records = [r for b in result.bursts for r in b.traffic.records]
@@ -95,12 +107,22 @@ def plot_latency(result: ScenarioResult) -> "Figure":
         for worker in workers:
             picked = [r for r in burst.traffic.records if r.ok and _served_by(result, r) == worker]
             timeline.scatter(
-                [offset + r.started for r in picked], [r.latency * 1000 for r in picked], s=8, color=palette[worker],
+                [offset + r.started for r in picked],
+                [r.latency * 1000 for r in picked],
+                s=8,
+                color=palette[worker],
                 label=worker if burst is result.bursts[0] else None,
             )
         failed = [r for r in burst.traffic.records if not r.ok]
         if failed:
-            timeline.scatter([offset + r.started for r in failed], [r.latency * 1000 for r in failed], s=14, marker="x", color=BAD, label="failed")
+            timeline.scatter(
+                [offset + r.started for r in failed],
+                [r.latency * 1000 for r in failed],
+                s=14,
+                marker="x",
+                color=BAD,
+                label="failed",
+            )
         offset += burst.traffic.wall_seconds
         values = np.sort([r.latency * 1000 for r in burst.traffic.records if r.ok])
         if values.size:
@@ -116,7 +138,7 @@ def plot_latency(result: ScenarioResult) -> "Figure":
     return fig
 
 
-def plot_timeline(result: ScenarioResult) -> "Figure":
+def plot_timeline(result: ScenarioResult) -> Figure:
     """Responses by serving worker over time, with the run's events marked: how failover looked."""
     fig, (ax,) = _figure(9.0, 3.4)
     burst: Burst = result.bursts[0]
@@ -127,15 +149,36 @@ def plot_timeline(result: ScenarioResult) -> "Figure":
         ax.step(done, np.arange(1, len(done) + 1), where="post", color=f"C{k % 10}", label=worker)
     failed = [r.started + r.latency for r in records if not r.ok]
     if failed:
-        ax.scatter(failed, np.zeros(len(failed)), marker="x", color=BAD, s=40, zorder=5, label=f"failed ({len(failed)})")
+        ax.scatter(
+            failed,
+            np.zeros(len(failed)),
+            marker="x",
+            color=BAD,
+            s=40,
+            zorder=5,
+            label=f"failed ({len(failed)})",
+        )
     top = ax.get_ylim()[1]
     for event in result.events:
         ax.axvline(event.at_s, color=BAD, linestyle="--", linewidth=1)
-        ax.text(event.at_s, top * 0.95, f" {event.kind}: {event.detail}", color=BAD, fontsize=8, va="top", rotation=90)
+        ax.text(
+            event.at_s,
+            top * 0.95,
+            f" {event.kind}: {event.detail}",
+            color=BAD,
+            fontsize=8,
+            va="top",
+            rotation=90,
+        )
     figures = result.failover
     if figures is not None and figures.killed_at_s is not None and figures.excluded_after_s is not None:
-        ax.axvspan(figures.killed_at_s, figures.killed_at_s + figures.excluded_after_s, color=BAD, alpha=0.08,
-                   label=f"until out of dispatch ({figures.excluded_after_s:.2f} s)")
+        ax.axvspan(
+            figures.killed_at_s,
+            figures.killed_at_s + figures.excluded_after_s,
+            color=BAD,
+            alpha=0.08,
+            label=f"until out of dispatch ({figures.excluded_after_s:.2f} s)",
+        )
     ax.set_xlabel("time since burst start (s)")
     ax.set_ylabel("responses (cumulative)")
     _legend_outside(ax)
@@ -143,7 +186,7 @@ def plot_timeline(result: ScenarioResult) -> "Figure":
     return fig
 
 
-def plot_convergence(steps: Sequence[Step]) -> "Figure":
+def plot_convergence(steps: Sequence[Step]) -> Figure:
     """Each worker's cumulative share since the last weight change, against its expected share.
 
     The x axis counts requests sent; a dotted line marks each weight change, a dashed
@@ -167,8 +210,17 @@ def plot_convergence(steps: Sequence[Step]) -> "Figure":
         color = f"C{worker % 10}"
         for phase, group in rows.groupby("phase"):
             xs = [ends[i] for i in group.step]
-            ax.plot(xs, group.cumulative_share, marker="o", ms=3, color=color, label=f"worker {worker}" if phase == rows.phase.min() else None)
-            ax.hlines(group.expected_share.iloc[0], starts[phase], xs[-1], colors=color, linestyles="dashed", lw=1)
+            ax.plot(
+                xs,
+                group.cumulative_share,
+                marker="o",
+                ms=3,
+                color=color,
+                label=f"worker {worker}" if phase == rows.phase.min() else None,
+            )
+            ax.hlines(
+                group.expected_share.iloc[0], starts[phase], xs[-1], colors=color, linestyles="dashed", lw=1
+            )
     for phase, start in starts.items():
         if phase != min(starts):
             label = weights_label(next(s.weights for s in steps if s.phase == phase))
@@ -183,7 +235,7 @@ def plot_convergence(steps: Sequence[Step]) -> "Figure":
     return fig
 
 
-def plot_sweep(sweep: SweepResult) -> "Figure":
+def plot_sweep(sweep: SweepResult) -> Figure:
     """Left: observed share per worker for each weight setting, with the expected share as a
     black tick. Right: expected against observed share, where a perfect router sits on the diagonal."""
     from matplotlib.figure import Figure
@@ -201,8 +253,14 @@ def plot_sweep(sweep: SweepResult) -> "Figure":
         observed = [p.observed_shares[worker] for p in sweep.points]
         expected = [p.expected_shares[worker] for p in sweep.points]
         bars.bar(offsets, observed, width * 0.9, color=color, label=f"worker {worker} observed")
-        bars.hlines(expected, offsets - width * 0.45, offsets + width * 0.45, colors="black", lw=2,
-                    label="expected" if worker == 0 else None)
+        bars.hlines(
+            expected,
+            offsets - width * 0.45,
+            offsets + width * 0.45,
+            colors="black",
+            lw=2,
+            label="expected" if worker == 0 else None,
+        )
         scatter.scatter(expected, observed, color=color, s=24, label=f"worker {worker}")
     labels = []
     for p in sweep.points:
@@ -248,7 +306,7 @@ def _per_host_counts(result: ScenarioResult) -> dict[int, tuple[list[float], lis
     return {host: (list(points), list(points.values())) for host, points in sorted(series.items())}
 
 
-def plot_fault_timeline(result: ScenarioResult) -> "Figure":
+def plot_fault_timeline(result: ScenarioResult) -> Figure:
     """Top: requests counted per host through the fault (a gap: the host could not be read).
     Bottom: every request's latency, failed ones in red. The fault is shaded, events marked."""
     from matplotlib.figure import Figure
@@ -261,15 +319,28 @@ def plot_fault_timeline(result: ScenarioResult) -> "Figure":
     traffic = result.bursts[0].traffic
     ok = [r for r in traffic.records if r.ok]
     failed = [r for r in traffic.records if not r.ok]
-    latency.scatter([r.started for r in ok], [r.latency for r in ok], s=6, color=OBSERVED, label=f"answered ({len(ok)})")
+    latency.scatter(
+        [r.started for r in ok], [r.latency for r in ok], s=6, color=OBSERVED, label=f"answered ({len(ok)})"
+    )
     if failed:
-        latency.scatter([r.started for r in failed], [r.latency for r in failed], s=22, marker="x", color=BAD,
-                        label=f"failed ({len(failed)})")
+        latency.scatter(
+            [r.started for r in failed],
+            [r.latency for r in failed],
+            s=22,
+            marker="x",
+            color=BAD,
+            label=f"failed ({len(failed)})",
+        )
     latency.set_yscale("log")
     fault = result.fault
     for ax in (counts, latency):
         if fault is not None:
-            ax.axvspan(fault.started_s, fault.ended_s if fault.ended_s is not None else fault.started_s, color=BAD, alpha=0.08)
+            ax.axvspan(
+                fault.started_s,
+                fault.ended_s if fault.ended_s is not None else fault.started_s,
+                color=BAD,
+                alpha=0.08,
+            )
         for event in result.events:
             ax.axvline(event.at_s, color="#555555", ls=":", lw=1)
     top = counts.get_ylim()[1]
@@ -285,13 +356,18 @@ def plot_fault_timeline(result: ScenarioResult) -> "Figure":
     return fig
 
 
-def plot_ttl_sweep(result: ScenarioResult) -> "Figure":
+def plot_ttl_sweep(result: ScenarioResult) -> Figure:
     """Time out of dispatch and failed requests against the lease TTL; the dashed line is one TTL."""
     fig, (left, right) = _figure(10.0, 3.6, 2)
     points = result.ttl_points
     ttls = [p.lease_ttl_s for p in points]
-    left.plot(ttls, [p.left_dispatch_after_s if p.left_dispatch_after_s is not None else np.nan for p in points],
-              marker="o", color=OBSERVED, label="measured")
+    left.plot(
+        ttls,
+        [p.left_dispatch_after_s if p.left_dispatch_after_s is not None else np.nan for p in points],
+        marker="o",
+        color=OBSERVED,
+        label="measured",
+    )
     span = [0.0, max(ttls, default=1.0) * 1.1]
     left.plot(span, span, ls="--", color="#888888", lw=1, label="one TTL")
     for p in points:
@@ -300,7 +376,11 @@ def plot_ttl_sweep(result: ScenarioResult) -> "Figure":
     left.set_xlabel("lease TTL (s)")
     left.set_ylabel("SIGKILL to out of dispatch (s)")
     _legend_outside(left)
-    right.bar([str(int(t)) if float(t).is_integer() else str(t) for t in ttls], [p.failed_requests for p in points], color=BAD)
+    right.bar(
+        [str(int(t)) if float(t).is_integer() else str(t) for t in ttls],
+        [p.failed_requests for p in points],
+        color=BAD,
+    )
     for k, p in enumerate(points):
         right.text(k, p.failed_requests, str(p.failed_requests), ha="center", va="bottom", fontsize=8)
     right.set_xlabel("lease TTL (s)")
@@ -309,28 +389,46 @@ def plot_ttl_sweep(result: ScenarioResult) -> "Figure":
     return fig
 
 
-def plot_matrix(matrix: ConformanceMatrix) -> "Figure":
+def plot_matrix(matrix: ConformanceMatrix) -> Figure:
     """The router x check grid: each cell coloured by its verdict, with its figure in small print."""
     import textwrap
 
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
-    colours = {"passed": "#c8e6c9", "failed": "#ffcdd2", "reported": "#cfd8dc", "unsupported": "#eeeeee",
-               "inconclusive": "#ffe0b2", "error": "#e1bee7"}
-    fig = Figure(figsize=(2.3 * len(matrix.checks) + 1.6, 1.25 * len(matrix.stacks) + 0.8), layout="constrained")
+    colours = {
+        "passed": "#c8e6c9",
+        "failed": "#ffcdd2",
+        "reported": "#cfd8dc",
+        "unsupported": "#eeeeee",
+        "inconclusive": "#ffe0b2",
+        "error": "#e1bee7",
+    }
+    fig = Figure(
+        figsize=(2.3 * len(matrix.checks) + 1.6, 1.25 * len(matrix.stacks) + 0.8), layout="constrained"
+    )
     ax = fig.subplots()
     for row, stack in enumerate(matrix.stacks):
         for col, check in enumerate(matrix.checks):
             cell = matrix.cell(stack, check)
             verdict = cell.verdict if cell else "error"
-            ax.add_patch(Rectangle((col, row), 1, 1, facecolor=colours.get(verdict, "#ffffff"), edgecolor="white", lw=2))
-            text = str(verdict).upper() + ("\n" + "\n".join(textwrap.wrap(cell.text, 28)[:4]) if cell and cell.text else "")
+            ax.add_patch(
+                Rectangle(
+                    (col, row), 1, 1, facecolor=colours.get(verdict, "#ffffff"), edgecolor="white", lw=2
+                )
+            )
+            text = str(verdict).upper() + (
+                "\n" + "\n".join(textwrap.wrap(cell.text, 28)[:4]) if cell and cell.text else ""
+            )
             ax.text(col + 0.5, row + 0.5, text, ha="center", va="center", fontsize=6.5)
     ax.set_xlim(0, len(matrix.checks))
     ax.set_ylim(len(matrix.stacks), 0)
     ax.set_xticks([c + 0.5 for c in range(len(matrix.checks))], matrix.checks, fontsize=8)
-    ax.set_yticks([r + 0.5 for r in range(len(matrix.stacks))], [f"{s}\n{matrix.versions.get(s, '')}" for s in matrix.stacks], fontsize=8)
+    ax.set_yticks(
+        [r + 0.5 for r in range(len(matrix.stacks))],
+        [f"{s}\n{matrix.versions.get(s, '')}" for s in matrix.stacks],
+        fontsize=8,
+    )
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)

@@ -6,7 +6,8 @@ workers are named by index, with their endpoint as the last column; no column re
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DeploymentStoppedError
 from ..scenarios.battery import ConformanceMatrix
@@ -25,7 +26,7 @@ def _count(value: float | None) -> int | None:
     return None if value is None else int(round(value))
 
 
-def _expected_counts(frame: "pd.DataFrame", column: str) -> None:
+def _expected_counts(frame: pd.DataFrame, column: str) -> None:
     """Integers where every expected count is whole (the usual case), else one decimal."""
     values = frame[column]
     if len(values) and all(float(v).is_integer() for v in values):
@@ -38,7 +39,7 @@ def _endpoints(result: ScenarioResult) -> dict[int, str | None]:
     return {w.index: w.endpoint for w in result.workers}
 
 
-def result_table(result: ScenarioResult) -> "pd.DataFrame":
+def result_table(result: ScenarioResult) -> pd.DataFrame:
     """One row per burst and worker: counter before and after, delta, and what was expected.
 
     `burst` names the burst (the model it sent, for the dispatch scenarios); `serves` is
@@ -52,14 +53,30 @@ def result_table(result: ScenarioResult) -> "pd.DataFrame":
             row = burst.check.row(w.index) if burst.check else None
             rows.append(
                 {
-                    "burst": burst.name, "worker": w.index, "serves": w.model,
-                    "before": _count(row.before if row else None), "after": _count(row.after if row else None),
-                    "delta": _count(row.delta if row else None), "expected_to_move": w.index in burst.expected,
-                    "expected_delta": burst.expected_count(w.index), "ok": row.ok if row else None,
+                    "burst": burst.name,
+                    "worker": w.index,
+                    "serves": w.model,
+                    "before": _count(row.before if row else None),
+                    "after": _count(row.after if row else None),
+                    "delta": _count(row.delta if row else None),
+                    "expected_to_move": w.index in burst.expected,
+                    "expected_delta": burst.expected_count(w.index),
+                    "ok": row.ok if row else None,
                     "endpoint": w.endpoint or "",
                 }
             )
-    columns = ["burst", "worker", "serves", "before", "after", "delta", "expected_to_move", "expected_delta", "ok", "endpoint"]
+    columns = [
+        "burst",
+        "worker",
+        "serves",
+        "before",
+        "after",
+        "delta",
+        "expected_to_move",
+        "expected_delta",
+        "ok",
+        "endpoint",
+    ]
     frame = pd.DataFrame(rows, columns=columns)
     for column in ("before", "after", "delta"):
         frame[column] = frame[column].astype("Int64")  # integers, with <NA> for a worker that was not read
@@ -68,19 +85,33 @@ def result_table(result: ScenarioResult) -> "pd.DataFrame":
     return frame
 
 
-def figures_table(result: ScenarioResult) -> "pd.DataFrame":
+def figures_table(result: ScenarioResult) -> pd.DataFrame:
     """The run's own figures as a two-column table: failover's or drain's, and every event."""
     import pandas as pd
 
     rows: list[tuple[str, str]] = []
     f = result.failover
     if f is not None:
-        killed = "never" if f.killed_at_s is None else f"{f.killed_at_s:.3f} s into the burst, after {f.kill_after_responses} responses"
+        killed = (
+            "never"
+            if f.killed_at_s is None
+            else f"{f.killed_at_s:.3f} s into the burst, after {f.kill_after_responses} responses"
+        )
         rows += [
             ("victim", f"worker {f.victim}"),
             ("killed at", killed),
-            ("out of dispatch", "never seen" if f.excluded_after_s is None else f"{f.excluded_after_s * 1000:.0f} ms after the kill"),
-            ("lease TTL", f"{f.lease_ttl_s:g} s (limit: 2 TTLs)" if f.lease_ttl_s else "the stack's own discovery decides"),
+            (
+                "out of dispatch",
+                "never seen"
+                if f.excluded_after_s is None
+                else f"{f.excluded_after_s * 1000:.0f} ms after the kill",
+            ),
+            (
+                "lease TTL",
+                f"{f.lease_ttl_s:g} s (limit: 2 TTLs)"
+                if f.lease_ttl_s
+                else "the stack's own discovery decides",
+            ),
             ("failed requests", str(f.failed_requests)),
             ("errors seen for", f"{f.errors_window_s:.2f} s after the kill"),
             ("responses after the kill", str(f.responses_after_kill)),
@@ -99,22 +130,43 @@ def figures_table(result: ScenarioResult) -> "pd.DataFrame":
         ]
     x = result.fault
     if x is not None:
-        codes = ", ".join(f"{n} x {'no answer' if c == '0' else 'HTTP ' + c}" for c, n in sorted(x.status_codes.items()))
+        codes = ", ".join(
+            f"{n} x {'no answer' if c == '0' else 'HTTP ' + c}" for c, n in sorted(x.status_codes.items())
+        )
         rows += [
-            ("fault", f"{x.fault}, from {x.started_s:.1f} s to {'-' if x.ended_s is None else f'{x.ended_s:.1f}'} s"),
+            (
+                "fault",
+                f"{x.fault}, from {x.started_s:.1f} s to {'-' if x.ended_s is None else f'{x.ended_s:.1f}'} s",
+            ),
             ("failed requests", f"{x.failed_requests}" + (f" ({codes})" if codes else "")),
             ("longest hang", f"{x.longest_hang_s:.2f} s"),
             ("answered during the fault", str(x.served_during_fault)),
-            ("out of dispatch", "not seen" if x.left_dispatch_after_s is None else f"{x.left_dispatch_after_s:.1f} s after the fault"),
-            ("serving again", "not seen" if x.back_after_s is None else f"{x.back_after_s:.1f} s after it ended"),
+            (
+                "out of dispatch",
+                "not seen"
+                if x.left_dispatch_after_s is None
+                else f"{x.left_dispatch_after_s:.1f} s after the fault",
+            ),
+            (
+                "serving again",
+                "not seen" if x.back_after_s is None else f"{x.back_after_s:.1f} s after it ended",
+            ),
             ("recovery burst (asserted)", "passed" if x.recovered else "FAILED"),
         ]
     for p in result.ttl_points:
         left = "never" if p.left_dispatch_after_s is None else f"{p.left_dispatch_after_s:.1f} s"
-        rows.append((f"TTL {p.lease_ttl_s:g} s", f"out of dispatch after {left}, {p.failed_requests} failed requests"))
-    rows += [(f"in etcd: {d['path']}", f"instance {d['instance_id']} at {d['address']}") for d in result.discovered]
+        rows.append(
+            (f"TTL {p.lease_ttl_s:g} s", f"out of dispatch after {left}, {p.failed_requests} failed requests")
+        )
+    rows += [
+        (f"in etcd: {d['path']}", f"instance {d['instance_id']} at {d['address']}") for d in result.discovered
+    ]
     for m in result.mistakes:
-        kind = "OpenAI error JSON" if m.openai_error else f"not OpenAI error JSON ({m.content_type or 'no content type'})"
+        kind = (
+            "OpenAI error JSON"
+            if m.openai_error
+            else f"not OpenAI error JSON ({m.content_type or 'no content type'})"
+        )
         rows.append((m.mistake, f"HTTP {m.status}, {kind}: {m.body[:80]}"))
     o = result.overhead
     if o is not None:
@@ -126,7 +178,7 @@ def figures_table(result: ScenarioResult) -> "pd.DataFrame":
     return pd.DataFrame(rows, columns=["figure", "value"])
 
 
-def steps_table(steps: Sequence[Step]) -> "pd.DataFrame":
+def steps_table(steps: Sequence[Step]) -> pd.DataFrame:
     """One row per burst and worker: delta, observed and expected share, cumulative share in its phase.
 
     `table(explorer)` is every burst so far; `table(step)` the one burst a call returned.
@@ -149,17 +201,23 @@ def steps_table(steps: Sequence[Step]) -> "pd.DataFrame":
         for worker, delta in enumerate(step.deltas):
             rows.append(
                 {
-                    "step": step.index, "phase": step.phase, "weights": weights_label(step.weights), "worker": worker,
-                    "delta": int(delta), "observed_share": round(step.observed_shares[worker], 3),
+                    "step": step.index,
+                    "phase": step.phase,
+                    "weights": weights_label(step.weights),
+                    "worker": worker,
+                    "delta": int(delta),
+                    "observed_share": round(step.observed_shares[worker], 3),
                     "expected_share": round(step.expected_shares[worker], 3),
-                    "cumulative_share": round(cumulative[worker], 3), "p_value": step.p_value,
-                    "verdict": str(step.result.verdict), "endpoint": endpoints.get(worker) or "",
+                    "cumulative_share": round(cumulative[worker], 3),
+                    "p_value": step.p_value,
+                    "verdict": str(step.result.verdict),
+                    "endpoint": endpoints.get(worker) or "",
                 }
             )
     return pd.DataFrame(rows)
 
 
-def sweep_table(sweep: SweepResult) -> "pd.DataFrame":
+def sweep_table(sweep: SweepResult) -> pd.DataFrame:
     """One row per weight setting and worker: expected share against observed, and the p-value."""
     import pandas as pd
 
@@ -169,9 +227,14 @@ def sweep_table(sweep: SweepResult) -> "pd.DataFrame":
         for worker, (delta, exp, obs) in enumerate(zip(p.deltas, p.expected_shares, p.observed_shares)):
             rows.append(
                 {
-                    "weights": weights_label(p.weights), "worker": worker, "delta": int(delta),
-                    "expected_delta": exp * p.requests, "expected_share": round(exp, 3),
-                    "observed_share": round(obs, 3), "p_value": p.p_value, "verdict": str(p.result.verdict),
+                    "weights": weights_label(p.weights),
+                    "worker": worker,
+                    "delta": int(delta),
+                    "expected_delta": exp * p.requests,
+                    "expected_share": round(exp, 3),
+                    "observed_share": round(obs, 3),
+                    "p_value": p.p_value,
+                    "verdict": str(p.result.verdict),
                     "endpoint": endpoints.get(worker) or "",
                 }
             )
@@ -181,18 +244,21 @@ def sweep_table(sweep: SweepResult) -> "pd.DataFrame":
     return frame
 
 
-def matrix_table(matrix: ConformanceMatrix) -> "pd.DataFrame":
+def matrix_table(matrix: ConformanceMatrix) -> pd.DataFrame:
     """One row per stack, one column per check: the verdict and what happened."""
     import pandas as pd
 
     rows = {
-        stack: {check: (f"{c.verdict.upper()}: {c.text}" if (c := matrix.cell(stack, check)) else "") for check in matrix.checks}
+        stack: {
+            check: (f"{c.verdict.upper()}: {c.text}" if (c := matrix.cell(stack, check)) else "")
+            for check in matrix.checks
+        }
         for stack in matrix.stacks
     }
     return pd.DataFrame.from_dict(rows, orient="index", columns=matrix.checks)
 
 
-def deployment_table(deployment: "Deployment") -> "pd.DataFrame":
+def deployment_table(deployment: Deployment) -> pd.DataFrame:
     """One row per process: its services (etcd), the frontend, then each worker by index,
     with its URL, endpoint, pid and log.
 
@@ -207,18 +273,37 @@ def deployment_table(deployment: "Deployment") -> "pd.DataFrame":
             return None
 
     rows = [
-        {"process": role, "url": "", "endpoint": "", "pid": proc.pid, "running": proc.alive(), "log": str(proc.log_path)}
+        {
+            "process": role,
+            "url": "",
+            "endpoint": "",
+            "pid": proc.pid,
+            "running": proc.alive(),
+            "log": str(proc.log_path),
+        }
         for role, proc in deployment.services.items()
     ]
     if deployment.frontend is not None:
-        rows.append({
-            "process": "frontend", "url": unless_stopped(lambda: deployment.frontend_url) or "", "endpoint": "",
-            "pid": deployment.frontend.pid, "running": deployment.frontend.alive(), "log": str(deployment.frontend.log_path),
-        })
+        rows.append(
+            {
+                "process": "frontend",
+                "url": unless_stopped(lambda: deployment.frontend_url) or "",
+                "endpoint": "",
+                "pid": deployment.frontend.pid,
+                "running": deployment.frontend.alive(),
+                "log": str(deployment.frontend.log_path),
+            }
+        )
     urls = unless_stopped(lambda: deployment.system_urls) or [""] * len(deployment.workers)
     for index, (proc, url) in enumerate(zip(deployment.workers, urls)):
-        rows.append({
-            "process": f"worker {index}", "url": url, "endpoint": unless_stopped(lambda: deployment.endpoint(index)) or "",
-            "pid": proc.pid, "running": proc.alive(), "log": str(proc.log_path),
-        })
+        rows.append(
+            {
+                "process": f"worker {index}",
+                "url": url,
+                "endpoint": unless_stopped(lambda i=index: deployment.endpoint(i)) or "",
+                "pid": proc.pid,
+                "running": proc.alive(),
+                "log": str(proc.log_path),
+            }
+        )
     return pd.DataFrame(rows, columns=["process", "url", "endpoint", "pid", "running", "log"])

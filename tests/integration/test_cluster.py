@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from embedlab import Deployment, DeploymentSpec, ScenarioPlan, WorkerSpec, plot, run_scenario, same_model_load_balance
+from embedlab import (
+    Deployment,
+    DeploymentSpec,
+    ScenarioPlan,
+    WorkerSpec,
+    plot,
+    run_scenario,
+    same_model_load_balance,
+)
 from embedlab.stacks.dynamo import dynamo_installed
 
 from ..proctools import processes_under, wait_gone
@@ -28,7 +36,9 @@ def namespaces() -> set[str]:
 
 
 def loopback_addresses() -> set[str]:
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True, check=True
+    ).stdout
     return {line.split()[3].split("/")[0] for line in out.splitlines()}
 
 
@@ -58,17 +68,38 @@ def wait_until(check, timeout: float) -> bool:  # type: ignore[no-untyped-def]
 def dynamo_and_etcd() -> None:
     # Both are installed by `make test`: a missing one is a failure, not a skip.
     assert dynamo_installed(), "ai-dynamo is not installed: run `make dynamo`"
-    assert subprocess.run(["sh", "-c", "command -v etcd"], capture_output=True).returncode == 0, "make test installs etcd-server"
+    assert subprocess.run(["sh", "-c", "command -v etcd"], capture_output=True).returncode == 0, (
+        "make test installs etcd-server"
+    )
 
 
 @pytest.mark.parametrize("scenario", ["same-model", "multi-model"])
-def test_dispatch_scenarios_pass_on_etcd_across_three_hosts_and_leave_nothing(scenario: str, tmp_path: Path) -> None:
+def test_dispatch_scenarios_pass_on_etcd_across_three_hosts_and_leave_nothing(
+    scenario: str, tmp_path: Path
+) -> None:
     before, lo_before = namespaces(), loopback_addresses()
     run_dir, out = tmp_path / "run", tmp_path / "result.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "embedlab", "scenario", scenario, "--stack", "dynamo", "--discovery", "etcd", "--hosts", "3",
-         "--json", str(out), "--run-dir", str(run_dir)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "embedlab",
+            "scenario",
+            scenario,
+            "--stack",
+            "dynamo",
+            "--discovery",
+            "etcd",
+            "--hosts",
+            "3",
+            "--json",
+            str(out),
+            "--run-dir",
+            str(run_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == f"{scenario} on dynamo: PASSED"
@@ -84,24 +115,33 @@ def test_dispatch_scenarios_pass_on_etcd_across_three_hosts_and_leave_nothing(sc
 
 def test_partition_mid_traffic_is_reported_and_the_cluster_recovers(tmp_path: Path) -> None:
     before = namespaces()
-    plan = ScenarioPlan(scenario="partition", stack="dynamo", discovery="etcd", hosts=3, run_dir=str(tmp_path / "run"))
+    plan = ScenarioPlan(
+        scenario="partition", stack="dynamo", discovery="etcd", hosts=3, run_dir=str(tmp_path / "run")
+    )
     result = run_scenario(plan)
     assert result.passed, result.summary()
     fault = result.fault
     assert fault is not None and fault.recovered and fault.fault == "partition of host 2"
     # What Dynamo decides is reported; these bounds only say the figures were measured at all.
     assert fault.failed_requests > 0 and fault.longest_hang_s > 1.0, fault
-    assert fault.left_dispatch_after_s is not None and fault.left_dispatch_after_s < fault.ended_s - fault.started_s
+    assert (
+        fault.left_dispatch_after_s is not None
+        and fault.left_dispatch_after_s < fault.ended_s - fault.started_s
+    )
     kinds = [e.kind for e in result.events]
     assert kinds[:2] == ["partition", "heal"] and "restart" in kinds, kinds
-    assert {s.worker for s in result.samples} == {0, 1} and any(s.value is None for s in result.samples if s.worker == 1)
+    assert {s.worker for s in result.samples} == {0, 1} and any(
+        s.value is None for s in result.samples if s.worker == 1
+    )
     plot(result)
     assert namespaces() == before
 
 
 def test_etcd_restart_mid_traffic_and_a_burst_after_it_passes(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    result = run_scenario(ScenarioPlan(scenario="etcd-restart", stack="dynamo", discovery="etcd", run_dir=str(run_dir)))
+    result = run_scenario(
+        ScenarioPlan(scenario="etcd-restart", stack="dynamo", discovery="etcd", run_dir=str(run_dir))
+    )
     assert result.passed, result.summary()
     fault = result.fault
     assert fault is not None and fault.recovered and fault.served_during_fault > 0, fault
@@ -115,9 +155,29 @@ def test_hosts_without_privileges_fail_at_once_in_one_line(tmp_path: Path) -> No
     """As user nobody: one line and exit 2, before any namespace or process exists."""
     before = namespaces()
     proc = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "embedlab", "scenario",
-         "same-model", "--stack", "dynamo", "--discovery", "etcd", "--hosts", "3", "--run-dir", str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)},
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-m",
+            "embedlab",
+            "scenario",
+            "same-model",
+            "--stack",
+            "dynamo",
+            "--discovery",
+            "etcd",
+            "--hosts",
+            "3",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(tmp_path)},
     )
     assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-1000:]
     (line,) = proc.stderr.strip().splitlines()
@@ -159,7 +219,9 @@ def test_restart_policy_brings_a_worker_back_and_a_straddling_burst_is_inconclus
     # The new process's counter starts again under a new instance label (a reset), or it is not
     # up yet when the burst ends (unreadable): inconclusive either way, never a pass.
     assert straddled.verdict == "inconclusive", straddled.summary()
-    assert straddled.reasons[0].endswith(("counter reset on worker 1", "worker 1 could not be read after the burst"))
+    assert straddled.reasons[0].endswith(
+        ("counter reset on worker 1", "worker 1 could not be read after the burst")
+    )
     assert after.passed, after.summary()
     kinds = [e.kind for e in dep.events]
     assert kinds[:3] == ["kill worker", "exit", "restart"], kinds
@@ -171,10 +233,28 @@ def test_attach_lists_what_etcd_believes_is_live(tmp_path: Path) -> None:
     with Deployment(spec, run_dir=tmp_path / "run") as dep:
         assert dep.etcd_url is not None
         proc = subprocess.run(
-            [sys.executable, "-m", "embedlab", "scenario", "multi-model", "--models", "a,b", "--frontend-url", dep.frontend_url,
-             "--system-url", dep.system_urls[0], "--system-url", dep.system_urls[1], "--etcd-endpoints", dep.etcd_url,
-             "--json", str(out)],
-            capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "embedlab",
+                "scenario",
+                "multi-model",
+                "--models",
+                "a,b",
+                "--frontend-url",
+                dep.frontend_url,
+                "--system-url",
+                dep.system_urls[0],
+                "--system-url",
+                dep.system_urls[1],
+                "--etcd-endpoints",
+                dep.etcd_url,
+                "--json",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         endpoints = {dep.endpoint(0), dep.endpoint(1)}
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

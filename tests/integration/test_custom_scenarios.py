@@ -7,12 +7,19 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from embedlab import ConfigError, ScenarioPlan, ScenarioResult, register_scenario, run_scenario, scenario_names
+from embedlab import (
+    ConfigError,
+    ScenarioPlan,
+    ScenarioResult,
+    register_scenario,
+    run_scenario,
+    scenario_names,
+)
 from embedlab.scenarios.registry import SCENARIOS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 def readme_guide() -> str:
     """The README's custom-scenario example: the first python block under its heading."""
     text = (REPO / "README.md").read_text()
-    section = text[text.index("### Scenarios of your own"):]
+    section = text[text.index("### Scenarios of your own") :]
     match = re.search(r"```python\n(.*?)```", section, re.S)
     assert match, "the README's guide has no python block"
     return match.group(1)
@@ -46,17 +53,34 @@ def test_an_installed_entry_point_makes_the_scenario_known_to_the_cli(tmp_path: 
     dist = site / "my_scenarios_plugin-0.1.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-scenarios-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text('[embedlab.scenarios]\none-hot-query = my_scenarios:one_hot_query\n')
+    (dist / "entry_points.txt").write_text(
+        "[embedlab.scenarios]\none-hot-query = my_scenarios:one_hot_query\n"
+    )
     (site / "my_scenarios.py").write_text(readme_guide())
     env = {**os.environ, "PYTHONPATH": str(site)}
     listed = run([sys.executable, "-m", "embedlab", "scenario", "--help"], cwd=tmp_path, env=env)
     text = " ".join(listed.stdout.split())  # argparse wraps the listing
-    assert "one-hot-query: The same query over and over: a cache-aware router must still use every worker." in text, text
+    assert (
+        "one-hot-query: The same query over and over: a cache-aware router must still use every worker."
+        in text
+    ), text
     out = tmp_path / "result.json"
     proc = run(
-        [sys.executable, "-m", "embedlab", "scenario", "one-hot-query", "--requests", "20", "--json", str(out),
-         "--run-dir", str(tmp_path / "run")],
-        cwd=tmp_path, env=env,
+        [
+            sys.executable,
+            "-m",
+            "embedlab",
+            "scenario",
+            "one-hot-query",
+            "--requests",
+            "20",
+            "--json",
+            str(out),
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        cwd=tmp_path,
+        env=env,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "one-hot-query on embedded: PASSED"
@@ -75,7 +99,10 @@ def registered() -> Iterator[list[str]]:
 def test_registration_mistakes_are_config_errors(registered: list[str]) -> None:
     with pytest.raises(ConfigError, match="already registered"):
         register_scenario("same-model", lambda target, plan: None)
-    with pytest.raises(ConfigError, match="unknown scenario 'nope'; choose from same-model, multi-model, failover, failover-no-retries, drain"):
+    with pytest.raises(
+        ConfigError,
+        match="unknown scenario 'nope'; choose from same-model, multi-model, failover, failover-no-retries, drain",
+    ):
         ScenarioPlan(scenario="nope")
     registered.append("bad-defaults")
     register_scenario("bad-defaults", lambda target, plan: None, defaults={"request": 5})

@@ -42,13 +42,29 @@ def test_two_models_dispatch_by_name_only(tmp_path) -> None:  # type: ignore[no-
 
 
 def test_conflicting_registration_exits_non_zero_with_the_message(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    with Deployment(DeploymentSpec(workers=(WorkerSpec(model="A", endpoint="ns.comp.ep"),)), run_dir=tmp_path) as dep:
+    with Deployment(
+        DeploymentSpec(workers=(WorkerSpec(model="A", endpoint="ns.comp.ep"),)), run_dir=tmp_path
+    ) as dep:
         port = reserve_port()
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "embedlab", "worker", "--served-model-name", "B", "--endpoint", "ns.comp.ep",
-                 "--frontend-url", dep.frontend_url, "--system-port", str(port)],
-                capture_output=True, text=True, timeout=60,
+                [
+                    sys.executable,
+                    "-m",
+                    "embedlab",
+                    "worker",
+                    "--served-model-name",
+                    "B",
+                    "--endpoint",
+                    "ns.comp.ep",
+                    "--frontend-url",
+                    dep.frontend_url,
+                    "--system-port",
+                    str(port),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
         finally:
             release_port(port)
@@ -64,7 +80,8 @@ def test_conflicting_registration_exits_non_zero_with_the_message(tmp_path) -> N
 def test_sigkilled_worker_leaves_within_two_ttls_and_no_request_fails(tmp_path) -> None:  # type: ignore[no-untyped-def]
     ttl = 1.0
     spec = DeploymentSpec(
-        workers=(WorkerSpec(model="m"), WorkerSpec(model="m"), WorkerSpec(model="solo")), lease_ttl=ttl,
+        workers=(WorkerSpec(model="m"), WorkerSpec(model="m"), WorkerSpec(model="solo")),
+        lease_ttl=ttl,
     )
     with Deployment(spec, run_dir=tmp_path) as dep:
         models = lambda: {m["id"] for m in httpx.get(f"{dep.frontend_url}/v1/models").json()["data"]}  # noqa: E731

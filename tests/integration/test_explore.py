@@ -37,7 +37,9 @@ def test_a_frontend_that_ignores_the_weights_fails_the_burst(tmp_path) -> None: 
         with httpx.Client(timeout=5.0) as client:
             groups = client.get(f"{dep.frontend_url}/health").json()["models"].values()
             second = sorted((i["endpoint"], i["instance_id"]) for group in groups for i in group)[1][1]
-            client.put(f"{dep.frontend_url}/registry/instances/{second}/weight", json={"weight": 50}).raise_for_status()
+            client.put(
+                f"{dep.frontend_url}/registry/instances/{second}/weight", json={"weight": 50}
+            ).raise_for_status()
         step = explorer.burst(40)
     assert not step.result.passed
     assert any("unlikely under weights" in r for r in step.result.reasons), step.result.reasons

@@ -20,8 +20,8 @@ from embedlab import (
 )
 from embedlab.stacks.dynamo import dynamo_installed
 
-from ..proctools import assert_all_gone, descendants_of, processes_under
 from ..netcheck import listening_addresses
+from ..proctools import assert_all_gone, descendants_of, processes_under
 
 STACKS = ["embedded", "dynamo"]
 
@@ -44,7 +44,9 @@ def test_both_scenarios_on_each_stack(stack: str, tmp_path) -> None:  # type: ig
     require(stack)
     spec = DeploymentSpec.same_model("m", workers=2, stack=stack)
     with Deployment(spec, run_dir=tmp_path / "same") as dep:
-        addresses = listening_addresses([p.pid for p in dep.processes] + [c for p in dep.processes for c in descendants_of(p.pid)])
+        addresses = listening_addresses(
+            [p.pid for p in dep.processes] + [c for p in dep.processes for c in descendants_of(p.pid)]
+        )
         assert addresses and all(a.startswith("127.0.0.1:") for a in addresses), addresses
         same = same_model_load_balance(dep, requests=20)
     assert same.passed, same.summary()
@@ -82,7 +84,9 @@ def test_wrong_expectation_fails_with_the_table_and_still_tears_down(tmp_path) -
 def test_start_failure_halfway_tears_down_what_started(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from embedlab import ServerExitedError, WorkerSpec
 
-    spec = DeploymentSpec(workers=(WorkerSpec(model="ok"), WorkerSpec(model="bad", extra_args=("--dim", "0"))))
+    spec = DeploymentSpec(
+        workers=(WorkerSpec(model="ok"), WorkerSpec(model="bad", extra_args=("--dim", "0")))
+    )
     dep = Deployment(spec, run_dir=tmp_path)
     with pytest.raises(ServerExitedError) as err:
         dep.start()
@@ -91,14 +95,18 @@ def test_start_failure_halfway_tears_down_what_started(tmp_path) -> None:  # typ
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "embedlab", *args], capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "embedlab", *args], capture_output=True, text=True, timeout=180
+    )
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_cli_scenarios_print_the_table_and_verdict(stack: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     require(stack)
     out = tmp_path / "r.json"
-    proc = run_cli("scenario", "multi-model", "--stack", stack, "--json", str(out), "--run-dir", str(tmp_path / "run"))
+    proc = run_cli(
+        "scenario", "multi-model", "--stack", stack, "--json", str(out), "--run-dir", str(tmp_path / "run")
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "multi-model on " + stack + ": PASSED" in proc.stdout
     assert "serves" in proc.stdout and "delta" in proc.stdout
@@ -108,14 +116,31 @@ def test_cli_scenarios_print_the_table_and_verdict(stack: str, tmp_path) -> None
 def test_cli_exit_codes_for_failure_and_cannot_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
     bad_args = run_cli("scenario", "same-model", "--requests", "0")
     assert bad_args.returncode == 2 and len(bad_args.stderr.strip().splitlines()) == 1
-    unreachable = run_cli("scenario", "same-model", "--frontend-url", "http://127.0.0.1:9", "--system-url", "http://127.0.0.1:9", "--system-url", "http://127.0.0.1:9")
+    unreachable = run_cli(
+        "scenario",
+        "same-model",
+        "--frontend-url",
+        "http://127.0.0.1:9",
+        "--system-url",
+        "http://127.0.0.1:9",
+        "--system-url",
+        "http://127.0.0.1:9",
+    )
     assert unreachable.returncode == 2
     assert "127.0.0.1:9" in unreachable.stderr and len(unreachable.stderr.strip().splitlines()) == 1
     # A real failure: attach to a running deployment with the models named in the wrong order.
     with Deployment(DeploymentSpec.multi_model(["a", "b"]), run_dir=tmp_path) as dep:
         swapped = run_cli(
-            "scenario", "multi-model", "--models", "b,a", "--frontend-url", dep.frontend_url,
-            "--system-url", dep.system_urls[0], "--system-url", dep.system_urls[1],
+            "scenario",
+            "multi-model",
+            "--models",
+            "b,a",
+            "--frontend-url",
+            dep.frontend_url,
+            "--system-url",
+            dep.system_urls[0],
+            "--system-url",
+            dep.system_urls[1],
         )
     assert swapped.returncode == 1, swapped.stdout + swapped.stderr
     assert "FAILED" in swapped.stdout and "leaked" in swapped.stdout
@@ -130,7 +155,9 @@ def test_cli_drain_passes_on_embedded(tmp_path) -> None:  # type: ignore[no-unty
 
 def test_cli_metric_that_no_worker_exports_exits_2_naming_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A launched deployment reads the asked-for counter too: a missing one is an error, not a silent pass."""
-    proc = run_cli("scenario", "same-model", "--metric", "no_such_metric_total", "--run-dir", str(tmp_path / "run"))
+    proc = run_cli(
+        "scenario", "same-model", "--metric", "no_such_metric_total", "--run-dir", str(tmp_path / "run")
+    )
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     (line,) = proc.stderr.strip().splitlines()
     assert "no_such_metric_total" in line and "worker 0" in line, line

@@ -36,7 +36,12 @@ def wait_models(url: str, want: set[str], proc: subprocess.Popen[bytes], timeout
 @pytest.mark.parametrize("models", [["same"], ["one", "two"]], ids=["same-model", "multi-model"])
 def test_launch_script_serves_and_cleans_up(models: list[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
     ports = [reserve_port() for _ in range(3)]
-    env = {**os.environ, "DYN_HTTP_PORT": str(ports[0]), "DYN_SYSTEM_PORT1": str(ports[1]), "DYN_SYSTEM_PORT2": str(ports[2])}
+    env = {
+        **os.environ,
+        "DYN_HTTP_PORT": str(ports[0]),
+        "DYN_SYSTEM_PORT1": str(ports[1]),
+        "DYN_SYSTEM_PORT2": str(ports[2]),
+    }
     env.pop("CUDA_VISIBLE_DEVICES", None)
     log = open(tmp_path / "script.log", "wb")
     proc = subprocess.Popen([str(SCRIPT), *models], env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -63,13 +68,22 @@ def test_launch_script_serves_and_cleans_up(models: list[str], tmp_path) -> None
 
 def test_launch_script_exits_when_a_worker_exits(tmp_path) -> None:  # type: ignore[no-untyped-def]
     ports = [reserve_port() for _ in range(3)]
-    env = {**os.environ, "DYN_HTTP_PORT": str(ports[0]), "DYN_SYSTEM_PORT1": str(ports[1]), "DYN_SYSTEM_PORT2": str(ports[2])}
-    proc = subprocess.Popen([str(SCRIPT), "x", "y"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "DYN_HTTP_PORT": str(ports[0]),
+        "DYN_SYSTEM_PORT1": str(ports[1]),
+        "DYN_SYSTEM_PORT2": str(ports[2]),
+    }
+    proc = subprocess.Popen(
+        [str(SCRIPT), "x", "y"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     started: list[int] = []
     try:
         wait_models(f"http://127.0.0.1:{ports[0]}", {"x", "y"}, proc)
         started = descendants_of(proc.pid)
-        worker = next(p for p in started if b"--served-model-name\x00y" in open(f"/proc/{p}/cmdline", "rb").read())
+        worker = next(
+            p for p in started if b"--served-model-name\x00y" in open(f"/proc/{p}/cmdline", "rb").read()
+        )
         os.kill(worker, signal.SIGKILL)
         assert proc.wait(timeout=20) != 0
         assert wait_gone(started) == []

@@ -8,14 +8,24 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from embedlab import (
-    Deployment, DeploymentSpec, DeploymentStoppedError, Explorer, LaunchProgress, ScenarioPlan, ServerExitedError,
-    WorkerSpec, live_deployment, same_model_load_balance, start_deployment, stop_deployment,
+    Deployment,
+    DeploymentSpec,
+    DeploymentStoppedError,
+    Explorer,
+    LaunchProgress,
+    ScenarioPlan,
+    ServerExitedError,
+    WorkerSpec,
+    live_deployment,
+    same_model_load_balance,
+    start_deployment,
+    stop_deployment,
 )
 from embedlab.progress import LaunchEvent
 
@@ -41,7 +51,9 @@ def test_a_second_start_stops_the_first_deployment(slot: str, tmp_path: Path) ->
     assert len(second_pids) == 3 and not set(second_pids) & set(first_pids)
     assert live_deployment(key=slot) is second
     # Each start keeps its own logs: the second goes one level down in the named run folder.
-    assert (tmp_path / "run" / "worker-1.log").is_file() and (tmp_path / "run" / "start-2" / "worker-1.log").is_file()
+    assert (tmp_path / "run" / "worker-1.log").is_file() and (
+        tmp_path / "run" / "start-2" / "worker-1.log"
+    ).is_file()
     assert same_model_load_balance(second, requests=10).passed
     stop_deployment(key=slot)
     assert_groups_gone(second_pids)
@@ -68,7 +80,9 @@ def test_a_deployment_whose_frontend_died_names_it(tmp_path: Path) -> None:
         deadline = time.monotonic() + 10
         while dep.frontend.alive() and time.monotonic() < deadline:
             time.sleep(0.01)
-        with pytest.raises(DeploymentStoppedError, match=rf"frontend \(pid {pid}\) exited with code -9; start a new one"):
+        with pytest.raises(
+            DeploymentStoppedError, match=rf"frontend \(pid {pid}\) exited with code -9; start a new one"
+        ):
             Explorer(dep).burst(10)
 
 
@@ -78,10 +92,15 @@ def test_the_launch_reports_each_process_as_it_gets_ready(tmp_path: Path) -> Non
         pass
     steps = [(e.kind, e.process) for e in events if e.kind != "poll"]
     assert steps == [
-        ("starting", "frontend"), ("starting", "worker-0"), ("starting", "worker-1"),
-        ("waiting", "frontend"), ("ready", "frontend"),
-        ("waiting", "worker-0"), ("ready", "worker-0"),
-        ("waiting", "worker-1"), ("ready", "worker-1"),
+        ("starting", "frontend"),
+        ("starting", "worker-0"),
+        ("starting", "worker-1"),
+        ("waiting", "frontend"),
+        ("ready", "frontend"),
+        ("waiting", "worker-0"),
+        ("ready", "worker-0"),
+        ("waiting", "worker-1"),
+        ("ready", "worker-1"),
         ("done", ""),
     ]
     ready = {e.process: e for e in events if e.kind == "ready"}
@@ -91,20 +110,35 @@ def test_the_launch_reports_each_process_as_it_gets_ready(tmp_path: Path) -> Non
 
 def test_a_failed_launch_names_the_process_and_keeps_the_log_tail(tmp_path: Path) -> None:
     log = io.StringIO()
-    spec = DeploymentSpec(workers=(WorkerSpec(model="ok"), WorkerSpec(model="bad", extra_args=("--dim", "0"))))
+    spec = DeploymentSpec(
+        workers=(WorkerSpec(model="ok"), WorkerSpec(model="bad", extra_args=("--dim", "0")))
+    )
     dep = Deployment(spec, run_dir=tmp_path, progress=LaunchProgress(file=log, notebook=False))
     with pytest.raises(ServerExitedError) as err:
         dep.start()
     assert "worker-1 exited" in str(err.value) and "dim must be positive" in str(err.value)  # the log tail
     last = log.getvalue().strip().splitlines()[-1]
-    assert last.startswith("worker-1 FAILED: worker-1 exited with code") and last.endswith("everything started was stopped")
+    assert last.startswith("worker-1 FAILED: worker-1 exited with code") and last.endswith(
+        "everything started was stopped"
+    )
     assert processes_under(tmp_path) == []
 
 
 def test_the_cli_shows_the_launch_when_asked(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "embedlab", "scenario", "same-model", "--progress", "--run-dir", str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "embedlab",
+            "scenario",
+            "same-model",
+            "--progress",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "frontend ready after" in proc.stderr and "all 3 processes ready in" in proc.stderr, proc.stderr

@@ -8,8 +8,15 @@ import sys
 
 import pytest
 
-from embedlab import Deployment, DeploymentSpec, multi_model_dispatch, plot, same_model_load_balance
-from embedlab import drain, failover
+from embedlab import (
+    Deployment,
+    DeploymentSpec,
+    drain,
+    failover,
+    multi_model_dispatch,
+    plot,
+    same_model_load_balance,
+)
 from embedlab.stacks.dynamo import dynamo_installed
 
 
@@ -31,13 +38,30 @@ def test_failover_on_dynamo_is_reported_not_asserted_and_says_so(tmp_path) -> No
     assert dynamo_installed()
     out = tmp_path / "result.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "embedlab", "scenario", "failover", "--stack", "dynamo", "--requests", "120",
-         "--json", str(out), "--run-dir", str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "embedlab",
+            "scenario",
+            "failover",
+            "--stack",
+            "dynamo",
+            "--requests",
+            "120",
+            "--json",
+            str(out),
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     last = proc.stdout.strip().splitlines()[-1]
-    assert last.startswith("failover on dynamo: REPORTED (") and "PASSED" not in proc.stdout, proc.stdout[-2000:]
+    assert last.startswith("failover on dynamo: REPORTED (") and "PASSED" not in proc.stdout, proc.stdout[
+        -2000:
+    ]
     result = json.loads(out.read_text())
     assert (result["verdict"], result["passed"], result["ok"]) == ("reported", False, True)
     failed = result["failover"]["failed_requests"]
@@ -71,7 +95,13 @@ def test_restart_between_snapshots_is_inconclusive(tmp_path) -> None:  # type: i
 
 @pytest.mark.parametrize(
     "fault,scenario",
-    [("leak:0.1", "multi"), ("stick", "same"), ("skew:0.95", "same"), ("drop:0.2", "same"), ("ghost", "drain")],
+    [
+        ("leak:0.1", "multi"),
+        ("stick", "same"),
+        ("skew:0.95", "same"),
+        ("drop:0.2", "same"),
+        ("ghost", "drain"),
+    ],
 )
 def test_injected_fault_is_caught(fault: str, scenario: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     if scenario == "multi":

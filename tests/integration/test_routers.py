@@ -31,30 +31,47 @@ def routers_installed() -> None:
 
 
 def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "embedlab", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "embedlab", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_a_standalone_worker_answers_what_routers_probe() -> None:
     async def probe(load_format: str) -> dict[str, object]:
-        worker = Worker(WorkerConfig(
-            engine="hash", served_model_name="m", endpoint="t.w.generate", frontend_url="",
-            engine_options=EngineOptions(dim=8), load_format=load_format,
-        ))
+        worker = Worker(
+            WorkerConfig(
+                engine="hash",
+                served_model_name="m",
+                endpoint="t.w.generate",
+                frontend_url="",
+                engine_options=EngineOptions(dim=8),
+                load_format=load_format,
+            )
+        )
         await worker.start()
         try:
             async with httpx.AsyncClient(base_url=worker.url, timeout=5) as client:
-                got = {path: (await client.get(path)) for path in ("/health", "/v1/models", "/get_server_info", "/get_load")}
+                got = {
+                    path: (await client.get(path))
+                    for path in ("/health", "/v1/models", "/get_server_info", "/get_load")
+                }
                 embedded = await client.post("/v1/embeddings", json={"model": "m", "input": "x"})
                 await worker.drain(None)  # type: ignore[arg-type]
                 drained = await client.get("/health")
         finally:
             await worker.close()
-        return {**{k: (v.status_code, v.json()) for k, v in got.items()}, "header": embedded.headers.get("x-embedlab-worker"),
-                "drained": drained.status_code}
+        return {
+            **{k: (v.status_code, v.json()) for k, v in got.items()},
+            "header": embedded.headers.get("x-embedlab-worker"),
+            "drained": drained.status_code,
+        }
 
     vllm, sglang = asyncio.run(probe("vllm")), asyncio.run(probe("sglang"))
     assert vllm["/health"][0] == 200 and vllm["drained"] == 503  # type: ignore[index]
-    assert vllm["/v1/models"] == (200, {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "embedlab", "created": 0}]})
+    assert vllm["/v1/models"] == (
+        200,
+        {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "embedlab", "created": 0}]},
+    )
     assert vllm["/get_server_info"][1]["served_model_name"] == "m"  # type: ignore[index]
     assert vllm["/get_load"] == (200, {"load": 0}) and sglang["/get_load"][1][0]["num_tokens"] == 0  # type: ignore[index]
     assert str(vllm["header"]).startswith("t.w.generate/")
@@ -62,8 +79,18 @@ def test_a_standalone_worker_answers_what_routers_probe() -> None:
 
 def test_round_robin_on_vllm_router_splits_exactly(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    proc = cli("scenario", "same-model", "--stack", "vllm-router", "--router-mode", "round_robin", "--json", str(out),
-               "--run-dir", str(tmp_path / "run"))
+    proc = cli(
+        "scenario",
+        "same-model",
+        "--stack",
+        "vllm-router",
+        "--router-mode",
+        "round_robin",
+        "--json",
+        str(out),
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "same-model on vllm-router: PASSED"
     assert json.loads(out.read_text())["bursts"][0]["deltas"] == [20, 20]
@@ -78,7 +105,16 @@ def test_multi_model_through_litellm_reaches_only_each_models_worker(tmp_path: P
 
 def test_sglang_router_stops_serving_everyone_after_a_run_of_client_mistakes(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    proc = cli("scenario", "client-mistakes", "--stack", "sglang-router", "--json", str(out), "--run-dir", str(tmp_path / "run"))
+    proc = cli(
+        "scenario",
+        "client-mistakes",
+        "--stack",
+        "sglang-router",
+        "--json",
+        str(out),
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
     after = result["bursts"][0]["traffic"]
@@ -96,24 +132,44 @@ def test_the_battery_on_embedded_litellm_and_vllm_router(tmp_path: Path) -> None
     data = json.loads((run / "conformance.json").read_text())
     cells = {(c["stack"], c["check"]): c for c in data["cells"]}
     assert len(cells) == 3 * 7 and data["stacks"] == list(stacks)
-    assert all(c["text"] and (run / c["report"]).is_file() for c in data["cells"]), "every cell says something, with its report"
+    assert all(c["text"] and (run / c["report"]).is_file() for c in data["cells"]), (
+        "every cell says something, with its report"
+    )
     verdict = {k: c["verdict"] for k, c in cells.items()}
     # embedlab's own frontend meets every check it can.
-    assert {verdict[("embedded", c)] for c in ("same-model", "multi-model", "failover", "client-mistakes", "drain")} == {"passed"}
+    assert {
+        verdict[("embedded", c)]
+        for c in ("same-model", "multi-model", "failover", "client-mistakes", "drain")
+    } == {"passed"}
     assert verdict[("embedded", "failover-no-retries")] == "unsupported"
     # vllm-router's default, cache_aware, is reported with its skew; without IGW it ignores the model.
-    assert verdict[("vllm-router", "same-model")] == "reported" and "(report)" in cells[("vllm-router", "same-model")]["text"]
+    assert (
+        verdict[("vllm-router", "same-model")] == "reported"
+        and "(report)" in cells[("vllm-router", "same-model")]["text"]
+    )
     assert verdict[("vllm-router", "multi-model")] == "failed"
-    assert not cells[("vllm-router", "multi-model")]["text"].startswith("0 of"), cells[("vllm-router", "multi-model")]
+    assert not cells[("vllm-router", "multi-model")]["text"].startswith("0 of"), cells[
+        ("vllm-router", "multi-model")
+    ]
     # Retries hide a dead worker; without them, clients see 500s.
     assert cells[("vllm-router", "failover")]["text"].startswith("0 of 200 lost")
     lost = cells[("vllm-router", "failover-no-retries")]["text"]
     assert not lost.startswith("0 of") and "HTTP 500" in lost, lost
     # Plain-text 400 and 422 for a malformed body and a missing field; LiteLLM answers OpenAI error JSON.
-    assert verdict[("vllm-router", "client-mistakes")] == "failed" and "plain" in cells[("vllm-router", "client-mistakes")]["text"]
-    assert verdict[("litellm", "client-mistakes")] == "passed" and verdict[("litellm", "multi-model")] == "passed"
-    assert verdict[("litellm", "drain")] == "unsupported" and "database" in cells[("litellm", "drain")]["text"]
-    assert data["versions"]["vllm-router"] == "vllm-router 0.1.17" and data["versions"]["litellm"].startswith("litellm 1.108.7")
+    assert (
+        verdict[("vllm-router", "client-mistakes")] == "failed"
+        and "plain" in cells[("vllm-router", "client-mistakes")]["text"]
+    )
+    assert (
+        verdict[("litellm", "client-mistakes")] == "passed"
+        and verdict[("litellm", "multi-model")] == "passed"
+    )
+    assert (
+        verdict[("litellm", "drain")] == "unsupported" and "database" in cells[("litellm", "drain")]["text"]
+    )
+    assert data["versions"]["vllm-router"] == "vllm-router 0.1.17" and data["versions"]["litellm"].startswith(
+        "litellm 1.108.7"
+    )
     suite = ET.parse(run / "junit.xml").getroot().find("testsuite")
     assert suite is not None and suite.get("tests") == "21"
     page = html.read_text()

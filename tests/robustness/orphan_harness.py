@@ -34,17 +34,30 @@ from embedlab.process import ManagedProcess, _watchdog
 def wrapped_worker(dep: Deployment, run_dir: Path) -> ManagedProcess:
     system_port = reserve_port()
     worker = [
-        sys.executable, "-m", "embedlab", "worker", "--served-model-name", "wrapped", "--endpoint", "test.wrapped.generate",
-        "--frontend-url", dep.frontend_url, "--system-port", str(system_port),
+        sys.executable,
+        "-m",
+        "embedlab",
+        "worker",
+        "--served-model-name",
+        "wrapped",
+        "--endpoint",
+        "test.wrapped.generate",
+        "--frontend-url",
+        dep.frontend_url,
+        "--system-port",
+        str(system_port),
     ]
     # `trap "" TERM` in a subshell: the sleep it execs inherits SIGTERM ignored, so only
     # SIGKILL stops it.
     script = '"$@" & (trap "" TERM; exec sleep 600) & wait'
-    proc = ManagedProcess("wrapper", ["sh", "-c", script, "wrapper", *worker], log_path=run_dir / "wrapper.log").start()
+    proc = ManagedProcess(
+        "wrapper", ["sh", "-c", script, "wrapper", *worker], log_path=run_dir / "wrapper.log"
+    ).start()
     with httpx.Client(timeout=2.0) as client:
         proc.wait_ready(
             lambda: client.get(f"http://127.0.0.1:{system_port}/health").status_code == 200,
-            timeout=60, what="the wrapped worker's /health answered 200",
+            timeout=60,
+            what="the wrapped worker's /health answered 200",
         )
     return proc
 
@@ -58,7 +71,9 @@ def main() -> None:
         spec = DeploymentSpec.multi_model(["model-a", "model-b"], stack="dynamo", discovery="etcd", hosts=3)
     if mode == "thread":
         box: dict[str, Deployment] = {}
-        starter = threading.Thread(target=lambda: box.setdefault("dep", Deployment(spec, run_dir=run_dir).start()))
+        starter = threading.Thread(
+            target=lambda: box.setdefault("dep", Deployment(spec, run_dir=run_dir).start())
+        )
         starter.start()
         starter.join()
         dep = box["dep"]
@@ -71,7 +86,9 @@ def main() -> None:
     # would fail here.
     with httpx.Client(timeout=5.0) as client:
         for model in ("model-a", "model-b"):
-            client.post(f"{dep.frontend_url}/v1/embeddings", json={"model": model, "input": "x"}).raise_for_status()
+            client.post(
+                f"{dep.frontend_url}/v1/embeddings", json={"model": model, "input": "x"}
+            ).raise_for_status()
     assert _watchdog._proc is not None
     report = {
         "harness": os.getpid(),

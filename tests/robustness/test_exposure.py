@@ -13,9 +13,9 @@ import secrets
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -73,7 +73,9 @@ def assert_no_token_in(paths: list[Path]) -> None:
 def assert_no_token_in_cmdlines(pids: list[int]) -> None:
     # Command lines are readable by every user of the machine: the token travels in the environment.
     for pid in pids:
-        assert TOKEN.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes(), f"the token is in pid {pid}'s argv"
+        assert TOKEN.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes(), (
+            f"the token is in pid {pid}'s argv"
+        )
 
 
 @contextmanager
@@ -82,7 +84,8 @@ def exposed_frontend(tmp_path: Path, *extra: str) -> Iterator[tuple[str, Managed
     proc = ManagedProcess(
         "frontend",
         [sys.executable, "-m", "embedlab", "frontend", "--host", HOST, "--port", str(port), *extra],
-        log_path=tmp_path / "frontend.log", env={**os.environ, TOKEN_ENV: TOKEN},
+        log_path=tmp_path / "frontend.log",
+        env={**os.environ, TOKEN_ENV: TOKEN},
     )
     url = f"http://{REACH}:{port}"
     try:
@@ -110,7 +113,10 @@ def test_cli_refuses_a_non_loopback_bind_without_a_token(host: str, token: str |
         env[TOKEN_ENV] = token
     proc = subprocess.run(
         [sys.executable, "-m", "embedlab", "frontend", "--host", host, "--port", "0"],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -125,8 +131,15 @@ def test_cli_refuses_a_non_loopback_bind_without_a_token(host: str, token: str |
 
 def test_registry_endpoints_need_the_token_and_remote_workers_are_refused(tmp_path: Path) -> None:
     with exposed_frontend(tmp_path) as (url, frontend), httpx.Client(base_url=url, timeout=10) as client:
-        wrong = [{}, auth("not-the-token"), {"Authorization": TOKEN}, {"Authorization": f"bearer {TOKEN}"},
-                 auth(TOKEN[:-1]), auth(TOKEN + "x"), {"X-Token": TOKEN}]
+        wrong = [
+            {},
+            auth("not-the-token"),
+            {"Authorization": TOKEN},
+            {"Authorization": f"bearer {TOKEN}"},
+            auth(TOKEN[:-1]),
+            auth(TOKEN + "x"),
+            {"X-Token": TOKEN},
+        ]
         calls = [
             ("POST", "/registry/instances", registration("i1", "http://127.0.0.1:9")),
             ("GET", "/registry/instances", None),
@@ -136,9 +149,13 @@ def test_registry_endpoints_need_the_token_and_remote_workers_are_refused(tmp_pa
         ]
         for headers in wrong:
             for method, path, body in calls:
-                error = assert_error(client.request(method, path, json=body, headers=headers), 401, "authentication_error")
+                error = assert_error(
+                    client.request(method, path, json=body, headers=headers), 401, "authentication_error"
+                )
                 assert error["code"] == "invalid_token"
-        assert "i1" not in client.get("/registry/instances", headers=auth()).text, "a refused registration registered"
+        assert "i1" not in client.get("/registry/instances", headers=auth()).text, (
+            "a refused registration registered"
+        )
 
         # With the token, every registry call works, in order.
         expected = [201, 200, 200, 200, 200]
@@ -150,15 +167,24 @@ def test_registry_endpoints_need_the_token_and_remote_workers_are_refused(tmp_pa
 
         # Only loopback request planes, even with the token.
         for remote in [
-            f"http://{HOST}:9", "http://10.1.2.3:9", "http://192.0.2.7:9", "http://example.com:9",
-            "http://127.0.0.1@example.com:9/", "http://0.0.0.0:9", "http://[::ffff:10.0.0.1]:9",
+            f"http://{HOST}:9",
+            "http://10.1.2.3:9",
+            "http://192.0.2.7:9",
+            "http://example.com:9",
+            "http://127.0.0.1@example.com:9/",
+            "http://0.0.0.0:9",
+            "http://[::ffff:10.0.0.1]:9",
         ]:
             error = assert_error(
-                client.post("/registry/instances", json=registration("r", remote), headers=auth()), 403, "permission_error"
+                client.post("/registry/instances", json=registration("r", remote), headers=auth()),
+                403,
+                "permission_error",
             )
             assert error["param"] == "url" and error["code"] == "remote_worker_refused"
         for local in ["http://127.0.0.1:9", "http://localhost:9", "http://[::1]:9", "http://127.5.6.7:9"]:
-            response = client.post("/registry/instances", json=registration(f"l-{local}", local), headers=auth())
+            response = client.post(
+                "/registry/instances", json=registration(f"l-{local}", local), headers=auth()
+            )
             assert response.status_code == 201, (local, response.text)
     assert_no_token_in([frontend.log_path])
 
@@ -166,20 +192,38 @@ def test_registry_endpoints_need_the_token_and_remote_workers_are_refused(tmp_pa
 def test_allow_remote_workers_accepts_a_remote_request_plane(tmp_path: Path) -> None:
     with exposed_frontend(tmp_path, "--allow-remote-workers") as (url, _):
         with httpx.Client(base_url=url, timeout=10) as client:
-            response = client.post("/registry/instances", json=registration("r", f"http://{HOST}:9"), headers=auth())
+            response = client.post(
+                "/registry/instances", json=registration("r", f"http://{HOST}:9"), headers=auth()
+            )
             assert response.status_code == 201, response.text
             # The consent is for remote workers, not for skipping the token.
-            assert_error(client.post("/registry/instances", json=registration("s", "http://10.1.2.3:9")), 401, "authentication_error")
+            assert_error(
+                client.post("/registry/instances", json=registration("s", "http://10.1.2.3:9")),
+                401,
+                "authentication_error",
+            )
 
 
 def test_workers_register_with_the_token_from_their_environment_and_serve(tmp_path: Path) -> None:
     with exposed_frontend(tmp_path) as (url, frontend):
+
         def worker(name: str, env: dict[str, str]) -> ManagedProcess:
             port = reserve_port()
             argv = [
-                sys.executable, "-m", "embedlab", "worker", "--served-model-name", "exposed-model",
-                "--endpoint", f"test.{name}.generate", "--frontend-url", url, "--system-port", str(port),
-                "--register-timeout", "30",
+                sys.executable,
+                "-m",
+                "embedlab",
+                "worker",
+                "--served-model-name",
+                "exposed-model",
+                "--endpoint",
+                f"test.{name}.generate",
+                "--frontend-url",
+                url,
+                "--system-port",
+                str(port),
+                "--register-timeout",
+                "30",
             ]
             return ManagedProcess(name, argv, log_path=tmp_path / f"{name}.log", env=env).start()
 
@@ -193,10 +237,13 @@ def test_workers_register_with_the_token_from_their_environment_and_serve(tmp_pa
             with httpx.Client(base_url=url, timeout=10) as client:
                 good.wait_ready(
                     lambda: "exposed-model" in {m["id"] for m in client.get("/v1/models").json()["data"]},
-                    timeout=60, what="the frontend listed its model",
+                    timeout=60,
+                    what="the frontend listed its model",
                 )
                 response = client.post("/v1/embeddings", json={"model": "exposed-model", "input": "hello"})
-                assert response.status_code == 200 and response.headers["x-embedlab-worker"].startswith("test.with-token")
+                assert response.status_code == 200 and response.headers["x-embedlab-worker"].startswith(
+                    "test.with-token"
+                )
             assert_no_token_in_cmdlines([p for p in (frontend.pid, good.pid) if p])
         finally:
             good.stop()
@@ -207,7 +254,9 @@ def test_workers_register_with_the_token_from_their_environment_and_serve(tmp_pa
 # -- a whole deployment and its reports, on loopback, with the token set ----------------------------
 
 
-def test_deployment_with_a_token_end_to_end_leaks_it_nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_deployment_with_a_token_end_to_end_leaks_it_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
     with Deployment(DeploymentSpec.same_model("m", workers=2, seed=0), run_dir=tmp_path / "run") as dep:
         # The frontend enforces the token it was given, on loopback too...
@@ -229,8 +278,22 @@ def test_regression_reports_never_contain_the_token(tmp_path: Path) -> None:
     )
     out = tmp_path / "outputs"
     proc = subprocess.run(
-        [sys.executable, "-m", "embedlab", "regress", "--matrix", str(matrix), "--out", str(out), "--timeout", "120"],
-        env={**os.environ, TOKEN_ENV: TOKEN}, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "embedlab",
+            "regress",
+            "--matrix",
+            str(matrix),
+            "--out",
+            str(out),
+            "--timeout",
+            "120",
+        ],
+        env={**os.environ, TOKEN_ENV: TOKEN},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert TOKEN not in proc.stdout + proc.stderr

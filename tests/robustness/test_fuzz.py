@@ -20,9 +20,10 @@ import socket
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -31,8 +32,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from embedlab import Deployment, DeploymentSpec
-from embedlab.engines.base import EngineOptions
 from embedlab.defaults import MAX_BODY_BYTES as DEFAULT_MAX_BODY
+from embedlab.engines.base import EngineOptions
 
 SERVED = ("model-a", "model-b")
 HASH_DIM = EngineOptions().dim  # the hash engine's default vector size
@@ -73,7 +74,9 @@ _leaves = (
 # around a minute on two cores. Size comes from the `_huge` and nesting strategies instead.
 json_values = st.recursive(
     _leaves,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=8,
 )
 
@@ -85,7 +88,9 @@ def _not_registry_model(value: object) -> bool:
 _models = (
     st.sampled_from([*SERVED, *SERVED, "", " ", "nope", "MODEL-A", "model-a ", "model-a\x00"]) | json_values
 ).filter(_not_registry_model)
-_token_ids = st.integers(min_value=-3, max_value=2**40) | st.sampled_from([2**31 - 1, 2**31, 2**63, 2**64 - 1])
+_token_ids = st.integers(min_value=-3, max_value=2**40) | st.sampled_from(
+    [2**31 - 1, 2**31, 2**63, 2**64 - 1]
+)
 _inputs = st.one_of(
     st.text(max_size=60),
     st.lists(st.text(max_size=20), max_size=8),
@@ -104,7 +109,9 @@ requests_json = st.builds(
             "model": _models,
             "input": _inputs,
             "encoding_format": st.sampled_from(["float", "base64", None, "int8", "", "FLOAT"]) | json_values,
-            "dimensions": st.integers(-3, HASH_DIM + 3) | st.sampled_from([10**7, 2**31, 2**62, 2**64 - 1]) | json_values,
+            "dimensions": st.integers(-3, HASH_DIM + 3)
+            | st.sampled_from([10**7, 2**31, 2**62, 2**64 - 1])
+            | json_values,
             "user": st.text(max_size=20) | json_values,
         },
     ),
@@ -128,8 +135,13 @@ _valid_fields = st.fixed_dictionaries(
 _hostile_field = st.one_of(
     st.tuples(st.just("input"), _inputs),
     st.tuples(st.just("input"), st.lists(_token_ids, min_size=1, max_size=4)),
-    st.tuples(st.just("input"), st.lists(st.lists(_token_ids, min_size=1, max_size=3), min_size=1, max_size=3)),
-    st.tuples(st.just("dimensions"), st.integers(HASH_DIM - 2, HASH_DIM + 2) | st.sampled_from([0, -1, 10**7, 2**31, 2**62, 2**64 - 1])),
+    st.tuples(
+        st.just("input"), st.lists(st.lists(_token_ids, min_size=1, max_size=3), min_size=1, max_size=3)
+    ),
+    st.tuples(
+        st.just("dimensions"),
+        st.integers(HASH_DIM - 2, HASH_DIM + 2) | st.sampled_from([0, -1, 10**7, 2**31, 2**62, 2**64 - 1]),
+    ),
     st.tuples(st.just("dimensions"), json_values),
     st.tuples(st.just("encoding_format"), json_values),
     st.tuples(st.just("user"), json_values),
@@ -158,9 +170,13 @@ _huge = st.one_of(
     st.sampled_from([1 << 20, MAX_BODY - 64, MAX_BODY + 1, 9 << 20]).map(
         lambda n: b'{"model": "model-a", "input": "' + b"x" * n + b'"}'
     ),
-    st.integers(8_000, 12_000).map(lambda n: _dumps({"model": "model-b", "input": list(range(n))})),  # > max_model_len
+    st.integers(8_000, 12_000).map(
+        lambda n: _dumps({"model": "model-b", "input": list(range(n))})
+    ),  # > max_model_len
     st.integers(8_000, 12_000).map(lambda n: _dumps({"model": "model-a", "input": "word " * n})),
-    st.integers(4_000, 20_000).map(lambda n: b'{"model": "model-a", "input": [' + b"9" * n + b"]}"),  # giant integer
+    st.integers(4_000, 20_000).map(
+        lambda n: b'{"model": "model-a", "input": [' + b"9" * n + b"]}"
+    ),  # giant integer
     st.integers(1, 2000).map(lambda n: _dumps({"model": "model-a" * n, "input": "x"})),  # long model name
     st.integers(1, 50_000).map(lambda n: _dumps({"model": "model-a", "input": "x", "k" * n: "v" * n})),
 )
@@ -199,14 +215,27 @@ _registrations = st.fixed_dictionaries(
         "model": st.integers(0, 3).map(lambda i: f"{REG_PREFIX}{i}"),
         "url": st.sampled_from(
             [
-                "http://127.0.0.1:1", "http://localhost:2", "http://[::1]:3", "http://10.1.2.3:4", "http://example.com",
-                "http://[::1", "http://a..b/", "http://127.0.0.1:abc", "http://127.0.0.1:99999", "ftp://127.0.0.1",
-                "http://", "127.0.0.1:5", "http://" + "a" * 300, "http://\x00x",
+                "http://127.0.0.1:1",
+                "http://localhost:2",
+                "http://[::1]:3",
+                "http://10.1.2.3:4",
+                "http://example.com",
+                "http://[::1",
+                "http://a..b/",
+                "http://127.0.0.1:abc",
+                "http://127.0.0.1:99999",
+                "ftp://127.0.0.1",
+                "http://",
+                "127.0.0.1:5",
+                "http://" + "a" * 300,
+                "http://\x00x",
             ]
         )
         | st.text(max_size=30)
         | json_values,
-        "weight": st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from([0, -1, True, 2**64 - 1, 1e308]) | json_values,
+        "weight": st.floats(allow_nan=False, allow_infinity=False)
+        | st.sampled_from([0, -1, True, 2**64 - 1, 1e308])
+        | json_values,
         "pid": json_values,
         "max_model_len": json_values,
     },
@@ -220,17 +249,38 @@ _any_method = st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", 
 # hypothesis a validation pass on every draw.
 _content_types = st.sampled_from(
     [
-        None, "application/json", "application/json", "text/plain", "application/x-www-form-urlencoded",
-        "multipart/form-data; boundary=zz", "application/json; charset=utf-16", "", "*/*",
-        "application/octet-stream", "application/json; charset=latin-1", "application/json; q=",
+        None,
+        "application/json",
+        "application/json",
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=zz",
+        "application/json; charset=utf-16",
+        "",
+        "*/*",
+        "application/octet-stream",
+        "application/json; charset=latin-1",
+        "application/json; q=",
     ]
 )
 # Header values as h11 allows them on the wire: no whitespace at the ends, no CR/LF/NUL.
 _header_values = st.binary(max_size=120).map(lambda b: bytes(c if 0x21 <= c != 0x7F else 0x2E for c in b))
 _header_names = st.sampled_from(
     [
-        "Authorization", "Accept", "Accept-Encoding", "Accept-Language", "Cookie", "Origin", "Range", "Referer",
-        "If-None-Match", "X-Forwarded-For", "X-Request-Id", "User-Agent", "x-embedlab-worker", "Cache-Control",
+        "Authorization",
+        "Accept",
+        "Accept-Encoding",
+        "Accept-Language",
+        "Cookie",
+        "Origin",
+        "Range",
+        "Referer",
+        "If-None-Match",
+        "X-Forwarded-For",
+        "X-Request-Id",
+        "User-Agent",
+        "x-embedlab-worker",
+        "Cache-Control",
     ]
 ) | st.from_regex(r"\AX-[A-Za-z0-9-]{1,16}\Z")
 _extra_headers = st.dictionaries(_header_names, _header_values, max_size=4)
@@ -246,11 +296,15 @@ def _headers(draw: st.DrawFn) -> tuple[tuple[str, bytes], ...]:
     return tuple(headers)
 
 
-_targets = st.sampled_from(["embeddings"] * 12 + ["encoded"] * 2 + ["method"] * 2 + ["registry"] * 4 + ["read", "random"])
+_targets = st.sampled_from(
+    ["embeddings"] * 12 + ["encoded"] * 2 + ["method"] * 2 + ["registry"] * 4 + ["read", "random"]
+)
 _encoded_bodies = st.one_of(requests_json.map(_dumps), st.binary(max_size=100))
 _encodings = st.sampled_from(["gzip", "deflate", "identity", "gzip, deflate", "GZIP"])
 _encoding_modes = st.sampled_from(["compressed", "raw", "truncated"])
-_registry_ops = st.sampled_from(["register", "register", "heartbeat", "deregister", "weight", "list", "other"])
+_registry_ops = st.sampled_from(
+    ["register", "register", "heartbeat", "deregister", "weight", "list", "other"]
+)
 _registry_bodies = json_values.map(_dumps) | st.binary(max_size=60)
 _read_paths = st.sampled_from(["/health", "/metrics", "/v1/models", "/registry/instances"])
 _path_text = st.text(max_size=40)
@@ -275,7 +329,13 @@ def probes(draw: st.DrawFn) -> Probe:
             body = zlib.compress(body)
         if mode == "truncated":
             body = body[: max(1, len(body) // 2)]
-        return Probe(f"encoded-{encoding}-{mode}", "POST", "/v1/embeddings", body, headers + (("Content-Encoding", encoding.encode()),))
+        return Probe(
+            f"encoded-{encoding}-{mode}",
+            "POST",
+            "/v1/embeddings",
+            body,
+            headers + (("Content-Encoding", encoding.encode()),),
+        )
     if target == "method":
         return Probe("method", draw(_any_method), "/v1/embeddings", draw(embedding_bodies), headers)
     if target == "registry":
@@ -321,7 +381,7 @@ class ValidTraffic:
     _stop: threading.Event = field(default_factory=threading.Event)
     _workers: list[threading.Thread] = field(default_factory=list)
 
-    def __enter__(self) -> "ValidTraffic":
+    def __enter__(self) -> ValidTraffic:
         for i in range(self.threads):
             thread = threading.Thread(target=self._run, args=(i,), daemon=True)
             thread.start()
@@ -338,9 +398,12 @@ class ValidTraffic:
         with httpx.Client(base_url=self.url, timeout=60) as client:
             while not self._stop.is_set():
                 model = rng.choice(SERVED)
-                payload: dict[str, Any] = {"model": model, "input": rng.choice(
-                    ["hello", ["a", "b c"], [1, 2, 3], [[4, 5], [6]], "word " * rng.randint(1, 50)]
-                )}
+                payload: dict[str, Any] = {
+                    "model": model,
+                    "input": rng.choice(
+                        ["hello", ["a", "b c"], [1, 2, 3], [[4, 5], [6]], "word " * rng.randint(1, 50)]
+                    ),
+                }
                 if rng.random() < 0.3:
                     payload["encoding_format"] = rng.choice(["float", "base64"])
                 if rng.random() < 0.3:
@@ -381,15 +444,39 @@ _J = (("Content-Type", b"application/json"),)
 # each was a 5xx, or a request left hanging, before its fix.
 FOUND = [
     Probe("found", "POST", "/v1/embeddings", b'{"model": "model-a", "input": [9223372036854775808]}', _J),
-    Probe("found", "POST", "/v1/embeddings", b'{"model": "model-b", "input": [[1], [18446744073709551615]]}', _J),
-    Probe("found", "POST", "/v1/embeddings", b'{"model": "model-a", "input": "x", "dimensions": 4611686018427387904}', _J),
-    Probe("found", "POST", "/v1/embeddings", b'{"model": "model-a", "input": "x", "dimensions": 18446744073709551615}', _J),
+    Probe(
+        "found", "POST", "/v1/embeddings", b'{"model": "model-b", "input": [[1], [18446744073709551615]]}', _J
+    ),
+    Probe(
+        "found",
+        "POST",
+        "/v1/embeddings",
+        b'{"model": "model-a", "input": "x", "dimensions": 4611686018427387904}',
+        _J,
+    ),
+    Probe(
+        "found",
+        "POST",
+        "/v1/embeddings",
+        b'{"model": "model-a", "input": "x", "dimensions": 18446744073709551615}',
+        _J,
+    ),
     Probe("found", "POST", "/v1/embeddings", b"not gzip", _J + (("Content-Encoding", b"gzip"),)),
-    Probe("found", "POST", "/v1/embeddings", zlib.compress(b'{"model": "model-a", "input": "x"}')[:12],
-          _J + (("Content-Encoding", b"deflate"),)),
+    Probe(
+        "found",
+        "POST",
+        "/v1/embeddings",
+        zlib.compress(b'{"model": "model-a", "input": "x"}')[:12],
+        _J + (("Content-Encoding", b"deflate"),),
+    ),
     *(
-        Probe("found", "POST", "/registry/instances",
-              _dumps({"instance_id": "f", "endpoint": "f.f.f", "model": REG_PREFIX + "0", "url": url}), _J)
+        Probe(
+            "found",
+            "POST",
+            "/registry/instances",
+            _dumps({"instance_id": "f", "endpoint": "f.f.f", "model": REG_PREFIX + "0", "url": url}),
+            _J,
+        )
         for url in ["http://[::1", "http://a..b/", "http://" + "a" * 64 + ".x/", "http://127.0.0.1:abc"]
     ),
 ]
@@ -402,8 +489,12 @@ def test_fuzz_never_5xx_and_valid_traffic_unharmed(live: Deployment) -> None:
     client = httpx.Client(base_url=live.frontend_url, timeout=60)
 
     @settings(
-        max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-        suppress_health_check=list(HealthCheck), print_blob=True,
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
     )
     @given(probe=probes())
     def hostile(probe: Probe) -> None:
@@ -423,7 +514,9 @@ def test_fuzz_never_5xx_and_valid_traffic_unharmed(live: Deployment) -> None:
     elapsed = time.monotonic() - started
 
     kinds = {k: (sent.count(k), round(spent[k], 1)) for k in sorted(set(sent))}
-    print(f"\nfuzz: {len(sent)} hostile requests in {elapsed:.1f} s; {len(valid.outcomes)} valid ones alongside; {kinds}")
+    print(
+        f"\nfuzz: {len(sent)} hostile requests in {elapsed:.1f} s; {len(valid.outcomes)} valid ones alongside; {kinds}"
+    )
     assert len(sent) >= EXAMPLES + len(FOUND)
     assert valid.failures == [], f"{len(valid.failures)} valid requests failed, first: {valid.failures[:3]}"
     assert len(valid.outcomes) >= 100, "too little valid traffic ran alongside to prove anything"
@@ -431,7 +524,9 @@ def test_fuzz_never_5xx_and_valid_traffic_unharmed(live: Deployment) -> None:
     assert all(p.alive() for p in live.processes), [p for p in live.processes if not p.alive()]
     for name, path in live.log_paths.items():
         text = Path(path).read_text(errors="replace")
-        assert "unhandled error" not in text and "engine failed" not in text, f"{name} logged an unhandled error"
+        assert "unhandled error" not in text and "engine failed" not in text, (
+            f"{name} logged an unhandled error"
+        )
 
 
 # -- below the application: what aiohttp's HTTP parser answers itself ----------------------------
@@ -460,12 +555,22 @@ def test_protocol_garbage_is_a_4xx_and_the_frontend_keeps_serving(live: Deployme
             answer += chunk
     status_line = answer.split(b"\r\n", 1)[0]
     assert status_line.startswith(b"HTTP/1.") and status_line.split()[1][:1] == b"4", answer[:300]
-    ok = httpx.post(f"{live.frontend_url}/v1/embeddings", json={"model": "model-a", "input": "still here"}, timeout=30)
+    ok = httpx.post(
+        f"{live.frontend_url}/v1/embeddings", json={"model": "model-a", "input": "still here"}, timeout=30
+    )
     assert ok.status_code == 200
 
 
 @pytest.mark.parametrize(
-    "url", ["http://127.0.0.1:abc", "http://127.0.0.1:99999", "http://[::1", "https://127.0.0.1:9", "ftp://127.0.0.1:9", "http://"]
+    "url",
+    [
+        "http://127.0.0.1:abc",
+        "http://127.0.0.1:99999",
+        "http://[::1",
+        "https://127.0.0.1:9",
+        "ftp://127.0.0.1:9",
+        "http://",
+    ],
 )
 def test_registration_refuses_a_url_the_dispatch_could_not_use(live: Deployment, url: str) -> None:
     # Accepted once, such a URL failed every request for its model with a 502.

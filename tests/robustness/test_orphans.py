@@ -16,10 +16,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -89,7 +90,9 @@ def _read_line(proc: subprocess.Popen[bytes], timeout: float, err_path: Path) ->
                 if line:
                     return line
             if proc.poll() is not None:
-                raise AssertionError(f"the harness exited with {proc.returncode}:\n{err_path.read_text()[-3000:]}")
+                raise AssertionError(
+                    f"the harness exited with {proc.returncode}:\n{err_path.read_text()[-3000:]}"
+                )
     raise AssertionError(f"the harness did not report within {timeout:g}s:\n{err_path.read_text()[-3000:]}")
 
 
@@ -99,7 +102,9 @@ def harness(mode: str, tmp_path: Path) -> Iterator[Started]:
     with open(err_path, "wb") as err:
         # Its own session: signals aimed at it reach nothing of the test run.
         proc = subprocess.Popen(
-            [sys.executable, str(HARNESS), mode, str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=err,
+            [sys.executable, str(HARNESS), mode, str(tmp_path / "run")],
+            stdout=subprocess.PIPE,
+            stderr=err,
             start_new_session=True,
         )
     known: set[int] = set()
@@ -149,10 +154,21 @@ def test_sigint_mid_scenario_tears_everything_down(tmp_path: Path) -> None:
         # Its own session and group, so that SIGINT to the group is a terminal's Ctrl-C.
         proc = subprocess.Popen(
             [
-                sys.executable, "-m", "embedlab", "scenario", "same-model", "--requests", "20000", "--concurrency", "4",
-                "--run-dir", str(run_dir),
+                sys.executable,
+                "-m",
+                "embedlab",
+                "scenario",
+                "same-model",
+                "--requests",
+                "20000",
+                "--concurrency",
+                "4",
+                "--run-dir",
+                str(run_dir),
             ],
-            stdout=stdout, stderr=stderr, start_new_session=True,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
             # A shell without job control starts background jobs with SIGINT ignored, and
             # children inherit that; a terminal's foreground job has the default action.
             preexec_fn=_default_sigint,
@@ -165,7 +181,11 @@ def test_sigint_mid_scenario_tears_everything_down(tmp_path: Path) -> None:
         url = ""
         while time.monotonic() < deadline and proc.poll() is None:
             log = run_dir / "frontend.log"
-            match = re.search(r"frontend listening on (http://127\.0\.0\.1:\d+)", log.read_text()) if log.exists() else None
+            match = (
+                re.search(r"frontend listening on (http://127\.0\.0\.1:\d+)", log.read_text())
+                if log.exists()
+                else None
+            )
             if match:
                 url = match.group(1)
                 try:
@@ -174,7 +194,9 @@ def test_sigint_mid_scenario_tears_everything_down(tmp_path: Path) -> None:
                 except httpx.HTTPError:
                     pass
             time.sleep(0.05)
-        assert proc.poll() is None, f"the scenario ended before it could be interrupted:\n{err.read_text()[-2000:]}"
+        assert proc.poll() is None, (
+            f"the scenario ended before it could be interrupted:\n{err.read_text()[-2000:]}"
+        )
         assert url and _frontend_requests(url) > 0, "no traffic within the start-up deadline"
         # The servers, identified as the frontend itself reports them: worker PIDs by registration.
         health = httpx.get(f"{url}/health", timeout=2).json()

@@ -34,18 +34,48 @@ BAD: list[tuple[str, bytes, dict[str, str], int, str | None]] = [
     ("negative token", b'{"model": "model-a", "input": [1, -2]}', J, 400, "input"),
     ("float tokens", b'{"model": "model-a", "input": [1.5, 2]}', J, 400, "input"),
     ("empty token list in list", b'{"model": "model-a", "input": [[1], []]}', J, 400, "input"),
-    ("bad encoding_format", b'{"model": "model-a", "input": "x", "encoding_format": "int8"}', J, 400, "encoding_format"),
+    (
+        "bad encoding_format",
+        b'{"model": "model-a", "input": "x", "encoding_format": "int8"}',
+        J,
+        400,
+        "encoding_format",
+    ),
     ("dimensions zero", b'{"model": "model-a", "input": "x", "dimensions": 0}', J, 400, "dimensions"),
     ("dimensions string", b'{"model": "model-a", "input": "x", "dimensions": "8"}', J, 400, "dimensions"),
     ("user not a string", b'{"model": "model-a", "input": "x", "user": 7}', J, 400, "user"),
     ("invalid utf-8", b'{"model": "model-a", "input": "\xff\xfe"}', J, 400, None),
-    ("deep nesting", b'{"model": "model-a", "input": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", J, 400, None),
+    (
+        "deep nesting",
+        b'{"model": "model-a", "input": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        J,
+        400,
+        None,
+    ),
     ("huge integer", b'{"model": "model-a", "input": [' + b"9" * 5000 + b"]}", J, 400, None),
     ("too many inputs", json.dumps({"model": "model-a", "input": ["x"] * 2049}).encode(), J, 400, "input"),
-    ("input over max tokens", json.dumps({"model": "model-a", "input": "word " * 100}).encode(), J, 400, "input"),
+    (
+        "input over max tokens",
+        json.dumps({"model": "model-a", "input": "word " * 100}).encode(),
+        J,
+        400,
+        "input",
+    ),
     ("unknown model", b'{"model": "nope", "input": "x"}', J, 404, "model"),
-    ("wrong content type", b"model=model-a&input=x", {"Content-Type": "application/x-www-form-urlencoded"}, 400, None),
-    ("body over the limit", b'{"model": "model-a", "input": "' + b"x" * (DEFAULT_MAX_BODY + 10) + b'"}', J, 413, None),
+    (
+        "wrong content type",
+        b"model=model-a&input=x",
+        {"Content-Type": "application/x-www-form-urlencoded"},
+        400,
+        None,
+    ),
+    (
+        "body over the limit",
+        b'{"model": "model-a", "input": "' + b"x" * (DEFAULT_MAX_BODY + 10) + b'"}',
+        J,
+        413,
+        None,
+    ),
 ]
 
 
@@ -89,10 +119,21 @@ def test_unknown_route_and_method_are_json_errors(inprocess_stack) -> None:  # t
 
 
 BAD_WORKER_URLS = [
-    "http://127.0.0.1:9000 ", " http://127.0.0.1:9000", "http://127.0.0.1:90\t00", "http://127.0.0.1:0",
-    "http://127.0.0.1", "http://127.0.0.1:65536", "http://127.0.0.1:abc", "http://127.0.0.1:9000/prefix",
-    "http://127.0.0.1:9000?x=1", "http://127.0.0.1:9000#f", "http://user@127.0.0.1:9000", "https://127.0.0.1:9000",
-    "http://[::1", "http://:9000", "http://",
+    "http://127.0.0.1:9000 ",
+    " http://127.0.0.1:9000",
+    "http://127.0.0.1:90\t00",
+    "http://127.0.0.1:0",
+    "http://127.0.0.1",
+    "http://127.0.0.1:65536",
+    "http://127.0.0.1:abc",
+    "http://127.0.0.1:9000/prefix",
+    "http://127.0.0.1:9000?x=1",
+    "http://127.0.0.1:9000#f",
+    "http://user@127.0.0.1:9000",
+    "https://127.0.0.1:9000",
+    "http://[::1",
+    "http://:9000",
+    "http://",
 ]
 
 
@@ -118,7 +159,12 @@ def test_a_worker_that_leaves_takes_its_connection_pool_along(inprocess_stack) -
         unused.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{unused.getsockname()[1]}"
         for instance_id in ("p1", "p2"):
-            registration = {"instance_id": instance_id, "endpoint": "test.gone.generate", "model": "model-p", "url": url + "/"}
+            registration = {
+                "instance_id": instance_id,
+                "endpoint": "test.gone.generate",
+                "model": "model-p",
+                "url": url + "/",
+            }
             assert client.post("/registry/instances", json=registration).status_code == 201
         assert client.post("/v1/embeddings", json={"model": "model-p", "input": "x"}).status_code == 502
         assert url in upstream._pools

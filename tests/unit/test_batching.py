@@ -67,7 +67,7 @@ def test_a_lone_request_on_an_idle_device_launches_at_once() -> None:
     np.testing.assert_array_equal(asyncio.run(run()), [[18, 3, 5]])
 
 
-async def launched(runner: "Recorder", count: int) -> None:
+async def launched(runner: Recorder, count: int) -> None:
     """Until the runner has been called `count` times (a launch may go through a thread)."""
     for _ in range(10_000):
         if len(runner.batches) >= count:
@@ -79,7 +79,9 @@ async def launched(runner: "Recorder", count: int) -> None:
 def test_a_partial_batch_waits_while_a_full_one_is_in_flight() -> None:
     async def run() -> None:
         runner = Recorder(gated=True)
-        batcher = DynamicBatcher(runner, max_batch_size=4, wait_ms=20, max_wait_ms=60_000, inline=lambda *_: True)
+        batcher = DynamicBatcher(
+            runner, max_batch_size=4, wait_ms=20, max_wait_ms=60_000, inline=lambda *_: True
+        )
         batcher.start()
 
         def submit(*firsts: int) -> list[asyncio.Future[np.ndarray]]:
@@ -158,7 +160,11 @@ def test_admission_by_tokens_and_bucket() -> None:
     async def run() -> tuple[Recorder, np.ndarray]:
         runner = Recorder()
         batcher = DynamicBatcher(
-            runner, max_batch_size=8, max_batch_tokens=128, wait_ms=1, shapes=BatchShapes(widths=(16, 64), rows=(1, 2, 4, 8))
+            runner,
+            max_batch_size=8,
+            max_batch_tokens=128,
+            wait_ms=1,
+            shapes=BatchShapes(widths=(16, 64), rows=(1, 2, 4, 8)),
         )
         batcher.start()
         long = [[7] * 60, [8] * 50, [9] * 40]
@@ -217,7 +223,9 @@ def test_a_failed_forward_fails_its_requests_only() -> None:
 def test_inline_runners_run_on_the_event_loop() -> None:
     async def run() -> Recorder:
         runner = Recorder(gated=False)
-        batcher = DynamicBatcher(runner, max_batch_size=4, wait_ms=1, inline=lambda count, longest: longest <= 2)
+        batcher = DynamicBatcher(
+            runner, max_batch_size=4, wait_ms=1, inline=lambda count, longest: longest <= 2
+        )
         batcher.start()
         try:
             await asyncio.wait_for(batcher.submit([[1, 2]]), timeout=10)

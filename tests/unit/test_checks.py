@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Callable
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -53,7 +53,15 @@ class FakePool:
         self.counters[index].inc()
         self.events.append(f"request->{index}")
         data = [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}]
-        return httpx.Response(200, json={"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+        return httpx.Response(
+            200,
+            json={
+                "object": "list",
+                "data": data,
+                "model": body["model"],
+                "usage": {"prompt_tokens": 1, "total_tokens": 1},
+            },
+        )
 
     def client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=httpx.MockTransport(self.handler))
@@ -77,7 +85,9 @@ def test_1_baseline_is_taken_once_before_the_first_request() -> None:
     pool.route = lambda model, n: 0 if n == 0 else pool.models.index(model)
     check = pool.burst("b", 10, {1})
     first_request = pool.events.index(next(e for e in pool.events if e.startswith("request")))
-    assert pool.events[:first_request] == ["scrape0", "scrape1"], "exactly one baseline round, before any request"
+    assert pool.events[:first_request] == ["scrape0", "scrape1"], (
+        "exactly one baseline round, before any request"
+    )
     assert check.result is not None and not check.result.passed
     assert check.result.rows[0].delta == 1
 
@@ -131,7 +141,9 @@ def test_6_unreachable_worker_and_missing_metric_name_the_url() -> None:
     Counter("something_else", "x", registry=empty).inc()
     transport = httpx.MockTransport(lambda r: httpx.Response(200, content=generate_latest(empty)))
     with httpx.Client(transport=transport) as client:
-        with pytest.raises(MetricNotFoundError, match=r"http://w.test/metrics has no dynamo_component_requests_total"):
+        with pytest.raises(
+            MetricNotFoundError, match=r"http://w.test/metrics has no dynamo_component_requests_total"
+        ):
             scrape("http://w.test", client=client)
 
 
@@ -145,7 +157,9 @@ def test_counter_reset_raises_naming_the_worker() -> None:
             await check.abegin(client)
             # Worker 1 restarts: a fresh registry, its counter back at 0.
             pool.registries[1] = CollectorRegistry()
-            Counter("dynamo_component_requests", "r", LABELS, registry=pool.registries[1]).labels("ns", "w1", "generate", "b", "id1")
+            Counter("dynamo_component_requests", "r", LABELS, registry=pool.registries[1]).labels(
+                "ns", "w1", "generate", "b", "id1"
+            )
             with pytest.raises(CounterResetError, match="worker 1") as err:
                 await check.aend(client)
             assert err.value.worker_index == 1
@@ -163,7 +177,14 @@ def test_label_filter_and_family_name_gotcha() -> None:
     with httpx.Client(transport=transport) as client:
         query = MetricQuery.parse('http_requests_total{handler="/v1/embeddings"}')
         assert scrape("http://w.test", metric=query, client=client).value == 5
-        assert scrape("http://w.test", metric='http_requests_total{handler="/v1/embeddings",status="200"}', client=client).value == 4
+        assert (
+            scrape(
+                "http://w.test",
+                metric='http_requests_total{handler="/v1/embeddings",status="200"}',
+                client=client,
+            ).value
+            == 4
+        )
         # Asked by the family name, as prometheus_client reports it: still the _total samples.
         assert scrape("http://w.test", metric="http_requests", client=client).value == 105
         with pytest.raises(MetricNotFoundError, match="no sample carries labels"):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from embedlab.serve.instances import RegistrationConflict, InstanceTable
+from embedlab.serve.instances import InstanceTable, RegistrationConflict
 
 
 class Clock:
@@ -14,7 +14,13 @@ class Clock:
 
 
 def reg(registry: InstanceTable, instance_id: str, endpoint: str, model: str, weight: float = 1.0) -> None:
-    registry.register(instance_id=instance_id, endpoint=endpoint, model=model, url=f"http://127.0.0.1:1/{instance_id}", weight=weight)
+    registry.register(
+        instance_id=instance_id,
+        endpoint=endpoint,
+        model=model,
+        url=f"http://127.0.0.1:1/{instance_id}",
+        weight=weight,
+    )
 
 
 def test_conflict_message_is_exact() -> None:

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from embedlab import ConfigError, DeploymentStoppedError, EmbedlabError, LaunchProgress, ScenarioPlan, check_explore
+from embedlab import (
+    ConfigError,
+    DeploymentStoppedError,
+    EmbedlabError,
+    LaunchProgress,
+    ScenarioPlan,
+    check_explore,
+)
 from embedlab.progress import LaunchEvent
 from embedlab.regression import check_kernel
 
@@ -29,20 +36,29 @@ from embedlab.regression import check_kernel
         ({"workers": 3, "weights": [1, 0, 1]}, "weights must be positive"),
         ({"router_mode": "fastest"}, "the embedded frontend has no router mode 'fastest'; choose from"),
         ({"engine": "transformers", "models": ["mine"]}, "model 'mine' needs a model path"),
-        ({"engine": "vllm", "models": ["tiny-bert", "tiny-qwen3"], "model_paths": ["/a", "/b", "/c"]}, "2 models but 3 model paths"),
+        (
+            {"engine": "vllm", "models": ["tiny-bert", "tiny-qwen3"], "model_paths": ["/a", "/b", "/c"]},
+            "2 models but 3 model paths",
+        ),
         ({"unknown_knob": 1}, "unknown scenario parameters: unknown_knob"),
     ],
 )
 def test_the_plan_refuses_what_could_only_fail_after_launch(params: dict, message: str) -> None:  # type: ignore[type-arg]
-    with pytest.raises(ConfigError, match="^" + message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+    with pytest.raises(
+        ConfigError, match="^" + message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+    ):
         ScenarioPlan.from_params(**{"scenario": "same-model", **params})
 
 
 def test_the_plan_takes_what_can_work() -> None:
-    plan = ScenarioPlan.from_params(scenario="same-model", workers=3, weights=[2, 1, 1], router_mode="round-robin")
+    plan = ScenarioPlan.from_params(
+        scenario="same-model", workers=3, weights=[2, 1, 1], router_mode="round-robin"
+    )
     assert plan.resolved().workers == 3
     # Attached plans launch nothing, so their launch counts are not checked.
-    ScenarioPlan.from_params(scenario="same-model", frontend_url="http://h:1", system_urls=["http://h:2"] * 3, weights=[1, 1])
+    ScenarioPlan.from_params(
+        scenario="same-model", frontend_url="http://h:1", system_urls=["http://h:2"] * 3, weights=[1, 1]
+    )
 
 
 @pytest.mark.parametrize(
@@ -86,7 +102,9 @@ shell.run_cell("plan()")
 
 def test_ipython_shows_an_embedlab_error_as_one_line_and_tb_verbose_shows_every_frame() -> None:
     # A real IPython shell, in its own process (it installs global hooks).
-    out = subprocess.run([sys.executable, "-c", IPYTHON], capture_output=True, text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", IPYTHON], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     shown, verbose, plain = re.sub(r"\x1b\[[0-9;]*m", "", out).split("=====\n")
     assert shown.strip().splitlines() == ["ConfigError: unknown engine x"], shown
     assert "Traceback" in verbose and "plan()" in verbose, verbose
@@ -123,13 +141,22 @@ def test_launch_progress_in_a_log_is_one_line_per_step() -> None:
     ]
 
 
-def test_check_kernel_says_how_to_install_a_missing_or_foreign_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_kernel_says_how_to_install_a_missing_or_foreign_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(ConfigError, match="'embedlab-no-such' is not installed: run `make install`"):
         check_kernel("embedlab-no-such")
     spec = tmp_path / "kernels" / "embedlab-elsewhere" / "kernel.json"
     spec.parent.mkdir(parents=True)
-    spec.write_text(json.dumps({"argv": ["/other/.venv/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                                "display_name": "x", "language": "python"}))
+    spec.write_text(
+        json.dumps(
+            {
+                "argv": ["/other/.venv/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "x",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
     with pytest.raises(ConfigError, match="runs /other/.venv/bin/python, not this Python"):
         check_kernel("embedlab-elsewhere")
@@ -140,11 +167,15 @@ def test_launch_progress_counts_processes_launched_after_a_first_wait() -> None:
     log = io.StringIO()
     progress = LaunchProgress(file=log, notebook=False)
     for event in [
-        LaunchEvent("starting", "etcd"), LaunchEvent("waiting", "etcd", "its /health answered 200"),
+        LaunchEvent("starting", "etcd"),
+        LaunchEvent("waiting", "etcd", "its /health answered 200"),
         LaunchEvent("ready", "etcd", "its /health answered 200", 0.3),
-        LaunchEvent("starting", "frontend"), LaunchEvent("starting", "worker-0"),
-        LaunchEvent("waiting", "frontend", "its /health answered 200"), LaunchEvent("ready", "frontend", "its /health answered 200", 0.6),
-        LaunchEvent("waiting", "worker-0", "listed"), LaunchEvent("ready", "worker-0", "listed", 0.8),
+        LaunchEvent("starting", "frontend"),
+        LaunchEvent("starting", "worker-0"),
+        LaunchEvent("waiting", "frontend", "its /health answered 200"),
+        LaunchEvent("ready", "frontend", "its /health answered 200", 0.6),
+        LaunchEvent("waiting", "worker-0", "listed"),
+        LaunchEvent("ready", "worker-0", "listed", 0.8),
         LaunchEvent("done", seconds=1.2),
     ]:
         progress(event)

@@ -28,7 +28,9 @@ def test_every_input_form_normalises(raw: object, expected: object) -> None:
 
 
 def test_options_are_read() -> None:
-    request = parse({"model": "m", "input": "x", "encoding_format": "base64", "dimensions": 8, "user": "u", "extra": 1})
+    request = parse(
+        {"model": "m", "input": "x", "encoding_format": "base64", "dimensions": 8, "user": "u", "extra": 1}
+    )
     assert (request.encoding_format, request.dimensions) == ("base64", 8)
 
 
@@ -41,7 +43,9 @@ def test_error_names_the_field() -> None:
 def test_response_shape_and_base64_round_trip() -> None:
     vectors = np.array([[0.5, -0.25, 1.0], [0.0, 1.0, 0.0]], dtype=np.float32)
     for fmt in ("float", "base64"):
-        body = json.loads(embedding_response(model="m", vectors=vectors, prompt_tokens=7, encoding_format=fmt))
+        body = json.loads(
+            embedding_response(model="m", vectors=vectors, prompt_tokens=7, encoding_format=fmt)
+        )
         assert body["object"] == "list" and body["model"] == "m"
         assert body["usage"] == {"prompt_tokens": 7, "total_tokens": 7}
         assert [d["index"] for d in body["data"]] == [0, 1]

@@ -17,12 +17,16 @@ def test_every_exported_name_resolves_from_its_module() -> None:
 
 def test_type_checking_block_reexports_exactly_the_exports() -> None:
     tree = ast.parse(Path(embedlab.__file__).read_text())
-    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    block = next(
+        n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING"
+    )
     seen = {}
     for node in block.body:
         assert isinstance(node, ast.ImportFrom)
         for alias in node.names:
-            assert alias.asname == alias.name, f"{alias.name}: write `{alias.name} as {alias.name}` (explicit re-export)"
+            assert alias.asname == alias.name, (
+                f"{alias.name}: write `{alias.name} as {alias.name}` (explicit re-export)"
+            )
             seen[alias.name] = node.module
     assert seen == embedlab._EXPORTS
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from embedlab import ConfigError, load_matrix
-from embedlab.matrix import notebook_parameters, params_slug
 from embedlab.jsonio import write_json
+from embedlab.matrix import notebook_parameters, params_slug
 from embedlab.report import compare_runs, write_junit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,7 +24,10 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_defaults_then_set_values_then_the_notebook_table(tmp_path: Path) -> None:
-    matrix = load_matrix(write(tmp_path, """
+    matrix = load_matrix(
+        write(
+            tmp_path,
+            """
 notebooks = ["same_model_load_balance", "multi_model_dispatch"]
 [defaults]
 seed = 1
@@ -35,7 +38,10 @@ requests = 7
 [params.multi_model_dispatch]
 requests = 9
 models = ["x", "y"]
-"""), notebook_dir=NOTEBOOKS)
+""",
+        ),
+        notebook_dir=NOTEBOOKS,
+    )
     same, multi = matrix.jobs
     assert same.params == {"seed": 1, "requests": 7, "stack": "dynamo"}
     assert multi.params == {"seed": 1, "requests": 9, "stack": "dynamo", "models": ["x", "y"]}
@@ -44,28 +50,42 @@ models = ["x", "y"]
 
 
 def test_a_set_may_pick_its_own_notebooks(tmp_path: Path) -> None:
-    matrix = load_matrix(write(tmp_path, """
+    matrix = load_matrix(
+        write(
+            tmp_path,
+            """
 notebooks = ["same_model_load_balance", "multi_model_dispatch"]
 [[params]]
 name = "all"
 [[params]]
 name = "only-multi"
 notebooks = ["multi_model_dispatch"]
-"""), notebook_dir=NOTEBOOKS)
+""",
+        ),
+        notebook_dir=NOTEBOOKS,
+    )
     assert [j.name for j in matrix.jobs] == [
-        "same_model_load_balance--all", "multi_model_dispatch--all", "multi_model_dispatch--only-multi",
+        "same_model_load_balance--all",
+        "multi_model_dispatch--all",
+        "multi_model_dispatch--only-multi",
     ]
 
 
 def test_a_scenario_entry_runs_the_generic_notebook_with_its_name(tmp_path: Path) -> None:
-    matrix = load_matrix(write(tmp_path, """
+    matrix = load_matrix(
+        write(
+            tmp_path,
+            """
 scenarios = ["drain"]
 [[params]]
 name = "embedded-hash"
 requests = 12
 [params.drain]
 victim = 0
-"""), notebook_dir=NOTEBOOKS)
+""",
+        ),
+        notebook_dir=NOTEBOOKS,
+    )
     (job,) = matrix.jobs
     assert job.name == "drain--embedded-hash" and job.notebook == (NOTEBOOKS / "scenario.ipynb").resolve()
     assert job.params == {"scenario": "drain", "requests": 12, "victim": 0}
@@ -76,13 +96,28 @@ victim = 0
     [
         ('notebooks = ["multi_model_dispatch"]\n[[params]]\nworkers = 3\n', "takes no parameter ['workers']"),
         ('notebooks = ["multi_model_dispatch"]\n[[params]]\nrun_dir = "/x"\n', "set by the runner"),
-        ('notebooks = ["multi_model_dispatch"]\n[[params]]\nname = "a"\n[[params]]\nname = "a"\n', "overwrite each other"),
+        (
+            'notebooks = ["multi_model_dispatch"]\n[[params]]\nname = "a"\n[[params]]\nname = "a"\n',
+            "overwrite each other",
+        ),
         ('notebook = ["multi_model_dispatch"]\n', "unknown top-level keys ['notebook']"),
         ("[[params]]\nstack = 'embedded'\n", "nothing to run"),
-        ('scenarios = ["no-such-scenario"]\n', "unknown scenario 'no-such-scenario'; registered: same-model, multi-model, failover, failover-no-retries, drain"),
-        ('notebooks = ["multi_model_dispatch"]\n[[params]]\nstack = "nonsense"\n', "unknown stack 'nonsense'"),
-        ('scenarios = ["partition"]\n[[params]]\nstack = "embedded"\n', "partition runs on dynamo, not on embedded"),
-        ('notebooks = ["same_model_load_balance"]\n[[params]]\nworkers = 0\n', "workers must be a whole number of at least 1"),
+        (
+            'scenarios = ["no-such-scenario"]\n',
+            "unknown scenario 'no-such-scenario'; registered: same-model, multi-model, failover, failover-no-retries, drain",
+        ),
+        (
+            'notebooks = ["multi_model_dispatch"]\n[[params]]\nstack = "nonsense"\n',
+            "unknown stack 'nonsense'",
+        ),
+        (
+            'scenarios = ["partition"]\n[[params]]\nstack = "embedded"\n',
+            "partition runs on dynamo, not on embedded",
+        ),
+        (
+            'notebooks = ["same_model_load_balance"]\n[[params]]\nworkers = 0\n',
+            "workers must be a whole number of at least 1",
+        ),
     ],
 )
 def test_matrices_that_cannot_work_fail_before_anything_runs(tmp_path: Path, text: str, message: str) -> None:
@@ -126,7 +161,9 @@ def test_notebook_parameters_reads_the_tagged_cell() -> None:
 
 
 def test_params_slug_is_file_safe_and_bounded() -> None:
-    slug = params_slug({"stack": "embedded", "models": ["org/model a", "b"], "frontend_url": "http://h:1", "run_dir": "/tmp"})
+    slug = params_slug(
+        {"stack": "embedded", "models": ["org/model a", "b"], "frontend_url": "http://h:1", "run_dir": "/tmp"}
+    )
     assert slug == "embedded-org_model_a+b-attached"
     long = params_slug({"models": [f"model-{i}" for i in range(40)]})
     assert len(long) == 80 and long != params_slug({"models": [f"model-{i}" for i in range(41)]})
@@ -135,36 +172,62 @@ def test_params_slug_is_file_safe_and_bounded() -> None:
 def scenario(name: str, status: str, p: float | None, p50: float, p99: float) -> dict:  # type: ignore[type-arg]
     notebook, slug = name.split("--")
     return {
-        "name": name, "notebook": notebook, "slug": slug, "status": status, "seconds": 1.0, "summary": f"it {status}",
-        "reasons": ["model-b: traffic leaked onto worker 0 (+3)"] if status == "failed" else [], "params": {"stack": "embedded"},
-        "report_html": f"{name}.html", "figures": {"p_values": {"m": p}, "latency_ms": {"p50": p50, "p99": p99}},
+        "name": name,
+        "notebook": notebook,
+        "slug": slug,
+        "status": status,
+        "seconds": 1.0,
+        "summary": f"it {status}",
+        "reasons": ["model-b: traffic leaked onto worker 0 (+3)"] if status == "failed" else [],
+        "params": {"stack": "embedded"},
+        "report_html": f"{name}.html",
+        "figures": {"p_values": {"m": p}, "latency_ms": {"p50": p50, "p99": p99}},
     }
 
 
 def test_history_shows_flips_p_values_latency_and_new_and_removed_runs() -> None:
-    before = {"scenarios": [scenario("a--x", "passed", 0.5, 10, 20), scenario("gone--x", "passed", None, 1, 2)]}
-    now = {"scenarios": [scenario("a--x", "failed", 0.0001, 10.5, 40), scenario("new--x", "passed", None, 1, 2)]}
+    before = {
+        "scenarios": [scenario("a--x", "passed", 0.5, 10, 20), scenario("gone--x", "passed", None, 1, 2)]
+    }
+    now = {
+        "scenarios": [scenario("a--x", "failed", 0.0001, 10.5, 40), scenario("new--x", "passed", None, 1, 2)]
+    }
     rows = {r["name"]: r for r in compare_runs(before, now)}
     assert rows["a--x"]["change"] == "flipped"
     assert (rows["a--x"]["old_status"], rows["a--x"]["new_status"]) == ("passed", "failed")
     assert rows["a--x"]["p_values"] == {"m": (0.5, 0.0001)}
-    assert rows["a--x"]["p50_change"] == pytest.approx(0.05) and rows["a--x"]["p99_change"] == pytest.approx(1.0)
+    assert rows["a--x"]["p50_change"] == pytest.approx(0.05) and rows["a--x"]["p99_change"] == pytest.approx(
+        1.0
+    )
     assert rows["new--x"]["change"] == "new" and rows["gone--x"]["change"] == "removed"
 
 
 def test_junit_has_one_case_per_run_and_a_failure_for_a_failed_verdict(tmp_path: Path) -> None:
-    results = {"wall_seconds": 3.0, "scenarios": [scenario("a--x", "passed", 0.5, 1, 2), scenario("b--y", "failed", 0.1, 1, 2)]}
+    results = {
+        "wall_seconds": 3.0,
+        "scenarios": [scenario("a--x", "passed", 0.5, 1, 2), scenario("b--y", "failed", 0.1, 1, 2)],
+    }
     root = ET.parse(write_junit(tmp_path / "junit.xml", results)).getroot()
     suite = root.find("testsuite")
-    assert suite is not None and (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "0")
+    assert suite is not None and (suite.get("tests"), suite.get("failures"), suite.get("errors")) == (
+        "2",
+        "1",
+        "0",
+    )
     passed, failed = suite.findall("testcase")
     assert passed.find("failure") is None
     failure = failed.find("failure")
-    assert failure is not None and "traffic leaked" in (failure.text or "") and "report: b--y.html" in (failure.text or "")
+    assert (
+        failure is not None
+        and "traffic leaked" in (failure.text or "")
+        and "report: b--y.html" in (failure.text or "")
+    )
 
 
 def test_write_json_turns_nan_into_null(tmp_path: Path) -> None:
-    path = write_json(tmp_path / "r.json", {"p50": float("nan"), "nested": [float("inf"), 1.5], "path": tmp_path})
+    path = write_json(
+        tmp_path / "r.json", {"p50": float("nan"), "nested": [float("inf"), 1.5], "path": tmp_path}
+    )
     assert json.loads(path.read_text()) == {"p50": None, "nested": [None, 1.5], "path": str(tmp_path)}
 
 
@@ -175,19 +238,37 @@ def test_a_failed_run_raises_notebook_run_error_with_its_report(tmp_path: Path) 
     def outcome(name: str, status: str) -> Outcome:
         job = Job(notebook=NOTEBOOKS / "multi_model_dispatch.ipynb", slug=name, params={})
         return Outcome(
-            job=job, status=status, seconds=1.0, notebook_out=tmp_path / f"{job.name}.ipynb",
-            html=tmp_path / f"{job.name}.html", result_json=tmp_path / "r.json", logs=tmp_path,
-            result={"scenario": "multi-model", "stack": "attached", "verdict": status, "reasons": ["it leaked"]},
+            job=job,
+            status=status,
+            seconds=1.0,
+            notebook_out=tmp_path / f"{job.name}.ipynb",
+            html=tmp_path / f"{job.name}.html",
+            result_json=tmp_path / "r.json",
+            logs=tmp_path,
+            result={
+                "scenario": "multi-model",
+                "stack": "attached",
+                "verdict": status,
+                "reasons": ["it leaked"],
+            },
         )
 
     def run(*outcomes: Outcome) -> RegressRun:
         return RegressRun(
-            run_id="r", run_dir=tmp_path, outcomes=list(outcomes), wall_seconds=1.0, index_html=tmp_path / "index.html",
-            results_json=tmp_path / "results.json", junit_xml=tmp_path / "junit.xml",
+            run_id="r",
+            run_dir=tmp_path,
+            outcomes=list(outcomes),
+            wall_seconds=1.0,
+            index_html=tmp_path / "index.html",
+            results_json=tmp_path / "results.json",
+            junit_xml=tmp_path / "junit.xml",
         )
 
     run(outcome("good", "passed")).raise_for_failures()
     with pytest.raises(NotebookRunError) as caught:
         run(outcome("good", "passed"), outcome("bad", "failed")).raise_for_failures()
     assert caught.value.report == tmp_path / "multi_model_dispatch--bad.html"
-    assert "1 of 2 notebook runs failed; first: multi_model_dispatch--bad: multi-model on attached: FAILED (it leaked)" in str(caught.value)
+    assert (
+        "1 of 2 notebook runs failed; first: multi_model_dispatch--bad: multi-model on attached: FAILED (it leaked)"
+        in str(caught.value)
+    )

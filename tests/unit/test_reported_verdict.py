@@ -16,9 +16,14 @@ from embedlab.verdicts import Verdict
 REPO = Path(__file__).resolve().parents[2]
 
 FAILOVER_RESULT = {
-    "scenario": "failover", "stack": "dynamo", "verdict": "reported", "passed": False, "ok": True,
+    "scenario": "failover",
+    "stack": "dynamo",
+    "verdict": "reported",
+    "passed": False,
+    "ok": True,
     "reasons": ["2 of 200 requests failed", "out of dispatch 9600 ms after the kill"],
-    "p_values": {}, "latency_ms": {"p50": 3.0, "p99": 9000.0},
+    "p_values": {},
+    "latency_ms": {"p50": 3.0, "p99": 9000.0},
     "bursts": [{"name": "embed-model", "deltas": [150], "expected": [0], "traffic": {"failed": 2}}],
     "failover": {"excluded_after_s": 9.6, "failed_requests": 2},
 }
@@ -28,9 +33,17 @@ def run_entry(name: str, status: str, result: dict | None = None) -> dict:  # ty
     notebook, slug = name.split("--")
     result = result or {"verdict": status, "reasons": []}
     return {
-        "name": name, "notebook": notebook, "slug": slug, "status": status, "seconds": 1.0,
-        "summary": f"{notebook} on dynamo: {status.upper()}", "reasons": result.get("reasons", []),
-        "params": {"stack": "dynamo"}, "report_html": f"{name}.html", "figures": key_figures(result), "result": result,
+        "name": name,
+        "notebook": notebook,
+        "slug": slug,
+        "status": status,
+        "seconds": 1.0,
+        "summary": f"{notebook} on dynamo: {status.upper()}",
+        "reasons": result.get("reasons", []),
+        "params": {"stack": "dynamo"},
+        "report_html": f"{name}.html",
+        "figures": key_figures(result),
+        "result": result,
     }
 
 
@@ -70,7 +83,9 @@ def test_junit_counts_a_report_as_a_passing_case_with_its_figures(tmp_path: Path
 
 def test_index_shows_a_report_in_a_neutral_badge_with_the_lost_requests(tmp_path: Path) -> None:
     results = {
-        "run_id": "r2", "passed": True, "counts": {"passed": 1, "reported": 1},
+        "run_id": "r2",
+        "passed": True,
+        "counts": {"passed": 1, "reported": 1},
         "matrix": "embedlab/matrices/default.toml",
         "scenarios": [
             run_entry("same_model_load_balance--dynamo-hash", "passed"),
@@ -88,7 +103,10 @@ def test_index_shows_a_report_in_a_neutral_badge_with_the_lost_requests(tmp_path
     # The history diff names the change from a pass to a report as a flip.
     (flip,) = [r for r in compare_runs(previous, results) if r["name"] == "failover--dynamo-hash"]
     assert (flip["change"], flip["old_status"], flip["new_status"]) == ("flipped", "passed", "reported")
-    assert '<span class="verdict passed">PASSED</span> &rarr; <span class="verdict reported">REPORTED</span>' in html
+    assert (
+        '<span class="verdict passed">PASSED</span> &rarr; <span class="verdict reported">REPORTED</span>'
+        in html
+    )
     assert "<code>embedlab/matrices/default.toml</code>" in html
 
 
@@ -131,8 +149,16 @@ def ensure(stub_bin: Path, *pairs: str, uid: int) -> tuple[int, str, list[str]]:
     (stub_bin / "id").chmod(0o755)
     # PATH holds the stubs alone, so the machine's own apt-get and sudo are out of reach.
     proc = subprocess.run(
-        ["/bin/bash", str(REPO / "scripts" / "ensure-debs"), "or skip it on purpose: make test SKIP=1", *pairs],
-        capture_output=True, text=True, env={"PATH": str(stub_bin)}, timeout=30,
+        [
+            "/bin/bash",
+            str(REPO / "scripts" / "ensure-debs"),
+            "or skip it on purpose: make test SKIP=1",
+            *pairs,
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": str(stub_bin)},
+        timeout=30,
     )
     log = stub_bin.parent / "calls"
     return proc.returncode, proc.stderr, log.read_text().splitlines() if log.exists() else []

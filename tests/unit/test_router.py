@@ -10,7 +10,10 @@ from embedlab.serve.router import make_policy
 
 
 def instances(*weights: float) -> list[Instance]:
-    return [Instance(instance_id=f"i{k}", endpoint=f"ns.w{k}.ep", model="m", url="http://x", weight=w) for k, w in enumerate(weights)]
+    return [
+        Instance(instance_id=f"i{k}", endpoint=f"ns.w{k}.ep", model="m", url="http://x", weight=w)
+        for k, w in enumerate(weights)
+    ]
 
 
 @pytest.mark.parametrize("weights", [(1.0, 1.0), (3.0, 1.0)])
@@ -30,7 +33,9 @@ def test_seed_makes_choices_reproducible() -> None:
     pool = instances(1, 1, 1)
     first = make_policy("weighted-random", seed=7)
     second = make_policy("weighted-random", seed=7)
-    assert [first.pick("m", pool).instance_id for _ in range(50)] == [second.pick("m", pool).instance_id for _ in range(50)]
+    assert [first.pick("m", pool).instance_id for _ in range(50)] == [
+        second.pick("m", pool).instance_id for _ in range(50)
+    ]
 
 
 def test_round_robin_cycles_per_model() -> None:

@@ -22,4 +22,6 @@ def test_binomial_matches_scipy(n: int, p: float) -> None:
 def test_chisquare_matches_scipy(observed: list[int]) -> None:
     total = sum(observed)
     expected = [total / len(observed)] * len(observed)
-    assert chisquare_p(observed, expected) == pytest.approx(stats.chisquare(observed, expected).pvalue, rel=1e-9, abs=1e-300)
+    assert chisquare_p(observed, expected) == pytest.approx(
+        stats.chisquare(observed, expected).pvalue, rel=1e-9, abs=1e-300
+    )

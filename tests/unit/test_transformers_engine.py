@@ -22,7 +22,11 @@ transformers = pytest.importorskip("transformers")
 from embedlab.engines.cuda_graphs import GRAPH_WIDTHS, graph_shapes  # noqa: E402
 from embedlab.engines.transformers import TransformersEngine, TransformersTuning  # noqa: E402
 
-TEXTS = ["a short one", "a somewhat longer sentence about routing embeddings across workers", "mid length text here"]
+TEXTS = [
+    "a short one",
+    "a somewhat longer sentence about routing embeddings across workers",
+    "mid length text here",
+]
 
 
 def direct(model_dir: Path, text: str, pooling: str) -> np.ndarray:
@@ -100,11 +104,20 @@ def test_every_graph_bucket_matches_direct_forward(
     """Each (rows, width) bucket, filled with sequences of mixed lengths and padded in both
     directions, gives the vectors of one unpadded forward per sequence."""
     model_dir = tiny_models[arch]
-    options = EngineOptions(model_path=model_dir, device="cpu", dtype=dtype, pooling=pooling, max_batch_size=32, max_batch_tokens=2048)
+    options = EngineOptions(
+        model_path=model_dir,
+        device="cpu",
+        dtype=dtype,
+        pooling=pooling,
+        max_batch_size=32,
+        max_batch_tokens=2048,
+    )
     engine = TransformersEngine(options)
     engine._load()
     model = transformers.AutoModel.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
-    shapes = graph_shapes(max_batch_size=32, max_batch_tokens=2048, widths=GRAPH_WIDTHS, max_model_len=engine.max_model_len)
+    shapes = graph_shapes(
+        max_batch_size=32, max_batch_tokens=2048, widths=GRAPH_WIDTHS, max_model_len=engine.max_model_len
+    )
     assert {w for _, w in shapes} == {w for w in GRAPH_WIDTHS if w <= engine.max_model_len}
     rng = np.random.default_rng(0)
     previous: dict[int, int] = {}
@@ -127,10 +140,16 @@ def test_served_batches_of_mixed_lengths_match_direct_forward(tiny_models: dict[
     """Through embed(): requests of many lengths and sizes batched together, some split."""
     model_dir = tiny_models["qwen3"]
     rng = np.random.default_rng(1)
-    requests = [[rng.integers(10, 200, int(n)).tolist() for n in rng.integers(1, 90, int(k))] for k in rng.integers(1, 12, 24)]
+    requests = [
+        [rng.integers(10, 200, int(n)).tolist() for n in rng.integers(1, 90, int(k))]
+        for k in rng.integers(1, 12, 24)
+    ]
 
     async def run() -> list[np.ndarray]:
-        engine = create_engine("transformers", EngineOptions(model_path=model_dir, device="cpu", max_batch_size=8, max_batch_tokens=512))
+        engine = create_engine(
+            "transformers",
+            EngineOptions(model_path=model_dir, device="cpu", max_batch_size=8, max_batch_tokens=512),
+        )
         await engine.start()
         try:
             results = await asyncio.gather(*(engine.embed(r) for r in requests))
@@ -161,7 +180,9 @@ def test_tuning_flags_are_checked() -> None:
 
 
 def test_graph_shapes_stay_within_the_token_budget() -> None:
-    shapes = graph_shapes(max_batch_size=256, max_batch_tokens=32768, widths=GRAPH_WIDTHS, max_model_len=32768)
+    shapes = graph_shapes(
+        max_batch_size=256, max_batch_tokens=32768, widths=GRAPH_WIDTHS, max_model_len=32768
+    )
     assert (256, 16) in shapes and (256, 128) in shapes and (64, 512) in shapes
     assert all(r * w <= 32768 for r, w in shapes)
     assert max(r for r, w in shapes if w == 512) == 64
@@ -176,7 +197,9 @@ def test_qwen3_tokenizer_appends_endoftext(tiny_models: dict[str, Path]) -> None
 
 def test_dimensions_and_length_are_client_errors(tiny_models: dict[str, Path]) -> None:
     async def run() -> None:
-        engine = create_engine("transformers", EngineOptions(model_path=tiny_models["bert"], device="cpu", max_model_len=8))
+        engine = create_engine(
+            "transformers", EngineOptions(model_path=tiny_models["bert"], device="cpu", max_model_len=8)
+        )
         await engine.start()
         try:
             # Refused where requests enter the engine (the workers' handlers), not in embed().

@@ -12,7 +12,10 @@ from embedlab.serve.upstream import UpstreamClient, UpstreamError, parse_worker_
 
 
 async def serve(
-    responses: list[bytes], *, close_after: bool = False, closed: asyncio.Event | None = None,
+    responses: list[bytes],
+    *,
+    close_after: bool = False,
+    closed: asyncio.Event | None = None,
 ) -> tuple[asyncio.base_events.Server, str, list[bytes]]:
     """A raw server: answers each request (read up to the body) with the next canned bytes.
 
@@ -24,7 +27,11 @@ async def serve(
         try:
             while responses:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = int([l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")][0].split(b":")[1])
+                length = int(
+                    [line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")][
+                        0
+                    ].split(b":")[1]
+                )
                 seen.append(head + await reader.readexactly(length))
                 writer.write(responses.pop(0))
                 await writer.drain()
@@ -95,6 +102,7 @@ def test_refused_and_timeout_are_upstream_errors() -> None:
         await server.wait_closed()
         with pytest.raises(UpstreamError, match="cannot connect"):
             await UpstreamClient(timeout=5).post(url, b"{}")
+
         async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await reader.read()  # until the client gives up and closes
 

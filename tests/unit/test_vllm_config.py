@@ -7,20 +7,37 @@ from pathlib import Path
 
 import pytest
 
-from embedlab import load_matrix
+from embedlab import ScenarioPlan, load_matrix
 from embedlab.cli import build_parser, engine_options_from_args
-from embedlab.launching import vllm_worker_env
 from embedlab.engines.vllm import CPU_KV_CACHE_BYTES, cpu_kv_cache_bytes, position_limit
-from embedlab import ScenarioPlan
+from embedlab.launching import vllm_worker_env
 
 from ..conftest import REPO
 
 
 def test_the_seed_worker_flags_parse() -> None:
     args = build_parser().parse_args(
-        ["worker", "--engine", "vllm", "--model-path", "/m", "--served-model-name", "m", "--endpoint", "a.b.c",
-         "--runner", "pooling", "--dtype", "float32", "--pooler-config", '{"pooling_type": "LAST", "use_activation": false}',
-         "--max-model-len", "2048", "--engine-arg", "max_num_seqs=8"]
+        [
+            "worker",
+            "--engine",
+            "vllm",
+            "--model-path",
+            "/m",
+            "--served-model-name",
+            "m",
+            "--endpoint",
+            "a.b.c",
+            "--runner",
+            "pooling",
+            "--dtype",
+            "float32",
+            "--pooler-config",
+            '{"pooling_type": "LAST", "use_activation": false}',
+            "--max-model-len",
+            "2048",
+            "--engine-arg",
+            "max_num_seqs=8",
+        ]
     )
     options = engine_options_from_args(args)
     assert (options.pooling, options.dtype, options.max_model_len) == ("last", "float32", 2048)
@@ -30,18 +47,36 @@ def test_the_seed_worker_flags_parse() -> None:
         with pytest.raises((SystemExit, ValueError)):
             engine_options_from_args(build_parser().parse_args(argv))
     # The dynamo worker takes the same flags.
-    dyn = build_parser().parse_args(["dynamo-worker", "--engine", "vllm", "--served-model-name", "m", "--endpoint", "a.b.c",
-                                     "--runner", "pooling", "--pooler-config", '{"pooling_type": "MEAN"}'])
+    dyn = build_parser().parse_args(
+        [
+            "dynamo-worker",
+            "--engine",
+            "vllm",
+            "--served-model-name",
+            "m",
+            "--endpoint",
+            "a.b.c",
+            "--runner",
+            "pooling",
+            "--pooler-config",
+            '{"pooling_type": "MEAN"}',
+        ]
+    )
     assert engine_options_from_args(dyn).pooling == "mean"
 
 
-@pytest.mark.parametrize("scenario,models", [("same-model", ["tiny-bert"] * 2), ("multi-model", ["tiny-bert", "tiny-qwen3"])])
-def test_scenarios_default_to_the_tiny_models(scenario: str, models: list[str], tiny_models: dict[str, Path],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "scenario,models", [("same-model", ["tiny-bert"] * 2), ("multi-model", ["tiny-bert", "tiny-qwen3"])]
+)
+def test_scenarios_default_to_the_tiny_models(
+    scenario: str, models: list[str], tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("EMBEDLAB_CACHE", str(tiny_models["bert"].parent))
     spec = ScenarioPlan(scenario=scenario, engine="vllm").deployment_spec()
     assert [w.model for w in spec.workers] == models
-    assert [Path(str(w.model_path)).name for w in spec.workers] == [m.replace("tiny-", "") + "-seed0" for m in models]
+    assert [Path(str(w.model_path)).name for w in spec.workers] == [
+        m.replace("tiny-", "") + "-seed0" for m in models
+    ]
     assert all(w.engine == "vllm" and w.pooling is None for w in spec.workers)  # each model's own pooling
 
 
@@ -51,7 +86,12 @@ def test_vllm_workers_get_a_shared_cache_and_a_core_each(tmp_path: Path) -> None
     assert {e["EMBEDLAB_VLLM_CACHE"] for e in envs} == {str(tmp_path / "vllm-cache")}
     assert [e["VLLM_CPU_OMP_THREADS_BIND"] for e in envs] == [str(cores[i % len(cores)]) for i in range(3)]
     # The user's settings win; a GPU worker is not pinned to a core.
-    mine = vllm_worker_env(1, run_dir=tmp_path, env={"VLLM_CPU_OMP_THREADS_BIND": "0-1", "EMBEDLAB_VLLM_CACHE": "/c"}, on_gpu=False)
+    mine = vllm_worker_env(
+        1,
+        run_dir=tmp_path,
+        env={"VLLM_CPU_OMP_THREADS_BIND": "0-1", "EMBEDLAB_VLLM_CACHE": "/c"},
+        on_gpu=False,
+    )
     assert mine == {"EMBEDLAB_VLLM_CACHE": "/c"}
     assert "VLLM_CPU_OMP_THREADS_BIND" not in vllm_worker_env(0, run_dir=tmp_path, env={}, on_gpu=True)
 
@@ -70,12 +110,23 @@ def test_the_default_matrix_runs_both_scenarios_on_two_vllm_workers() -> None:
     jobs = {job.name: job.params for job in load_matrix(notebook_dir=REPO / "notebooks").jobs}
     same = jobs["same_model_load_balance--embedded-vllm-tiny"]
     multi = jobs["multi_model_dispatch--embedded-vllm-tiny"]
-    assert (same["engine"], same["stack"], same["models"], same["workers"]) == ("vllm", "embedded", ["tiny-bert"], 2)
-    assert (multi["engine"], multi["stack"], multi["models"]) == ("vllm", "embedded", ["tiny-bert", "tiny-qwen3"])
+    assert (same["engine"], same["stack"], same["models"], same["workers"]) == (
+        "vllm",
+        "embedded",
+        ["tiny-bert"],
+        2,
+    )
+    assert (multi["engine"], multi["stack"], multi["models"]) == (
+        "vllm",
+        "embedded",
+        ["tiny-bert", "tiny-qwen3"],
+    )
 
 
 def test_the_models_own_position_limit(tiny_models: dict[str, Path], tmp_path: Path) -> None:
     # The seed's --max-model-len 2048 is held to this for the tiny models (512 positions).
     assert position_limit(tiny_models["bert"]) == position_limit(tiny_models["qwen3"]) == 512
-    (tmp_path / "config.json").write_text('{"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}')
+    (tmp_path / "config.json").write_text(
+        '{"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}'
+    )
     assert position_limit(tmp_path) is None  # scaled: vLLM's own derivation decides

@@ -87,10 +87,12 @@ class HostSnapshot:
     taken_at: float
 
     @classmethod
-    def take(cls) -> "HostSnapshot":
+    def take(cls) -> HostSnapshot:
         return cls(
-            tmp=_tmp_entries(), shm=set(os.listdir("/dev/shm")),
-            home=set().union(*(_walk(d) for d in HOME_DIRS)), taken_at=time.time(),
+            tmp=_tmp_entries(),
+            shm=set(os.listdir("/dev/shm")),
+            home=set().union(*(_walk(d) for d in HOME_DIRS)),
+            taken_at=time.time(),
         )
 
     def new_files(self) -> list[str]:
@@ -98,7 +100,7 @@ class HostSnapshot:
         now = _tmp_entries()
         tmp = [f"/tmp/{n}" for n, sock in now.items() if n not in self.tmp and _looks_like_vllm(n, sock)]
         shm = [f"/dev/shm/{n}" for n in set(os.listdir("/dev/shm")) - self.shm]
-        home = [p for p in set().union(*(_walk(d) for d in HOME_DIRS)) - self.home if _looks_like_vllm(p, False)]
+        home = [
+            p for p in set().union(*(_walk(d) for d in HOME_DIRS)) - self.home if _looks_like_vllm(p, False)
+        ]
         return sorted(tmp + shm + home)
-
-

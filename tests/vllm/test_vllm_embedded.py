@@ -11,8 +11,8 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import numpy as np
@@ -55,10 +55,18 @@ def lab(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
     before = HostSnapshot.take()
     spec = DeploymentSpec(
         workers=(
-            WorkerSpec(model="tiny-bert", engine="vllm", model_path=tiny_models["bert"], max_model_len=MAX_MODEL_LEN),
-            WorkerSpec(model="tiny-qwen3", engine="vllm", model_path=tiny_models["qwen3"], max_model_len=MAX_MODEL_LEN),
+            WorkerSpec(
+                model="tiny-bert", engine="vllm", model_path=tiny_models["bert"], max_model_len=MAX_MODEL_LEN
+            ),
+            WorkerSpec(
+                model="tiny-qwen3",
+                engine="vllm",
+                model_path=tiny_models["qwen3"],
+                max_model_len=MAX_MODEL_LEN,
+            ),
         ),
-        startup_timeout=STARTUP_TIMEOUT, seed=0,
+        startup_timeout=STARTUP_TIMEOUT,
+        seed=0,
     )
     with Deployment(spec, run_dir=tmp_path_factory.mktemp("vllm-embedded")) as dep:
         yield Lab(dep, before, tiny_models)
@@ -74,7 +82,9 @@ def reference(model_dir: Path, pooling: str, inputs: list[str] | list[list[int]]
     """The same model and pooling through plain transformers (embedlab's transformers engine)."""
 
     async def run() -> np.ndarray:
-        engine = create_engine("transformers", EngineOptions(model_path=model_dir, pooling=pooling, device="cpu"))
+        engine = create_engine(
+            "transformers", EngineOptions(model_path=model_dir, pooling=pooling, device="cpu")
+        )
         await engine.start()
         try:
             return (await engine.embed(inputs)).vectors
@@ -84,13 +94,17 @@ def reference(model_dir: Path, pooling: str, inputs: list[str] | list[list[int]]
     return asyncio.run(run())
 
 
-@pytest.mark.parametrize("model,arch,pooling", [("tiny-bert", "bert", "mean"), ("tiny-qwen3", "qwen3", "last")])
+@pytest.mark.parametrize(
+    "model,arch,pooling", [("tiny-bert", "bert", "mean"), ("tiny-qwen3", "qwen3", "last")]
+)
 def test_vectors_match_transformers(lab: Lab, model: str, arch: str, pooling: str) -> None:
     served = lab.served_vectors(model, TEXTS)
     expected = reference(lab.models[arch], pooling, TEXTS)
     assert served.shape == expected.shape == (len(TEXTS), 64)
     np.testing.assert_allclose(served, expected, atol=1e-4)
-    cosine = np.sum(served * expected, axis=1) / (np.linalg.norm(served, axis=1) * np.linalg.norm(expected, axis=1))
+    cosine = np.sum(served * expected, axis=1) / (
+        np.linalg.norm(served, axis=1) * np.linalg.norm(expected, axis=1)
+    )
     assert cosine.min() > 0.9999, cosine
     # The pooling matters: a vector pooled the other way must not pass the same check.
     other = reference(lab.models[arch], "last" if pooling == "mean" else "mean", TEXTS)
@@ -100,7 +114,9 @@ def test_vectors_match_transformers(lab: Lab, model: str, arch: str, pooling: st
 def test_token_ids_give_the_vectors_of_their_text(lab: Lab) -> None:
     from transformers import AutoTokenizer
 
-    ids = [list(map(int, AutoTokenizer.from_pretrained(lab.models["qwen3"])(t)["input_ids"])) for t in TEXTS[:2]]
+    ids = [
+        list(map(int, AutoTokenizer.from_pretrained(lab.models["qwen3"])(t)["input_ids"])) for t in TEXTS[:2]
+    ]
     response = lab.post({"model": "tiny-qwen3", "input": ids})
     assert response.status_code == 200, response.text
     assert response.json()["usage"]["prompt_tokens"] == sum(len(i) for i in ids)
@@ -149,7 +165,9 @@ def test_a_dead_engine_answers_500_and_the_other_worker_serves_on(lab: Lab) -> N
     # under that worker's own process tree.
     worker = lab.dep.workers[1]
     assert worker.pid is not None
-    engine = [p for p in descendants_of(worker.pid) if Path(f"/proc/{p}/comm").read_text().strip() == "VLLM::Worker"]
+    engine = [
+        p for p in descendants_of(worker.pid) if Path(f"/proc/{p}/comm").read_text().strip() == "VLLM::Worker"
+    ]
     assert len(engine) == 1, engine
     os.kill(engine[0], signal.SIGKILL)
     deadline = time.monotonic() + 60

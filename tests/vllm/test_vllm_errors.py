@@ -26,14 +26,34 @@ BROKEN_TIMEOUT = 300.0
 def worker(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """`embedlab worker` as the seed runs it; it must fail before it needs a frontend."""
     argv = [
-        sys.executable, "-m", "embedlab", "worker", "--served-model-name", "m", "--endpoint", "dynamo.w.generate",
-        "--frontend-url", "http://127.0.0.1:9", "--runner", "pooling", "--dtype", "float32", *args,
+        sys.executable,
+        "-m",
+        "embedlab",
+        "worker",
+        "--served-model-name",
+        "m",
+        "--endpoint",
+        "dynamo.w.generate",
+        "--frontend-url",
+        "http://127.0.0.1:9",
+        "--runner",
+        "pooling",
+        "--dtype",
+        "float32",
+        *args,
     ]
     return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=timeout)
 
 
 def test_unsupported_pooling_type_exits_1_with_a_clear_message(tiny_models: dict[str, Path]) -> None:
-    proc = worker("--engine", "vllm", "--model-path", str(tiny_models["bert"]), "--pooler-config", '{"pooling_type": "FOO"}')
+    proc = worker(
+        "--engine",
+        "vllm",
+        "--model-path",
+        str(tiny_models["bert"]),
+        "--pooler-config",
+        '{"pooling_type": "FOO"}',
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "unsupported pooling type 'foo'" in proc.stderr and "MEAN, LAST, CLS" in proc.stderr
 
@@ -45,7 +65,9 @@ def test_directory_without_a_model_exits_1_with_a_clear_message(tmp_path: Path) 
 
 
 def test_unknown_engine_argument_exits_1_naming_it(tiny_models: dict[str, Path]) -> None:
-    proc = worker("--engine", "vllm", "--model-path", str(tiny_models["bert"]), "--engine-arg", "max_num_seq=8")
+    proc = worker(
+        "--engine", "vllm", "--model-path", str(tiny_models["bert"]), "--engine-arg", "max_num_seq=8"
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "unknown vLLM engine argument 'max_num_seq'; did you mean max_num_seqs" in proc.stderr
 
@@ -71,19 +93,40 @@ def test_broken_model_fails_readiness_with_the_log_tail(tiny_models: dict[str, P
     assert elapsed < BROKEN_TIMEOUT
     message = str(info.value)
     assert "worker-0 exited with code 1" in message and str(tmp_path / "run" / "worker-0.log") in message
-    assert f"embedlab worker: vLLM could not start with {broken.resolve()}" in message  # the tail holds the reason
+    assert (
+        f"embedlab worker: vLLM could not start with {broken.resolve()}" in message
+    )  # the tail holds the reason
     assert_groups_gone(deployment_pids(dep))
     assert before.new_files() == []
 
 
-def test_sigterm_during_start_stops_the_worker_and_its_engine_processes(tiny_models: dict[str, Path], tmp_path: Path) -> None:
+def test_sigterm_during_start_stops_the_worker_and_its_engine_processes(
+    tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     """A stop must not wait for vLLM's minute-long start, nor orphan what it spawned so far."""
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "embedlab", "worker", "--engine", "vllm", "--model-path", str(tiny_models["bert"]),
-             "--served-model-name", "m", "--endpoint", "dynamo.w.generate", "--frontend-url", "http://127.0.0.1:9"],
-            stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "embedlab",
+                "worker",
+                "--engine",
+                "vllm",
+                "--model-path",
+                str(tiny_models["bert"]),
+                "--served-model-name",
+                "m",
+                "--endpoint",
+                "dynamo.w.generate",
+                "--frontend-url",
+                "http://127.0.0.1:9",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            start_new_session=True,
             env={**os.environ, "EMBEDLAB_STATE_DIR": str(tmp_path / "state")},
         )
     try:

@@ -17,18 +17,38 @@ from ..proctools import assert_groups_gone, deployment_pids
 from .conftest import MAX_MODEL_LEN, STARTUP_TIMEOUT, HostSnapshot
 
 
-def test_same_model_scenario_from_the_cli_with_default_tiny_models(tiny_models: dict[str, Path], tmp_path: Path) -> None:
+def test_same_model_scenario_from_the_cli_with_default_tiny_models(
+    tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     # No --model-path: the CLI takes the tiny BERT from EMBEDLAB_CACHE (the tests' model cache).
     env = {**os.environ, "EMBEDLAB_CACHE": str(tiny_models["bert"].parent)}
     before = HostSnapshot.take()
     result_json = tmp_path / "result.json"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "embedlab", "scenario", "same-model", "--engine", "vllm", "--workers", "2",
-            "--max-model-len", str(MAX_MODEL_LEN), "--startup-timeout", str(STARTUP_TIMEOUT),
-            "--run-dir", str(tmp_path / "run"), "--json", str(result_json),
+            sys.executable,
+            "-m",
+            "embedlab",
+            "scenario",
+            "same-model",
+            "--engine",
+            "vllm",
+            "--workers",
+            "2",
+            "--max-model-len",
+            str(MAX_MODEL_LEN),
+            "--startup-timeout",
+            str(STARTUP_TIMEOUT),
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--json",
+            str(result_json),
         ],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=STARTUP_TIMEOUT + 120,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=STARTUP_TIMEOUT + 120,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "same-model on embedded: PASSED" in proc.stdout
@@ -49,8 +69,15 @@ def test_multi_model_on_the_dynamo_stack(tiny_models: dict[str, Path], tmp_path:
     spec = DeploymentSpec(
         stack="dynamo",
         workers=(
-            WorkerSpec(model="tiny-bert", engine="vllm", model_path=tiny_models["bert"], max_model_len=MAX_MODEL_LEN),
-            WorkerSpec(model="tiny-qwen3", engine="vllm", model_path=tiny_models["qwen3"], max_model_len=MAX_MODEL_LEN),
+            WorkerSpec(
+                model="tiny-bert", engine="vllm", model_path=tiny_models["bert"], max_model_len=MAX_MODEL_LEN
+            ),
+            WorkerSpec(
+                model="tiny-qwen3",
+                engine="vllm",
+                model_path=tiny_models["qwen3"],
+                max_model_len=MAX_MODEL_LEN,
+            ),
         ),
         startup_timeout=STARTUP_TIMEOUT,
     )
