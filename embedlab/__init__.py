@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": "errors",
     "CounterResetError": "errors",
     "DeploymentStoppedError": "errors",
+    "EarlierCellFailedError": "errors",
     "EmbedlabError": "errors",
     "EngineError": "errors",
     "MetricNotFoundError": "errors",
@@ -80,6 +81,7 @@ _EXPORTS: dict[str, str] = {
     "plot_latency": "views",
     "register_figure": "views",
     "table": "views",
+    "verdict": "views",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -102,166 +104,88 @@ if TYPE_CHECKING:
     # `X as X`: an explicit re-export, for type checkers (the names load lazily above).
     from .checks import (
         CheckResult as CheckResult,
-    )
-    from .checks import (
         DispatchCheck as DispatchCheck,
-    )
-    from .checks import (
         fairness_p_value as fairness_p_value,
     )
     from .deployment import Deployment as Deployment
     from .errors import (
         CheckFailedError as CheckFailedError,
-    )
-    from .errors import (
         ConfigError as ConfigError,
-    )
-    from .errors import (
         CounterResetError as CounterResetError,
-    )
-    from .errors import (
         DeploymentStoppedError as DeploymentStoppedError,
-    )
-    from .errors import (
+        EarlierCellFailedError as EarlierCellFailedError,
         EmbedlabError as EmbedlabError,
-    )
-    from .errors import (
         EngineError as EngineError,
-    )
-    from .errors import (
         MetricNotFoundError as MetricNotFoundError,
-    )
-    from .errors import (
         MetricsError as MetricsError,
-    )
-    from .errors import (
         NotebookRunError as NotebookRunError,
-    )
-    from .errors import (
         ReadinessTimeoutError as ReadinessTimeoutError,
-    )
-    from .errors import (
         ScrapeError as ScrapeError,
-    )
-    from .errors import (
         ServerError as ServerError,
-    )
-    from .errors import (
         ServerExitedError as ServerExitedError,
-    )
-    from .errors import (
         ServerStartError as ServerStartError,
-    )
-    from .errors import (
         ServerStopError as ServerStopError,
-    )
-    from .errors import (
         TrafficError as TrafficError,
-    )
-    from .errors import (
         UnsupportedError as UnsupportedError,
     )
     from .metrics import (
         MetricQuery as MetricQuery,
-    )
-    from .metrics import (
         Snapshot as Snapshot,
-    )
-    from .metrics import (
         scrape as scrape,
     )
     from .process import ManagedProcess as ManagedProcess
     from .progress import LaunchProgress as LaunchProgress
     from .regression import (
         Matrix as Matrix,
-    )
-    from .regression import (
         RegressRun as RegressRun,
-    )
-    from .regression import (
         load_matrix as load_matrix,
-    )
-    from .regression import (
         regress as regress,
     )
-    from .scenarios.battery import ConformanceMatrix as ConformanceMatrix
-    from .scenarios.battery import run_battery as run_battery
+    from .scenarios.battery import ConformanceMatrix as ConformanceMatrix, run_battery as run_battery
     from .scenarios.dispatch import (
         multi_model_dispatch as multi_model_dispatch,
-    )
-    from .scenarios.dispatch import (
         same_model_load_balance as same_model_load_balance,
     )
     from .scenarios.explore import (
         Explorer as Explorer,
-    )
-    from .scenarios.explore import (
         SweepResult as SweepResult,
-    )
-    from .scenarios.explore import (
         check_explore as check_explore,
     )
     from .scenarios.live import (
         live_deployment as live_deployment,
-    )
-    from .scenarios.live import (
         start_deployment as start_deployment,
-    )
-    from .scenarios.live import (
         stop_deployment as stop_deployment,
     )
     from .scenarios.plans import (
         ScenarioPlan as ScenarioPlan,
-    )
-    from .scenarios.plans import (
         run_scenario as run_scenario,
     )
     from .scenarios.registry import (
         register_scenario as register_scenario,
-    )
-    from .scenarios.registry import (
         scenario_names as scenario_names,
     )
     from .scenarios.resilience import (
         drain as drain,
-    )
-    from .scenarios.resilience import (
         failover as failover,
     )
     from .scenarios.results import ScenarioResult as ScenarioResult
     from .specs import (
         DeploymentSpec as DeploymentSpec,
-    )
-    from .specs import (
         WorkerSpec as WorkerSpec,
     )
-    from .targets import Target as Target
-    from .targets import attach as attach
+    from .targets import Target as Target, attach as attach
     from .traffic import (
         BurstResult as BurstResult,
-    )
-    from .traffic import (
         RequestRecord as RequestRecord,
-    )
-    from .traffic import (
         asend_burst as asend_burst,
-    )
-    from .traffic import (
         send_burst as send_burst,
     )
     from .verdicts import Verdict as Verdict
     from .views import (
         figures_table as figures_table,
-    )
-    from .views import (
         plot as plot,
-    )
-    from .views import (
         plot_latency as plot_latency,
-    )
-    from .views import (
         register_figure as register_figure,
-    )
-    from .views import (
         table as table,
+        verdict as verdict,
     )

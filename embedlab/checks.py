@@ -146,6 +146,16 @@ def fairness_p_value(observed: Sequence[float], weights: Sequence[float]) -> flo
     return chisquare_p(observed, [s * total for s in share])
 
 
+def still_chance(weights: Sequence[float], requests: int) -> float:
+    """An upper bound on the chance that a correct router leaves some worker with nothing.
+
+    Under weighted-random routing worker i stays still with probability (1 - share_i)^n;
+    the sum over workers (the union bound) never understates the chance that any does.
+    """
+    total = float(sum(weights))
+    return min(1.0, sum((1.0 - w / total) ** requests for w in weights)) if total > 0 else 1.0
+
+
 def evaluate(
     urls: Sequence[str],
     before: Sequence[Snapshot],

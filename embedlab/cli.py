@@ -14,6 +14,7 @@ from typing import Any
 
 from . import defaults
 from .serve_commands import SERVING, engine_options_from_args, positive_float
+from .wording import counted
 
 __all__ = ["build_parser", "engine_options_from_args", "main"]
 
@@ -184,6 +185,8 @@ def _run_scenario(args: argparse.Namespace) -> int:
     with _pandas_display():
         print(table(result).drop(columns=["ok"]).to_string(index=False))
     for burst in result.bursts:
+        if burst.rule:
+            print(f"asserted ({burst.name}): {burst.rule}")
         if burst.check is not None and burst.check.p_value is not None:
             print(f"fairness p-value ({burst.name}): {burst.check.p_value:.4g}")
     figures = figures_table(result)
@@ -202,7 +205,11 @@ def _run_scenario(args: argparse.Namespace) -> int:
 
 def _add_regress(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
-        "regress", help="run every notebook for every parameter set of a matrix; write reports"
+        "regress",
+        help="run every notebook for every parameter set of a matrix; write reports",
+        description=REGRESS_DESCRIPTION,
+        epilog=REGRESS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--matrix", type=Path, default=None, help="a TOML matrix (default: the packaged default matrix)"
@@ -217,7 +224,43 @@ def _add_regress(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="seconds any one notebook cell may take",
     )
     p.add_argument("--show-code", action="store_true", help="show code cells in the HTML reports")
+    p.add_argument(
+        "-k",
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only the jobs whose name (<notebook or scenario>--<set>) contains NAME; repeat for several",
+    )
     p.set_defaults(run=_run_regress)
+
+
+REGRESS_DESCRIPTION = """\
+Runs every notebook of a TOML matrix once per parameter set, through papermill, and writes
+OUT/<run-id>/: each executed notebook and its HTML report, results.json, junit.xml and
+index.html (with what changed since the last run in OUT). The whole matrix is checked
+before anything runs.
+
+The matrix (the default one is embedlab/matrices/default.toml):
+
+  notebooks = ["same_model_load_balance", "multi_model_dispatch"]  # notebooks/<name>.ipynb
+  scenarios = ["drain"]          # registered scenarios, run through notebooks/scenario.ipynb
+  [defaults]                     # values under every parameter set
+  requests = 20
+  [[params]]                     # one parameter set; each notebook runs once per set
+  name = "embedded-hash"         # the set's name in file names and history (keep it stable)
+  stack = "embedded"
+  notebooks = ["failover"]       # a set may list its own notebooks and scenarios
+  [params.multi_model_dispatch]  # values for one notebook (or scenario) in this set only
+  models = ["a", "b"]
+
+Keys are the notebooks' parameters (their cell tagged `parameters`): stack, engine,
+models, workers, weights, requests, concurrency, seed, ... An unknown notebook, scenario
+or parameter, or a value the scenario cannot take, is one error line and exit 2."""
+REGRESS_EPILOG = (
+    "examples: embedlab regress -k same_model -k drain; embedlab regress --matrix my.toml --out runs/. "
+    "Exit codes: 0 every run passed (or reported), 1 a run failed, 2 could not run."
+)
 
 
 def _run_regress(args: argparse.Namespace) -> int:
@@ -228,12 +271,13 @@ def _run_regress(args: argparse.Namespace) -> int:
         out=args.out,
         timeout=args.timeout,
         show_code=args.show_code,
+        only=args.only,
         progress=lambda line: print(line, flush=True),
     )
     counts = ", ".join(
         f"{sum(o.status == s for o in run.outcomes)} {s}" for s in sorted({o.status for o in run.outcomes})
     )
-    print(f"{len(run.outcomes)} notebook runs in {run.wall_seconds:.0f} s: {counts}")
+    print(f"{counted(len(run.outcomes), 'notebook run')} in {run.wall_seconds:.0f} s: {counts}")
     for outcome in run.failed:
         report = outcome.html or outcome.notebook_out
         print(f"FAILED {outcome.job.name}: {outcome.summary}\n    report: {report}", file=sys.stderr)

@@ -17,14 +17,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .defaults import CELL_TIMEOUT_S
-from .errors import ConfigError
 from .jsonio import write_json
 from .matrix import GENERIC_NOTEBOOK, Job, default_notebook_dir
 from .regression import Outcome, check_kernel, new_run_dir, run_job
 from .report import write_conformance, write_junit
-from .scenarios.battery import BATTERY, BATTERY_STACKS, Cell, ConformanceMatrix, cell_text, stack_versions
-from .scenarios.registry import SCENARIOS
-from .stacks import STACKS
+from .scenarios.battery import (
+    BATTERY,
+    BATTERY_STACKS,
+    Cell,
+    ConformanceMatrix,
+    cell_text,
+    check_battery,
+    stack_versions,
+)
 from .verdicts import Verdict
 
 __all__ = ["ConformanceRun", "conformance"]
@@ -54,10 +59,7 @@ def conformance(
     progress: Callable[[str], None] | None = None,
 ) -> ConformanceRun:
     """Run every check (a registered scenario) against every stack, with each stack's defaults."""
-    for name, known, kind in ((stacks, STACKS, "stack"), (checks, SCENARIOS, "check")):
-        unknown = [n for n in name if n not in known]
-        if unknown:
-            raise ConfigError(f"unknown {kind}s {unknown}; choose from {', '.join(known.names())}")
+    check_battery(stacks=stacks, checks=checks)
     check_kernel()  # every cell is a notebook on the project's kernel
     notebook = (default_notebook_dir() / f"{GENERIC_NOTEBOOK}.ipynb").resolve()
     run_id, run_dir = new_run_dir(Path(out))

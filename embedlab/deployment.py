@@ -258,7 +258,7 @@ class Deployment:
             if pspec.unset
             else dict(self._env)
         )
-        env.update({**pspec.env, STATE_DIR_ENV: str(self.run_dir / f"{pspec.name}-state")})
+        env.update({**pspec.env, STATE_DIR_ENV: str(self.run_dir / f"{pspec.file_stem}-state")})
         stop_timeout = STOP_TIMEOUT_S
         if pspec.worker is not None and self.spec.workers[pspec.worker].runs_vllm:
             env.update(vllm_worker_env(pspec.worker, run_dir=self.run_dir, env=env, on_gpu=bool(gpu)))
@@ -269,7 +269,11 @@ class Deployment:
             self._context().host_of(pspec.worker).wrap(pspec.argv) if pspec.worker is not None else pspec.argv
         )
         proc = ManagedProcess(
-            pspec.name, argv, log_path=self.run_dir / f"{pspec.name}.log", env=env, stop_timeout=stop_timeout
+            pspec.name,
+            argv,
+            log_path=self.run_dir / f"{pspec.file_stem}.log",
+            env=env,
+            stop_timeout=stop_timeout,
         )
         return self._report.started(proc.start())
 
@@ -307,7 +311,7 @@ class Deployment:
             proc,
             ready,
             timeout=self.spec.startup_timeout,
-            what=f"its /health answered 200 and the frontend listed model '{model}' on {endpoint}",
+            what=f"its /health answered 200 and the frontend listed model '{model}' on endpoint {endpoint}",
         )
 
     def direct_url(self, index: int) -> str | None:

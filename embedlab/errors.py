@@ -13,6 +13,7 @@
     │   └── CounterResetError           a counter went down: the worker restarted
     ├── TrafficError                a burst whose responses were wrong
     ├── DeploymentStoppedError      a deployment used after it stopped: start a new one
+    ├── EarlierCellFailedError      a notebook cell ran right after a failed one: fix that one first
     ├── CheckFailedError            a dispatch check did not hold (carries the table)
     ├── UnsupportedError            the stack cannot do what was asked (a router without a drain API)
     ├── EngineError                 an engine could not load or run its model
@@ -44,6 +45,7 @@ __all__ = [
     "CounterResetError",
     "TrafficError",
     "DeploymentStoppedError",
+    "EarlierCellFailedError",
     "CheckFailedError",
     "UnsupportedError",
     "EngineError",
@@ -163,6 +165,22 @@ class DeploymentStoppedError(EmbedlabError):
         message = f"{why}; start a new one (in a notebook: run the Start cell again)"
         super().__init__(message + (f". Last lines of {log_path}:\n{tail}" if log_path is not None else ""))
         self.log_path = log_path
+
+
+class EarlierCellFailedError(EmbedlabError):
+    """A notebook cell ran right after another cell failed (Run All went on past the error).
+
+    Its plan, deployment or result would be the previous run's, so it shows none of them.
+    `cell` is the cell that failed first (`In [7]`), `error` its error's first line.
+    """
+
+    def __init__(self, *, cell: str, error: str) -> None:
+        super().__init__(
+            f"{cell} failed ({error}), so this cell would show what an earlier run left; "
+            f"fix {cell} and run it again, then the cells after it"
+        )
+        self.cell = cell
+        self.error = error
 
 
 class CheckFailedError(EmbedlabError, AssertionError):

@@ -27,7 +27,8 @@ import json
 import os
 import re
 import tomllib
-from dataclasses import dataclass, fields
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,16 @@ class Job:
 class Matrix:
     path: Path
     jobs: tuple[Job, ...]
+
+    def only(self, names: Sequence[str]) -> Matrix:
+        """The jobs whose name contains one of `names` (all of them when `names` is empty)."""
+        if not names:
+            return self
+        kept = tuple(job for job in self.jobs if any(name in job.name for name in names))
+        if not kept:
+            listed = ", ".join(job.name for job in self.jobs)
+            raise ConfigError(f"no job of matrix {self.path} matches {', '.join(names)}; its jobs: {listed}")
+        return replace(self, jobs=kept)
 
 
 def default_notebook_dir() -> Path:

@@ -27,7 +27,7 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +37,7 @@ from .defaults import CELL_TIMEOUT_S, KERNEL_NAME
 from .errors import ConfigError, NotebookRunError
 from .matrix import Job, Matrix, load_matrix, notebook_parameters, shown_path
 from .verdicts import Verdict
+from .wording import counted
 
 __all__ = [
     "Matrix",
@@ -285,7 +286,7 @@ class RegressRun:
         first = self.failed[0]
         report = first.html or first.notebook_out
         raise NotebookRunError(
-            f"{len(self.failed)} of {len(self.outcomes)} notebook runs failed; first: {first.job.name}: "
+            f"{len(self.failed)} of {counted(len(self.outcomes), 'notebook run')} failed; first: {first.job.name}: "
             f"{first.summary}. Its report: {report}; all runs: {self.index_html}",
             report=report,
         )
@@ -297,16 +298,18 @@ def regress(
     out: str | Path = "outputs",
     timeout: float = CELL_TIMEOUT_S,
     show_code: bool = False,
+    only: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
 ) -> RegressRun:
     """Run every job of `matrix` (default: the packaged default matrix) into a new folder under `out`.
 
-    `timeout` bounds each cell, in seconds. `progress`, when given, gets one line as each
+    `timeout` bounds each cell, in seconds. `only` keeps the jobs whose name contains one
+    of its strings (as `embedlab regress -k`). `progress`, when given, gets one line as each
     notebook starts and one as it ends.
     """
     from .report import load_results, write_index, write_json, write_junit
 
-    plan = load_matrix(matrix)
+    plan = load_matrix(matrix).only(only)
     check_kernel()  # before anything runs: otherwise every notebook fails the same way
     out = Path(out)
     run_id, run_dir = new_run_dir(out)
@@ -314,7 +317,7 @@ def regress(
     say = progress or (lambda line: None)
     started_at = datetime.now(UTC)
     t0 = time.monotonic()
-    say(f"embedlab regress: {len(plan.jobs)} notebook runs from {plan.path} -> {run_dir}")
+    say(f"embedlab regress: {counted(len(plan.jobs), 'notebook run')} from {plan.path} -> {run_dir}")
 
     outcomes = []
     for number, job in enumerate(plan.jobs, 1):

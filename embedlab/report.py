@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .jsonio import load_json as load_results
-from .jsonio import write_json
+from .jsonio import load_json as load_results, write_json
 from .verdicts import Verdict
+from .wording import counted
 
 __all__ = [
     "compare_runs",
@@ -258,7 +258,7 @@ def write_index(
         f"<title>embedlab regress {_e(results.get('run_id', ''))}: {overall.upper()}</title><style>{_CSS}</style></head><body>",
         f'<h1>embedlab regress <span class="verdict {overall}">{heading}</span></h1>',
         f'<p class="meta">run <code>{_e(results.get("run_id", ""))}</code> &middot; started {_e(results.get("started_at", ""))}'
-        f" &middot; wall {results.get('wall_seconds', 0):.1f} s &middot; {len(scenarios)} runs: {_e(tally)}"
+        f" &middot; wall {results.get('wall_seconds', 0):.1f} s &middot; {counted(len(scenarios), 'run')}: {_e(tally)}"
         f" &middot; matrix <code>{_e(results.get('matrix', ''))}</code></p>",
         _history_section(results, previous),
         _summary_table(scenarios),
@@ -341,7 +341,7 @@ def _history_section(results: Mapping[str, Any], previous: Mapping[str, Any] | N
     flips = sum(r["change"] == "flipped" for r in compare_runs(previous, results))
     return (
         f"<h2>Changes since run <code>{_e(previous.get('run_id', '?'))}</code></h2>"
-        f'<p class="meta">{flips} verdict flip{"s" if flips != 1 else ""}; latency changes over {LATENCY_CHANGE:.0%} are flagged.</p>'
+        f'<p class="meta">{counted(flips, "verdict flip")}; latency changes over {LATENCY_CHANGE:.0%} are flagged.</p>'
         "<table><tr><th>scenario</th><th>verdict</th><th>p-values (before &rarr; now)</th><th>latency (before &rarr; now)</th></tr>"
         + "".join(rows)
         + "</table>"
@@ -356,7 +356,7 @@ def _figures_text(fig: Mapping[str, Any]) -> str:
     failed = fig.get("failed_requests")
     if failed or fig.get("out_of_dispatch_s") is not None:
         lines.append(
-            f'<span class="{"flag" if failed else "muted"}">{failed or 0} failed request{"s" if failed != 1 else ""}</span>'
+            f'<span class="{"flag" if failed else "muted"}">{counted(failed or 0, "failed request")}</span>'
         )
     if fig.get("out_of_dispatch_s") is not None:
         lines.append(f"out of dispatch {fig['out_of_dispatch_s'] * 1000:.0f} ms after the fault")
@@ -373,7 +373,8 @@ def _figures_text(fig: Mapping[str, Any]) -> str:
         lines.append(f"p50 {_num(lat.get('p50'), 'ms')} &middot; p99 {_num(lat.get('p99'), 'ms')}")
     for burst, deltas in (fig.get("deltas") or {}).items():
         if deltas is not None:
-            lines.append(f"&Delta; {_e(burst)}: " + " / ".join(f"{d:g}" for d in deltas))
+            counts = ", ".join(f"worker {i}: {d:g}" for i, d in enumerate(deltas))
+            lines.append(f"requests counted per worker, burst {_e(burst)}: {counts}")
     return "<br>".join(lines) or "&ndash;"
 
 

@@ -35,6 +35,25 @@ def binom_two_sided(k: int, n: int, p: float) -> float:
     return min(1.0, total)
 
 
+def binom_acceptance(n: int, p: float, alpha: float) -> tuple[int, int]:
+    """The counts k of n whose two-sided binomial p-value (as `binom_two_sided`) is at least
+    `alpha`: the range a correct router's count falls in, as (lowest, highest)."""
+    logs = [_log_binom_pmf(k, n, p) for k in range(n + 1)]
+    # p(k) = the mass of every outcome no likelier than k: accumulate from the least likely up.
+    order = sorted(range(n + 1), key=lambda k: logs[k])
+    tail, running, i = [0.0] * (n + 1), 0.0, 0
+    while i <= n:
+        j, level = i, logs[order[i]] + 1e-7
+        while j <= n and logs[order[j]] <= level:
+            running += math.exp(logs[order[j]])
+            j += 1
+        for k in order[i:j]:
+            tail[k] = min(1.0, running)
+        i = j
+    kept = [k for k in range(n + 1) if tail[k] >= alpha]
+    return (min(kept), max(kept)) if kept else (0, n)
+
+
 def _gamma_q(a: float, x: float) -> float:
     """Regularised upper incomplete gamma Q(a, x)."""
     if x <= 0:

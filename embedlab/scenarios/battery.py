@@ -20,15 +20,20 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..cellguard import check_previous_cell
+from ..errors import ConfigError
 from ..jsonio import write_json
 from ..stacks import STACKS
 from ..verdicts import Verdict
+from ..wording import counted
 from .plans import ScenarioPlan, run_scenario
+from .registry import SCENARIOS
 
 __all__ = [
     "BATTERY",
     "BATTERY_STACKS",
     "Cell",
+    "check_battery",
     "ConformanceMatrix",
     "cell_text",
     "run_battery",
@@ -69,6 +74,21 @@ class ConformanceMatrix:
     checks: list[str]
     cells: list[Cell]
     versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Every cell ran to a verdict: a failed check is a finding about a router, not a broken run."""
+        return all(c.verdict != Verdict.ERROR for c in self.cells)
+
+    def summary(self) -> str:
+        counts = ", ".join(
+            f"{sum(c.verdict == v for c in self.cells)} {v}"
+            for v in Verdict
+            if any(c.verdict == v for c in self.cells)
+        )
+        broke = [f"{c.stack}/{c.check}: {c.text}" for c in self.cells if c.verdict == Verdict.ERROR]
+        head = f"conformance of {counted(len(self.stacks), 'stack')}: {counted(len(self.cells), 'cell')} ({counts})"
+        return head + (f"; broke: {'; '.join(broke)}" if broke else "")
 
     def cell(self, stack: str, check: str) -> Cell | None:
         return next((c for c in self.cells if c.stack == stack and c.check == check), None)
@@ -191,17 +211,27 @@ def stack_versions(stacks: Sequence[str]) -> dict[str, str]:
     return found
 
 
+def check_battery(*, stacks: Sequence[str], checks: Sequence[str]) -> None:
+    """A `ConfigError` for an unknown stack or check, before any cell runs."""
+    for names, known, kind in ((stacks, STACKS, "stack"), (checks, SCENARIOS, "check")):
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ConfigError(f"unknown {kind}s {unknown}; choose from {', '.join(known.names())}")
+
+
 def run_battery(
     *, stacks: Sequence[str] = BATTERY_STACKS, checks: Sequence[str] = BATTERY, run_dir: str = ""
 ) -> ConformanceMatrix:
-    """Every check on every stack, in this process (each a fresh deployment)."""
-    unknown = [s for s in stacks if s not in STACKS]
+    """Every check on every stack, in this process (each a fresh deployment).
+
+    An unknown stack or check is a `ConfigError` before anything runs; a cell that breaks
+    while it runs is recorded (verdict `error`) and the battery goes on.
+    """
+    check_previous_cell()
+    check_battery(stacks=stacks, checks=checks)
     cells = []
     for stack in stacks:
         for check in checks:
-            if stack in unknown:
-                cells.append(Cell(stack, check, Verdict.ERROR, f"unknown stack {stack!r}"))
-                continue
             try:
                 result = run_scenario(
                     ScenarioPlan(

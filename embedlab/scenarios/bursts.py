@@ -44,6 +44,7 @@ class BurstSpec:
     settle_seconds: float = 0.0
     timeout: float = 60.0
     require_all: bool = True  # every expected worker must move
+    rule: str = ""  # what the burst asserts, in words, for tables and reports
     on_response: Callable[[RequestRecord], None] | None = field(default=None, compare=False)
 
 
@@ -132,6 +133,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
             expected=spec.expected,
             traffic=traffic,
             expected_shares={i: share_of[i] / total for i in spec.expected},
+            rule=spec.rule,
         )
         try:
             burst.check = await check.aend(scrape_client)

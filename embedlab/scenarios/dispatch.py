@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from ..checks import still_chance
 from ..defaults import FAIRNESS_ALPHA
 from ..deployment import Deployment
 from ..errors import ConfigError
@@ -53,6 +54,9 @@ def same_model_load_balance(
     `exact` (round-robin: every worker within one request of the others), or `report` (a
     policy that may pick one worker, such as cache-aware: the split is reported, not
     asserted, and a still worker is no failure).
+    Under `weights`, "every worker moves" is asserted only where a correct router would
+    leave some worker still less often than `fairness_alpha` (1:4 over 20 requests does
+    1.2% of the time): otherwise the split's p-value alone judges, and the burst's rule says so.
     40 requests is the smallest burst at which a 90/10 skew of a 50/50 pool is caught 99%
     of the time at the default alpha (bench/verification_power.py).
     """
@@ -64,6 +68,9 @@ def same_model_load_balance(
     weights = (
         list(weights) if weights is not None else list(target.weights or [1.0] * len(target.system_urls))
     )
+    alpha = FAIRNESS_ALPHA if fairness_alpha is None else fairness_alpha
+    still = still_chance([weights[i] for i in indices], requests) if split == "weights" else 0.0
+    all_move = split == "exact" or (split == "weights" and still < alpha)
     params = {
         "requests": requests,
         "concurrency": concurrency,
@@ -84,8 +91,9 @@ def same_model_load_balance(
         fairness_alpha=fairness_alpha if split == "weights" else None,
         settle_seconds=settle_seconds,
         timeout=timeout,
-        require_all=split != "report",
+        require_all=all_move,
         on_response=on_response,
+        rule=_same_model_rule(split, all_move=all_move, still=still, alpha=fairness_alpha, requests=requests),
     )
     started = time.monotonic()
     burst = run_sync(run_burst(target, spec, progress=progress))
@@ -106,6 +114,25 @@ def same_model_load_balance(
         reasons=reasons,
         wall_seconds=time.monotonic() - started,
     )
+
+
+def _same_model_rule(split: str, *, all_move: bool, still: float, alpha: float | None, requests: int) -> str:
+    """What the burst asserts, in words: the table and the report show it beside the figures."""
+    parts = ["the counters account for every request sent"]
+    if all_move:
+        parts.insert(0, "every worker moves")
+    elif split == "weights":
+        parts.append(
+            f"a still worker is not asserted (a correct router leaves one still {still:.1%} of the time "
+            f"at {requests} requests)"
+        )
+    if split == "weights" and alpha is not None:
+        parts.append(f"the split fits the weights (p >= {alpha:g})")
+    elif split == "exact":
+        parts.append("round-robin: every worker within one request of the others")
+    else:
+        parts.append("the split is reported, not asserted (the policy decides)")
+    return "; ".join(parts)
 
 
 def multi_model_dispatch(
@@ -149,6 +176,7 @@ def multi_model_dispatch(
             settle_seconds=settle_seconds,
             timeout=timeout,
             on_response=on_response,
+            rule=f"only the workers of '{model}' move, and they account for every request sent",
         )
         for model in models
     ]

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..cellguard import check_previous_cell
 from ..defaults import FAIRNESS_ALPHA
 from ..errors import ConfigError
 from ..verdicts import Verdict
@@ -40,12 +41,12 @@ __all__ = [
     "SweepResult",
     "check_explore",
     "cumulative_shares",
-    "expected_shares",
+    "weight_shares",
     "weights_label",
 ]
 
 
-def expected_shares(weights: Sequence[float]) -> list[float]:
+def weight_shares(weights: Sequence[float]) -> list[float]:
     """The share of requests each worker should get under weighted-random routing."""
     total = float(sum(weights))
     if not weights or total <= 0 or any(w <= 0 for w in weights):
@@ -111,6 +112,11 @@ class Step:
     cumulative_shares: tuple[float, ...] = ()
 
     @property
+    def number(self) -> int:
+        """The burst's number as people count: the first burst is burst 1."""
+        return self.index + 1
+
+    @property
     def deltas(self) -> list[float]:
         burst = self.result.bursts[0]
         return [row.delta for row in burst.check.rows] if burst.check else [0.0] * len(self.weights)
@@ -130,7 +136,7 @@ class Step:
 
     @property
     def expected_shares(self) -> list[float]:
-        return expected_shares(self.weights)
+        return weight_shares(self.weights)
 
 
 @dataclass
@@ -178,15 +184,18 @@ class SweepResult(ScenarioResult):
         }
 
     def summary(self) -> str:
-        head = f"weight sweep on {self.stack} ({len(self.points)} weight settings): {self.verdict.upper()}"
+        settings = len(self.points)
+        head = f"weight sweep on {self.stack} ({settings} weight setting{'' if settings == 1 else 's'}): {self.verdict.upper()}"
         return head + (" (" + "; ".join(self.reasons) + ")" if self.reasons else "")
 
 
 class Explorer:
     """A live deployment under a user's hands: send bursts, change weights, watch the split.
 
-    `deployment` must be running; weight changes need the embedded stack. The explorer
-    never starts or stops it: whoever started it stops it.
+    `deployment` must be running; weight changes need a stack with live weights (the
+    embedded one). The explorer never starts or stops it: whoever started it stops it.
+    `steps` holds the bursts sent with `burst()`, in phases that a weight change starts;
+    a `sweep()` is kept apart, in the `SweepResult` it returns.
     """
 
     def __init__(
@@ -201,6 +210,7 @@ class Explorer:
         """`model`: the model to send (default: the one the workers serve); `fairness_alpha`:
         the p-value below which a burst's split counts as not fitting the weights;
         `progress`: a bar per burst."""
+        check_previous_cell()
         self.deployment = deployment
         self.model = model
         self.concurrency = concurrency
@@ -215,24 +225,20 @@ class Explorer:
 
     def set_weights(self, weights: Sequence[float]) -> None:
         """Change every worker's weight live; the convergence plot restarts from here."""
-        expected_shares(weights)  # reject zero or negative weights before the frontend does
+        check_previous_cell()
+        weight_shares(weights)  # reject zero or negative weights before the frontend does
+        changed = tuple(float(w) for w in weights) != self.weights
         self.deployment.set_weights([float(w) for w in weights])
-        self.phase += 1
+        if changed:
+            self.phase += 1
 
     def burst(self, requests: int = 20, *, repeat: int = 1) -> Step:
         """Send `repeat` bursts of `requests` each, judging each; returns the last one."""
+        check_previous_cell()
         if repeat < 1:
             raise ConfigError(f"repeat must be at least 1, got {repeat}")
         for _ in range(repeat):
-            result = same_model_load_balance(
-                self.deployment,
-                requests=requests,
-                concurrency=self.concurrency,
-                model=self.model,
-                fairness_alpha=self.fairness_alpha,
-                progress=self.progress,
-            )
-            step = Step(index=len(self.steps), phase=self.phase, weights=self.weights, result=result)
+            step = self._measure(requests, index=len(self.steps), phase=self.phase)
             in_phase = [s.deltas for s in self.steps if s.phase == self.phase] + [step.deltas]
             self.steps.append(replace(step, cumulative_shares=tuple(cumulative_shares(in_phase)[-1])))
         return self.steps[-1]
@@ -241,14 +247,31 @@ class Explorer:
         """For each weight vector: set it live, send one burst, compare the split with the weights.
 
         Then the weights live before the sweep are set again: a sweep measures, and the
-        bursts a user sends after it run under the weights they chose.
+        bursts a user sends after it run under the weights they chose, in the same phase.
+        The sweep's bursts are its own: `steps` (and `table(explorer)`) never show them.
         """
+        check_previous_cell()
         if not weight_sets:
             raise ConfigError("a sweep needs at least one weight vector")
+        for weights in weight_sets:
+            weight_shares(weights)
         before = self.weights
         points = []
-        for weights in weight_sets:
-            self.set_weights(weights)
-            points.append(self.burst(requests))
-        self.set_weights(before)
+        try:
+            for number, weights in enumerate(weight_sets):
+                self.deployment.set_weights([float(w) for w in weights])
+                points.append(self._measure(requests, index=number, phase=number))
+        finally:
+            self.deployment.set_weights(list(before))
         return SweepResult.of(points, stack=self.deployment.spec.stack, fairness_alpha=self.fairness_alpha)
+
+    def _measure(self, requests: int, *, index: int, phase: int) -> Step:
+        result = same_model_load_balance(
+            self.deployment,
+            requests=requests,
+            concurrency=self.concurrency,
+            model=self.model,
+            fairness_alpha=self.fairness_alpha,
+            progress=self.progress,
+        )
+        return Step(index=index, phase=phase, weights=self.weights, result=result)

@@ -2,7 +2,7 @@
 
     dep = start_deployment(plan)   # stops what the last call started, then launches, with progress
     ...                            # bursts, weight changes: as many cells as you like
-    dep.stop()                     # or restart the kernel: every process stops with it
+    stop_deployment()              # or dep.stop(), or restart the kernel: every process stops with it
 
 A kernel runs one notebook, so "this notebook's deployment" is this process's. Running
 the Start cell again stops the deployment the previous run of it started before it
@@ -11,8 +11,10 @@ launches the next: re-running a cell never leaks servers that nothing can reach 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+from ..cellguard import check_previous_cell
 from ..deployment import Deployment
 from ..errors import ConfigError
 from ..progress import LaunchProgress
@@ -34,6 +36,7 @@ def start_deployment(
     its own. `progress` shows the launch (which process, what it waits for, the time so
     far). A start that fails stops what it had started and raises; the slot is left empty.
     """
+    check_previous_cell()
     if isinstance(what, ScenarioPlan):
         if what.attached:
             raise ConfigError("this plan attaches to a running deployment; it has nothing to start")
@@ -44,7 +47,9 @@ def start_deployment(
         raise ConfigError(
             f"start_deployment takes a ScenarioPlan or a DeploymentSpec, not {type(what).__name__}"
         )
-    stop_deployment(key=key)
+    stopped = _stop(key)
+    if stopped and progress:
+        print(stopped, flush=True)  # the cell's output says what went away, above what starts
     if run_dir is not None:
         run_dir = str(_fresh(Path(run_dir)))
     deployment = Deployment(spec, run_dir=run_dir, progress=LaunchProgress() if progress else None)
@@ -58,11 +63,33 @@ def live_deployment(*, key: str = "notebook") -> Deployment | None:
     return _LIVE.get(key)
 
 
-def stop_deployment(*, key: str = "notebook") -> None:
-    """Stop the deployment in slot `key`, if any; safe to call more than once."""
+def stop_deployment(*, key: str = "notebook", when: bool = True) -> str:
+    """Stop the deployment in slot `key`, if any, and if `when`; safe to call more than once.
+
+    An explore notebook's last cell is `stop_deployment(when=stop_at_end)`: papermill runs
+    set `stop_at_end`, people leave it False and keep their deployment. Returns what it
+    stopped, in a line for people ("" when nothing was running there).
+    """
+    check_previous_cell()
+    return _stop(key) if when else ""
+
+
+def _stop(key: str) -> str:
     previous = _LIVE.pop(key, None)
-    if previous is not None:
-        previous.stop()
+    if previous is None:
+        return ""
+    running = [p for p in previous.processes if p.alive()]
+    started = time.monotonic()
+    previous.stop()
+    if not running:
+        return ""
+    workers = sum(1 for p in running if p in previous.workers)
+    what = ", ".join(p.name for p in running if p not in previous.workers)
+    what = f"{what} and {workers} worker{'' if workers == 1 else 's'}" if what else f"{workers} workers"
+    return (
+        f"stopped the deployment this notebook started before ({what}, run dir {previous.run_dir}) "
+        f"in {time.monotonic() - started:.1f} s"
+    )
 
 
 def _fresh(run_dir: Path) -> Path:

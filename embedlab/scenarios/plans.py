@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..cellguard import check_previous_cell
 from ..defaults import LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
 from ..deployment import Deployment
 from ..engines import ENGINES
@@ -111,6 +112,11 @@ class ScenarioPlan:
                 f"{self.scenario} changes a worker: it cannot run attached, only on a deployment it launches"
             )
         MetricQuery.parse(self.metric)
+        if scenario.layout == "pool" and len(self.models) > 1:
+            raise ConfigError(
+                f"{self.scenario} takes one model, got {len(self.models)} ({', '.join(self.models)}); "
+                "a scenario over several models is multi-model"
+            )
         plan = self.resolved()
         if not self.attached:
             plan._check_models()
@@ -142,6 +148,7 @@ class ScenarioPlan:
     @classmethod
     def from_params(cls, **params: Any) -> ScenarioPlan:
         """Build from a notebook's parameters; unknown names are an error, not a silent no-op."""
+        check_previous_cell()  # a failed parameters cell must not leave its old values in use
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(params) - known)
         if unknown:
@@ -324,6 +331,7 @@ def run_scenario(
     `progress` (or the plan's own) shows the launch and a bar per burst; `launch_progress`
     (default: as `progress`) the launch alone.
     """
+    check_previous_cell()
     if progress:
         plan = replace(plan, progress=True)
     if plan.attached:

@@ -58,6 +58,7 @@ class Burst:
     check: CheckResult | None = None
     inconclusive: str | None = None
     expected_shares: dict[int, float] = field(default_factory=dict)
+    rule: str = ""  # what the check asserted, in words
 
     def expected_count(self, index: int) -> float:
         return self.traffic.n * self.expected_shares.get(index, 0.0)
@@ -81,6 +82,7 @@ class Burst:
             "check": self.check.to_json() if self.check else None,
             "inconclusive": self.inconclusive,
             "traffic": self.traffic.to_json(),
+            "rule": self.rule,
             "deltas": [r.delta for r in self.check.rows] if self.check else None,
         }
 

@@ -28,8 +28,13 @@ class ProcessSpec:
 
     @property
     def name(self) -> str:
-        """The process's name in logs and errors: `frontend`, `worker-0`, ..."""
-        return self.role if self.worker is None else f"{self.role}-{self.worker}"
+        """The process's name in progress, tables and errors: `frontend`, `worker 0`, ..."""
+        return self.role if self.worker is None else f"{self.role} {self.worker}"
+
+    @property
+    def file_stem(self) -> str:
+        """Its files' name in the run dir: `frontend.log`, `worker-0.log`, `worker-0-state/`."""
+        return self.name.replace(" ", "-")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,6 +4,10 @@
     table(explorer), plot(explorer), table(sweep), plot(sweep)
     table(step), plot(step)           # the one burst `explorer.burst()` returned
     table(deployment)                 # its processes: URLs, endpoints, pids, logs
+    verdict(result)                   # the last cell: the verdict's line, raising unless ok
+
+Each of these refuses, in a notebook, to run right after a cell that failed
+(`embedlab.cellguard`): what it would show is an earlier run's.
 
 Views import results, never the other way round. A scenario's main figure is chosen by
 its name (`register_figure`), the per-burst delta bars where none is registered.
@@ -15,13 +19,16 @@ from collections.abc import Callable
 from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
+from ..cellguard import check_previous_cell
 from ..deployment import Deployment
+from ..errors import CheckFailedError
 from ..plugins import Registry
 from ..scenarios.battery import ConformanceMatrix
 from ..scenarios.explore import Explorer, Step, SweepResult
 from ..scenarios.results import ScenarioResult
-from .figures import plot_convergence, plot_deltas, plot_latency, plot_matrix, plot_sweep, plot_timeline
-from .tables import deployment_table, figures_table, matrix_table, result_table, steps_table, sweep_table
+from . import figures, tables
+from .figures import plot_convergence, plot_deltas, plot_matrix, plot_sweep, plot_timeline
+from .tables import deployment_table, matrix_table, result_table, step_table, steps_table, sweep_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,6 +49,7 @@ __all__ = [
     "steps_table",
     "sweep_table",
     "table",
+    "verdict",
 ]
 
 # Scenario name -> its main figure.
@@ -62,68 +70,104 @@ def register_figure(scenario: str, figure: Callable[[ScenarioResult], Figure]) -
     FIGURES.register(scenario, figure, replace=True)
 
 
-@singledispatch
 def table(thing: Any) -> pd.DataFrame:
-    """The table of a result, a sweep or an explorer's bursts."""
+    """The table of a result, a sweep, an explorer's bursts, a battery or a deployment."""
+    check_previous_cell()
+    return _table(thing)
+
+
+def plot(thing: Any) -> Figure:
+    """The main figure of a result, a sweep, an explorer's bursts or a battery."""
+    check_previous_cell()
+    return _plot(thing)
+
+
+def plot_latency(result: ScenarioResult) -> Figure:
+    """Latency over the run, coloured by serving worker, and its distribution per burst."""
+    check_previous_cell()
+    return figures.plot_latency(result)
+
+
+def figures_table(result: ScenarioResult) -> pd.DataFrame:
+    """The run's own figures as a two-column table: what it measured beyond the counters."""
+    check_previous_cell()
+    return tables.figures_table(result)
+
+
+def verdict(thing: ScenarioResult | ConformanceMatrix) -> None:
+    """A notebook's last cell: print the verdict's one line; raise `CheckFailedError` unless it is ok.
+
+    Ok is a pass, figures reported but not asserted, or a check the stack cannot take (for
+    a battery: every cell ran to a verdict). The error is the same line, so a papermill run
+    and `embedlab regress` fail on it.
+    """
+    check_previous_cell()
+    summary = thing.summary()
+    print(summary)
+    if not thing.ok:
+        raise CheckFailedError(summary)
+
+
+@singledispatch
+def _table(thing: Any) -> pd.DataFrame:
     raise TypeError(f"no table for {type(thing).__name__}")
 
 
-@table.register(ScenarioResult)
+@_table.register(ScenarioResult)
 def _(result: ScenarioResult) -> pd.DataFrame:
     return result_table(result)
 
 
-@table.register(SweepResult)
+@_table.register(SweepResult)
 def _(sweep: SweepResult) -> pd.DataFrame:
     return sweep_table(sweep)
 
 
-@table.register(Explorer)
+@_table.register(Explorer)
 def _(explorer: Explorer) -> pd.DataFrame:
     return steps_table(explorer.steps)
 
 
-@table.register(ConformanceMatrix)
+@_table.register(ConformanceMatrix)
 def _(matrix: ConformanceMatrix) -> pd.DataFrame:
     return matrix_table(matrix)
 
 
-@table.register(Deployment)
+@_table.register(Deployment)
 def _(deployment: Deployment) -> pd.DataFrame:
     return deployment_table(deployment)
 
 
-@table.register(Step)
+@_table.register(Step)
 def _(step: Step) -> pd.DataFrame:
-    return steps_table([step])
+    return step_table(step)
 
 
 @singledispatch
-def plot(thing: Any) -> Figure:
-    """The main figure of a result, a sweep or an explorer's bursts."""
+def _plot(thing: Any) -> Figure:
     raise TypeError(f"no figure for {type(thing).__name__}")
 
 
-@plot.register(ScenarioResult)
+@_plot.register(ScenarioResult)
 def _(result: ScenarioResult) -> Figure:
     return FIGURES.get(result.scenario)(result) if result.scenario in FIGURES else plot_deltas(result)
 
 
-@plot.register(SweepResult)
+@_plot.register(SweepResult)
 def _(sweep: SweepResult) -> Figure:
     return plot_sweep(sweep)
 
 
-@plot.register(Explorer)
+@_plot.register(Explorer)
 def _(explorer: Explorer) -> Figure:
     return plot_convergence(explorer.steps)
 
 
-@plot.register(ConformanceMatrix)
+@_plot.register(ConformanceMatrix)
 def _(matrix: ConformanceMatrix) -> Figure:
     return plot_matrix(matrix)
 
 
-@plot.register(Step)
+@_plot.register(Step)
 def _(step: Step) -> Figure:
     return plot_deltas(step.result)

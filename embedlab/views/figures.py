@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..defaults import FAIRNESS_ALPHA
 from ..scenarios.battery import ConformanceMatrix
 from ..scenarios.explore import Step, SweepResult, weights_label
 from ..scenarios.results import Burst, ScenarioResult
-from .tables import steps_table
+from ..stats import binom_acceptance
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -61,10 +62,14 @@ def plot_deltas(result: ScenarioResult) -> Figure:
     """Grouped bars per burst: observed delta against expected, per worker.
 
     Workers expected to stay still are shaded and labelled "expected 0"; a bar that
-    should not be there is drawn red.
+    should not be there is drawn red. A single burst whose split was tested against the
+    weights gets a second panel: each worker's share against the range a correct router
+    falls in at the test's alpha, the pass rule drawn.
     """
+    tested = [b for b in result.bursts if b.check is not None and b.check.p_value is not None]
+    shares = len(result.bursts) == 1 and bool(tested)
     n = max(1, len(result.bursts))
-    fig, axes = _figure(max(4.8, 3.6 * n + 1.2), 3.4, n)
+    fig, axes = _figure(9.6 if shares else max(6.0, 3.6 * n + 1.6), 3.4, n + int(shares))
     workers = [w.index for w in result.workers]
     x = np.arange(len(workers))
     for ax, burst in zip(axes, result.bursts):
@@ -91,9 +96,56 @@ def plot_deltas(result: ScenarioResult) -> Figure:
             title += f"\np = {burst.check.p_value:.3g}"
         ax.set_title(title, fontsize=9)
         ax.set_ylabel("requests counted (delta)")
-    _legend_outside(axes[-1])
+    _legend_outside(axes[n - 1])
+    if shares:
+        _plot_share_ranges(axes[-1], result, tested[0])
     fig.suptitle(f"{result.scenario} on {result.stack}: {result.verdict.upper()}", fontsize=10)
     return fig
+
+
+def _plot_share_ranges(ax: Axes, result: ScenarioResult, burst: Burst) -> None:
+    """Each expected worker's observed share, its expected share, and the range of shares a
+    correct router produces at p >= alpha (the binomial test, one worker against the rest)."""
+    assert burst.check is not None
+    alpha = float(result.params.get("fairness_alpha") or FAIRNESS_ALPHA)
+    order = sorted(burst.expected)
+    total = sum(burst.delta(i) or 0.0 for i in order)
+    n = int(round(total))
+    for row, index in enumerate(order):
+        share = burst.expected_shares.get(index, 0.0)
+        lo, hi = binom_acceptance(n, share, alpha) if n > 0 else (0, 0)
+        observed = (burst.delta(index) or 0.0) / total if total > 0 else 0.0
+        inside = n > 0 and lo <= (burst.delta(index) or 0.0) <= hi
+        ax.barh(
+            row,
+            (hi - lo) / max(n, 1),
+            left=lo / max(n, 1),
+            height=0.5,
+            color="#e3f2e3",
+            label=f"range at p >= {alpha:g}" if row == 0 else None,
+        )
+        ax.plot(
+            [share, share],
+            [row - 0.3, row + 0.3],
+            color="black",
+            lw=2,
+            label="expected" if row == 0 else None,
+        )
+        ax.plot(
+            [observed],
+            [row],
+            marker="o",
+            color=OBSERVED if inside else BAD,
+            ms=7,
+            label="observed" if row == 0 else None,
+        )
+    ax.set_yticks(range(len(order)), [f"worker {i}" for i in order], fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of the burst's requests")
+    ax.invert_yaxis()
+    p_value = burst.check.p_value
+    ax.set_title(f"the rule: p >= {alpha:g} (here p = {p_value:.3g})", fontsize=9)
+    _legend_outside(ax)
 
 
 def plot_latency(result: ScenarioResult) -> Figure:
@@ -189,49 +241,81 @@ def plot_timeline(result: ScenarioResult) -> Figure:
 def plot_convergence(steps: Sequence[Step]) -> Figure:
     """Each worker's cumulative share since the last weight change, against its expected share.
 
-    The x axis counts requests sent; a dotted line marks each weight change, a dashed
-    line each worker's expected share in that phase.
+    The x axis counts bursts; each phase (the bursts under one set of weights) is a band
+    labelled with its weights, the first one too; a dashed line is each worker's expected
+    share in that phase, dashed in turn with the other workers' where they coincide. A
+    burst that did not pass is a red cross, its reason written under the axes.
     """
-    fig, (ax,) = _figure(9.0, 3.4)
+    fig, (ax,) = _figure(9.6, 3.8)
     if not steps:
         ax.text(0.5, 0.5, "no bursts sent yet", ha="center", va="center", transform=ax.transAxes)
         return fig
     workers = len(steps[0].deltas)
-    table = steps_table(steps)
-    sent = 0
-    ends: dict[int, int] = {}
-    starts: dict[int, int] = {}
+    phases: dict[int, list[Step]] = {}
     for step in steps:
-        starts.setdefault(step.phase, sent)
-        sent += step.requests
-        ends[step.index] = sent
+        phases.setdefault(step.phase, []).append(step)
+    for band, members in enumerate(phases.values()):
+        first, last = members[0].number - 0.5, members[-1].number + 0.5
+        if band % 2:
+            ax.axvspan(first, last, color="#f4f4f4", zorder=0)
+        if band:
+            ax.axvline(first, color="#555555", ls=":", lw=1)
+        ax.text(
+            (first + last) / 2,
+            1.03,
+            weights_label(members[0].weights),
+            fontsize=8,
+            ha="center",
+            va="bottom",
+            color="#333333",
+        )
+        for worker in range(workers):
+            # Equal expected shares would hide each other: each worker's dashes fall in the others' gaps.
+            dash = (worker * 3.0, (3.0, 3.0 * (workers - 1) + 0.001))
+            ax.hlines(
+                members[0].expected_shares[worker],
+                first,
+                last,
+                colors=f"C{worker % 10}",
+                linestyles=[dash],
+                lw=1.4,
+            )
     for worker in range(workers):
-        rows = table[table.worker == worker]
-        color = f"C{worker % 10}"
-        for phase, group in rows.groupby("phase"):
-            xs = [ends[i] for i in group.step]
+        for phase, members in phases.items():
             ax.plot(
-                xs,
-                group.cumulative_share,
+                [s.number for s in members],
+                [
+                    s.cumulative_shares[worker] if s.cumulative_shares else s.observed_shares[worker]
+                    for s in members
+                ],
                 marker="o",
                 ms=3,
-                color=color,
-                label=f"worker {worker}" if phase == rows.phase.min() else None,
+                color=f"C{worker % 10}",
+                label=f"worker {worker}" if phase == min(phases) else None,
             )
-            ax.hlines(
-                group.expected_share.iloc[0], starts[phase], xs[-1], colors=color, linestyles="dashed", lw=1
-            )
-    for phase, start in starts.items():
-        if phase != min(starts):
-            label = weights_label(next(s.weights for s in steps if s.phase == phase))
-            ax.axvline(start, color="#555555", ls=":", lw=1)
-            ax.text(start, 1.02, label, fontsize=8, ha="left", va="bottom", color="#555555")
-    ax.set_ylim(0, 1.1)
-    ax.set_xlim(0, sent * 1.02)
-    ax.set_xlabel("requests sent")
-    ax.set_ylabel("cumulative share\n(since the last weight change)")
+    failed = [s for s in steps if not s.result.passed]
+    for step in failed:
+        ax.plot(
+            [step.number],
+            [1.0],
+            marker="x",
+            color=BAD,
+            ms=9,
+            mew=2,
+            label="burst not passed" if step is failed[0] else None,
+        )
+    if failed:
+        notes = [
+            f"burst {s.number}: {s.result.verdict.upper()} ({'; '.join(s.result.reasons)})" for s in failed
+        ]
+        fig.text(0.01, 0.01, "\n".join(notes[:4]), fontsize=7, color=BAD, va="bottom", ha="left")
+    ax.set_ylim(0, 1.12)
+    ax.set_xlim(0.5, steps[-1].number + 0.5)
+    ax.set_xticks([s.number for s in steps])
+    ax.set_xlabel("burst")
+    ax.set_ylabel("cumulative share\n(since the weights were set)")
     _legend_outside(ax)
-    ax.set_title("split convergence: observed (solid) against the weights (dashed)", fontsize=10)
+    ax.set_title("split convergence: observed (solid) against the weights (dashed)", fontsize=10, pad=16)
     return fig
 
 

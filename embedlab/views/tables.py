@@ -13,13 +13,22 @@ from ..errors import DeploymentStoppedError
 from ..scenarios.battery import ConformanceMatrix
 from ..scenarios.explore import Step, SweepResult, cumulative_shares, weights_label
 from ..scenarios.results import ScenarioResult
+from .frame import Table, table_of
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ..deployment import Deployment
 
-__all__ = ["deployment_table", "figures_table", "matrix_table", "result_table", "steps_table", "sweep_table"]
+__all__ = [
+    "deployment_table",
+    "figures_table",
+    "matrix_table",
+    "result_table",
+    "step_table",
+    "steps_table",
+    "sweep_table",
+]
 
 
 def _count(value: float | None) -> int | None:
@@ -39,16 +48,17 @@ def _endpoints(result: ScenarioResult) -> dict[int, str | None]:
     return {w.index: w.endpoint for w in result.workers}
 
 
-def result_table(result: ScenarioResult) -> pd.DataFrame:
+def result_table(result: ScenarioResult) -> Table:
     """One row per burst and worker: counter before and after, delta, and what was expected.
 
     `burst` names the burst (the model it sent, for the dispatch scenarios); `serves` is
-    the model the worker serves; `endpoint` the worker's endpoint (empty when attached).
+    the model the worker serves; `p_value` the burst's split against the weights, where it
+    was tested; `endpoint` the worker's endpoint (empty when attached). The caption says
+    what each burst asserted.
     """
-    import pandas as pd
-
     rows = []
     for burst in result.bursts:
+        p_value = burst.check.p_value if burst.check else None
         for w in result.workers:
             row = burst.check.row(w.index) if burst.check else None
             rows.append(
@@ -62,6 +72,7 @@ def result_table(result: ScenarioResult) -> pd.DataFrame:
                     "expected_to_move": w.index in burst.expected,
                     "expected_delta": burst.expected_count(w.index),
                     "ok": row.ok if row else None,
+                    "p_value": p_value,
                     "endpoint": w.endpoint or "",
                 }
             )
@@ -75,19 +86,22 @@ def result_table(result: ScenarioResult) -> pd.DataFrame:
         "expected_to_move",
         "expected_delta",
         "ok",
+        "p_value",
         "endpoint",
     ]
-    frame = pd.DataFrame(rows, columns=columns)
+    rules = [f"{b.name}: {b.rule}" for b in result.bursts if b.rule]
+    frame = table_of(rows, columns, caption="asserted: " + " | ".join(rules) if rules else "")
     for column in ("before", "after", "delta"):
         frame[column] = frame[column].astype("Int64")  # integers, with <NA> for a worker that was not read
     if rows:
         _expected_counts(frame, "expected_delta")
+    if frame["p_value"].isna().all():
+        frame = frame.drop(columns=["p_value"])
     return frame
 
 
-def figures_table(result: ScenarioResult) -> pd.DataFrame:
+def figures_table(result: ScenarioResult) -> Table:
     """The run's own figures as a two-column table: failover's or drain's, and every event."""
-    import pandas as pd
 
     rows: list[tuple[str, str]] = []
     f = result.failover
@@ -175,76 +189,97 @@ def figures_table(result: ScenarioResult) -> pd.DataFrame:
         direct = "no HTTP worker URL" if o.rps_c32_direct is None else f"{o.rps_c32_direct:.0f}/s direct"
         rows.append(("throughput at c=32", f"{o.rps_c32:.0f}/s through the frontend, {direct}"))
     rows += [(f"{e.kind} at {e.at_s:.3f} s", e.detail) for e in result.events]
-    return pd.DataFrame(rows, columns=["figure", "value"])
+    return table_of([{"figure": f, "value": v} for f, v in rows], ["figure", "value"])
 
 
-def steps_table(steps: Sequence[Step]) -> pd.DataFrame:
-    """One row per burst and worker: delta, observed and expected share, cumulative share in its phase.
-
-    `table(explorer)` is every burst so far; `table(step)` the one burst a call returned.
+def steps_table(steps: Sequence[Step]) -> Table:
+    """One row per burst: per-worker deltas and shares (worker 0 / worker 1 / ...), the
+    cumulative share in its phase, the p-value, the verdict and, for a burst that did not
+    pass, why. `table(explorer)` is every burst so far; a failed burst's row is shaded.
     """
-    import pandas as pd
-
-    # Steps an Explorer made carry their cumulative shares; others get them from the steps given.
     phases: dict[int, list[Step]] = {}
     for step in steps:
         phases.setdefault(step.phase, []).append(step)
+    # Steps an Explorer made carry their cumulative shares; others get them from the steps given.
     computed = {
         step.index: shares
         for phase_steps in phases.values()
         for step, shares in zip(phase_steps, cumulative_shares([s.deltas for s in phase_steps]))
     }
-    rows = []
-    for step in sorted(steps, key=lambda s: s.index):
-        cumulative = step.cumulative_shares or computed[step.index]
-        endpoints = _endpoints(step.result)
-        for worker, delta in enumerate(step.deltas):
-            rows.append(
-                {
-                    "step": step.index,
-                    "phase": step.phase,
-                    "weights": weights_label(step.weights),
-                    "worker": worker,
-                    "delta": int(delta),
-                    "observed_share": round(step.observed_shares[worker], 3),
-                    "expected_share": round(step.expected_shares[worker], 3),
-                    "cumulative_share": round(cumulative[worker], 3),
-                    "p_value": step.p_value,
-                    "verdict": str(step.result.verdict),
-                    "endpoint": endpoints.get(worker) or "",
-                }
-            )
-    return pd.DataFrame(rows)
+    workers = len(steps[0].deltas) if steps else 0
+    order = " / ".join(f"worker {w}" for w in range(workers))
+    rows = [
+        {
+            "burst": step.number,
+            "phase": step.phase,
+            "weights": weights_label(step.weights),
+            "requests": step.requests,
+            "deltas": _joined(step.deltas, "{:.0f}"),
+            "observed_share": _joined(step.observed_shares),
+            "expected_share": _joined(step.expected_shares),
+            "cumulative_share": _joined(step.cumulative_shares or computed[step.index]),
+            "p_value": step.p_value,
+            "verdict": str(step.result.verdict),
+            "reason": "; ".join(step.result.reasons) if not step.result.passed else "",
+        }
+        for step in sorted(steps, key=lambda s: s.index)
+    ]
+    columns = list(rows[0]) if rows else ["burst", "phase", "weights", "deltas", "verdict", "reason"]
+    caption = (
+        f"per worker, in order: {order}; cumulative share: since the phase's weights were set" if rows else ""
+    )
+    return table_of(rows, columns, caption=caption)
 
 
-def sweep_table(sweep: SweepResult) -> pd.DataFrame:
-    """One row per weight setting and worker: expected share against observed, and the p-value."""
-    import pandas as pd
-
-    rows = []
-    for p in sweep.points:
-        endpoints = _endpoints(p.result)
-        for worker, (delta, exp, obs) in enumerate(zip(p.deltas, p.expected_shares, p.observed_shares)):
-            rows.append(
-                {
-                    "weights": weights_label(p.weights),
-                    "worker": worker,
-                    "delta": int(delta),
-                    "expected_delta": exp * p.requests,
-                    "expected_share": round(exp, 3),
-                    "observed_share": round(obs, 3),
-                    "p_value": p.p_value,
-                    "verdict": str(p.result.verdict),
-                    "endpoint": endpoints.get(worker) or "",
-                }
-            )
-    frame = pd.DataFrame(rows)
-    if rows:
-        _expected_counts(frame, "expected_delta")
-    return frame
+def step_table(step: Step) -> Table:
+    """The one burst `explorer.burst()` returned: one row per worker."""
+    endpoints = _endpoints(step.result)
+    cumulative = step.cumulative_shares or tuple(step.observed_shares)
+    rows = [
+        {
+            "worker": worker,
+            "delta": int(delta),
+            "observed_share": round(step.observed_shares[worker], 3),
+            "expected_share": round(step.expected_shares[worker], 3),
+            "cumulative_share": round(cumulative[worker], 3),
+            "endpoint": endpoints.get(worker) or "",
+        }
+        for worker, delta in enumerate(step.deltas)
+    ]
+    verdict = str(step.result.verdict).upper()
+    p_text = "" if step.p_value is None else f", p = {step.p_value:.3g}"
+    why = "" if step.result.passed else f": {'; '.join(step.result.reasons)}"
+    caption = f"burst {step.number} under {weights_label(step.weights)}: {verdict}{p_text}{why}"
+    return table_of(rows, list(rows[0]) if rows else ["worker"], caption=caption)
 
 
-def matrix_table(matrix: ConformanceMatrix) -> pd.DataFrame:
+def sweep_table(sweep: SweepResult) -> Table:
+    """One row per weight setting: per-worker deltas, expected and observed shares, the p-value."""
+    workers = len(sweep.points[0].deltas) if sweep.points else 0
+    rows = [
+        {
+            "weights": weights_label(p.weights),
+            "requests": p.requests,
+            "deltas": _joined(p.deltas, "{:.0f}"),
+            "expected_delta": _joined([e * p.requests for e in p.expected_shares], "{:g}"),
+            "expected_share": _joined(p.expected_shares),
+            "observed_share": _joined(p.observed_shares),
+            "p_value": p.p_value,
+            "verdict": str(p.result.verdict),
+            "reason": "; ".join(p.result.reasons) if not p.result.passed else "",
+        }
+        for p in sweep.points
+    ]
+    order = " / ".join(f"worker {w}" for w in range(workers))
+    columns = list(rows[0]) if rows else ["weights", "verdict"]
+    return table_of(rows, columns, caption=f"per worker, in order: {order}" if rows else "")
+
+
+def _joined(values: Sequence[float], fmt: str = "{:.3f}") -> str:
+    return " / ".join("-" if v != v else fmt.format(v) for v in values)  # v != v: NaN, nothing counted yet
+
+
+def matrix_table(matrix: ConformanceMatrix) -> Table:
     """One row per stack, one column per check: the verdict and what happened."""
     import pandas as pd
 
@@ -255,16 +290,16 @@ def matrix_table(matrix: ConformanceMatrix) -> pd.DataFrame:
         }
         for stack in matrix.stacks
     }
-    return pd.DataFrame.from_dict(rows, orient="index", columns=matrix.checks)
+    frame = Table(pd.DataFrame.from_dict(rows, orient="index", columns=matrix.checks))
+    return frame.rename_axis("stack").reset_index()
 
 
-def deployment_table(deployment: Deployment) -> pd.DataFrame:
+def deployment_table(deployment: Deployment) -> Table:
     """One row per process: its services (etcd), the frontend, then each worker by index,
-    with its URL, endpoint, pid and log.
+    with its URL, endpoint, pid and log (the full path).
 
     A stopped deployment still has its table: its processes' pids and logs, none running.
     """
-    import pandas as pd
 
     def unless_stopped(get: Callable[[], Any]) -> Any:
         try:
@@ -306,4 +341,8 @@ def deployment_table(deployment: Deployment) -> pd.DataFrame:
                 "log": str(proc.log_path),
             }
         )
-    return pd.DataFrame(rows, columns=["process", "url", "endpoint", "pid", "running", "log"])
+    return table_of(
+        rows,
+        ["process", "url", "endpoint", "pid", "running", "log"],
+        caption=f"run dir: {deployment.run_dir}",
+    )

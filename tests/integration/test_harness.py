@@ -90,7 +90,7 @@ def test_start_failure_halfway_tears_down_what_started(tmp_path) -> None:  # typ
     dep = Deployment(spec, run_dir=tmp_path)
     with pytest.raises(ServerExitedError) as err:
         dep.start()
-    assert "worker-1 exited" in str(err.value) and "dim must be positive" in str(err.value)
+    assert "worker 1 exited" in str(err.value) and "dim must be positive" in str(err.value)
     assert_torn_down(dep)
 
 

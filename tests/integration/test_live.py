@@ -93,18 +93,18 @@ def test_the_launch_reports_each_process_as_it_gets_ready(tmp_path: Path) -> Non
     steps = [(e.kind, e.process) for e in events if e.kind != "poll"]
     assert steps == [
         ("starting", "frontend"),
-        ("starting", "worker-0"),
-        ("starting", "worker-1"),
+        ("starting", "worker 0"),
+        ("starting", "worker 1"),
         ("waiting", "frontend"),
         ("ready", "frontend"),
-        ("waiting", "worker-0"),
-        ("ready", "worker-0"),
-        ("waiting", "worker-1"),
-        ("ready", "worker-1"),
+        ("waiting", "worker 0"),
+        ("ready", "worker 0"),
+        ("waiting", "worker 1"),
+        ("ready", "worker 1"),
         ("done", ""),
     ]
     ready = {e.process: e for e in events if e.kind == "ready"}
-    assert ready["worker-1"].detail.startswith("its /health answered 200 and the frontend listed model 'm'")
+    assert ready["worker 1"].detail.startswith("its /health answered 200 and the frontend listed model 'm'")
     assert all(e.seconds > 0 for e in ready.values())
 
 
@@ -116,9 +116,9 @@ def test_a_failed_launch_names_the_process_and_keeps_the_log_tail(tmp_path: Path
     dep = Deployment(spec, run_dir=tmp_path, progress=LaunchProgress(file=log, notebook=False))
     with pytest.raises(ServerExitedError) as err:
         dep.start()
-    assert "worker-1 exited" in str(err.value) and "dim must be positive" in str(err.value)  # the log tail
+    assert "worker 1 exited" in str(err.value) and "dim must be positive" in str(err.value)  # the log tail
     last = log.getvalue().strip().splitlines()[-1]
-    assert last.startswith("worker-1 FAILED: worker-1 exited with code") and last.endswith(
+    assert last.startswith("worker 1 FAILED: worker 1 exited with code") and last.endswith(
         "everything started was stopped"
     )
     assert processes_under(tmp_path) == []

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +57,8 @@ class LabServer:
     seen: set[int] = field(default_factory=set)
 
     def notebook_url(self, name: str) -> str:
-        return f"{self.url}/lab/tree/{name}?token={self.token}"
+        # `reset`: this notebook alone, not the documents an earlier page of the test left open.
+        return f"{self.url}/lab/tree/{name}?reset&token={self.token}"
 
     def remember(self) -> set[int]:
         """Every process below the server now (kernel, frontend, workers), by PID."""
@@ -85,6 +87,8 @@ def lab(tmp_path: Path) -> Iterator[LabServer]:
     assert 'engine = "hash"' in source
     params["source"] = source.replace('engine = "hash"', f'engine = "{ENGINE}"')
     (root / "explore_routing.ipynb").write_text(json.dumps(notebook))
+    # Byte for byte as committed: opening it must not mark it modified.
+    shutil.copy(NOTEBOOKS / "same_model_load_balance.ipynb", root / "same_model_load_balance.ipynb")
     settings = tmp_path / "settings"
     for name, values in SETTINGS.items():
         path = settings / f"{name}.jupyterlab-settings"
@@ -96,11 +100,20 @@ def lab(tmp_path: Path) -> Iterator[LabServer]:
     runs = tmp_path / "runs"
     env = {**os.environ, RUN_ROOT_ENV: str(runs), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
     argv = [
-        str(BIN / "jupyter-lab"), "--no-browser", "--ip", "127.0.0.1", "--port", str(port), "--ServerApp.port_retries=0",
-        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-        f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}", f"--LabApp.user_settings_dir={settings}",
+        str(BIN / "jupyter-lab"),
+        "--no-browser",
+        "--ip",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
+        f"--LabApp.user_settings_dir={settings}",
         # Trust records stay in memory, not in the user's Jupyter data folder.
-        "--NotebookNotary.db_file=:memory:", f"--NotebookNotary.secret_file={tmp_path / 'notebook_secret'}",
+        "--NotebookNotary.db_file=:memory:",
+        f"--NotebookNotary.secret_file={tmp_path / 'notebook_secret'}",
     ]
     if os.geteuid() == 0:
         argv.append("--allow-root")  # JupyterLab refuses root without it, and containers often run as root
@@ -112,7 +125,8 @@ def lab(tmp_path: Path) -> Iterator[LabServer]:
         with httpx.Client(timeout=5.0) as client:
             proc.wait_ready(
                 lambda: client.get(f"{server.url}/api/status", params={"token": token}).status_code == 200,
-                timeout=120, what="its /api/status answered 200",
+                timeout=120,
+                what="its /api/status answered 200",
             )
         yield server
     finally:
@@ -149,8 +163,12 @@ def cell(page: Any, marker: str) -> Any:
 
 
 def execution_count(cell: Any) -> int | None:
-    """The number in the cell's `[n]:` prompt; None while unrun or queued (`[ ]:`, `[*]:`)."""
-    match = re.search(r"\[(\d+)\]", cell.locator(".jp-InputPrompt").inner_text())
+    """The number in the cell's `[n]:` prompt; None while unrun or queued (`[ ]:`, `[*]:`).
+
+    textContent, not innerText: JupyterLab skips rendering cells out of view, and their
+    innerText is empty.
+    """
+    match = re.search(r"\[(\d+)\]", cell.locator(".jp-InputPrompt").text_content() or "")
     return int(match.group(1)) if match else None
 
 
@@ -159,7 +177,7 @@ def wait_executed(page: Any, cell: Any, *, after: int | None) -> int:
     handle = cell.element_handle()
     page.wait_for_function(
         """([el, after]) => {
-            const m = (el.querySelector('.jp-InputPrompt')?.innerText || '').match(/\\[(\\d+)\\]/);
+            const m = (el.querySelector('.jp-InputPrompt')?.textContent || '').match(/\\[(\\d+)\\]/);
             return m !== null && Number(m[1]) !== after;
         }""",
         arg=[handle, after],
@@ -178,14 +196,15 @@ def run(page: Any, cell: Any) -> int:
 
 
 def outputs(cell: Any) -> str:
+    """The text of the cell's outputs (textContent: out of view, JupyterLab renders nothing to read)."""
     # tqdm's notebook bar writes figure spaces (U+2007) to keep its text aligned.
-    return cell.locator(".jp-OutputArea").inner_text().replace("\u2007", " ")
+    return (cell.locator(".jp-OutputArea").text_content() or "").replace("\u2007", " ")
 
 
 def error_text(cell: Any) -> str:
     """What the cell's error output shows, as a reader sees it."""
     error = cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
-    return error.inner_text().strip()
+    return (error.text_content() or "").strip()
 
 
 def add_cell_below(page: Any, above: Any, source: str) -> Any:
@@ -196,7 +215,9 @@ def add_cell_below(page: Any, above: Any, source: str) -> Any:
     page.keyboard.press("Enter")
     page.keyboard.insert_text(source)
     # The new cell is the active one; cells inserted later go further down, so its place holds.
-    index = page.evaluate("() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].findIndex(c => c.classList.contains('jp-mod-active'))")
+    index = page.evaluate(
+        "() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].findIndex(c => c.classList.contains('jp-mod-active'))"
+    )
     added = page.locator(".jp-Notebook .jp-Cell").nth(index)
     assert added.locator(".cm-content").inner_text() == source
     return added
@@ -217,17 +238,15 @@ def shot(page: Any, tmp_path: Path, target: Any, name: str) -> None:
 
 
 def test_explore_notebook_in_jupyterlab(lab: LabServer, page: Any, tmp_path: Path) -> None:
-    page.goto(lab.notebook_url("explore_routing.ipynb"))
     # The notebook names the project's kernel, found among the user's kernels, and it is ready.
-    page.wait_for_function(
-        "name => document.querySelector('.jp-Toolbar-kernelName')?.innerText.trim() === name", arg=KERNEL_DISPLAY_NAME
+    open_notebook(page, lab, "explore_routing.ipynb")
+    start, burst, last = (
+        cell(page, "start_deployment(plan)"),
+        cell(page, "step = explorer.burst("),
+        cell(page, "verdict(sweep)"),
     )
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
-    start, burst, last = cell(page, "start_deployment(plan)"), cell(page, "step = explorer.burst("), cell(page, "assert sweep.ok")
 
-    # Run All, from the menu.
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    run_all(page)
 
     # The launch, live: a bar, the process it waits for, on what, and the time so far.
     live = start.locator(".jp-OutputArea .widget-hprogress")
@@ -237,13 +256,15 @@ def test_explore_notebook_in_jupyterlab(lab: LabServer, page: Any, tmp_path: Pat
     progress = page.wait_for_function(
         r"""el => {
             const text = el.innerText.replaceAll('\u2007', ' ');
-            const waiting = text.match(/waiting for (worker-\d): ready once its \/health answered 200/);
-            const bar = text.match(/\d\/3 ready \[\d\d:\d\d\]\s*(worker-\d), \d+ s/);
+            const waiting = text.match(/waiting for (worker \d): ready once its \/health answered 200/);
+            const bar = text.match(/\d\/3 ready \[\d\d:\d\d\]\s*(worker \d), \d+ s/);
             return waiting && bar && waiting[1] === bar[1] ? text : null;
         }""",
         arg=start.element_handle(),
     ).json_value()
-    assert "frontend ready after" in progress and "and the frontend listed model 'tiny-bert'" in progress, progress
+    assert "frontend ready after" in progress and "and the frontend listed model 'tiny-bert'" in progress, (
+        progress
+    )
     shot(page, tmp_path, start, "jupyterlab-1-start-progress.png")
 
     last_count = wait_executed(page, last, after=None)
@@ -251,7 +272,7 @@ def test_explore_notebook_in_jupyterlab(lab: LabServer, page: Any, tmp_path: Pat
     # The bar is gone; what stays says what each process waited for and how long it took.
     assert live.count() == 0
     started = outputs(start)
-    assert "frontend ready after" in started and "worker-1 ready after" in started, started
+    assert "frontend ready after" in started and "worker 1 ready after" in started, started
     assert "all 3 processes ready in" in started and "worker 1" in started, started
     assert "waiting for" not in started, "the line of what it waited for went with the bar"
     shot(page, tmp_path, start, "jupyterlab-2-start-after-run-all.png")
@@ -262,14 +283,18 @@ def test_explore_notebook_in_jupyterlab(lab: LabServer, page: Any, tmp_path: Pat
     lab.remember()
     assert run(page, burst) > last_count
     table = outputs(burst)
-    assert "passed" in table and "Error" not in table, table
-    assert len(re.findall(r"dynamo\.embed-worker-\d\.generate", table)) == 2, "that burst's rows only: one per worker"
+    assert re.search(r"burst \d+ under w=3:1: PASSED", table) and "Error" not in table, table
+    assert len(re.findall(r"dynamo\.embed-worker-\d\.generate", table)) == 2, (
+        "that burst's rows only: one per worker"
+    )
     assert lab.deployment_pids() == deployment
     shot(page, tmp_path, burst, "jupyterlab-3-burst-after-run-all.png")
 
     # Start again: the old deployment is stopped first, never leaked.
     run(page, start)
     assert "all 3 processes ready in" in outputs(start), outputs(start)
+    # ...and says what it stopped.
+    assert "stopped the deployment this notebook started before (frontend and 2 workers" in outputs(start)
     replaced = lab.deployment_pids()
     assert len(replaced) >= 3 and not replaced & deployment, (deployment, replaced)
     assert wait_gone(sorted(deployment)) == [], "the first deployment outlived a second Start"
@@ -308,3 +333,72 @@ def test_explore_notebook_in_jupyterlab(lab: LabServer, page: Any, tmp_path: Pat
 
     lab.remember()
     assert lab.shutdown() == [], "the kernel or its deployment outlived JupyterLab"
+
+
+def run_all(page: Any) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+
+
+def wait_settled(page: Any) -> None:
+    """Until no cell is queued or running (`[*]`) and the kernel is idle."""
+    page.wait_for_function(
+        """() => ![...document.querySelectorAll('.jp-Notebook .jp-InputPrompt')].some(p => p.textContent.includes('*'))
+            && document.querySelector('.jp-Notebook-ExecutionIndicator')?.dataset.status === 'idle'"""
+    )
+
+
+def open_notebook(page: Any, lab: LabServer, name: str) -> None:
+    page.goto(lab.notebook_url(name))
+    page.wait_for_function(
+        "name => document.querySelector('.jp-Toolbar-kernelName')?.innerText.trim() === name",
+        arg=KERNEL_DISPLAY_NAME,
+    )
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+    # Committed metadata matches what the kernel reports: opening it changed nothing to save.
+    assert page.locator(".lm-TabBar-tab.jp-mod-dirty").count() == 0, "the notebook opened as modified"
+
+
+def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
+    lab: LabServer, page: Any, tmp_path: Path
+) -> None:
+    """Issue 19's finding, by a real Run All: after a good run, `engine = "nonsense"` fails the plan
+    cell, and no cell below it shows the previous run's verdict, table or figure."""
+    open_notebook(page, lab, "same_model_load_balance.ipynb")
+    last = cell(page, "verdict(result)")
+    run_all(page)
+    wait_executed(page, last, after=None)
+    wait_settled(page)
+    assert "same-model on embedded: PASSED" in outputs(last), outputs(last)
+    shot(page, tmp_path, page.locator(".jp-Notebook"), "jupyterlab-7-good-run-all.png")
+
+    params, plan = cell(page, "# embedded or dynamo"), cell(page, "ScenarioPlan.from_params(")
+    source = params.locator(".cm-content").inner_text()
+    replace_source(page, params, source.replace('engine = "hash"', 'engine = "nonsense"'))
+    before = execution_count(plan)
+    run_all(page)
+    wait_executed(page, plan, after=before)
+    wait_settled(page)
+    assert error_text(plan).splitlines() == [
+        "ConfigError: unknown engine 'nonsense'; choose from hash, transformers, vllm"
+    ], error_text(plan)
+    code = page.locator(".jp-Notebook .jp-Cell.jp-CodeCell")
+    index = next(
+        i for i in range(code.count()) if "ScenarioPlan.from_params(" in (code.nth(i).text_content() or "")
+    )
+    below = [code.nth(i) for i in range(index + 1, code.count())]
+    assert below, "cells below the plan cell"
+    for later in below:
+        shown = outputs(later).strip()
+        assert "PASSED" not in shown and "FAILED" not in shown.replace("failed (ConfigError", ""), shown
+        assert later.locator(".jp-OutputArea-output img").count() == 0, "a figure of the earlier run"
+        assert later.locator(".jp-OutputArea-output table").count() == 0, "a table of the earlier run"
+        if shown:  # ran, and refused in one line; otherwise aborted, with nothing shown
+            (line,) = error_text(later).splitlines()
+            assert (
+                line.startswith("EarlierCellFailedError: In [")
+                and "failed (ConfigError: unknown engine" in line
+            ), line
+    assert lab.deployment_pids() == set(), "nothing launched from the earlier plan"
+    page.locator(".jp-Notebook").screenshot(path=str(tmp_path / "jupyterlab-8-bad-run-all.png"))
+    keep_screenshot(tmp_path / "jupyterlab-8-bad-run-all.png")

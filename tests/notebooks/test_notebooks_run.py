@@ -87,7 +87,7 @@ def test_explore_notebook_sweeps_and_stops_its_deployment(tmp_path: Path, run_di
     # Convergence figure and sweep figure, both drawn.
     assert [len(images(c)) for c in tagged(nb, "report-figure")] == [1, 1]
     launch = launch_output(nb, "start_deployment(plan)")
-    assert "worker-1 ready after" in launch and "all 3 processes ready in" in launch, launch
+    assert "worker 1 ready after" in launch and "all 3 processes ready in" in launch, launch
     assert_torn_down(run_dir)
 
 

@@ -111,7 +111,7 @@ def test_regress_fails_for_real_keeps_the_report_and_shows_the_flip(regress_run,
 
     nb = nbformat.read(run / "multi_model_dispatch--embedded-hash.ipynb", as_version=4)
     raised = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-    assert [o.ename for o in raised] == ["AssertionError"]
+    assert [o.ename for o in raised] == ["CheckFailedError"]  # verdict(result), an AssertionError too
     assert "traffic leaked onto worker 1" in raised[0].evalue
     html = report.read_text()
     assert "FAILED" in html and "traffic leaked onto worker 1" in html and "data:image/png;base64," in html
@@ -180,6 +180,6 @@ def test_regress_stops_an_explore_notebook_in_its_own_cell(tmp_path: Path) -> No
     run = index_path(proc).parent
     nb = nbformat.read(run / "explore_routing--small.ipynb", as_version=4)
     assert nb.metadata.papermill.parameters["stop_at_end"] is True
-    (stop,) = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("if stop_at_end:")]
+    (stop,) = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("stop_deployment(when=stop_at_end)")]
     assert stop.get("execution_count") is not None and not [o for o in stop.outputs if o.output_type == "error"]
     assert processes_under(run / "logs") == []

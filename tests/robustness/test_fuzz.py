@@ -28,8 +28,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from embedlab import Deployment, DeploymentSpec
 from embedlab.defaults import MAX_BODY_BYTES as DEFAULT_MAX_BODY

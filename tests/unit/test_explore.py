@@ -7,18 +7,18 @@ import math
 import pytest
 
 from embedlab import ConfigError
-from embedlab.scenarios.explore import cumulative_shares, expected_shares, weights_label
+from embedlab.scenarios.explore import cumulative_shares, weight_shares, weights_label
 
 
 def test_expected_shares_follow_the_weights() -> None:
-    assert expected_shares([3, 1]) == [0.75, 0.25]
-    assert expected_shares([1, 1, 2]) == [0.25, 0.25, 0.5]
+    assert weight_shares([3, 1]) == [0.75, 0.25]
+    assert weight_shares([1, 1, 2]) == [0.25, 0.25, 0.5]
 
 
 @pytest.mark.parametrize("weights", [[], [1, 0], [2, -1]])
 def test_weights_that_cannot_route_are_refused(weights: list[float]) -> None:
     with pytest.raises(ConfigError, match="positive"):
-        expected_shares(weights)
+        weight_shares(weights)
 
 
 def test_cumulative_shares_accumulate_over_steps() -> None:

@@ -37,8 +37,17 @@ from embedlab.regression import check_kernel
         ({"router_mode": "fastest"}, "the embedded frontend has no router mode 'fastest'; choose from"),
         ({"engine": "transformers", "models": ["mine"]}, "model 'mine' needs a model path"),
         (
-            {"engine": "vllm", "models": ["tiny-bert", "tiny-qwen3"], "model_paths": ["/a", "/b", "/c"]},
+            {
+                "scenario": "multi-model",
+                "engine": "vllm",
+                "models": ["tiny-bert", "tiny-qwen3"],
+                "model_paths": ["/a", "/b", "/c"],
+            },
             "2 models but 3 model paths",
+        ),
+        (
+            {"models": ["a", "b"]},
+            "same-model takes one model, got 2 (a, b); a scenario over several models is multi-model",
         ),
         ({"unknown_knob": 1}, "unknown scenario parameters: unknown_knob"),
     ],
@@ -126,18 +135,18 @@ def test_launch_progress_in_a_log_is_one_line_per_step() -> None:
     progress = LaunchProgress(file=log, notebook=False)
     for event in [
         LaunchEvent("starting", "frontend", "/run/frontend.log"),
-        LaunchEvent("starting", "worker-0", "/run/worker-0.log"),
+        LaunchEvent("starting", "worker 0", "/run/worker-0.log"),
         LaunchEvent("waiting", "frontend", "its /health answered 200", 0.1),
         LaunchEvent("poll", "frontend", "its /health answered 200", 0.4),
         LaunchEvent("ready", "frontend", "its /health answered 200", 0.5),
-        LaunchEvent("waiting", "worker-0", "the frontend listed it", 0.6),
-        LaunchEvent("failed", "", "worker-0 exited with code 1 before the frontend listed it"),
+        LaunchEvent("waiting", "worker 0", "the frontend listed it", 0.6),
+        LaunchEvent("failed", "", "worker 0 exited with code 1 before the frontend listed it"),
     ]:
         progress(event)
     assert log.getvalue().splitlines() == [
-        "started frontend, worker-0; waiting until each is ready",
+        "started frontend, worker 0; waiting until each is ready",
         "frontend ready after 0.5 s (its /health answered 200)",
-        "worker-0 FAILED: worker-0 exited with code 1 before the frontend listed it; everything started was stopped",
+        "worker 0 FAILED: worker 0 exited with code 1 before the frontend listed it; everything started was stopped",
     ]
 
 
@@ -171,19 +180,19 @@ def test_launch_progress_counts_processes_launched_after_a_first_wait() -> None:
         LaunchEvent("waiting", "etcd", "its /health answered 200"),
         LaunchEvent("ready", "etcd", "its /health answered 200", 0.3),
         LaunchEvent("starting", "frontend"),
-        LaunchEvent("starting", "worker-0"),
+        LaunchEvent("starting", "worker 0"),
         LaunchEvent("waiting", "frontend", "its /health answered 200"),
         LaunchEvent("ready", "frontend", "its /health answered 200", 0.6),
-        LaunchEvent("waiting", "worker-0", "listed"),
-        LaunchEvent("ready", "worker-0", "listed", 0.8),
+        LaunchEvent("waiting", "worker 0", "listed"),
+        LaunchEvent("ready", "worker 0", "listed", 0.8),
         LaunchEvent("done", seconds=1.2),
     ]:
         progress(event)
     assert log.getvalue().splitlines() == [
         "started etcd; waiting until each is ready",
         "etcd ready after 0.3 s (its /health answered 200)",
-        "started frontend, worker-0; waiting until each is ready",
+        "started frontend, worker 0; waiting until each is ready",
         "frontend ready after 0.6 s (its /health answered 200)",
-        "worker-0 ready after 0.8 s (listed)",
+        "worker 0 ready after 0.8 s (listed)",
         "all 3 processes ready in 1.2 s",
     ]

@@ -92,7 +92,7 @@ def test_broken_model_fails_readiness_with_the_log_tail(tiny_models: dict[str, P
     assert isinstance(info.value, ServerExitedError), info.value
     assert elapsed < BROKEN_TIMEOUT
     message = str(info.value)
-    assert "worker-0 exited with code 1" in message and str(tmp_path / "run" / "worker-0.log") in message
+    assert "worker 0 exited with code 1" in message and str(tmp_path / "run" / "worker-0.log") in message
     assert (
         f"embedlab worker: vLLM could not start with {broken.resolve()}" in message
     )  # the tail holds the reason

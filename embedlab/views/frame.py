@@ -1,0 +1,56 @@
+"""`Table`: the DataFrame every view returns, drawn whole in a notebook and its HTML report.
+
+pandas' own notebook repr cuts a long cell short (`.../f...` for a log path) and lets the
+browser wrap a long one onto several lines (an endpoint); people then can neither read nor
+copy it. A `Table` is a plain DataFrame for code (filter it, `to_string()` it, save it);
+only its notebook repr differs: every cell on one line and in full, the index hidden, a
+caption where the view has one (what the check asserted), and rows of a burst that did not
+pass shaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["Table", "table_of"]
+
+# A row whose `verdict` is one of these is shaded in the notebook: the reason is in the row.
+_MARKED = {"failed": "#fde7e9", "inconclusive": "#fff1e0", "error": "#f3e5f5"}
+
+
+class Table(pd.DataFrame):
+    """A DataFrame whose notebook repr shows every cell whole; `caption` says what it shows."""
+
+    _metadata = ["caption"]
+    caption: str = ""
+
+    @property
+    def _constructor(self) -> type[Table]:
+        return Table
+
+    def _repr_html_(self) -> str:  # type: ignore[override]
+        styler = self.style.hide(axis="index").format(precision=3, na_rep="")
+        styler = styler.set_table_styles(
+            [
+                {"selector": "td, th", "props": "white-space: nowrap; text-align: left; padding: 2px 8px"},
+                {"selector": "caption", "props": "caption-side: top; text-align: left; color: #444"},
+            ]
+        )
+        if self.caption:
+            styler = styler.set_caption(self.caption)
+        if "verdict" in self.columns:
+            styler = styler.apply(_shade, axis=1)
+        return styler.to_html()
+
+
+def _shade(row: pd.Series) -> list[str]:
+    colour = _MARKED.get(str(row.get("verdict", "")).lower())
+    return [f"background-color: {colour}" if colour else ""] * len(row)
+
+
+def table_of(rows: list[dict[str, Any]], columns: list[str], *, caption: str = "") -> Table:
+    frame = Table(rows, columns=columns)
+    frame.caption = caption
+    return frame
