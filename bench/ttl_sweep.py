@@ -48,7 +48,7 @@ def main() -> int:
                 "failed": p.failed_requests,
                 "status_codes": p.status_codes,
             }
-            for p in result.ttl_points
+            for p in result.figures.points
         ]
         runs.append(points)
         print(

@@ -26,6 +26,7 @@ from embedlab import Deployment, DeploymentSpec, ScenarioPlan, ScenarioResult
 
 # Not in the public API: the named defaults themselves, which this benchmark reports on.
 from embedlab.defaults import FAIRNESS_ALPHA as DEFAULT_FAIRNESS_ALPHA
+from embedlab.scenarios.dispatch import SameModelParams
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI_BURST = 10  # multi_model_dispatch's default requests_per_burst
@@ -49,11 +50,11 @@ class Case:
         return sum(self.outcomes) / len(self.outcomes) if self.outcomes else float("nan")
 
 
-DEFAULT_SAME_MODEL_REQUESTS = ScenarioPlan(scenario="same-model").resolved().requests
+DEFAULT_SAME_MODEL_REQUESTS = SameModelParams.requests
 
 
 def run_scenario(dep: Deployment, scenario: str, requests: int) -> ScenarioResult:
-    return ScenarioPlan(scenario=scenario, requests=requests, victim=1).run_on(dep)
+    return ScenarioPlan(scenario=scenario, params={"requests": requests}).run_on(dep)
 
 
 def spec_for(case: Case) -> DeploymentSpec:

@@ -55,6 +55,8 @@ _EXPORTS: dict[str, str] = {
     "Explorer": "scenarios.explore",
     "ScenarioPlan": "scenarios.plans",
     "ScenarioResult": "scenarios.results",
+    "Figures": "scenarios.results",
+    "knob": "scenarios.params",
     "SweepResult": "scenarios.explore",
     "check_explore": "scenarios.explore",
     "drain": "scenarios.resilience",
@@ -156,6 +158,7 @@ if TYPE_CHECKING:
         start_deployment as start_deployment,
         stop_deployment as stop_deployment,
     )
+    from .scenarios.params import knob as knob
     from .scenarios.plans import (
         ScenarioPlan as ScenarioPlan,
         run_scenario as run_scenario,
@@ -168,7 +171,7 @@ if TYPE_CHECKING:
         drain as drain,
         failover as failover,
     )
-    from .scenarios.results import ScenarioResult as ScenarioResult
+    from .scenarios.results import Figures as Figures, ScenarioResult as ScenarioResult
     from .specs import (
         DeploymentSpec as DeploymentSpec,
         WorkerSpec as WorkerSpec,

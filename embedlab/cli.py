@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import defaults
+from .scenario_command import add_scenario
 from .serve_commands import SERVING, engine_options_from_args, positive_float
 from .wording import counted
 
@@ -43,164 +44,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 # -- harness -------------------------------------------------------------------------------
-
-
-def _add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from .engines import ENGINES
-    from .scenarios.registry import SCENARIOS
-    from .stacks import STACKS
-
-    listing = "; ".join(f"{s.name}: {s.help.rstrip('.')}" for s in map(SCENARIOS.get, SCENARIOS.names()))
-    p = sub.add_parser(
-        "scenario",
-        help="launch (or attach to) a deployment, run one scenario, print the verdict",
-        description=f"Scenarios: {listing}.",
-    )
-    p.add_argument("scenario", choices=SCENARIOS.names())
-    p.add_argument("--stack", choices=STACKS.names(), default="embedded")
-    p.add_argument("--engine", choices=sorted(ENGINES), default="hash")
-    p.add_argument(
-        "--models", default="", help="comma-separated model names; worker i serves models[i] in multi-model"
-    )
-    p.add_argument(
-        "--model-path",
-        action="append",
-        default=[],
-        help="one per model, or one for all (default: tiny local models)",
-    )
-    p.add_argument("--workers", type=int, default=None, help="workers of the one model (default: 2)")
-    p.add_argument("--weights", default="", help="comma-separated worker weights, for same-model")
-    p.add_argument(
-        "--requests", type=int, default=None, help="requests per burst (default: the scenario's own)"
-    )
-    p.add_argument(
-        "--concurrency", type=int, default=None, help="requests in flight (default: the scenario's own)"
-    )
-    p.add_argument("--victim", type=int, default=1, help="failover and drain: the worker that leaves")
-    p.add_argument(
-        "--kill-after", type=int, default=50, help="failover: the victim dies after this many responses"
-    )
-    p.add_argument(
-        "--discovery",
-        choices=["file", "etcd"],
-        default="file",
-        help="dynamo: file, or etcd (the run starts one)",
-    )
-    p.add_argument(
-        "--hosts",
-        type=int,
-        default=1,
-        help="simulated hosts: more than 1 runs network namespaces (root; dynamo on etcd)",
-    )
-    p.add_argument(
-        "--lease-ttl",
-        type=positive_float,
-        default=None,
-        help="seconds a lease lives (default: the scenario's, else 3)",
-    )
-    p.add_argument(
-        "--restart",
-        choices=["never", "on-exit"],
-        default=None,
-        help="bring a worker back on its host when it exits",
-    )
-    p.add_argument(
-        "--etcd-endpoints",
-        default="",
-        help="attach: the cluster's etcd, to list the instances it believes live",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--router-mode",
-        default=None,
-        help="the frontend's policy, in its own names (default: its own default)",
-    )
-    p.add_argument("--pooling", default=None)
-    p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument(
-        "--frontend-url", default="", help="attach: the frontend of a running deployment (launches nothing)"
-    )
-    p.add_argument(
-        "--system-url", action="append", default=[], help="attach: one per worker, in worker order"
-    )
-    p.add_argument(
-        "--metric",
-        default=defaults.METRIC,
-        help='counter selector, e.g. http_requests_total{handler="/v1/embeddings"}',
-    )
-    p.add_argument(
-        "--run-dir", default="", help="where logs go (default: a fresh directory under the temp dir)"
-    )
-    p.add_argument("--startup-timeout", type=positive_float, default=defaults.STARTUP_TIMEOUT_S)
-    p.add_argument(
-        "--worker-arg", action="append", default=[], help="extra argument for every worker (repeat)"
-    )
-    p.add_argument("--json", type=Path, default=None, help="write the full result as JSON here")
-    p.add_argument("--plot", type=Path, default=None, help="write the scenario's main figure (PNG) here")
-    p.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="show the launch and a bar per burst, on stderr (default: the launch alone, on a terminal)",
-    )
-    p.set_defaults(run=_run_scenario)
-
-
-def _run_scenario(args: argparse.Namespace) -> int:
-    from .scenarios.plans import ScenarioPlan, run_scenario
-    from .views import figures_table, plot, table
-
-    plan = ScenarioPlan(
-        scenario=args.scenario,
-        stack=args.stack,
-        engine=args.engine,
-        models=args.models,
-        model_paths=tuple(args.model_path),
-        workers=args.workers,
-        weights=args.weights,
-        requests=args.requests,
-        concurrency=args.concurrency,
-        seed=args.seed,
-        router_mode=args.router_mode,
-        pooling=args.pooling,
-        max_model_len=args.max_model_len,
-        frontend_url=args.frontend_url,
-        system_urls=tuple(args.system_url),
-        metric=args.metric,
-        run_dir=args.run_dir,
-        startup_timeout=args.startup_timeout,
-        worker_args=tuple(args.worker_arg),
-        victim=args.victim,
-        kill_after=args.kill_after,
-        progress=bool(args.progress),
-        discovery=args.discovery,
-        hosts=args.hosts,
-        lease_ttl=args.lease_ttl,
-        restart=args.restart,
-        etcd_endpoints=args.etcd_endpoints,
-    )
-    result = run_scenario(
-        plan, launch_progress=sys.stderr.isatty() if args.progress is None else args.progress
-    )
-    with _pandas_display():
-        print(table(result).drop(columns=["ok"]).to_string(index=False))
-    for burst in result.bursts:
-        if burst.rule:
-            print(f"asserted ({burst.name}): {burst.rule}")
-        if burst.check is not None and burst.check.p_value is not None:
-            print(f"fairness p-value ({burst.name}): {burst.check.p_value:.4g}")
-    figures = figures_table(result)
-    width = max(map(len, figures["figure"]), default=0)
-    for figure, value in figures.itertuples(index=False):
-        print(f"{figure:<{width}}  {value}")
-    lat = result.latency_ms()
-    print(f"latency p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms; wall {result.wall_seconds:.2f} s")
-    if args.json:
-        result.save_json(args.json)
-    if args.plot:
-        plot(result).savefig(args.plot, dpi=100)
-    print(result.summary())
-    return 0 if result.ok else EXIT_FAILED
 
 
 def _add_regress(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -275,7 +118,7 @@ def _run_regress(args: argparse.Namespace) -> int:
         progress=lambda line: print(line, flush=True),
     )
     counts = ", ".join(
-        f"{sum(o.status == s for o in run.outcomes)} {s}" for s in sorted({o.status for o in run.outcomes})
+        f"{sum(o.verdict == v for o in run.outcomes)} {v}" for v in sorted({o.verdict for o in run.outcomes})
     )
     print(f"{counted(len(run.outcomes), 'notebook run')} in {run.wall_seconds:.0f} s: {counts}")
     for outcome in run.failed:
@@ -345,17 +188,11 @@ def _run_conformance(args: argparse.Namespace) -> int:
     return 0 if run.complete else EXIT_FAILED
 
 
-def _pandas_display():  # type: ignore[no-untyped-def]
-    import pandas as pd
-
-    return pd.option_context("display.width", 200, "display.max_columns", 20)
-
-
 # -- entry point ---------------------------------------------------------------------------
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore[type-arg]
     *SERVING,
-    _add_scenario,
+    add_scenario,
     _add_regress,
     _add_conformance,
 ]
@@ -371,6 +208,13 @@ EPILOG = "exit codes: 0 passed (or figures reported, not asserted), 1 a check fa
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="embedlab", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help=f"import MODULE first: the scenarios, stacks and engines it registers (repeat; also ${defaults.PLUGINS_ENV})",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in SUBCOMMANDS:
         add(sub)
@@ -380,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from .errors import CheckFailedError, EmbedlabError
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        # Before the parser is built: the scenarios a plugin registers are subcommands of their own.
+        _load_plugins(argv)
+    except EmbedlabError as exc:
+        print(f"embedlab: error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     parser = build_parser()
     args = parser.parse_args(argv)
     run: Command = args.run
@@ -395,6 +246,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = " ".join(str(exc).split()) or exc.__class__.__name__
         print(f"embedlab {args.command}: error: {message}", file=sys.stderr)
         return EXIT_CANNOT_RUN
+
+
+def _load_plugins(argv: Sequence[str]) -> None:
+    """Import the `--plugin` modules and those of `EMBEDLAB_PLUGINS`; the processes this one
+    starts (workers, notebook kernels) inherit the variable, so they import them too."""
+    import os
+
+    from .plugins import load_plugins, plugin_modules
+
+    named = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--plugin"]
+    named += [a.split("=", 1)[1] for a in argv if a.startswith("--plugin=")]
+    # A file by its absolute path: kernels and workers run in other folders.
+    modules = [str(Path(m).resolve()) if m.endswith(".py") else m for m in [*plugin_modules(), *named]]
+    modules = list(dict.fromkeys(modules))
+    if modules:
+        os.environ[defaults.PLUGINS_ENV] = ",".join(modules)
+    load_plugins(modules)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 from .defaults import CELL_TIMEOUT_S
 from .jsonio import write_json
 from .matrix import GENERIC_NOTEBOOK, Job, default_notebook_dir
-from .regression import Outcome, check_kernel, new_run_dir, run_job
+from .regression import Outcome, check_kernel, new_run_dir, run_jobs
 from .report import write_conformance, write_junit
 from .scenarios.battery import (
     BATTERY,
@@ -71,22 +71,24 @@ def conformance(
         for stack in stacks
         for check in checks
     ]
-    outcomes, cells = [], []
-    for number, job in enumerate(jobs, 1):
-        say(f"[{number}/{len(jobs)}] {job.label} on {job.slug}: running")
-        outcome = run_job(job, run_dir, timeout=timeout)
-        outcomes.append(outcome)
-        report = outcome.html.name if outcome.html else None
-        cells.append(
-            Cell(
-                job.slug,
-                job.label,
-                outcome.status,
-                cell_text(job.label, outcome.result, error=outcome.error),
-                report,
-            )
+    outcomes = run_jobs(
+        jobs,
+        run_dir,
+        timeout=timeout,
+        say=say,
+        name=lambda job: f"{job.label} on {job.slug}",
+        after=lambda outcome: f"({cell_text(outcome.result, error=outcome.error)})",
+    )
+    cells = [
+        Cell(
+            o.job.slug,
+            o.job.label,
+            o.verdict,
+            cell_text(o.result, error=o.error),
+            o.html.name if o.html else None,
         )
-        say(f"[{number}/{len(jobs)}] {job.label} on {job.slug}: {outcome.status.upper()} ({cells[-1].text})")
+        for o in outcomes
+    ]
     matrix = ConformanceMatrix(
         stacks=list(stacks), checks=list(checks), cells=cells, versions=stack_versions(stacks)
     )

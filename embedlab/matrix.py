@@ -35,6 +35,7 @@ from typing import Any
 
 from .defaults import NOTEBOOKS_ENV
 from .errors import ConfigError
+from .scenarios.params import knobs
 from .scenarios.plans import ScenarioPlan
 from .scenarios.registry import SCENARIOS
 
@@ -156,7 +157,7 @@ def load_matrix(path: str | Path | None = None, *, notebook_dir: Path | None = N
             stem = Path(label).stem
             params = _params_for(stem, defaults, pset)
             if scenario is not None:
-                params = {"scenario": scenario, **params}
+                params = _knobs_into_params(notebook, scenario, {"scenario": scenario, **params})
             _check_params(notebook, params, where)
             jobs.append(
                 Job(
@@ -208,17 +209,32 @@ def _check_params(notebook: Path, params: dict[str, Any], where: str) -> None:
         )
     scenario = params.get("scenario") or notebook_scenario(notebook)
     if scenario is not None:
-        plan_fields = {f.name for f in fields(ScenarioPlan)}
-        # What the notebook will hand its plan: its own defaults, under the matrix's values.
+        # What the notebook hands its plan: its own defaults, under the matrix's values (plan
+        # fields, the scenario's knobs, and a `params` mapping of knobs where it takes one).
+        handed = {f.name for f in fields(ScenarioPlan)} | knob_names(scenario)
         values = {
-            **{k: ast.literal_eval(v) for k, v in taken.items() if k in plan_fields},
+            **{k: ast.literal_eval(v) for k, v in taken.items() if k in handed},
             **params,
             "scenario": scenario,
         }
         try:
-            ScenarioPlan.from_params(**{k: v for k, v in values.items() if k in plan_fields})
+            ScenarioPlan.from_params(**{k: v for k, v in values.items() if k in handed})
         except ConfigError as exc:
             raise ConfigError(f"{where}: {notebook.name}: {exc}") from None
+
+
+def knob_names(scenario: str) -> set[str]:
+    """The names of `scenario`'s own knobs (an unknown scenario is the plan's error to raise)."""
+    if scenario not in SCENARIOS:
+        return set()
+    return {k.name for k in knobs(SCENARIOS.get(scenario).params_class)}
+
+
+def _knobs_into_params(notebook: Path, scenario: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A matrix's knobs for a scenario run through the generic notebook go into its `params` mapping."""
+    taken = notebook_parameters(notebook)
+    own = {k: params.pop(k) for k in list(params) if k in knob_names(scenario) and k not in taken}
+    return {**params, "params": {**(params.get("params") or {}), **own}} if own else params
 
 
 @functools.cache
@@ -241,7 +257,9 @@ def notebook_scenario(notebook: Path) -> str | None:
 def params_slug(params: dict[str, Any], *, limit: int = 80) -> str:
     """A file-name-safe summary of a parameter set, e.g. `embedded-hash-tiny-bert+tiny-qwen3`."""
     parts = []
-    for key, value in params.items():
+    # A scenario's knobs (the generic notebook's `params` mapping) read as the set's own keys.
+    flat = {**{k: v for k, v in params.items() if k != "params"}, **(params.get("params") or {})}
+    for key, value in flat.items():
         if key in _SLUG_SKIP or value in ("", None, [], ()):
             continue
         if isinstance(value, (list, tuple)):

@@ -7,21 +7,68 @@
 A built-in is a "module:attribute" string, imported on first use, so listing names (for
 `--help` or a check of a matrix) imports nothing heavy. Installed packages add theirs
 through an entry-point group, as pytest and papermill plugins do: the entry point's name
-is the registered name, its value what it registers.
+is the registered name, its value what it registers. Modules named in `EMBEDLAB_PLUGINS`
+(comma-separated; `embedlab --plugin MODULE` adds to it) are imported before any registry
+first answers, in every process, and register what they define as they are imported:
+plugins without packaging.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Generic, TypeVar
 
+from .defaults import PLUGINS_ENV
 from .errors import ConfigError
 
-__all__ = ["Registry", "resolve"]
+__all__ = ["Registry", "load_plugins", "plugin_modules", "resolve"]
+
+_IMPORTED: set[str] = set()
 
 T = TypeVar("T")
+
+
+def plugin_modules() -> list[str]:
+    """The modules `EMBEDLAB_PLUGINS` names, in order."""
+    return [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
+
+
+def load_plugins(modules: Sequence[str] | None = None) -> None:
+    """Import each plugin once (default: those `EMBEDLAB_PLUGINS` names): a module name, or
+    the path of a `.py` file (imported under its stem, so a worker or a kernel started
+    elsewhere finds it by the same path).
+
+    A plugin that cannot be imported is a `ConfigError` naming it: a misspelt plugin must
+    not leave its scenarios silently unknown.
+    """
+    for module in plugin_modules() if modules is None else modules:
+        if module in _IMPORTED:
+            continue
+        _IMPORTED.add(module)
+        try:
+            _import(module)
+        except (ImportError, OSError) as exc:
+            _IMPORTED.discard(module)
+            raise ConfigError(f"cannot import plugin {module!r} ({PLUGINS_ENV}): {exc}") from exc
+
+
+def _import(module: str) -> None:
+    if not module.endswith(".py"):
+        importlib.import_module(module)
+        return
+    path = Path(module).resolve()
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise ImportError(f"no Python file at {path}")
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = loaded  # its dataclasses and pickles find their module by name
+    spec.loader.exec_module(loaded)
 
 
 def resolve(target: str) -> object:
@@ -93,6 +140,7 @@ class Registry(Generic[T]):
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
+        load_plugins()
         for point in entry_points(group=self.group):
             # A plugin never shadows a built-in or a name registered at run time.
             if point.name not in self._entries:

@@ -44,10 +44,10 @@ __all__ = [
     "Outcome",
     "RegressRun",
     "check_kernel",
-    "key_figures",
     "load_matrix",
     "regress",
     "run_job",
+    "run_jobs",
 ]
 
 
@@ -59,7 +59,7 @@ class Outcome:
     """What one notebook run left behind."""
 
     job: Job
-    status: Verdict
+    verdict: Verdict  # the run's: the scenario's own, or error where the notebook broke first
     seconds: float
     notebook_out: Path
     html: Path | None
@@ -70,12 +70,12 @@ class Outcome:
     figures: list[str] = field(default_factory=list)  # base64 PNGs, for index.html
 
     def __post_init__(self) -> None:
-        self.status = Verdict(self.status)
+        self.verdict = Verdict(self.verdict)
 
     @property
     def passed(self) -> bool:
         """Nothing asserted failed: the notebook passed, or only reported its figures."""
-        return self.status.ok
+        return self.verdict.ok
 
     @property
     def summary(self) -> str:
@@ -84,9 +84,9 @@ class Outcome:
         if self.result is not None:
             r = self.result
             reasons = r.get("reasons") or []
-            head = f"{r.get('scenario', self.job.notebook.stem)} on {r.get('stack', '?')}: {str(r.get('verdict', self.status)).upper()}"
+            head = f"{r.get('scenario', self.job.notebook.stem)} on {r.get('stack', '?')}: {str(r.get('verdict', self.verdict)).upper()}"
             return head + (f" ({'; '.join(reasons)})" if reasons else "")
-        return self.status.upper()
+        return self.verdict.upper()
 
     def to_json(self, root: Path) -> dict[str, Any]:
         """Paths relative to the run folder, so the folder can be moved and shared whole."""
@@ -100,8 +100,7 @@ class Outcome:
             "notebook": self.job.label or self.job.notebook.stem,
             "slug": self.job.slug,
             "params": self.job.params,
-            "status": self.status,
-            "verdict": result.get("verdict"),
+            "verdict": self.verdict,
             "summary": self.summary,
             "reasons": result.get("reasons", []),
             "error": self.error,
@@ -110,31 +109,9 @@ class Outcome:
             "notebook_out": rel(self.notebook_out),
             "result_json": rel(self.result_json),
             "logs": rel(self.logs),
-            "figures": key_figures(result),
+            "figures": result.get("key_figures") or {},
             "result": self.result,
         }
-
-
-def key_figures(result: dict[str, Any]) -> dict[str, Any]:
-    """The numbers a reader compares between runs: deltas, p-values, latency percentiles,
-    and requests lost, which a reported (not asserted) failover must not hide."""
-    bursts = result.get("bursts") or []
-    failover = result.get("failover") or {}
-    fault = result.get("fault") or {}
-    return {
-        "verdict": result.get("verdict"),
-        "p_values": result.get("p_values") or {},
-        "latency_ms": result.get("latency_ms") or {},
-        "deltas": {b.get("name", str(i)): b.get("deltas") for i, b in enumerate(bursts)},
-        "expected": {b.get("name", str(i)): b.get("expected") for i, b in enumerate(bursts)},
-        "failed_requests": sum(int((b.get("traffic") or {}).get("failed") or 0) for b in bursts),
-        "out_of_dispatch_s": failover.get("excluded_after_s", fault.get("left_dispatch_after_s")),
-        "longest_hang_s": fault.get("longest_hang_s"),
-        "recovered": fault.get("recovered"),
-        "ttl_out_of_dispatch_s": {
-            f"{p['lease_ttl_s']:g}": p["left_dispatch_after_s"] for p in result.get("ttl_points") or []
-        },
-    }
 
 
 def check_kernel(name: str = KERNEL_NAME) -> None:
@@ -211,13 +188,13 @@ def run_job(job: Job, run_dir: Path, *, timeout: float = CELL_TIMEOUT_S, show_co
         error = f"{exc.__class__.__name__}: {_first_line(str(exc))}"
     seconds = time.monotonic() - started
     result = json.loads(result_json.read_text()) if result_json.is_file() else None
-    status = _status(error, result)
+    verdict = _verdict(error, result)
     html = None
     figures: list[str] = []
     if notebook_out.is_file():
         banner = {
             "name": job.name,
-            "status": status,
+            "verdict": verdict,
             "params": job.params,
             "summary": error or (result or {}).get("verdict", ""),
         }
@@ -228,10 +205,10 @@ def run_job(job: Job, run_dir: Path, *, timeout: float = CELL_TIMEOUT_S, show_co
             figures = notebook_figures(notebook_out)
         except Exception as exc:  # a broken export must not hide the notebook's own verdict
             error = (error + "; " if error else "") + f"HTML export failed: {exc.__class__.__name__}: {exc}"
-            status = Verdict.ERROR
+            verdict = Verdict.ERROR
     return Outcome(
         job=job,
-        status=status,
+        verdict=verdict,
         seconds=seconds,
         notebook_out=notebook_out,
         html=html,
@@ -243,7 +220,28 @@ def run_job(job: Job, run_dir: Path, *, timeout: float = CELL_TIMEOUT_S, show_co
     )
 
 
-def _status(error: str | None, result: dict[str, Any] | None) -> Verdict:
+def run_jobs(
+    jobs: Sequence[Job],
+    run_dir: Path,
+    *,
+    timeout: float = CELL_TIMEOUT_S,
+    show_code: bool = False,
+    say: Callable[[str], None] = lambda line: None,
+    name: Callable[[Job], str] = lambda job: job.name,
+    after: Callable[[Outcome], str] = lambda outcome: f"in {outcome.seconds:.1f} s",
+) -> list[Outcome]:
+    """Every job in turn into `run_dir`, a line to `say` as each starts and ends (`name` names a
+    job, `after` adds to its last line); `embedlab regress` and `embedlab conformance` both run so."""
+    outcomes = []
+    for number, job in enumerate(jobs, 1):
+        say(f"[{number}/{len(jobs)}] {name(job)}: running")
+        outcome = run_job(job, run_dir, timeout=timeout, show_code=show_code)
+        outcomes.append(outcome)
+        say(f"[{number}/{len(jobs)}] {name(job)}: {outcome.verdict.upper()} {after(outcome)}")
+    return outcomes
+
+
+def _verdict(error: str | None, result: dict[str, Any] | None) -> Verdict:
     verdict = (result or {}).get("verdict")
     if verdict in (Verdict.FAILED, Verdict.INCONCLUSIVE):
         return Verdict(verdict)
@@ -319,12 +317,7 @@ def regress(
     t0 = time.monotonic()
     say(f"embedlab regress: {counted(len(plan.jobs), 'notebook run')} from {plan.path} -> {run_dir}")
 
-    outcomes = []
-    for number, job in enumerate(plan.jobs, 1):
-        say(f"[{number}/{len(plan.jobs)}] {job.name}: running")
-        outcome = run_job(job, run_dir, timeout=timeout, show_code=show_code)
-        outcomes.append(outcome)
-        say(f"[{number}/{len(plan.jobs)}] {job.name}: {outcome.status.upper()} in {outcome.seconds:.1f} s")
+    outcomes = run_jobs(plan.jobs, run_dir, timeout=timeout, show_code=show_code, say=say)
 
     wall = time.monotonic() - t0
     results = {
@@ -334,7 +327,7 @@ def regress(
         "wall_seconds": round(wall, 2),
         "matrix": shown_path(plan.path),
         "passed": all(o.passed for o in outcomes),
-        "counts": {str(v): sum(o.status == v for o in outcomes) for v in Verdict},
+        "counts": {str(v): sum(o.verdict == v for o in outcomes) for v in Verdict},
         "previous_run": str(previous.parent.name) if previous else None,
         "scenarios": [o.to_json(run_dir) for o in outcomes],
     }

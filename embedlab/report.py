@@ -95,7 +95,7 @@ def export_html(
 def _banner(banner: Mapping[str, Any], target: Path) -> str:
     if not banner:
         return ""
-    status = str(banner.get("status", ""))
+    status = str(banner.get("verdict", ""))
     params = " ".join(f"{k}={_short(v)}" for k, v in (banner.get("params") or {}).items())
     summary = str(banner.get("summary") or "")
     index = target.parent / "index.html"
@@ -135,8 +135,8 @@ def write_junit(path: Path, results: Mapping[str, Any]) -> Path:
         "testsuite",
         name="embedlab.regress",
         tests=str(len(scenarios)),
-        failures=str(sum(s["status"] in (Verdict.FAILED, Verdict.INCONCLUSIVE) for s in scenarios)),
-        errors=str(sum(s["status"] == Verdict.ERROR for s in scenarios)),
+        failures=str(sum(s["verdict"] in (Verdict.FAILED, Verdict.INCONCLUSIVE) for s in scenarios)),
+        errors=str(sum(s["verdict"] == Verdict.ERROR for s in scenarios)),
         time=f"{results.get('wall_seconds', 0):.2f}",
         timestamp=str(results.get("started_at", "")),
     )
@@ -149,7 +149,7 @@ def write_junit(path: Path, results: Mapping[str, Any]) -> Path:
             time=f"{s['seconds']:.2f}",
         )
         report = s.get("report_html") or s.get("notebook_out") or "(no report)"
-        status = Verdict(s["status"])
+        status = Verdict(s["verdict"])
         if not status.ok:
             kind = "error" if status == Verdict.ERROR else "failure"
             detail = "\n".join([s.get("summary") or "", *(s.get("reasons") or []), f"report: {report}"])
@@ -181,15 +181,15 @@ def compare_runs(previous: Mapping[str, Any], current: Mapping[str, Any]) -> lis
         old, new = before.get(name), now.get(name)
         row: dict[str, Any] = {
             "name": name,
-            "old_status": old and old["status"],
-            "new_status": new and new["status"],
+            "old_status": old and old["verdict"],
+            "new_status": new and new["verdict"],
         }
         row["change"] = (
             "new"
             if old is None
             else "removed"
             if new is None
-            else ("flipped" if old["status"] != new["status"] else "same")
+            else ("flipped" if old["verdict"] != new["verdict"] else "same")
         )
         old_fig = (old or {}).get("figures") or {}
         new_fig = (new or {}).get("figures") or {}
@@ -286,7 +286,7 @@ def _summary_table(scenarios: Sequence[Mapping[str, Any]]) -> str:
         rows.append(
             f'<tr><td><a href="#{_e(s["name"])}">{_e(s["notebook"])}</a><br><span class="muted">{_e(s["slug"])}</span></td>'
             f'<td class="params">{_params_html(s.get("params", {}))}</td>'
-            f'<td>{_verdict(s["status"])}</td><td class="figs">{_figures_text(s.get("figures") or {})}</td>'
+            f'<td>{_verdict(s["verdict"])}</td><td class="figs">{_figures_text(s.get("figures") or {})}</td>'
             f"<td>{' &middot; '.join(links)}</td></tr>"
         )
     return (
@@ -297,7 +297,7 @@ def _summary_table(scenarios: Sequence[Mapping[str, Any]]) -> str:
 
 def _scenario_section(s: Mapping[str, Any], pngs: Sequence[str]) -> str:
     reasons = s.get("reasons") or ([s["error"]] if s.get("error") else [])
-    style = "reason reported" if s["status"] == Verdict.REPORTED else "reason"
+    style = "reason reported" if s["verdict"] == Verdict.REPORTED else "reason"
     images = (
         "".join(
             f'<img alt="{_e(s["name"])} figure {i + 1}" src="data:image/png;base64,{png}">'
@@ -307,7 +307,7 @@ def _scenario_section(s: Mapping[str, Any], pngs: Sequence[str]) -> str:
     )
     report = f' &middot; <a href="{_e(s["report_html"])}">full report</a>' if s.get("report_html") else ""
     return (
-        f'<div class="scenario" id="{_e(s["name"])}"><h3>{_e(s["name"])} {_verdict(s["status"])}{report}</h3>'
+        f'<div class="scenario" id="{_e(s["name"])}"><h3>{_e(s["name"])} {_verdict(s["verdict"])}{report}</h3>'
         + "".join(f'<div class="{style}">{_e(r)}</div>' for r in reasons)
         + f'<div class="row">{images}</div></div>'
     )
@@ -349,25 +349,18 @@ def _history_section(results: Mapping[str, Any], previous: Mapping[str, Any] | N
 
 
 def _figures_text(fig: Mapping[str, Any]) -> str:
-    lines = []
-    for burst, p in (fig.get("p_values") or {}).items():
-        if p is not None:
-            lines.append(f"p({_e(burst)}) = {_num(p, 'p')}")
+    """A run's key figures (`ScenarioResult.key_figures()`): the bursts' own, then the scenario's."""
+    lines = [
+        f"p({_e(burst)}) = {_num(p, 'p')}"
+        for burst, p in (fig.get("p_values") or {}).items()
+        if p is not None
+    ]
     failed = fig.get("failed_requests")
-    if failed or fig.get("out_of_dispatch_s") is not None:
-        lines.append(
-            f'<span class="{"flag" if failed else "muted"}">{counted(failed or 0, "failed request")}</span>'
-        )
-    if fig.get("out_of_dispatch_s") is not None:
-        lines.append(f"out of dispatch {fig['out_of_dispatch_s'] * 1000:.0f} ms after the fault")
-    if fig.get("longest_hang_s") is not None:
-        lines.append(
-            f"longest hang {fig['longest_hang_s']:.2f} s; recovered: {'yes' if fig.get('recovered') else 'NO'}"
-        )
-    for ttl, left in (fig.get("ttl_out_of_dispatch_s") or {}).items():
-        lines.append(
-            f"TTL {_e(ttl)} s: out of dispatch after " + ("never" if left is None else f"{left:.1f} s")
-        )
+    if failed:
+        lines.append(f'<span class="flag">{counted(failed, "failed request")}</span>')
+    lines += [
+        f"{_e(label)}: {_e(value)}" for label, value in (fig.get("own") or {}).items() if value is not None
+    ]
     lat = fig.get("latency_ms") or {}
     if lat:
         lines.append(f"p50 {_num(lat.get('p50'), 'ms')} &middot; p99 {_num(lat.get('p99'), 'ms')}")

@@ -5,16 +5,16 @@
 
 Each check is a registered scenario, run with the stack's defaults (its router's own
 default policy included). A cell holds the verdict (passed, failed, reported,
-unsupported) and the figure that says what happened, derived from the result's JSON,
-so that the in-process battery here and `embedlab conformance` (which runs each cell
-as a notebook) describe a cell the same way.
+unsupported) and the figures that say what happened: the scenario's own key figures
+(`ScenarioResult.key_figures()`), read from the result's JSON, so that the in-process
+battery here and `embedlab conformance` (which runs each cell as a notebook) describe a
+cell the same way.
 """
 
 from __future__ import annotations
 
-import re
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -105,87 +105,19 @@ class ConformanceMatrix:
         return write_json(path, self.to_json())
 
 
-def _codes(result: dict[str, Any]) -> str:
-    errors = [e for b in result.get("bursts") or [] for e in (b.get("traffic") or {}).get("errors", [])]
-    codes = sorted({m.group(1) for e in errors if (m := re.search(r"HTTP (\d+)", e))})
-    return f" (HTTP {', '.join(codes)})" if codes else ""
+def cell_text(result: dict[str, Any] | None, *, error: str | None = None) -> str:
+    """What a cell says: the scenario's own key figures, else the verdict's reasons, else the error.
 
-
-def _split(result: dict[str, Any]) -> str:
-    burst = (result.get("bursts") or [{}])[0]
-    deltas = "/".join(f"{d:.0f}" for d in burst.get("deltas") or [])
-    return f"split {deltas} ({(result.get('params') or {}).get('split', 'weights')})"
-
-
-def _dispatch(result: dict[str, Any]) -> str:
-    wrong = total = 0
-    for burst in result.get("bursts") or []:
-        expected = set(burst.get("expected") or [])
-        for row in (burst.get("check") or {}).get("rows", []):
-            total += row["delta"]
-            wrong += row["delta"] if row["worker"] not in expected else 0
-    return f"{wrong:.0f} of {total:.0f} counted on another model's worker" + _codes(result)
-
-
-def _failover(result: dict[str, Any]) -> str:
-    f = result.get("failover") or {}
-    n = (result.get("params") or {}).get("requests", "?")
-    return f"{f.get('failed_requests', '?')} of {n} lost" + _codes(result)
-
-
-def _mistakes(result: dict[str, Any]) -> str:
-    shown = [
-        f"{m['mistake']} {m['status']}{'' if m['openai_error'] else ' plain'}"
-        for m in result.get("mistakes") or []
-    ]
-    burst = (result.get("bursts") or [{}])[0].get("traffic") or {}
-    after = f"after mistakes {burst.get('n', 0) - burst.get('failed', 0)}/{burst.get('n', 0)} ok" + _codes(
-        result
-    )
-    return "; ".join([*shown, after])
-
-
-def _drain(result: dict[str, Any]) -> str:
-    d = result.get("drain") or {}
-    return (
-        f"drained worker counted {d.get('victim_delta', '?'):.0f}"
-        if isinstance(d.get("victim_delta"), (int, float))
-        else ""
-    )
-
-
-def _overhead(result: dict[str, Any]) -> str:
-    o = result.get("overhead") or {}
-    if not o:
-        return ""
-    added = (
-        ""
-        if o.get("p50_ms_c1_direct") is None
-        else f" ({o['p50_ms_c1'] - o['p50_ms_c1_direct']:+.2f} vs direct)"
-    )
-    share = "" if not o.get("rps_c32_direct") else f" ({o['rps_c32'] / o['rps_c32_direct']:.0%} of direct)"
-    return f"p50 {o['p50_ms_c1']:.2f} ms{added}; c=32 {o['rps_c32']:.0f}/s{share}"
-
-
-CELL_TEXT: dict[str, Callable[[dict[str, Any]], str]] = {
-    "same-model": _split,
-    "multi-model": _dispatch,
-    "failover": _failover,
-    "failover-no-retries": _failover,
-    "client-mistakes": _mistakes,
-    "drain": _drain,
-    "overhead": _overhead,
-}
-
-
-def cell_text(check: str, result: dict[str, Any] | None, *, error: str | None = None) -> str:
-    """What a cell says: the check's own figure, else the verdict's reasons, else the error."""
+    Read from the result's JSON (`key_figures`), so that the in-process battery here and
+    `embedlab conformance` (each cell a notebook) describe a cell the same way.
+    """
     if result is None:
         return error or "no result"
     verdict = result.get("verdict")
-    if verdict in (Verdict.UNSUPPORTED, Verdict.INCONCLUSIVE) or check not in CELL_TEXT:
+    own = (result.get("key_figures") or {}).get("own") or {}
+    if verdict in (Verdict.UNSUPPORTED, Verdict.INCONCLUSIVE) or not own:
         return "; ".join(result.get("reasons") or []) or str(verdict)
-    return CELL_TEXT[check](result) or "; ".join(result.get("reasons") or [])
+    return "; ".join(f"{label} {value}" for label, value in own.items() if value is not None)
 
 
 def stack_versions(stacks: Sequence[str]) -> dict[str, str]:
@@ -238,8 +170,7 @@ def run_battery(
                         scenario=check, stack=stack, run_dir=f"{run_dir}/{stack}-{check}" if run_dir else ""
                     )
                 )
-                data = result.to_json()
-                cells.append(Cell(stack, check, result.verdict, cell_text(check, data)))
+                cells.append(Cell(stack, check, result.verdict, cell_text(result.to_json())))
             except Exception as exc:  # a cell that breaks is recorded, and the battery goes on
                 cells.append(
                     Cell(stack, check, Verdict.ERROR, f"{exc.__class__.__name__}: {str(exc).splitlines()[0]}")

@@ -21,7 +21,7 @@ from ..traffic import Input, RequestRecord, asend_burst, default_inputs
 from ..verdicts import Verdict
 from .results import Burst, WorkerInfo
 
-__all__ = ["BurstSpec", "judge", "run_burst", "served_models", "serving", "workers_of"]
+__all__ = ["BurstSpec", "judge", "run_burst", "served_models", "serving", "status_codes", "workers_of"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,6 +144,15 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
             # restarting): its delta is unknown, so the burst decides nothing.
             burst.inconclusive = f"{str(exc).split(': cannot scrape')[0]} could not be read after the burst"
     return burst
+
+
+def status_codes(bursts: Sequence[Burst]) -> dict[str, int]:
+    """How many requests failed with each HTTP status ("0": no answer at all), over `bursts`."""
+    found: dict[str, int] = {}
+    for burst in bursts:
+        for record in burst.traffic.failures:
+            found[str(record.status)] = found.get(str(record.status), 0) + 1
+    return found
 
 
 def judge(bursts: Sequence[Burst], *, exact_total: bool) -> tuple[Verdict, list[str]]:

@@ -29,8 +29,18 @@ from ..targets import Target
 from ..traffic import BurstResult, asend_burst, default_inputs, run_sync
 from ..verdicts import Verdict
 from .bursts import serving, workers_of
+from .cluster_figures import (
+    RATE,
+    CounterSample,
+    EtcdRestartParams,
+    FaultFigures,
+    PartitionParams,
+    TtlPoint,
+    TtlSweepFigures,
+    TtlSweepParams,
+)
 from .dispatch import same_model_load_balance
-from .results import Burst, CounterSample, Event, FaultFigures, ScenarioResult, TtlPoint
+from .results import Burst, Event, ScenarioResult
 
 if TYPE_CHECKING:
     from .plans import ScenarioPlan
@@ -44,11 +54,8 @@ __all__ = [
     "run_ttl_sweep",
 ]
 
-RATE = 20.0  # requests per second of steady traffic: enough to see every second of a fault
 LEAD_S = 2.0  # traffic before the fault begins
 POLL_S = 0.25  # how often every worker's counter is read
-TTLS = (3.0, 5.0, 10.0)
-ETCD_DOWN_S = 3.0
 REQUEST_TIMEOUT_S = 30.0
 
 
@@ -231,6 +238,7 @@ def _fault_run(
         left_dispatch_after_s=None if left is None else left - fault_at,
         back_after_s=None if back is None else back - end_at,
         recovered=not failure,
+        samples=tuple(watch.samples),
     )
     steady = Burst(
         name=f"steady traffic through the {fault}", model=model, expected=frozenset(), traffic=traffic
@@ -245,13 +253,16 @@ def _fault_run(
         reasons=failure,
         wall_seconds=time.monotonic() - started,
         events=_events(deployment, origin, since),
-        fault=figures,
-        samples=watch.samples,
+        figures=figures,
     )
 
 
 def partition(
-    deployment: Deployment, *, victim: int = 1, concurrency: int = 32, progress: bool = False
+    deployment: Deployment,
+    *,
+    victim: int = PartitionParams.victim,
+    concurrency: int = PartitionParams.concurrency,
+    progress: bool = False,
 ) -> ScenarioResult:
     """Cut worker `victim`'s host off the network mid-traffic, heal it after 2 lease TTLs + 2 s.
 
@@ -281,7 +292,11 @@ def partition(
 
 
 def etcd_restart(
-    deployment: Deployment, *, down_for: float = ETCD_DOWN_S, concurrency: int = 32, progress: bool = False
+    deployment: Deployment,
+    *,
+    down_for: float = EtcdRestartParams.down_s,
+    concurrency: int = EtcdRestartParams.concurrency,
+    progress: bool = False,
 ) -> ScenarioResult:
     """Stop etcd for `down_for` seconds mid-traffic and start it again on the same data dir."""
     if deployment.etcd_url is None:
@@ -304,9 +319,9 @@ def etcd_restart(
 def lease_ttl_sweep(
     make: Callable[[float], Deployment],
     *,
-    ttls: Sequence[float] = TTLS,
-    victim: int = 1,
-    concurrency: int = 32,
+    ttls: Sequence[float] = TtlSweepParams.ttls,
+    victim: int = TtlSweepParams.victim,
+    concurrency: int = TtlSweepParams.concurrency,
     progress: bool = False,
 ) -> ScenarioResult:
     """For each TTL, a fresh deployment (`make(ttl)`), a worker SIGKILLed mid-traffic, and how long
@@ -368,7 +383,7 @@ def lease_ttl_sweep(
         reasons=reasons,
         wall_seconds=time.monotonic() - started,
         events=events,
-        ttl_points=points,
+        figures=TtlSweepFigures(points=tuple(points)),
     )
 
 
@@ -382,21 +397,27 @@ def _launched(target: Any, name: str) -> Deployment:
 
 
 def run_partition(target: Any, plan: ScenarioPlan) -> ScenarioResult:
+    params: PartitionParams = plan.params
     return partition(
         _launched(target, "partition"),
-        victim=plan.victim,
-        concurrency=plan.concurrency,
+        victim=params.victim,
+        concurrency=params.concurrency,
         progress=plan.progress,
-    )  # type: ignore[arg-type]
+    )
 
 
 def run_etcd_restart(target: Any, plan: ScenarioPlan) -> ScenarioResult:
+    params: EtcdRestartParams = plan.params
     return etcd_restart(
-        _launched(target, "etcd-restart"), concurrency=plan.concurrency, progress=plan.progress
-    )  # type: ignore[arg-type]
+        _launched(target, "etcd-restart"),
+        down_for=params.down_s,
+        concurrency=params.concurrency,
+        progress=plan.progress,
+    )
 
 
 def run_ttl_sweep(target: Any, plan: ScenarioPlan) -> ScenarioResult:
+    params: TtlSweepParams = plan.params
     base = plan.deployment_spec()
     return lease_ttl_sweep(
         # One deployment per TTL, each in its own folder: etcd's data dir must not carry over.
@@ -405,7 +426,8 @@ def run_ttl_sweep(target: Any, plan: ScenarioPlan) -> ScenarioResult:
             run_dir=Path(plan.run_dir) / f"ttl-{ttl:g}" if plan.run_dir else None,
             progress=LaunchProgress() if plan.progress else None,
         ),
-        victim=plan.victim,
-        concurrency=plan.concurrency,
-        progress=plan.progress,  # type: ignore[arg-type]
+        ttls=params.ttls,
+        victim=params.victim,
+        concurrency=params.concurrency,
+        progress=plan.progress,
     )

@@ -9,32 +9,94 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..checks import still_chance
 from ..defaults import FAIRNESS_ALPHA
 from ..deployment import Deployment
 from ..errors import ConfigError
+from ..splits import Split
 from ..targets import Target, target_of
 from ..traffic import Input, RequestRecord, default_inputs, run_sync
 from ..verdicts import Verdict
-from .bursts import BurstSpec, judge, run_burst, served_models, serving, workers_of
-from .results import Burst, ScenarioResult
+from .bursts import BurstSpec, judge, run_burst, served_models, serving, status_codes, workers_of
+from .params import knob
+from .results import Burst, DataFigures, ScenarioResult
 
 if TYPE_CHECKING:
     from .plans import ScenarioPlan
 
-__all__ = ["SPLITS", "multi_model_dispatch", "run_multi_model", "run_same_model", "same_model_load_balance"]
+__all__ = [
+    "DispatchFigures",
+    "MultiModelParams",
+    "SameModelParams",
+    "SplitFigures",
+    "multi_model_dispatch",
+    "run_multi_model",
+    "run_same_model",
+    "same_model_load_balance",
+]
 
-# How a same-model split is judged, by the router's policy (see same_model_load_balance).
-SPLITS = ("weights", "exact", "report")
+
+@dataclass(frozen=True, kw_only=True)
+class SameModelParams:
+    # 40: the smallest burst at which a 90/10 skew of a 50/50 pool is caught 99% of the time
+    # at the default alpha (bench/verification_power.py).
+    requests: int = knob(40, "requests in the burst", min=1)
+    concurrency: int = knob(4, "requests in flight at once", min=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MultiModelParams:
+    requests: int = knob(10, "requests per burst, one burst per model", min=1)
+    concurrency: int = knob(4, "requests in flight at once", min=1)
+
+
+@dataclass(frozen=True)
+class SplitFigures(DataFigures):
+    """How one model's burst split over its workers, and how the policy says to judge it."""
+
+    deltas: tuple[float, ...]  # per expected worker, in index order
+    split: str  # the Split that judged it
+    p_value: float | None
+
+    def rows(self) -> list[tuple[str, str]]:
+        p = "not tested" if self.p_value is None else f"{self.p_value:.3g}"
+        return [
+            ("split", "/".join(f"{d:.0f}" for d in self.deltas)),
+            ("judged by", self.split),
+            ("p-value", p),
+        ]
+
+    def key_figures(self) -> dict[str, Any]:
+        return {"split": "/".join(f"{d:.0f}" for d in self.deltas), "judged": self.split}
+
+
+@dataclass(frozen=True)
+class DispatchFigures(DataFigures):
+    """Requests counted on a worker of another model, over every burst."""
+
+    wrong: float
+    counted: float
+    codes: dict[str, int]  # HTTP status of the failed requests; "0": no answer
+
+    def rows(self) -> list[tuple[str, str]]:
+        return [("counted on another model's worker", f"{self.wrong:.0f} of {self.counted:.0f}")] + [
+            (f"failed with HTTP {c}" if c != "0" else "failed without an answer", str(n))
+            for c, n in sorted(self.codes.items())
+        ]
+
+    def key_figures(self) -> dict[str, Any]:
+        shown = f" (HTTP {', '.join(sorted(self.codes))})" if self.codes else ""
+        return {"counted on another model's worker": f"{self.wrong:.0f} of {self.counted:.0f}{shown}"}
 
 
 def same_model_load_balance(
     deployment: Deployment | Target,
     *,
-    requests: int = 40,
-    concurrency: int = 4,
+    requests: int = SameModelParams.requests,
+    concurrency: int = SameModelParams.concurrency,
     model: str | None = None,
     weights: Sequence[float] | None = None,
     fairness_alpha: float | None = FAIRNESS_ALPHA,
@@ -44,7 +106,7 @@ def same_model_load_balance(
     timeout: float = 60.0,
     progress: bool = False,
     on_response: Callable[[RequestRecord], None] | None = None,
-    split: str = "weights",
+    split: Split = Split.WEIGHTS,
 ) -> ScenarioResult:
     """Two or more workers serve one model: every one must move, and the split must fit the policy.
 
@@ -57,11 +119,10 @@ def same_model_load_balance(
     Under `weights`, "every worker moves" is asserted only where a correct router would
     leave some worker still less often than `fairness_alpha` (1:4 over 20 requests does
     1.2% of the time): otherwise the split's p-value alone judges, and the burst's rule says so.
-    40 requests is the smallest burst at which a 90/10 skew of a 50/50 pool is caught 99%
-    of the time at the default alpha (bench/verification_power.py).
     """
-    if split not in SPLITS:
-        raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if split not in tuple(Split):
+        raise ConfigError(f"split must be one of {', '.join(Split)}, got {split!r}")
+    split = Split(split)
     target = target_of(deployment)
     served_models(target.frontend_url)
     model, indices = serving(target, model)
@@ -69,8 +130,8 @@ def same_model_load_balance(
         list(weights) if weights is not None else list(target.weights or [1.0] * len(target.system_urls))
     )
     alpha = FAIRNESS_ALPHA if fairness_alpha is None else fairness_alpha
-    still = still_chance([weights[i] for i in indices], requests) if split == "weights" else 0.0
-    all_move = split == "exact" or (split == "weights" and still < alpha)
+    still = still_chance([weights[i] for i in indices], requests) if split is Split.WEIGHTS else 0.0
+    all_move = split is Split.EXACT or (split is Split.WEIGHTS and still < alpha)
     params = {
         "requests": requests,
         "concurrency": concurrency,
@@ -88,7 +149,7 @@ def same_model_load_balance(
         inputs=inputs or default_inputs(requests),
         min_total_delta=min_total_delta,
         weights=weights,
-        fairness_alpha=fairness_alpha if split == "weights" else None,
+        fairness_alpha=fairness_alpha if split is Split.WEIGHTS else None,
         settle_seconds=settle_seconds,
         timeout=timeout,
         require_all=all_move,
@@ -100,9 +161,9 @@ def same_model_load_balance(
     verdict, reasons = judge([burst], exact_total=True)
     deltas = [burst.delta(i) or 0.0 for i in indices]
     shown = "/".join(f"{d:.0f}" for d in deltas)
-    if verdict == Verdict.PASSED and split == "exact" and max(deltas) - min(deltas) > 1:
+    if verdict == Verdict.PASSED and split is Split.EXACT and max(deltas) - min(deltas) > 1:
         verdict, reasons = Verdict.FAILED, [f"{model}: round-robin split {shown} is not even"]
-    elif verdict == Verdict.PASSED and split == "report":
+    elif verdict == Verdict.PASSED and split is Split.REPORT:
         verdict, reasons = Verdict.REPORTED, [f"{model}: split {shown} (the policy decides; not asserted)"]
     return ScenarioResult(
         scenario="same-model",
@@ -113,22 +174,27 @@ def same_model_load_balance(
         verdict=verdict,
         reasons=reasons,
         wall_seconds=time.monotonic() - started,
+        figures=SplitFigures(
+            deltas=tuple(deltas), split=str(split), p_value=burst.check.p_value if burst.check else None
+        ),
     )
 
 
-def _same_model_rule(split: str, *, all_move: bool, still: float, alpha: float | None, requests: int) -> str:
+def _same_model_rule(
+    split: Split, *, all_move: bool, still: float, alpha: float | None, requests: int
+) -> str:
     """What the burst asserts, in words: the table and the report show it beside the figures."""
     parts = ["the counters account for every request sent"]
     if all_move:
         parts.insert(0, "every worker moves")
-    elif split == "weights":
+    elif split is Split.WEIGHTS:
         parts.append(
             f"a still worker is not asserted (a correct router leaves one still {still:.1%} of the time "
             f"at {requests} requests)"
         )
-    if split == "weights" and alpha is not None:
+    if split is Split.WEIGHTS and alpha is not None:
         parts.append(f"the split fits the weights (p >= {alpha:g})")
-    elif split == "exact":
+    elif split is Split.EXACT:
         parts.append("round-robin: every worker within one request of the others")
     else:
         parts.append("the split is reported, not asserted (the policy decides)")
@@ -139,8 +205,8 @@ def multi_model_dispatch(
     deployment: Deployment | Target,
     models: Sequence[str] | None = None,
     *,
-    requests_per_burst: int = 10,
-    concurrency: int = 4,
+    requests_per_burst: int = MultiModelParams.requests,
+    concurrency: int = MultiModelParams.concurrency,
     min_total_delta: float | None = None,
     settle_seconds: float = 0.0,
     inputs: Sequence[Input] | None = None,
@@ -187,6 +253,12 @@ def multi_model_dispatch(
 
     bursts = run_sync(run_all())
     verdict, reasons = judge(bursts, exact_total=True)
+    rows = [(b, r) for b in bursts if b.check for r in b.check.rows]
+    figures = DispatchFigures(
+        wrong=sum(r.delta for b, r in rows if r.index not in b.expected),
+        counted=sum(r.delta for _, r in rows),
+        codes=status_codes(bursts),
+    )
     return ScenarioResult(
         scenario="multi-model",
         stack=target.stack,
@@ -196,6 +268,7 @@ def multi_model_dispatch(
         verdict=verdict,
         reasons=reasons,
         wall_seconds=time.monotonic() - started,
+        figures=figures,
     )
 
 
@@ -204,11 +277,14 @@ def multi_model_dispatch(
 
 def run_same_model(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
     # The split is judged by the router's policy: the stack knows what its modes mean.
-    split = target.stack.split_for(target.spec.router_mode) if isinstance(target, Deployment) else "weights"
+    split = (
+        target.stack.split_for(target.spec.router_mode) if isinstance(target, Deployment) else Split.WEIGHTS
+    )
+    params: SameModelParams = plan.params
     return same_model_load_balance(
         target,
-        requests=plan.requests,
-        concurrency=plan.concurrency,  # type: ignore[arg-type]
+        requests=params.requests,
+        concurrency=params.concurrency,
         model=plan.models[0] if plan.models else None,
         weights=plan.weights or None,
         progress=plan.progress,
@@ -217,10 +293,11 @@ def run_same_model(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioR
 
 
 def run_multi_model(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
+    params: MultiModelParams = plan.params
     return multi_model_dispatch(
         target,
         plan.resolved_models()[0] if not plan.attached or plan.models else None,
-        requests_per_burst=plan.requests,
-        concurrency=plan.concurrency,
-        progress=plan.progress,  # type: ignore[arg-type]
+        requests_per_burst=params.requests,
+        concurrency=params.concurrency,
+        progress=plan.progress,
     )

@@ -29,7 +29,7 @@ from ..defaults import FAIRNESS_ALPHA
 from ..errors import ConfigError
 from ..verdicts import Verdict
 from .dispatch import same_model_load_balance
-from .results import ScenarioResult
+from .results import DataFigures, ScenarioResult
 
 if TYPE_CHECKING:
     from ..deployment import Deployment
@@ -139,6 +139,24 @@ class Step:
         return weight_shares(self.weights)
 
 
+@dataclass(frozen=True)
+class SweepFigures(DataFigures):
+    """Per weight setting: its expected and observed shares, the p-value and the verdict."""
+
+    settings: tuple[dict[str, Any], ...]
+
+    def rows(self) -> list[tuple[str, str]]:
+        return [(s["label"], _setting(s)) for s in self.settings]
+
+    def key_figures(self) -> dict[str, Any]:
+        return {s["label"]: _setting(s) for s in self.settings}
+
+
+def _setting(s: dict[str, Any]) -> str:
+    p = "p n/a" if s["p_value"] is None else f"p {s['p_value']:.3g}"
+    return f"split {'/'.join(f'{d:.0f}' for d in s['deltas'])}, {p}, {s['verdict']}"
+
+
 @dataclass
 class SweepResult(ScenarioResult):
     """A weight sweep: one judged burst per weight vector, named by its weights.
@@ -165,28 +183,31 @@ class SweepResult(ScenarioResult):
             wall_seconds=sum(p.result.wall_seconds for p in points),
             points=list(points),
             fairness_alpha=fairness_alpha,
+            figures=SweepFigures(settings=tuple(_settings(points))),
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            **super().to_json(),
-            "points": [
-                {
-                    "weights": list(p.weights),
-                    "expected_shares": p.expected_shares,
-                    "observed_shares": p.observed_shares,
-                    "deltas": p.deltas,
-                    "p_value": p.p_value,
-                    "verdict": p.result.verdict,
-                }
-                for p in self.points
-            ],
-        }
+        return {**super().to_json(), "points": _settings(self.points)}
 
     def summary(self) -> str:
         settings = len(self.points)
         head = f"weight sweep on {self.stack} ({settings} weight setting{'' if settings == 1 else 's'}): {self.verdict.upper()}"
         return head + (" (" + "; ".join(self.reasons) + ")" if self.reasons else "")
+
+
+def _settings(points: Sequence[Step]) -> list[dict[str, Any]]:
+    return [
+        {
+            "weights": list(p.weights),
+            "label": weights_label(p.weights),
+            "expected_shares": p.expected_shares,
+            "observed_shares": p.observed_shares,
+            "deltas": p.deltas,
+            "p_value": p.p_value,
+            "verdict": str(p.result.verdict),
+        }
+        for p in points
+    ]
 
 
 class Explorer:

@@ -7,7 +7,7 @@ mistake in the values is a `ConfigError` when the plan is made, before anything 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -24,20 +24,15 @@ from ..specs import DeploymentSpec, WorkerSpec
 from ..stacks import STACKS, get_stack
 from ..targets import Target, attach
 from ..verdicts import Verdict
+from .params import describe_params, knobs
 from .registry import Scenario, get_scenario
 from .results import ScenarioResult
 
 __all__ = ["TINY_MODELS", "ScenarioPlan", "run_scenario"]
 
 TINY_MODELS = {"tiny-bert": "bert", "tiny-qwen3": "qwen3"}
-# What a plan field left unset (None) becomes when its scenario has no default for it.
-FALLBACKS: dict[str, Any] = {
-    "requests": 40,
-    "concurrency": 4,
-    "workers": 2,
-    "lease_ttl": LEASE_TTL_S,
-    "restart": "never",
-}
+# What a plan field left unset (None) becomes when its scenario sets no value for it.
+FALLBACKS: dict[str, Any] = {"workers": 2, "lease_ttl": LEASE_TTL_S, "restart": "never"}
 
 
 def _tuple(value: Any, kind: Callable[[Any], Any] = str) -> tuple[Any, ...]:
@@ -53,10 +48,11 @@ def _tuple(value: Any, kind: Callable[[Any], Any] = str) -> tuple[Any, ...]:
 
 @dataclass(frozen=True, kw_only=True)
 class ScenarioPlan:
-    """Everything one scenario run needs, as plain values.
-
-    `requests`, `concurrency` and `workers` left at None take the scenario's own defaults
-    (see `embedlab.scenario_names()` and each scenario's help).
+    """Everything one scenario run needs, as plain values: the deployment, attach and run
+    settings every scenario shares, and `params`, the scenario's own knobs (an instance of
+    the class it registered with `params=`, or a mapping of some of them; the rest keep
+    their defaults). `workers`, `lease_ttl` and `restart` left at None take the scenario's
+    values, else embedlab's.
     """
 
     scenario: str
@@ -66,8 +62,6 @@ class ScenarioPlan:
     model_paths: tuple[str, ...] = ()
     workers: int | None = None
     weights: tuple[float, ...] = ()
-    requests: int | None = None
-    concurrency: int | None = None
     seed: int | None = 0
     router_mode: str | None = None  # the frontend's policy, in its own names; None: its default
     pooling: str | None = None
@@ -77,8 +71,6 @@ class ScenarioPlan:
     metric: str = METRIC
     run_dir: str = ""
     startup_timeout: float = STARTUP_TIMEOUT_S
-    kill_after: int = 50  # failover: the worker dies after this many responses
-    victim: int = 1  # failover, drain, partition: the worker that leaves (partition: its host)
     discovery: str = "file"  # dynamo: file, or etcd (the run starts one)
     hosts: int = 1  # simulated hosts: 1, or more as network namespaces (dynamo on etcd, root)
     lease_ttl: float | None = None  # seconds; None: the scenario's default, else embedlab's
@@ -87,22 +79,21 @@ class ScenarioPlan:
     worker_args: tuple[str, ...] = ()
     frontend_args: tuple[str, ...] = ()
     progress: bool = False  # progress bars for bursts
+    params: Any = None  # the scenario's knobs; None: its defaults
 
     def __post_init__(self) -> None:
         for name in ("models", "model_paths", "system_urls", "worker_args", "frontend_args"):
             object.__setattr__(self, name, _tuple(getattr(self, name)))
         object.__setattr__(self, "weights", _tuple(self.weights, float))
         scenario = self.definition  # an unknown scenario fails here
+        object.__setattr__(self, "params", scenario.params_from(self.params))
         if self.stack not in STACKS:
             raise ConfigError(f"unknown stack {self.stack!r}; choose from {', '.join(STACKS.names())}")
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; choose from {', '.join(ENGINES)}")
-        if scenario.stacks is not None and self.stack not in scenario.stacks and not self.attached:
-            raise ConfigError(f"{self.scenario} runs on {', '.join(scenario.stacks)}, not on {self.stack}")
-        for name in ("requests", "concurrency", "workers"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigError(f"{name} must be a whole number of at least 1, got {value!r}")
+        workers = self.workers
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ConfigError(f"workers must be a whole number of at least 1, got {workers!r}")
         if any(w <= 0 for w in self.weights):
             raise ConfigError(f"weights must be positive, got {list(self.weights)}")
         if bool(self.frontend_url) != bool(self.system_urls):
@@ -146,16 +137,28 @@ class ScenarioPlan:
             )
 
     @classmethod
-    def from_params(cls, **params: Any) -> ScenarioPlan:
-        """Build from a notebook's parameters; unknown names are an error, not a silent no-op."""
+    def from_params(cls, **values: Any) -> ScenarioPlan:
+        """Build from flat values (a notebook's parameters cell, a matrix's set): the plan's own
+        fields, and the scenario's knobs by name (or in a `params` mapping). A name that is
+        neither is an error, never a silent no-op."""
         check_previous_cell()  # a failed parameters cell must not leave its old values in use
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(params) - known)
+        plan_fields = {f.name for f in fields(cls)} - {"params"}
+        given = values.pop("params", None) or {}
+        if not isinstance(given, Mapping):
+            raise ConfigError(f"params must be a mapping of the scenario's knobs, got {given!r}")
+        if "scenario" not in values:
+            raise ConfigError("a plan needs a scenario")
+        knob_names = {k.name for k in knobs(get_scenario(values["scenario"]).params_class)}
+        unknown = sorted(set(values) - plan_fields - knob_names)
         if unknown:
-            raise ConfigError(f"unknown scenario parameters: {', '.join(unknown)}")
-        if params.get("seed") in ("", None):
-            params["seed"] = None
-        return cls(**params)
+            takes = ", ".join(sorted(knob_names)) or "none"
+            raise ConfigError(
+                f"unknown scenario parameters: {', '.join(unknown)} ({values['scenario']}'s own knobs: {takes})"
+            )
+        if values.get("seed") in ("", None):
+            values["seed"] = None
+        own = {name: values.pop(name) for name in list(values) if name in knob_names}
+        return cls(**values, params={**own, **given})
 
     @property
     def definition(self) -> Scenario:
@@ -167,13 +170,8 @@ class ScenarioPlan:
         return bool(self.frontend_url)
 
     def resolved(self) -> ScenarioPlan:
-        """This plan with the fields left unset filled: the scenario's defaults, then embedlab's."""
-        defaults = self.definition.defaults
-        unknown = sorted(set(defaults) - {f.name for f in fields(self)})
-        if unknown:
-            raise ConfigError(
-                f"scenario {self.scenario!r} has defaults for no plan field: {', '.join(unknown)}"
-            )
+        """This plan with the fields left unset filled: the scenario's values, then embedlab's."""
+        defaults = self.definition.deployment
         filled = {name: value for name, value in defaults.items() if getattr(self, name) is None}
         if self.workers is None and self.weights and self.definition.layout == "pool":
             filled["workers"] = len(self.weights)  # one weight per worker says how many
@@ -195,10 +193,7 @@ class ScenarioPlan:
             else f"on {plan.stack} with the {plan.engine} engine"
         )
         models, _ = plan.resolved_models()
-        return (
-            f"{plan.scenario} {where}: {', '.join(models)}; {plan.requests} requests at concurrency "
-            f"{plan.concurrency}. It proves: {plan.definition.help}"
-        )
+        return f"{plan.scenario} {where}: {', '.join(models)}; {describe_params(plan.params)}. It proves: {plan.definition.help}"
 
     def default_models(self) -> tuple[str, ...]:
         """The models a plan that names none serves: two for a per-model scenario, one otherwise."""

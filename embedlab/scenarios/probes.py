@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import clients
@@ -16,13 +17,24 @@ from ..errors import ConfigError
 from ..targets import Target, target_of
 from ..traffic import asend_burst, default_inputs, run_sync
 from ..verdicts import Verdict
-from .bursts import BurstSpec, judge, run_burst, serving, workers_of
-from .results import MistakeAnswer, OverheadFigures, ScenarioResult
+from .bursts import BurstSpec, judge, run_burst, serving, status_codes, workers_of
+from .params import knob
+from .results import DataFigures, ScenarioResult
 
 if TYPE_CHECKING:
     from .plans import ScenarioPlan
 
-__all__ = ["client_mistakes", "overhead", "run_client_mistakes", "run_overhead"]
+__all__ = [
+    "MistakeAnswer",
+    "MistakesFigures",
+    "MistakesParams",
+    "OverheadFigures",
+    "OverheadParams",
+    "client_mistakes",
+    "overhead",
+    "run_client_mistakes",
+    "run_overhead",
+]
 
 JSON = {"Content-Type": "application/json"}
 
@@ -44,8 +56,93 @@ def _openai_error(body: str) -> bool:
     return isinstance(error, dict) and isinstance(error.get("message"), str)
 
 
+@dataclass(frozen=True, kw_only=True)
+class MistakesParams:
+    repeat: int = knob(20, "unknown-model requests sent in a row before the valid burst", min=0)
+    requests: int = knob(20, "valid requests right after them", min=1)
+    concurrency: int = knob(4, "valid requests in flight at once", min=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverheadParams:
+    requests: int = knob(400, "requests at c=32 on each path (a quarter of them at c=1)", min=4)
+
+
+@dataclass(frozen=True)
+class MistakeAnswer:
+    """How the frontend answered one kind of client mistake."""
+
+    mistake: str  # "unknown model", "malformed JSON", "missing input"
+    status: int
+    content_type: str
+    openai_error: bool  # the body is {"error": {"message": ...}}, as OpenAI's API answers
+    body: str  # its first 200 characters
+
+
+@dataclass(frozen=True)
+class MistakesFigures(DataFigures):
+    """Each mistake's answer, and how the valid burst right after a run of them fared."""
+
+    answers: tuple[MistakeAnswer, ...]
+    after_ok: int
+    after_sent: int
+    codes: dict[str, int]  # HTTP status of the valid requests that failed
+
+    def rows(self) -> list[tuple[str, str]]:
+        rows = []
+        for m in self.answers:
+            kind = (
+                "OpenAI error JSON"
+                if m.openai_error
+                else f"not OpenAI error JSON ({m.content_type or 'no content type'})"
+            )
+            rows.append((m.mistake, f"HTTP {m.status}, {kind}: {m.body[:80]}"))
+        return rows + [("valid requests right after", f"{self.after_ok} of {self.after_sent} answered")]
+
+    def key_figures(self) -> dict[str, Any]:
+        shown = {m.mistake: f"{m.status}{'' if m.openai_error else ' plain'}" for m in self.answers}
+        codes = f" (HTTP {', '.join(sorted(self.codes))})" if self.codes else ""
+        return {**shown, "after mistakes": f"{self.after_ok}/{self.after_sent} ok{codes}"}
+
+
+@dataclass(frozen=True)
+class OverheadFigures(DataFigures):
+    """Through the frontend against straight to one worker (None where the stack has no HTTP worker URL)."""
+
+    p50_ms_c1: float
+    p50_ms_c1_direct: float | None
+    rps_c32: float
+    rps_c32_direct: float | None
+    requests: int
+
+    def rows(self) -> list[tuple[str, str]]:
+        direct = (
+            "no HTTP worker URL"
+            if self.p50_ms_c1_direct is None
+            else f"{self.p50_ms_c1_direct:.2f} ms direct"
+        )
+        wide = "no HTTP worker URL" if self.rps_c32_direct is None else f"{self.rps_c32_direct:.0f}/s direct"
+        return [
+            ("p50 at c=1", f"{self.p50_ms_c1:.2f} ms through the frontend, {direct}"),
+            ("throughput at c=32", f"{self.rps_c32:.0f}/s through the frontend, {wide}"),
+        ]
+
+    def key_figures(self) -> dict[str, Any]:
+        added = (
+            ""
+            if self.p50_ms_c1_direct is None
+            else f" ({self.p50_ms_c1 - self.p50_ms_c1_direct:+.2f} vs direct)"
+        )
+        share = "" if not self.rps_c32_direct else f" ({self.rps_c32 / self.rps_c32_direct:.0%} of direct)"
+        return {"p50": f"{self.p50_ms_c1:.2f} ms{added}", "c=32": f"{self.rps_c32:.0f}/s{share}"}
+
+
 def client_mistakes(
-    deployment: Deployment | Target, *, repeat: int = 20, requests: int = 20, concurrency: int = 4
+    deployment: Deployment | Target,
+    *,
+    repeat: int = MistakesParams.repeat,
+    requests: int = MistakesParams.requests,
+    concurrency: int = MistakesParams.concurrency,
 ) -> ScenarioResult:
     """Each mistake once: a 4xx, with OpenAI error JSON. Then `repeat` unknown-model requests, and
     right after them a burst of valid ones, which must all be answered and counted (a router that
@@ -99,11 +196,16 @@ def client_mistakes(
         verdict=verdict,
         reasons=reasons,
         wall_seconds=time.monotonic() - started,
-        mistakes=answers,
+        figures=MistakesFigures(
+            answers=tuple(answers),
+            after_ok=burst.traffic.n - len(burst.traffic.failures),
+            after_sent=burst.traffic.n,
+            codes=status_codes([burst]),
+        ),
     )
 
 
-def overhead(deployment: Deployment, *, requests: int = 400) -> ScenarioResult:
+def overhead(deployment: Deployment, *, requests: int = OverheadParams.requests) -> ScenarioResult:
     """Latency at c=1 and throughput at c=32, through the frontend and straight to worker 0. Reported:
     a Python client measures the router and itself (bench/router_overhead.py uses hey)."""
     if not isinstance(deployment, Deployment):
@@ -157,7 +259,7 @@ def overhead(deployment: Deployment, *, requests: int = 400) -> ScenarioResult:
         verdict=Verdict.FAILED if failed else Verdict.REPORTED,
         reasons=reasons,
         wall_seconds=time.monotonic() - started,
-        overhead=figures,
+        figures=figures,
     )
 
 
@@ -165,8 +267,12 @@ def overhead(deployment: Deployment, *, requests: int = 400) -> ScenarioResult:
 
 
 def run_client_mistakes(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
-    return client_mistakes(target, requests=plan.requests, concurrency=plan.concurrency)  # type: ignore[arg-type]
+    params: MistakesParams = plan.params
+    return client_mistakes(
+        target, repeat=params.repeat, requests=params.requests, concurrency=params.concurrency
+    )
 
 
 def run_overhead(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
-    return overhead(target, requests=plan.requests)  # type: ignore[arg-type]
+    params: OverheadParams = plan.params
+    return overhead(target, requests=params.requests)  # type: ignore[arg-type]

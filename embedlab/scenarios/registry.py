@@ -1,14 +1,21 @@
 """Scenarios by name: the one list that the CLI, plans, the regression matrix and notebooks read.
 
+    @dataclass(frozen=True, kw_only=True)
+    class MyParams:
+        rounds: int = knob(3, "bursts to send", min=1)
+
     def my_check(target, plan):               # target: a Deployment or an attached Target
-        return same_model_load_balance(target, requests=plan.requests)
+        return same_model_load_balance(target, requests=10 * plan.params.rounds)
 
-    register_scenario("my-check", my_check, defaults={"requests": 30}, help="what it proves")
-    run_scenario(ScenarioPlan(scenario="my-check"))
+    register_scenario("my-check", my_check, params=MyParams, help="what it proves")
+    run_scenario(ScenarioPlan(scenario="my-check", params={"rounds": 5}))
 
-Installed packages add theirs through the `embedlab.scenarios` entry-point group: the
-entry point's name is the scenario's, and it points at a `Scenario` or at a `run`
-function (whose docstring's first line becomes its help).
+A scenario is checked when it registers, as pluggy checks a plugin against its spec: its
+`run` must take `(target, plan)`, its params class must be a frozen dataclass of knobs the
+CLI can read, and the plan fields it sets must exist. Installed packages add theirs
+through the `embedlab.scenarios` entry-point group, modules named in `EMBEDLAB_PLUGINS`
+by registering on import: an entry point names a `Scenario` or a `run` function (whose
+docstring's first line becomes its help).
 """
 
 from __future__ import annotations
@@ -20,27 +27,30 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..plugins import Registry, resolve
+from .params import NoParams, check_params_class, params_of
 
 __all__ = ["LAYOUTS", "SCENARIOS", "Scenario", "get_scenario", "register_scenario", "scenario_names"]
 
-# How a plan's models become workers: `pool` launches `workers` workers of the first
-# model; `per-model` one worker per model, worker i serving models[i].
+# How a plan's models become workers: `pool` launches `workers` workers of the one model;
+# `per-model` one worker per model, worker i serving models[i].
 LAYOUTS = ("pool", "per-model")
+# The plan fields a scenario may set for its deployment, unless the caller does.
+DEPLOYMENT_FIELDS = ("workers", "lease_ttl", "restart")
 
-Run = Callable[[Any, Any], Any]  # (Deployment | Target, ScenarioPlan) -> ScenarioResult
+Run = Callable[[Any, Any], Any]  # (Deployment | Target | None, ScenarioPlan) -> ScenarioResult
 
 
 @dataclass(frozen=True, kw_only=True)
 class Scenario:
-    """A registered scenario: how to run it, and what a plan needs to know before it launches."""
+    """A registered scenario: how to run it, its knobs, and what a plan must know before it launches."""
 
     name: str
     run: Run | str  # or "module:function", imported on first use
     help: str = ""
-    defaults: Mapping[str, Any] = field(default_factory=dict)  # fill the plan's fields left unset (None)
+    params: type | str = NoParams  # its knobs: a frozen dataclass, or "module:Class"
+    deployment: Mapping[str, Any] = field(default_factory=dict)  # plan fields it sets: restart="on-exit"
     layout: str = "pool"
     launches: bool = False  # it kills or drains workers: it needs a deployment embedlab launched
-    stacks: tuple[str, ...] | None = None  # the stacks it can run on; None: any
     deploys: bool = False  # it launches its own deployments (one per setting): run(None, plan)
     check: Callable[[Any], None] | None = None  # check(plan) raises ConfigError before anything launches
 
@@ -49,11 +59,53 @@ class Scenario:
             raise ConfigError(
                 f"scenario {self.name!r}: layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}"
             )
-        if not isinstance(self.run, str) and not callable(self.run):
-            raise ConfigError(f"scenario {self.name!r}: run must be a function run(target, plan)")
+        if not isinstance(self.run, str):
+            _check_run(self.name, self.run)
+        unknown = sorted(set(self.deployment) - set(DEPLOYMENT_FIELDS))
+        if unknown:
+            raise ConfigError(
+                f"scenario {self.name!r} sets {unknown}; a scenario may set {', '.join(DEPLOYMENT_FIELDS)}"
+            )
+        if not isinstance(self.params, str):
+            check_params_class(self.params, scenario=self.name)
 
     def runner(self) -> Run:
         return resolve(self.run) if isinstance(self.run, str) else self.run  # type: ignore[return-value]
+
+    @property
+    def params_class(self) -> type:
+        """Its params class (imported on first use where registered as a string)."""
+        if isinstance(self.params, str):
+            loaded = resolve(self.params)
+            check_params_class(loaded, scenario=self.name)
+            object.__setattr__(self, "params", loaded)
+        return self.params  # type: ignore[return-value]
+
+    def params_from(self, given: Any) -> Any:
+        """Its params from what a plan was given: None (the defaults), a mapping, or an instance."""
+        cls = self.params_class
+        if given is None:
+            return cls()
+        if isinstance(given, cls):
+            return given
+        if isinstance(given, Mapping):
+            return params_of(cls, given, scenario=self.name)
+        raise ConfigError(f"{self.name} takes {cls.__name__} or a mapping of its knobs, not {given!r}")
+
+
+def _check_run(name: str, run: Any) -> None:
+    if not callable(run):
+        raise ConfigError(f"scenario {name!r}: run must be a function run(target, plan), got {run!r}")
+    try:
+        signature = inspect.signature(run)
+    except (TypeError, ValueError):
+        return  # a builtin or C callable: nothing to read, trust it
+    positional = [
+        p for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    takes_any = any(p.kind is p.VAR_POSITIONAL for p in signature.parameters.values())
+    if not takes_any and len(positional) < 2:
+        raise ConfigError(f"scenario {name!r}: run must take (target, plan), it takes {signature}")
 
 
 def _adapt(name: str, loaded: object) -> Scenario:
@@ -77,126 +129,105 @@ def _needs_cluster(plan: Any) -> None:
         raise ConfigError(f"{plan.scenario} cuts a host off the network: it needs hosts >= 2 (--hosts 3)")
 
 
+def _builtin(name: str, module: str, run: str, params: str, help: str, **options: Any) -> Scenario:
+    return Scenario(
+        name=name, run=f"embedlab.scenarios.{module}:{run}", params=f"embedlab.scenarios.{module}:{params}",
+        help=help, **options,
+    )  # fmt: skip
+
+
+CLUSTER = {"restart": "on-exit", "lease_ttl": 5.0}  # the workers' leases lapse in the fault; they come back
+
 SCENARIOS: Registry[Scenario] = Registry(
     "scenario",
     group="embedlab.scenarios",
     adapt=_adapt,
     builtins={
-        "same-model": Scenario(
-            name="same-model",
-            run="embedlab.scenarios.dispatch:run_same_model",
-            help="several workers of one model: every one moves, the counters account for every request, "
+        "same-model": _builtin(
+            "same-model", "dispatch", "run_same_model", "SameModelParams",
+            "several workers of one model: every one moves, the counters account for every request, "
             "and the split fits the weights",
-            defaults={"requests": 40, "concurrency": 4},
         ),
-        "multi-model": Scenario(
-            name="multi-model",
-            run="embedlab.scenarios.dispatch:run_multi_model",
-            layout="per-model",
-            help="one burst per model: only that model's workers move",
-            defaults={"requests": 10, "concurrency": 4},
+        "multi-model": _builtin(
+            "multi-model", "dispatch", "run_multi_model", "MultiModelParams",
+            "one burst per model: only that model's workers move", layout="per-model",
         ),
-        "failover": Scenario(
-            name="failover",
-            run="embedlab.scenarios.resilience:run_failover",
-            launches=True,
-            help="a worker is SIGKILLed mid-burst: lost requests and time out of dispatch "
-            "(asserted on embedded, reported on dynamo)",
-            defaults={"requests": 200, "concurrency": 8},
+        "failover": _builtin(
+            "failover", "resilience", "run_failover", "FailoverParams",
+            "a worker is SIGKILLed mid-burst: lost requests and time out of dispatch "
+            "(asserted where the stack's own frontend promises it, reported elsewhere)", launches=True,
         ),
-        "failover-no-retries": Scenario(
-            name="failover-no-retries",
-            run="embedlab.scenarios.resilience:run_failover_without_retries",
+        "failover-no-retries": _builtin(
+            "failover-no-retries", "resilience", "run_failover_without_retries", "FailoverParams",
+            "failover with the frontend's retries switched off (where it has a switch): what clients see",
             deploys=True,
-            help="failover with the frontend's retries switched off (where it has a switch): what clients see",
-            defaults={"requests": 200, "concurrency": 8},
         ),
-        "drain": Scenario(
-            name="drain",
-            run="embedlab.scenarios.resilience:run_drain",
-            launches=True,
-            help="a worker is taken out of dispatch while it keeps serving (the stack's own way): it must get "
-            "nothing, and come back after",
-            defaults={"requests": 20, "concurrency": 4},
+        "drain": _builtin(
+            "drain", "resilience", "run_drain", "DrainParams",
+            "a worker is taken out of dispatch while it keeps serving (the stack's own way): it must get "
+            "nothing, and come back after", launches=True,
         ),
-        "client-mistakes": Scenario(
-            name="client-mistakes",
-            run="embedlab.scenarios.probes:run_client_mistakes",
-            help="unknown model, malformed body, missing field: each a 4xx with OpenAI error JSON, and valid "
+        "client-mistakes": _builtin(
+            "client-mistakes", "probes", "run_client_mistakes", "MistakesParams",
+            "unknown model, malformed body, missing field: each a 4xx with OpenAI error JSON, and valid "
             "traffic still flows right after a run of mistakes",
-            defaults={"requests": 20, "concurrency": 4},
         ),
-        "overhead": Scenario(
-            name="overhead",
-            run="embedlab.scenarios.probes:run_overhead",
-            launches=True,
-            help="latency and throughput through the frontend against straight to a worker, at c=1 and c=32 (reported)",
-            defaults={"requests": 400},
+        "overhead": _builtin(
+            "overhead", "probes", "run_overhead", "OverheadParams",
+            "latency and throughput through the frontend against straight to a worker, at c=1 and c=32 "
+            "(reported)", launches=True,
         ),
-        "partition": Scenario(
-            name="partition",
-            run="embedlab.scenarios.cluster:run_partition",
-            launches=True,
-            stacks=("dynamo",),
-            check=_needs_cluster,
-            help="a worker's host drops off the network mid-traffic, then comes back: failures, the longest hang "
+        "partition": _builtin(
+            "partition", "cluster", "run_partition", "PartitionParams",
+            "a worker's host drops off the network mid-traffic, then comes back: failures, the longest hang "
             "and the times to leave and rejoin dispatch are reported; recovery is asserted",
-            # 128 in flight: at 20 requests/s, requests that hang 5 s must not stall the traffic.
-            defaults={"concurrency": 128, "restart": "on-exit", "lease_ttl": 5.0},
+            launches=True, check=_needs_cluster, deployment=CLUSTER,
         ),
-        "etcd-restart": Scenario(
-            name="etcd-restart",
-            run="embedlab.scenarios.cluster:run_etcd_restart",
-            launches=True,
-            stacks=("dynamo",),
-            check=_needs_etcd,
-            help="etcd stops for 3 s mid-traffic and starts again: failures and whether dispatch went on are "
-            "reported; recovery is asserted",
-            # The workers' 5 s leases lapse in the outage: they exit (Dynamo #3493), and the
-            # restart policy brings them back. The frontend keeps Dynamo's 30 s lease.
-            defaults={"concurrency": 128, "restart": "on-exit", "lease_ttl": 5.0},
+        "etcd-restart": _builtin(
+            "etcd-restart", "cluster", "run_etcd_restart", "EtcdRestartParams",
+            "etcd stops mid-traffic and starts again: failures and whether dispatch went on are reported; "
+            "recovery is asserted", launches=True, check=_needs_etcd, deployment=CLUSTER,
         ),
-        "lease-ttl-sweep": Scenario(
-            name="lease-ttl-sweep",
-            run="embedlab.scenarios.cluster:run_ttl_sweep",
-            deploys=True,
-            stacks=("dynamo",),
-            check=_needs_etcd,
-            help="a worker is SIGKILLed at lease TTLs of 3, 5 and 10 s: time to leave dispatch and failed "
-            "requests against the TTL (reported)",
-            defaults={"concurrency": 128},
+        "lease-ttl-sweep": _builtin(
+            "lease-ttl-sweep", "cluster", "run_ttl_sweep", "TtlSweepParams",
+            "a worker is SIGKILLed at each lease TTL: time to leave dispatch and failed requests against "
+            "the TTL (reported)", deploys=True, check=_needs_etcd,
         ),
     },
-)
+)  # fmt: skip
 
 
 def register_scenario(
     name: str,
     run: Run,
     *,
-    defaults: Mapping[str, Any] | None = None,
+    params: type = NoParams,
     help: str = "",
+    deployment: Mapping[str, Any] | None = None,
     layout: str = "pool",
     launches: bool = False,
-    stacks: tuple[str, ...] | None = None,
     deploys: bool = False,
+    check: Callable[[Any], None] | None = None,
     replace: bool = False,
 ) -> Scenario:
     """Make `name` runnable by `run_scenario`, `embedlab scenario NAME` and `embedlab regress`.
 
     `run(target, plan)` returns a `ScenarioResult`; `target` is the running `Deployment` (or
-    an attached `Target`) and `plan` the `ScenarioPlan`, with `defaults` filled into the
-    fields the caller left unset.
+    an attached `Target`), `plan` the `ScenarioPlan`, whose `params` is an instance of
+    `params` (a frozen dataclass of knobs, see `embedlab.scenarios.params.knob`).
+    `deployment` sets plan fields for the deployment it runs on (`restart`, `lease_ttl`,
+    `workers`) unless the caller does. Everything is checked here, not when it first runs.
     """
     scenario = Scenario(
         name=name,
         run=run,
         help=help or ((inspect.getdoc(run) or "").splitlines() or [""])[0],
-        defaults=dict(defaults or {}),
+        params=params,
+        deployment=dict(deployment or {}),
         layout=layout,
         launches=launches,
-        stacks=stacks,
         deploys=deploys,
+        check=check,
     )
     SCENARIOS.register(name, scenario, replace=replace)
     return scenario

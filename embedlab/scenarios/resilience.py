@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -24,16 +24,131 @@ from ..stacks import get_stack
 from ..targets import Target
 from ..traffic import RequestRecord, asend_burst, default_inputs, run_sync
 from ..verdicts import Verdict
-from .bursts import BurstSpec, judge, run_burst, served_models, serving, workers_of
-from .results import Burst, DrainFigures, Event, FailoverFigures, ScenarioResult
+from .bursts import BurstSpec, judge, run_burst, served_models, serving, status_codes, workers_of
+from .params import knob
+from .results import Burst, DataFigures, Event, ScenarioResult, worker_label
 
 if TYPE_CHECKING:
     from .plans import ScenarioPlan
 
-__all__ = ["drain", "failover", "run_drain", "run_failover", "run_failover_without_retries"]
+__all__ = [
+    "DrainFigures",
+    "DrainParams",
+    "FailoverFigures",
+    "FailoverParams",
+    "drain",
+    "failover",
+    "run_drain",
+    "run_failover",
+    "run_failover_without_retries",
+]
 
 # Dynamo's file discovery forgets a dead instance only after its ~10 s TTL.
 DYNAMO_WATCH_S = 30.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailoverParams:
+    requests: int = knob(200, "requests in the burst", min=2)
+    concurrency: int = knob(8, "requests in flight at once", min=1)
+    kill_after: int = knob(50, "the victim is SIGKILLed after this many responses", min=1)
+    victim: int = knob(1, "the index of the worker that dies", min=0)
+
+    def describe(self) -> str:
+        return (
+            f"{self.requests} requests at concurrency {self.concurrency}, worker {self.victim} SIGKILLed "
+            f"after {self.kill_after} responses"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DrainParams:
+    requests: int = knob(20, "requests in the burst sent while the victim is drained", min=1)
+    concurrency: int = knob(4, "requests in flight at once", min=1)
+    victim: int = knob(1, "the index of the worker that is drained", min=0)
+
+
+@dataclass(frozen=True)
+class FailoverFigures(DataFigures):
+    """What failover measured around the kill. Asserted on some stacks, reported on others."""
+
+    victim: int
+    kill_after_responses: int
+    requests: int
+    killed_at_s: float | None  # seconds into the burst
+    excluded_after_s: float | None  # from the kill until the frontend stopped dispatching to it
+    lease_ttl_s: (
+        float | None
+    )  # the stack's own lease where embedlab's frontend keeps it; None: the stack decides
+    failed_requests: int
+    codes: dict[str, int]  # HTTP status of the failed requests; "0": no answer
+    responses_after_kill: int
+    errors_window_s: float  # from the kill until the last failed response
+    asserted: bool
+    victim_counter_before: float
+    served_by: dict[str, int]  # responses per worker, by label, where the frontend names them
+
+    def rows(self) -> list[tuple[str, str]]:
+        killed = (
+            "never"
+            if self.killed_at_s is None
+            else f"{self.killed_at_s:.3f} s into the burst, after {self.kill_after_responses} responses"
+        )
+        out = (
+            "never seen"
+            if self.excluded_after_s is None
+            else f"{self.excluded_after_s * 1000:.0f} ms after the kill"
+        )
+        ttl = (
+            f"{self.lease_ttl_s:g} s (limit: 2 TTLs)"
+            if self.lease_ttl_s
+            else "the stack's own discovery decides"
+        )
+        rows = [
+            ("victim", f"worker {self.victim}"),
+            ("killed at", killed),
+            ("out of dispatch", out),
+            ("lease TTL", ttl),
+            ("failed requests", str(self.failed_requests)),
+            ("errors seen for", f"{self.errors_window_s:.2f} s after the kill"),
+            ("responses after the kill", str(self.responses_after_kill)),
+        ]
+        rows += [(f"served by {w}", str(n)) for w, n in sorted(self.served_by.items())] or [
+            ("served by", "not named: this frontend marks no response with its worker")
+        ]
+        return rows + [("verdict", "asserted" if self.asserted else "reported, not asserted")]
+
+    def key_figures(self) -> dict[str, Any]:
+        shown = f" (HTTP {', '.join(sorted(self.codes))})" if self.codes else ""
+        out = (
+            "not seen"
+            if self.excluded_after_s is None
+            else f"{self.excluded_after_s * 1000:.0f} ms after the kill"
+        )
+        return {"lost": f"{self.failed_requests} of {self.requests}{shown}", "out of dispatch": out}
+
+
+@dataclass(frozen=True)
+class DrainFigures(DataFigures):
+    """What drain measured: the drained worker's delta during the burst, and whether it came back."""
+
+    victim: int
+    victim_delta: float | None
+    resumed: bool
+
+    def rows(self) -> list[tuple[str, str]]:
+        return [
+            ("drained", f"worker {self.victim}"),
+            (
+                "its delta while drained",
+                "not read" if self.victim_delta is None else f"{self.victim_delta:.0f}",
+            ),
+            ("registered again after", "yes" if self.resumed else "no (left drained)"),
+        ]
+
+    def key_figures(self) -> dict[str, Any]:
+        counted = None if self.victim_delta is None else round(self.victim_delta)
+        return {"drained worker counted": counted}
 
 
 def _launched(deployment: Deployment | Target, scenario: str) -> Deployment:
@@ -53,10 +168,10 @@ async def _dispatchable(client: httpx.AsyncClient, deployment: Deployment, endpo
 def failover(
     deployment: Deployment,
     *,
-    requests: int = 200,
-    concurrency: int = 8,
-    kill_after: int = 50,
-    victim: int = 1,
+    requests: int = FailoverParams.requests,
+    concurrency: int = FailoverParams.concurrency,
+    kill_after: int = FailoverParams.kill_after,
+    victim: int = FailoverParams.victim,
     model: str | None = None,
     sig: int = signal.SIGKILL,
     assert_zero_loss: bool | None = None,
@@ -141,19 +256,23 @@ def failover(
     )
     failed = traffic.failures
     after_kill = [r for r in traffic.records if killed_at is not None and r.started + r.latency >= killed_at]
+    workers = workers_of(deployment)
     figures = FailoverFigures(
         victim=victim,
         kill_after_responses=kill_after,
+        requests=requests,
         killed_at_s=killed_at,
         excluded_after_s=excluded_after,
         lease_ttl_s=ttl if embedded else None,
         failed_requests=len(failed),
+        codes=status_codes([Burst(name=model, model=model, expected=frozenset(), traffic=traffic)]),
         responses_after_kill=len(after_kill),
         errors_window_s=max(r.started + r.latency for r in failed) - killed_at
         if failed and killed_at is not None
         else 0.0,
         asserted=strict,
         victim_counter_before=victim_before.value,
+        served_by={worker_label(workers, w): n for w, n in traffic.served_by().items()},
     )
     events = (
         [] if killed_at is None else [Event(killed_at, "kill", f"worker {victim} {signal.Signals(sig).name}")]
@@ -183,13 +302,13 @@ def failover(
             "model": model,
             "signal": signal.Signals(sig).name,
         },
-        workers=workers_of(deployment),
+        workers=workers,
         bursts=[burst],
         verdict=verdict,
         reasons=reasons,
         wall_seconds=time.monotonic() - started,
         events=events,
-        failover=figures,
+        figures=figures,
     )
 
 
@@ -221,9 +340,9 @@ def _failover_verdict(
 def drain(
     deployment: Deployment,
     *,
-    victim: int = 1,
-    requests: int = 20,
-    concurrency: int = 4,
+    victim: int = DrainParams.victim,
+    requests: int = DrainParams.requests,
+    concurrency: int = DrainParams.concurrency,
     model: str | None = None,
     resume: bool = True,
     progress: bool = False,
@@ -268,7 +387,7 @@ def drain(
         reasons=reasons,
         wall_seconds=time.monotonic() - started,
         events=events,
-        drain=DrainFigures(victim=victim, victim_delta=burst.delta(victim), resumed=resume),
+        figures=DrainFigures(victim=victim, victim_delta=burst.delta(victim), resumed=resume),
     )
 
 
@@ -287,23 +406,25 @@ def run_failover_without_retries(target: None, plan: ScenarioPlan) -> ScenarioRe
 
 
 def run_failover(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
+    params: FailoverParams = plan.params
     return failover(
         _launched(target, "failover"),
-        requests=plan.requests,
-        concurrency=plan.concurrency,  # type: ignore[arg-type]
-        kill_after=plan.kill_after,
-        victim=plan.victim,
+        requests=params.requests,
+        concurrency=params.concurrency,
+        kill_after=params.kill_after,
+        victim=params.victim,
         model=plan.models[0] if plan.models else None,
         progress=plan.progress,
     )
 
 
 def run_drain(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
+    params: DrainParams = plan.params
     return drain(
         _launched(target, "drain"),
-        victim=plan.victim,
-        requests=plan.requests,
-        concurrency=plan.concurrency,  # type: ignore[arg-type]
+        victim=params.victim,
+        requests=params.requests,
+        concurrency=params.concurrency,
         model=plan.models[0] if plan.models else None,
         progress=plan.progress,
     )

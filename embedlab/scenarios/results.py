@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..checks import CheckResult
 from ..jsonio import write_json
@@ -18,16 +18,12 @@ from ..verdicts import Verdict
 
 __all__ = [
     "Burst",
-    "CounterSample",
-    "DrainFigures",
+    "DataFigures",
     "Event",
-    "FailoverFigures",
-    "FaultFigures",
-    "MistakeAnswer",
-    "OverheadFigures",
+    "Figures",
     "ScenarioResult",
-    "TtlPoint",
     "WorkerInfo",
+    "worker_label",
 ]
 
 
@@ -96,86 +92,34 @@ class Event:
     detail: str = ""
 
 
-@dataclass(frozen=True)
-class FailoverFigures:
-    """What failover measured around the kill. Asserted on some stacks, reported on others."""
-
-    victim: int
-    kill_after_responses: int
-    killed_at_s: float | None  # seconds into the burst
-    excluded_after_s: float | None  # from the kill until the frontend stopped dispatching to it
-    lease_ttl_s: float | None  # the embedded frontend's lease; None where the stack decides
-    failed_requests: int
-    responses_after_kill: int
-    errors_window_s: float  # from the kill until the last failed response
-    asserted: bool
-    victim_counter_before: float
+def worker_label(workers: Sequence[WorkerInfo], served_by: str | None) -> str:
+    """`worker N` for an `x-embedlab-worker` value (`<endpoint>/<instance>`), by the endpoint."""
+    endpoint = (served_by or "").split("/")[0]
+    found = next((w for w in workers if w.endpoint and w.endpoint == endpoint), None)
+    return found.label if found else endpoint
 
 
-@dataclass(frozen=True)
-class DrainFigures:
-    """What drain measured: the drained worker's delta during the burst, and whether it came back."""
+class Figures(Protocol):
+    """What a scenario measured beyond the counters, in the one shape every view reads.
 
-    victim: int
-    victim_delta: float | None
-    resumed: bool
+    `rows()` is its table, `(figure, value)` pairs in words (what `figures_table(result)`
+    shows); `key_figures()` the few that the regression index, the history and a conformance
+    cell show, label -> value (a number, or a few words); `to_json()` everything, for
+    `results.json`. A scenario defines its own class; nothing switches on its name.
+    """
 
+    def rows(self) -> list[tuple[str, str]]: ...
 
-@dataclass(frozen=True)
-class FaultFigures:
-    """What a cluster fault did to steady traffic: reported figures, and the recovery that was asserted."""
+    def key_figures(self) -> dict[str, Any]: ...
 
-    fault: str  # "partition of host 2", "etcd down 3 s"
-    started_s: float  # when the fault began, seconds into the traffic
-    ended_s: float | None  # when it was undone (heal, etcd ready)
-    failed_requests: int
-    status_codes: dict[str, int]  # of the failed requests; "0": no HTTP answer at all
-    longest_hang_s: float  # the slowest request, failed or not
-    served_during_fault: int  # requests answered 200 while the fault lasted
-    left_dispatch_after_s: float | None  # from the fault until the frontend stopped listing the victim
-    back_after_s: float | None  # from the fault's end until the victim served again
-    recovered: bool  # the same-model check after recovery passed
+    def to_json(self) -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True)
-class TtlPoint:
-    """One setting of the lease-TTL sweep: a worker SIGKILLed, and how long the cluster took to notice."""
+class DataFigures:
+    """`to_json()` for a figures dataclass: its fields, nested dataclasses included."""
 
-    lease_ttl_s: float
-    left_dispatch_after_s: float | None
-    failed_requests: int
-    status_codes: dict[str, int]
-
-
-@dataclass(frozen=True)
-class MistakeAnswer:
-    """How the frontend answered one kind of client mistake."""
-
-    mistake: str  # "unknown model", "malformed JSON", "missing input"
-    status: int
-    content_type: str
-    openai_error: bool  # the body is {"error": {"message": ...}}, as OpenAI's API answers
-    body: str  # its first 200 characters
-
-
-@dataclass(frozen=True)
-class OverheadFigures:
-    """Through the frontend against straight to one worker (None where the stack has no HTTP worker URL)."""
-
-    p50_ms_c1: float
-    p50_ms_c1_direct: float | None
-    rps_c32: float
-    rps_c32_direct: float | None
-    requests: int
-
-
-@dataclass(frozen=True)
-class CounterSample:
-    """Worker `worker`'s counter `at_s` seconds into the traffic; None where it could not be read."""
-
-    at_s: float
-    worker: int
-    value: float | None
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
 
 
 @dataclass
@@ -194,16 +138,9 @@ class ScenarioResult:
     reasons: list[str]
     wall_seconds: float = 0.0
     events: list[Event] = field(default_factory=list)
-    failover: FailoverFigures | None = None
-    drain: DrainFigures | None = None
-    fault: FaultFigures | None = None
-    ttl_points: list[TtlPoint] = field(default_factory=list)
-    samples: list[CounterSample] = field(default_factory=list)  # counters polled through a fault
-    mistakes: list[MistakeAnswer] = field(default_factory=list)
-    overhead: OverheadFigures | None = None
-    discovered: list[dict[str, Any]] = field(
-        default_factory=list
-    )  # instances etcd lists (attach --etcd-endpoints)
+    figures: Figures | None = None  # what the scenario measured beyond the counters
+    # The instances etcd lists (attach with --etcd-endpoints), beside what the counters said.
+    discovered: list[dict[str, Any]] = field(default_factory=list)
     startup_seconds: dict[str, float] = field(default_factory=dict)
     run_dir: str | None = None
 
@@ -230,9 +167,7 @@ class ScenarioResult:
 
     def worker_label(self, served_by: str | None) -> str:
         """`worker N` for an `x-embedlab-worker` value (`<endpoint>/<instance>`), by the endpoint."""
-        endpoint = (served_by or "").split("/")[0]
-        found = next((w for w in self.workers if w.endpoint and w.endpoint == endpoint), None)
-        return found.label if found else endpoint
+        return worker_label(self.workers, served_by)
 
     def latency_ms(self) -> dict[str, float]:
         return latency_ms(r for b in self.bursts for r in b.traffic.records)
@@ -258,14 +193,25 @@ class ScenarioResult:
             "p_values": self.p_values,
             "bursts": [b.to_json() for b in self.bursts],
             "events": [asdict(e) for e in self.events],
-            "failover": asdict(self.failover) if self.failover else None,
-            "drain": asdict(self.drain) if self.drain else None,
-            "fault": asdict(self.fault) if self.fault else None,
-            "ttl_points": [asdict(p) for p in self.ttl_points],
-            "samples": [asdict(x) for x in self.samples],
-            "mistakes": [asdict(m) for m in self.mistakes],
-            "overhead": asdict(self.overhead) if self.overhead else None,
+            "figures": self.figures.to_json() if self.figures is not None else None,
+            "key_figures": self.key_figures(),
             "discovered": self.discovered,
+        }
+
+    def key_figures(self) -> dict[str, Any]:
+        """What the index, the history diff and a conformance cell show of this run.
+
+        The bursts' own figures (p-values, latency, per-worker deltas, failed requests),
+        then under `own` the scenario's, read through the `Figures` protocol.
+        """
+        return {
+            "verdict": self.verdict,
+            "p_values": {k: v for k, v in self.p_values.items() if v is not None},
+            "latency_ms": self.latency_ms(),
+            "deltas": {b.name: [r.delta for r in b.check.rows] if b.check else None for b in self.bursts},
+            "expected": {b.name: sorted(b.expected) for b in self.bursts},
+            "failed_requests": sum(len(b.traffic.failures) for b in self.bursts),
+            "own": self.figures.key_figures() if self.figures is not None else {},
         }
 
     def save_json(self, path: str | Path) -> Path:

@@ -9,8 +9,9 @@
 Each of these refuses, in a notebook, to run right after a cell that failed
 (`embedlab.cellguard`): what it would show is an earlier run's.
 
-Views import results, never the other way round. A scenario's main figure is chosen by
-its name (`register_figure`), the per-burst delta bars where none is registered.
+Views import results, never the other way round. A result's main figure is chosen by the
+type of its `figures` (`register_figure`), or drawn by them (a `plot(result)` method),
+the per-burst delta bars otherwise.
 """
 
 from __future__ import annotations
@@ -22,12 +23,21 @@ from typing import TYPE_CHECKING, Any
 from ..cellguard import check_previous_cell
 from ..deployment import Deployment
 from ..errors import CheckFailedError
-from ..plugins import Registry
 from ..scenarios.battery import ConformanceMatrix
+from ..scenarios.cluster_figures import FaultFigures, TtlSweepFigures
 from ..scenarios.explore import Explorer, Step, SweepResult
+from ..scenarios.resilience import FailoverFigures
 from ..scenarios.results import ScenarioResult
 from . import figures, tables
-from .figures import plot_convergence, plot_deltas, plot_matrix, plot_sweep, plot_timeline
+from .figures import (
+    plot_convergence,
+    plot_deltas,
+    plot_fault_timeline,
+    plot_matrix,
+    plot_sweep,
+    plot_timeline,
+    plot_ttl_sweep,
+)
 from .tables import deployment_table, matrix_table, result_table, step_table, steps_table, sweep_table
 
 if TYPE_CHECKING:
@@ -52,22 +62,18 @@ __all__ = [
     "verdict",
 ]
 
-# Scenario name -> its main figure.
-FIGURES: Registry[Callable[[ScenarioResult], Figure]] = Registry(
-    "figure",
-    group="embedlab.figures",
-    builtins={
-        "failover": "embedlab.views.figures:plot_timeline",
-        "partition": "embedlab.views.figures:plot_fault_timeline",
-        "etcd-restart": "embedlab.views.figures:plot_fault_timeline",
-        "lease-ttl-sweep": "embedlab.views.figures:plot_ttl_sweep",
-    },
-)
+# A result's figures type -> its main figure; where none fits, the per-burst delta bars. A
+# scenario's own figures class may instead draw itself: a `plot(result)` method.
+FIGURES: dict[type, Callable[[ScenarioResult], Figure]] = {
+    FailoverFigures: plot_timeline,
+    FaultFigures: plot_fault_timeline,
+    TtlSweepFigures: plot_ttl_sweep,
+}
 
 
-def register_figure(scenario: str, figure: Callable[[ScenarioResult], Figure]) -> None:
-    """Make `figure(result)` the main figure of `scenario`'s results."""
-    FIGURES.register(scenario, figure, replace=True)
+def register_figure(kind: type, figure: Callable[[ScenarioResult], Figure]) -> None:
+    """Make `figure(result)` the main figure of results whose `figures` is a `kind`."""
+    FIGURES[kind] = figure
 
 
 def table(thing: Any) -> pd.DataFrame:
@@ -150,7 +156,11 @@ def _plot(thing: Any) -> Figure:
 
 @_plot.register(ScenarioResult)
 def _(result: ScenarioResult) -> Figure:
-    return FIGURES.get(result.scenario)(result) if result.scenario in FIGURES else plot_deltas(result)
+    own = getattr(result.figures, "plot", None)
+    if callable(own):
+        return own(result)  # type: ignore[no-any-return]
+    draw = next((f for kind, f in FIGURES.items() if isinstance(result.figures, kind)), plot_deltas)
+    return draw(result)
 
 
 @_plot.register(SweepResult)

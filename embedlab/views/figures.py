@@ -13,7 +13,9 @@ import numpy as np
 
 from ..defaults import FAIRNESS_ALPHA
 from ..scenarios.battery import ConformanceMatrix
+from ..scenarios.cluster_figures import FaultFigures, TtlSweepFigures
 from ..scenarios.explore import Step, SweepResult, weights_label
+from ..scenarios.resilience import FailoverFigures
 from ..scenarios.results import Burst, ScenarioResult
 from ..stats import binom_acceptance
 
@@ -222,7 +224,7 @@ def plot_timeline(result: ScenarioResult) -> Figure:
             va="top",
             rotation=90,
         )
-    figures = result.failover
+    figures = result.figures if isinstance(result.figures, FailoverFigures) else None
     if figures is not None and figures.killed_at_s is not None and figures.excluded_after_s is not None:
         ax.axvspan(
             figures.killed_at_s,
@@ -371,7 +373,8 @@ def _per_host_counts(result: ScenarioResult) -> dict[int, tuple[list[float], lis
     """Requests counted per host over time, summed over its workers; a restarted worker's counter
     continues from where the old one stopped, and an unreadable sample leaves a gap (NaN)."""
     by_worker: dict[int, list[tuple[float, float | None]]] = {}
-    for sample in result.samples:
+    samples = result.figures.samples if isinstance(result.figures, FaultFigures) else ()
+    for sample in samples:
         by_worker.setdefault(sample.worker, []).append((sample.at_s, sample.value))
     series: dict[int, dict[float, float]] = {}
     host_of = {w.index: w.host for w in result.workers}
@@ -416,7 +419,7 @@ def plot_fault_timeline(result: ScenarioResult) -> Figure:
             label=f"failed ({len(failed)})",
         )
     latency.set_yscale("log")
-    fault = result.fault
+    fault = result.figures if isinstance(result.figures, FaultFigures) else None
     for ax in (counts, latency):
         if fault is not None:
             ax.axvspan(
@@ -443,7 +446,7 @@ def plot_fault_timeline(result: ScenarioResult) -> Figure:
 def plot_ttl_sweep(result: ScenarioResult) -> Figure:
     """Time out of dispatch and failed requests against the lease TTL; the dashed line is one TTL."""
     fig, (left, right) = _figure(10.0, 3.6, 2)
-    points = result.ttl_points
+    points = result.figures.points if isinstance(result.figures, TtlSweepFigures) else ()
     ttls = [p.lease_ttl_s for p in points]
     left.plot(
         ttls,

@@ -101,93 +101,12 @@ def result_table(result: ScenarioResult) -> Table:
 
 
 def figures_table(result: ScenarioResult) -> Table:
-    """The run's own figures as a two-column table: failover's or drain's, and every event."""
-
-    rows: list[tuple[str, str]] = []
-    f = result.failover
-    if f is not None:
-        killed = (
-            "never"
-            if f.killed_at_s is None
-            else f"{f.killed_at_s:.3f} s into the burst, after {f.kill_after_responses} responses"
-        )
-        rows += [
-            ("victim", f"worker {f.victim}"),
-            ("killed at", killed),
-            (
-                "out of dispatch",
-                "never seen"
-                if f.excluded_after_s is None
-                else f"{f.excluded_after_s * 1000:.0f} ms after the kill",
-            ),
-            (
-                "lease TTL",
-                f"{f.lease_ttl_s:g} s (limit: 2 TTLs)"
-                if f.lease_ttl_s
-                else "the stack's own discovery decides",
-            ),
-            ("failed requests", str(f.failed_requests)),
-            ("errors seen for", f"{f.errors_window_s:.2f} s after the kill"),
-            ("responses after the kill", str(f.responses_after_kill)),
-        ]
-        served = sorted(result.bursts[0].traffic.served_by().items())
-        rows += [(f"served by {result.worker_label(w)}", str(n)) for w, n in served] or [
-            ("served by", "not named: this frontend marks no response with its worker")
-        ]
-        rows.append(("verdict", "asserted" if f.asserted else "reported, not asserted"))
-    d = result.drain
-    if d is not None:
-        rows += [
-            ("drained", f"worker {d.victim}"),
-            ("its delta while drained", "not read" if d.victim_delta is None else f"{d.victim_delta:.0f}"),
-            ("registered again after", "yes" if d.resumed else "no (left drained)"),
-        ]
-    x = result.fault
-    if x is not None:
-        codes = ", ".join(
-            f"{n} x {'no answer' if c == '0' else 'HTTP ' + c}" for c, n in sorted(x.status_codes.items())
-        )
-        rows += [
-            (
-                "fault",
-                f"{x.fault}, from {x.started_s:.1f} s to {'-' if x.ended_s is None else f'{x.ended_s:.1f}'} s",
-            ),
-            ("failed requests", f"{x.failed_requests}" + (f" ({codes})" if codes else "")),
-            ("longest hang", f"{x.longest_hang_s:.2f} s"),
-            ("answered during the fault", str(x.served_during_fault)),
-            (
-                "out of dispatch",
-                "not seen"
-                if x.left_dispatch_after_s is None
-                else f"{x.left_dispatch_after_s:.1f} s after the fault",
-            ),
-            (
-                "serving again",
-                "not seen" if x.back_after_s is None else f"{x.back_after_s:.1f} s after it ended",
-            ),
-            ("recovery burst (asserted)", "passed" if x.recovered else "FAILED"),
-        ]
-    for p in result.ttl_points:
-        left = "never" if p.left_dispatch_after_s is None else f"{p.left_dispatch_after_s:.1f} s"
-        rows.append(
-            (f"TTL {p.lease_ttl_s:g} s", f"out of dispatch after {left}, {p.failed_requests} failed requests")
-        )
+    """The run's own figures as a two-column table: what the scenario measured beyond the
+    counters (its `figures.rows()`), what etcd listed when attached, and every event."""
+    rows = list(result.figures.rows()) if result.figures is not None else []
     rows += [
         (f"in etcd: {d['path']}", f"instance {d['instance_id']} at {d['address']}") for d in result.discovered
     ]
-    for m in result.mistakes:
-        kind = (
-            "OpenAI error JSON"
-            if m.openai_error
-            else f"not OpenAI error JSON ({m.content_type or 'no content type'})"
-        )
-        rows.append((m.mistake, f"HTTP {m.status}, {kind}: {m.body[:80]}"))
-    o = result.overhead
-    if o is not None:
-        direct = "no HTTP worker URL" if o.p50_ms_c1_direct is None else f"{o.p50_ms_c1_direct:.2f} ms direct"
-        rows.append(("p50 at c=1", f"{o.p50_ms_c1:.2f} ms through the frontend, {direct}"))
-        direct = "no HTTP worker URL" if o.rps_c32_direct is None else f"{o.rps_c32_direct:.0f}/s direct"
-        rows.append(("throughput at c=32", f"{o.rps_c32:.0f}/s through the frontend, {direct}"))
     rows += [(f"{e.kind} at {e.at_s:.3f} s", e.detail) for e in result.events]
     return table_of([{"figure": f, "value": v} for f, v in rows], ["figure", "value"])
 

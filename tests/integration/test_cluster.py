@@ -120,7 +120,7 @@ def test_partition_mid_traffic_is_reported_and_the_cluster_recovers(tmp_path: Pa
     )
     result = run_scenario(plan)
     assert result.passed, result.summary()
-    fault = result.fault
+    fault = result.figures
     assert fault is not None and fault.recovered and fault.fault == "partition of host 2"
     # What Dynamo decides is reported; these bounds only say the figures were measured at all.
     assert fault.failed_requests > 0 and fault.longest_hang_s > 1.0, fault
@@ -130,8 +130,8 @@ def test_partition_mid_traffic_is_reported_and_the_cluster_recovers(tmp_path: Pa
     )
     kinds = [e.kind for e in result.events]
     assert kinds[:2] == ["partition", "heal"] and "restart" in kinds, kinds
-    assert {s.worker for s in result.samples} == {0, 1} and any(
-        s.value is None for s in result.samples if s.worker == 1
+    assert {s.worker for s in result.figures.samples} == {0, 1} and any(
+        s.value is None for s in result.figures.samples if s.worker == 1
     )
     plot(result)
     assert namespaces() == before
@@ -143,7 +143,7 @@ def test_etcd_restart_mid_traffic_and_a_burst_after_it_passes(tmp_path: Path) ->
         ScenarioPlan(scenario="etcd-restart", stack="dynamo", discovery="etcd", run_dir=str(run_dir))
     )
     assert result.passed, result.summary()
-    fault = result.fault
+    fault = result.figures
     assert fault is not None and fault.recovered and fault.served_during_fault > 0, fault
     kinds = [e.kind for e in result.events]
     # Workers whose leases lapsed in the outage exit and come back between and after these.

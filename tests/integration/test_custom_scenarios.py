@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from embedlab import (
     ConfigError,
     ScenarioPlan,
     ScenarioResult,
+    knob,
     register_scenario,
     run_scenario,
     scenario_names,
@@ -40,11 +42,56 @@ def run(args: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> sub
 
 def test_the_readme_guide_runs_as_written_from_a_file_outside_the_package(tmp_path: Path) -> None:
     code = readme_guide()
-    assert 15 <= len(code.strip().splitlines()) <= 25, "about 20 lines"
+    assert len(code.strip().splitlines()) <= 45, "one short file"
     (tmp_path / "my_scenarios.py").write_text(code)
     proc = run([sys.executable, "my_scenarios.py"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "one-hot-query on embedded: PASSED"
+
+
+def test_the_readme_commands_load_the_file_with_embedlab_plugins(tmp_path: Path) -> None:
+    """The README's commands: its knobs in --help, a run with them set writes its figures into
+    --json, and a badly typed knob is exit 2 with one line naming the option."""
+    (tmp_path / "my_scenarios.py").write_text(readme_guide())
+    env = {**os.environ, "EMBEDLAB_PLUGINS": "my_scenarios.py"}
+    embedlab = [sys.executable, "-m", "embedlab", "scenario", "one-hot-query"]
+    helped = run([*embedlab, "--help"], cwd=tmp_path, env=env)
+    assert helped.returncode == 0, helped.stderr
+    text = " ".join(helped.stdout.split())
+    assert "one-hot-query's own knobs: --query QUERY the one query, sent over and over" in text, text
+    assert "--requests REQUESTS requests in the burst (default: 40)" in text, text
+    out = tmp_path / "out.json"
+    ran = run(
+        [
+            *embedlab,
+            "--query",
+            "hello there",
+            "--requests",
+            "30",
+            "--json",
+            str(out),
+            "--run-dir",
+            str(tmp_path / "r"),
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    saved = json.loads(out.read_text())
+    assert saved["figures"]["query"] == "hello there" and saved["bursts"][0]["traffic"]["n"] == 30
+    assert saved["key_figures"]["own"] == {"busiest share": round(saved["figures"]["busiest_share"], 3)}
+    assert "busiest worker's share" in ran.stdout  # its rows, in the figures the CLI prints
+    bad = run([*embedlab, "--requests", "many"], cwd=tmp_path, env=env)
+    assert bad.returncode == 2 and bad.stdout == "", (bad.returncode, bad.stdout)
+    assert bad.stderr.strip().splitlines() == [
+        "embedlab scenario one-hot-query: error: argument --requests: invalid int value: 'many'"
+    ], bad.stderr
+    missing = run(
+        [*embedlab, "--help"], cwd=tmp_path, env={**os.environ, "EMBEDLAB_PLUGINS": "no_such_plugin"}
+    )
+    assert missing.returncode == 2 and "cannot import plugin 'no_such_plugin'" in missing.stderr, (
+        missing.stderr
+    )
 
 
 def test_an_installed_entry_point_makes_the_scenario_known_to_the_cli(tmp_path: Path) -> None:
@@ -61,7 +108,7 @@ def test_an_installed_entry_point_makes_the_scenario_known_to_the_cli(tmp_path: 
     listed = run([sys.executable, "-m", "embedlab", "scenario", "--help"], cwd=tmp_path, env=env)
     text = " ".join(listed.stdout.split())  # argparse wraps the listing
     assert (
-        "one-hot-query: The same query over and over: a cache-aware router must still use every worker."
+        "one-hot-query The same query over and over: a cache-aware router must still use every worker."
         in text
     ), text
     out = tmp_path / "result.json"
@@ -104,11 +151,48 @@ def test_registration_mistakes_are_config_errors(registered: list[str]) -> None:
         match="unknown scenario 'nope'; choose from same-model, multi-model, failover, failover-no-retries, drain",
     ):
         ScenarioPlan(scenario="nope")
-    registered.append("bad-defaults")
-    register_scenario("bad-defaults", lambda target, plan: None, defaults={"request": 5})
-    with pytest.raises(ConfigError, match="has defaults for no plan field: request"):
-        ScenarioPlan(scenario="bad-defaults").resolved()
-    assert "bad-defaults" in scenario_names()
+
+    @dataclass(kw_only=True)
+    class Loose:
+        rounds: int = knob(3, "rounds")
+
+    @dataclass(frozen=True, kw_only=True)
+    class Odd:
+        where: list = knob((), "a list is no knob type")  # type: ignore[type-arg]
+
+    # Checked when they join, with the scenario's name: not when they first run.
+    with pytest.raises(ConfigError, match="scenario 'loose': params class Loose must be frozen"):
+        register_scenario("loose", lambda target, plan: None, params=Loose)
+    with pytest.raises(ConfigError, match="scenario 'odd': knob where is list"):
+        register_scenario("odd", lambda target, plan: None, params=Odd)
+    with pytest.raises(ConfigError, match=r"scenario 'one-arg': run must take \(target, plan\)"):
+        register_scenario("one-arg", lambda target: None)
+    with pytest.raises(ConfigError, match="scenario 'sets' sets \\['request'\\]"):
+        register_scenario("sets", lambda target, plan: None, deployment={"request": 5})
+    assert not {"loose", "odd", "one-arg", "sets"} & set(scenario_names())
+
+
+def test_knobs_are_checked_by_type_and_named(registered: list[str]) -> None:
+    @dataclass(frozen=True, kw_only=True)
+    class Rounds:
+        rounds: int = knob(3, "rounds", min=1)
+        label: str = knob("x", "a label")
+        ttls: tuple[float, ...] = knob((1.0,), "ttls")
+
+    registered.append("rounds")
+    register_scenario("rounds", lambda target, plan: None, params=Rounds)
+    plan = ScenarioPlan.from_params(scenario="rounds", rounds=5, ttls=[2, 3.5])
+    assert plan.params == Rounds(rounds=5, ttls=(2.0, 3.5))
+    with pytest.raises(ConfigError, match="rounds: rounds must be a whole number, got 'five'"):
+        ScenarioPlan.from_params(scenario="rounds", rounds="five")
+    with pytest.raises(ConfigError, match="rounds: rounds must be at least 1, got 0"):
+        ScenarioPlan(scenario="rounds", params={"rounds": 0})
+    with pytest.raises(ConfigError, match="rounds has no knob round; its knobs: rounds, label, ttls"):
+        ScenarioPlan(scenario="rounds", params={"round": 2})
+    with pytest.raises(
+        ConfigError, match=r"unknown scenario parameters: round \(rounds's own knobs: label, rounds, ttls\)"
+    ):
+        ScenarioPlan.from_params(scenario="rounds", round=2)
 
 
 def test_a_scenario_that_returns_no_result_is_a_clear_error(registered: list[str], tmp_path: Path) -> None:
@@ -121,14 +205,18 @@ def test_a_scenario_that_returns_no_result_is_a_clear_error(registered: list[str
 def test_a_per_model_scenario_gets_one_worker_per_model(registered: list[str], tmp_path: Path) -> None:
     seen: list[list[str]] = []
 
+    @dataclass(frozen=True, kw_only=True)
+    class PerBurst:
+        requests: int = knob(6, "requests per burst")
+
     def record(target, plan) -> ScenarioResult:  # type: ignore[no-untyped-def]
         from embedlab import multi_model_dispatch
 
         seen.append(list(target.models))
-        return multi_model_dispatch(target, requests_per_burst=plan.requests)
+        return multi_model_dispatch(target, requests_per_burst=plan.params.requests)
 
     registered.append("by-model")
-    register_scenario("by-model", record, layout="per-model", defaults={"requests": 6})
+    register_scenario("by-model", record, layout="per-model", params=PerBurst)
     result = run_scenario(ScenarioPlan(scenario="by-model", models=["x", "y", "z"], run_dir=str(tmp_path)))
     assert seen == [["x", "y", "z"]] and result.scenario == "by-model" and result.passed, result.summary()
     assert [b.traffic.n for b in result.bursts] == [6, 6, 6]

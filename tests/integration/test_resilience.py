@@ -25,7 +25,7 @@ def test_failover_on_embedded_loses_nothing(tmp_path) -> None:  # type: ignore[n
         result = failover(dep, requests=200, concurrency=8, kill_after=50)
         assert not dep.workers[1].alive()
     assert result.passed, result.summary()
-    figures = result.failover
+    figures = result.figures
     assert figures is not None and figures.failed_requests == 0
     assert figures.excluded_after_s is not None and figures.excluded_after_s < 2 * 3.0
     assert [e.kind for e in result.events] == ["kill", "out of dispatch"]
@@ -64,9 +64,9 @@ def test_failover_on_dynamo_is_reported_not_asserted_and_says_so(tmp_path) -> No
     ]
     result = json.loads(out.read_text())
     assert (result["verdict"], result["passed"], result["ok"]) == ("reported", False, True)
-    failed = result["failover"]["failed_requests"]
+    failed = result["figures"]["failed_requests"]
     assert f"{failed} of 120 requests failed" in last
-    assert result["failover"]["asserted"] is False and result["failover"]["killed_at_s"] is not None
+    assert result["figures"]["asserted"] is False and result["figures"]["killed_at_s"] is not None
     survivor = result["bursts"][0]["check"]["rows"][0]
     assert survivor["worker"] == 0 and survivor["delta"] > 0
 

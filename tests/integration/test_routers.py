@@ -145,16 +145,16 @@ def test_the_battery_on_embedded_litellm_and_vllm_router(tmp_path: Path) -> None
     # vllm-router's default, cache_aware, is reported with its skew; without IGW it ignores the model.
     assert (
         verdict[("vllm-router", "same-model")] == "reported"
-        and "(report)" in cells[("vllm-router", "same-model")]["text"]
+        and "judged report" in cells[("vllm-router", "same-model")]["text"]
     )
     assert verdict[("vllm-router", "multi-model")] == "failed"
-    assert not cells[("vllm-router", "multi-model")]["text"].startswith("0 of"), cells[
-        ("vllm-router", "multi-model")
-    ]
+    assert not cells[("vllm-router", "multi-model")]["text"].startswith(
+        "counted on another model's worker 0 of"
+    ), cells[("vllm-router", "multi-model")]
     # Retries hide a dead worker; without them, clients see 500s.
-    assert cells[("vllm-router", "failover")]["text"].startswith("0 of 200 lost")
+    assert cells[("vllm-router", "failover")]["text"].startswith("lost 0 of 200")
     lost = cells[("vllm-router", "failover-no-retries")]["text"]
-    assert not lost.startswith("0 of") and "HTTP 500" in lost, lost
+    assert not lost.startswith("lost 0 of") and "HTTP 500" in lost, lost
     # Plain-text 400 and 422 for a malformed body and a missing field; LiteLLM answers OpenAI error JSON.
     assert (
         verdict[("vllm-router", "client-mistakes")] == "failed"

@@ -19,9 +19,9 @@ SCENARIO_NOTEBOOKS = {
     "scenario": None,
     "cluster_faults": None,
 }
-# The cluster faults run steady traffic at a fixed rate: no request count, and Dynamo takes no seed.
-CLUSTER_PARAMETERS = {"stack", "engine", "models", "model_paths", "concurrency", "run_dir", "result_json", "discovery", "hosts"}
-COMMON_PARAMETERS = {"stack", "engine", "models", "model_paths", "requests", "concurrency", "seed", "run_dir", "result_json"}
+# The generic notebooks take any scenario's knobs in `params`; the cluster faults take no seed.
+CLUSTER_PARAMETERS = {"stack", "engine", "models", "model_paths", "params", "run_dir", "result_json", "discovery", "hosts"}
+COMMON_PARAMETERS = {"stack", "engine", "models", "model_paths", "seed", "run_dir", "result_json"}
 
 
 def committed_notebooks() -> list[Path]:
@@ -116,12 +116,23 @@ def test_scenario_notebook_parameters(name: str) -> None:
     scenario = SCENARIO_NOTEBOOKS[name]
     assert nb["metadata"].get("embedlab", {}).get("scenario") == scenario
     if scenario is None:
-        assert "scenario" in names, "the generic notebook takes the scenario's name"
-    elif not get_scenario(scenario).launches:
-        assert {"frontend_url", "system_urls"} <= names, "a scenario that can attach takes the attach parameters"
+        assert {"scenario", "params"} <= names, "the generic notebook takes the scenario's name and knobs"
+    else:
+        # Its knobs, each with the scenario's own default: a default is written once, in its params class.
+        from embedlab.scenarios.params import knobs
+
+        defaults = {k.name: k.default for k in knobs(get_scenario(scenario).params_class)}
+        values = {t.id: ast.literal_eval(node.value) for node in ast.parse(source).body for t in node.targets}  # type: ignore[attr-defined]
+        assert set(defaults) <= names, f"{name} lacks its knobs {set(defaults) - names}"
+        differ = {k: (values[k], d) for k, d in defaults.items() if values[k] != d}
+        assert not differ, f"{name}'s parameters cell disagrees with {scenario}'s params (cell, params): {differ}"
+        if not get_scenario(scenario).launches:
+            assert {"frontend_url", "system_urls"} <= names, "a scenario that can attach takes the attach parameters"
     if name == "same_model_load_balance":
         assert {"workers", "weights"} <= names
     plan_fields = set(ScenarioPlan.__dataclass_fields__)
+    if scenario is not None:
+        plan_fields |= set(defaults)
     assert names - {"result_json"} <= plan_fields, f"{name} takes parameters no plan has: {names - plan_fields}"
     code = "".join("".join(c["source"]) for c in code_cells(nb))
     handed = code[code.index("ScenarioPlan.from_params("):]

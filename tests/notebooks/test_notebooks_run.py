@@ -135,13 +135,13 @@ def test_failover_notebook(stack: str, tmp_path: Path, run_dir: Path) -> None:
     )
     assert errors(nb) == []
     result = json.loads(result_json.read_text())
-    assert result["failover"]["killed_at_s"] is not None
+    assert result["figures"]["killed_at_s"] is not None
     if stack == "embedded":
         assert result["verdict"] == "passed", result["reasons"]
-        assert result["failover"]["failed_requests"] == 0 and result["failover"]["asserted"] is True
+        assert result["figures"]["failed_requests"] == 0 and result["figures"]["asserted"] is True
     else:
         # Dynamo decides its failover; the notebook shows the figures and asserts nothing.
-        assert result["verdict"] == "reported" and result["failover"]["asserted"] is False, result["reasons"]
+        assert result["verdict"] == "reported" and result["figures"]["asserted"] is False, result["reasons"]
     last = "".join(code_cells(nb)[-1]["outputs"][-1]["text"]).strip()
     assert last.startswith(f"failover on {stack}: {result['verdict'].upper()}"), last
     assert any(images(c) for c in tagged(nb, "report-figure")), "the timeline figure is missing"
@@ -156,7 +156,7 @@ def test_cluster_faults_notebook_runs_the_etcd_restart_and_saves_its_figures(tmp
     )
     assert errors(nb) == []
     result = json.loads(result_json.read_text())
-    assert result["verdict"] == "passed" and result["fault"]["recovered"] is True, result["reasons"]
-    assert result["fault"]["served_during_fault"] > 0 and result["samples"]
+    assert result["verdict"] == "passed" and result["figures"]["recovered"] is True, result["reasons"]
+    assert result["figures"]["served_during_fault"] > 0 and result["figures"]["samples"]
     assert sum(1 for c in tagged(nb, "report-figure") if images(c)) == 2
     assert_torn_down(run_dir)

@@ -56,9 +56,10 @@ def test_regress_writes_every_artifact(regress_run) -> None:  # type: ignore[no-
     assert dynamo["figures"]["deltas"] == {"model-a": [8, 0], "model-b": [0, 8]}
     assert dynamo["result"]["stack"] == "dynamo"
     failover = by_name["failover--dynamo-hash"]
-    assert (failover["status"], failover["verdict"]) == ("reported", "reported")
-    lost = failover["figures"]["failed_requests"]
-    assert lost == failover["result"]["failover"]["failed_requests"] and failover["figures"]["out_of_dispatch_s"] is not None
+    assert (failover["verdict"], failover["result"]["verdict"]) == ("reported", "reported")
+    lost = failover["result"]["figures"]["failed_requests"]
+    own = failover["figures"]["own"]
+    assert own["lost"].startswith(f"{lost} of ") and own["out of dispatch"].endswith("ms after the kill"), own
     for scenario in results["scenarios"]:
         for key in ("report_html", "notebook_out", "result_json", "logs"):
             assert (run / scenario[key]).exists(), (scenario["name"], key)
@@ -118,7 +119,7 @@ def test_regress_fails_for_real_keeps_the_report_and_shows_the_flip(regress_run,
 
     results = json.loads((run / "results.json").read_text())
     (scenario,) = results["scenarios"]
-    assert results["passed"] is False and scenario["status"] == "failed"
+    assert results["passed"] is False and scenario["verdict"] == "failed"
     assert scenario["figures"]["deltas"] == {"model-b": [0, 5], "model-a": [5, 0]}
     failure = ET.parse(run / "junit.xml").getroot().find("testsuite/testcase/failure")
     assert failure is not None and "traffic leaked" in (failure.text or "")
@@ -144,7 +145,7 @@ def test_a_hung_cell_is_cut_by_the_timeout_and_reported(tmp_path: Path) -> None:
     assert proc.returncode == 1
     run = index_path(proc).parent
     (scenario,) = json.loads((run / "results.json").read_text())["scenarios"]
-    assert scenario["status"] == "error" and "timed out" in scenario["error"].lower(), scenario["error"]
+    assert scenario["verdict"] == "error" and "timed out" in scenario["error"].lower(), scenario["error"]
     assert (run / "hang--forever.ipynb").is_file() and (run / "hang--forever.html").is_file()
     assert "ERROR" in (run / "index.html").read_text()
 

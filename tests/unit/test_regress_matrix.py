@@ -88,7 +88,8 @@ victim = 0
     )
     (job,) = matrix.jobs
     assert job.name == "drain--embedded-hash" and job.notebook == (NOTEBOOKS / "scenario.ipynb").resolve()
-    assert job.params == {"scenario": "drain", "requests": 12, "victim": 0}
+    # The scenario's knobs reach the generic notebook in its `params` mapping.
+    assert job.params == {"scenario": "drain", "params": {"requests": 12, "victim": 0}}
 
 
 @pytest.mark.parametrize(
@@ -112,7 +113,7 @@ victim = 0
         ),
         (
             'scenarios = ["partition"]\n[[params]]\nstack = "embedded"\n',
-            "partition runs on dynamo, not on embedded",
+            "partition needs discovery='etcd'",
         ),
         (
             'notebooks = ["same_model_load_balance"]\n[[params]]\nworkers = 0\n',
@@ -175,7 +176,7 @@ def scenario(name: str, status: str, p: float | None, p50: float, p99: float) ->
         "name": name,
         "notebook": notebook,
         "slug": slug,
-        "status": status,
+        "verdict": status,
         "seconds": 1.0,
         "summary": f"it {status}",
         "reasons": ["model-b: traffic leaked onto worker 0 (+3)"] if status == "failed" else [],
@@ -239,7 +240,7 @@ def test_a_failed_run_raises_notebook_run_error_with_its_report(tmp_path: Path) 
         job = Job(notebook=NOTEBOOKS / "multi_model_dispatch.ipynb", slug=name, params={})
         return Outcome(
             job=job,
-            status=status,
+            verdict=status,
             seconds=1.0,
             notebook_out=tmp_path / f"{job.name}.ipynb",
             html=tmp_path / f"{job.name}.html",

@@ -9,40 +9,55 @@ from pathlib import Path
 import pytest
 
 from embedlab.matrix import shown_path
-from embedlab.regression import _status, key_figures
+from embedlab.regression import _verdict
 from embedlab.report import VERDICT_COLOURS, compare_runs, write_index, write_junit
+from embedlab.scenarios.resilience import FailoverFigures
+from embedlab.scenarios.results import ScenarioResult
 from embedlab.verdicts import Verdict
 
 REPO = Path(__file__).resolve().parents[2]
 
-FAILOVER_RESULT = {
-    "scenario": "failover",
-    "stack": "dynamo",
-    "verdict": "reported",
-    "passed": False,
-    "ok": True,
-    "reasons": ["2 of 200 requests failed", "out of dispatch 9600 ms after the kill"],
-    "p_values": {},
-    "latency_ms": {"p50": 3.0, "p99": 9000.0},
-    "bursts": [{"name": "embed-model", "deltas": [150], "expected": [0], "traffic": {"failed": 2}}],
-    "failover": {"excluded_after_s": 9.6, "failed_requests": 2},
-}
+FAILOVER = ScenarioResult(
+    scenario="failover",
+    stack="dynamo",
+    params={},
+    workers=[],
+    bursts=[],
+    verdict=Verdict.REPORTED,
+    reasons=["2 of 200 requests failed", "out of dispatch 9600 ms after the kill"],
+    figures=FailoverFigures(
+        victim=1,
+        kill_after_responses=50,
+        requests=200,
+        killed_at_s=0.4,
+        excluded_after_s=9.6,
+        lease_ttl_s=None,
+        failed_requests=2,
+        codes={"503": 2},
+        responses_after_kill=150,
+        errors_window_s=9.0,
+        asserted=False,
+        victim_counter_before=0.0,
+        served_by={},
+    ),  # fmt: skip
+)
+FAILOVER_RESULT = FAILOVER.to_json()
 
 
-def run_entry(name: str, status: str, result: dict | None = None) -> dict:  # type: ignore[type-arg]
+def run_entry(name: str, verdict: str, result: dict | None = None) -> dict:  # type: ignore[type-arg]
     notebook, slug = name.split("--")
-    result = result or {"verdict": status, "reasons": []}
+    result = result or {"verdict": verdict, "reasons": []}
     return {
         "name": name,
         "notebook": notebook,
         "slug": slug,
-        "status": status,
+        "verdict": verdict,
         "seconds": 1.0,
-        "summary": f"{notebook} on dynamo: {status.upper()}",
+        "summary": f"{notebook} on dynamo: {verdict.upper()}",
         "reasons": result.get("reasons", []),
         "params": {"stack": "dynamo"},
         "report_html": f"{name}.html",
-        "figures": key_figures(result),
+        "figures": result.get("key_figures") or {},
         "result": result,
     }
 
@@ -58,16 +73,16 @@ def test_only_a_pass_is_green_and_a_report_is_ok_but_not_a_pass() -> None:
 
 
 def test_a_notebook_that_reported_gets_the_reported_status() -> None:
-    assert _status(None, FAILOVER_RESULT) == Verdict.REPORTED
-    assert _status("AssertionError: boom (cell 5)", FAILOVER_RESULT) == Verdict.ERROR
-    assert _status(None, {"verdict": "failed"}) == Verdict.FAILED
-    assert _status(None, None) == Verdict.PASSED
+    assert _verdict(None, FAILOVER_RESULT) == Verdict.REPORTED
+    assert _verdict("AssertionError: boom (cell 5)", FAILOVER_RESULT) == Verdict.ERROR
+    assert _verdict(None, {"verdict": "failed"}) == Verdict.FAILED
+    assert _verdict(None, None) == Verdict.PASSED
 
 
 def test_lost_requests_and_time_out_of_dispatch_are_key_figures() -> None:
-    figures = key_figures(FAILOVER_RESULT)
-    assert figures["failed_requests"] == 2 and figures["out_of_dispatch_s"] == 9.6
-    assert key_figures({"bursts": [{"traffic": {"failed": 0}}]})["failed_requests"] == 0
+    own = FAILOVER.key_figures()["own"]
+    assert own == {"lost": "2 of 200 (HTTP 503)", "out of dispatch": "9600 ms after the kill"}
+    assert FAILOVER_RESULT["key_figures"]["own"] == own, "the same in results.json"
 
 
 def test_junit_counts_a_report_as_a_passing_case_with_its_figures(tmp_path: Path) -> None:
@@ -98,7 +113,9 @@ def test_index_shows_a_report_in_a_neutral_badge_with_the_lost_requests(tmp_path
     row = re.search(r"<tr><td><a href=\"#failover--dynamo-hash\">.*?</tr>", html, re.S)
     assert row is not None
     assert '<span class="verdict reported">REPORTED</span>' in row.group(0)
-    assert "2 failed requests" in row.group(0) and "out of dispatch 9600 ms after the fault" in row.group(0)
+    assert "lost: 2 of 200 (HTTP 503)" in row.group(
+        0
+    ) and "out of dispatch: 9600 ms after the kill" in row.group(0)
     assert f".verdict.reported {{ background: {VERDICT_COLOURS[Verdict.REPORTED]}; }}" in html
     # The history diff names the change from a pass to a report as a flip.
     (flip,) = [r for r in compare_runs(previous, results) if r["name"] == "failover--dynamo-hash"]

@@ -1,0 +1,185 @@
+"""A scenario's own knobs: one frozen dataclass per scenario, each knob with its type and default.
+
+    @dataclass(frozen=True, kw_only=True)
+    class FailoverParams:
+        requests: int = knob(200, "requests in the burst", min=1)
+        kill_after: int = knob(50, "the victim is SIGKILLed after this many responses", min=1)
+
+    register_scenario("failover", run_failover, params=FailoverParams)
+
+From that one class come the scenario's `embedlab scenario NAME` options (`kill_after`
+becomes `--kill-after`, type-checked), the keys a matrix and a notebook's parameters cell
+accept for it, and its `--help`. `params_of(cls, values)` builds an instance from plain
+values (a notebook's, a matrix's, the CLI's), checking each against its type: a mistake is
+a `ConfigError` that names the knob.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+
+__all__ = ["Knob", "NoParams", "check_params_class", "describe_params", "knob", "knobs", "params_of"]
+
+
+def knob(default: Any, help: str, *, min: float | None = None) -> Any:
+    """A field of a params class: its default, its help text, and a lower bound if it has one."""
+    if isinstance(default, (list, dict, set)):
+        raise ConfigError(f"a knob's default must be immutable (a tuple, not a {type(default).__name__})")
+    return dataclasses.field(default=default, metadata={"help": help, "min": min})
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoParams:
+    """A scenario without knobs of its own."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob as the CLI, matrices and `--help` see it."""
+
+    name: str
+    kind: Any  # the resolved type hint: int, float, str, bool, tuple[float, ...], X | None
+    default: Any
+    help: str
+    min: float | None
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def optional(self) -> bool:
+        return _is_optional(self.kind)
+
+    @property
+    def base(self) -> Any:
+        """The type without `| None`."""
+        args = [a for a in typing.get_args(self.kind) if a is not type(None)]
+        return args[0] if self.optional and len(args) == 1 else self.kind
+
+    @property
+    def item(self) -> Any | None:
+        """The element type of a tuple knob (`tuple[float, ...]`), else None."""
+        if typing.get_origin(self.base) is tuple:
+            return typing.get_args(self.base)[0]
+        return None
+
+    def check(self, value: Any, *, scenario: str) -> Any:
+        """`value` as this knob holds it (a list becomes a tuple, an int a float), or a ConfigError."""
+        if value is None and self.optional:
+            return None
+        item = self.item
+        if item is not None:
+            if isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            if not isinstance(value, (list, tuple)):
+                raise self._wrong(value, scenario)
+            return tuple(self._scalar(v, item, scenario) for v in value)
+        return self._scalar(value, self.base, scenario)
+
+    def _scalar(self, value: Any, kind: Any, scenario: str) -> Any:
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise self._wrong(value, scenario)
+            return value
+        if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = float(value)
+        elif kind is float and isinstance(value, str):
+            value = self._parsed(value, float, scenario)
+        elif kind is int and isinstance(value, str):
+            value = self._parsed(value, int, scenario)
+        if kind in (int, float, str) and (type(value) is not kind):
+            raise self._wrong(value, scenario)
+        if self.min is not None and isinstance(value, (int, float)) and value < self.min:
+            raise ConfigError(f"{scenario}: {self.name} must be at least {self.min:g}, got {value!r}")
+        return value
+
+    def _parsed(self, text: str, kind: type, scenario: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            raise self._wrong(text, scenario) from None
+
+    def _wrong(self, value: Any, scenario: str) -> ConfigError:
+        return ConfigError(f"{scenario}: {self.name} must be {_type_name(self.kind)}, got {value!r}")
+
+
+def knobs(cls: type) -> list[Knob]:
+    """The knobs of a params class, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    return [
+        Knob(
+            name=f.name,
+            kind=hints[f.name],
+            default=f.default,
+            help=f.metadata.get("help", ""),
+            min=f.metadata.get("min"),
+        )
+        for f in dataclasses.fields(cls)
+    ]
+
+
+def params_of(cls: type, values: Mapping[str, Any], *, scenario: str) -> Any:
+    """An instance of `cls` from plain values; an unknown or badly typed knob is a ConfigError."""
+    known = {k.name: k for k in knobs(cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        takes = ", ".join(known) or "none"
+        raise ConfigError(f"{scenario} has no knob {', '.join(unknown)}; its knobs: {takes}")
+    return cls(**{name: known[name].check(value, scenario=scenario) for name, value in values.items()})
+
+
+def check_params_class(cls: Any, *, scenario: str) -> None:
+    """Refuse, when a scenario registers, a params class the CLI and matrices could not read."""
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise ConfigError(f"scenario {scenario!r}: params must be a dataclass, got {cls!r}")
+    if not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        raise ConfigError(f"scenario {scenario!r}: params class {cls.__name__} must be frozen")
+    for f in dataclasses.fields(cls):
+        if f.default is dataclasses.MISSING:
+            raise ConfigError(f"scenario {scenario!r}: knob {f.name} of {cls.__name__} needs a default")
+    for k in knobs(cls):
+        kinds = (k.item,) if k.item is not None else (k.base,)
+        if not all(t in (int, float, str, bool) for t in kinds):
+            raise ConfigError(
+                f"scenario {scenario!r}: knob {k.name} is {_type_name(k.kind)}; knobs are int, float, str, "
+                "bool, a tuple of one of those, or one of these | None"
+            )
+
+
+def _is_optional(kind: Any) -> bool:
+    return typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in typing.get_args(kind)
+
+
+def _type_name(kind: Any) -> str:
+    names = {int: "a whole number", float: "a number", str: "text", bool: "true or false"}
+    if kind in names:
+        return names[kind]
+    if _is_optional(kind):
+        inner = [a for a in typing.get_args(kind) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in inner) + " or None"
+    if typing.get_origin(kind) is tuple:
+        return f"a list of {_type_name(typing.get_args(kind)[0]).removeprefix('a ')}s"
+    return getattr(kind, "__name__", str(kind))
+
+
+def describe_params(params: Any) -> str:
+    """The knobs in a line for people: the class's own `describe()` where it has one."""
+    own = getattr(params, "describe", None)
+    if callable(own):
+        return str(own())
+    shown = [f"{k.name.replace('_', ' ')} {_shown(getattr(params, k.name))}" for k in knobs(type(params))]
+    return ", ".join(shown) or "no knobs of its own"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "/".join(_shown(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
