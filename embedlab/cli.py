@@ -176,7 +176,7 @@ def _run_conformance(args: argparse.Namespace) -> int:
     print(f"{len(run.matrix.cells)} cells: {counts}")
     if args.markdown:
         from .jsonio import load_json
-        from .report import conformance_markdown
+        from .pages import conformance_markdown
 
         command = (
             "embedlab conformance " + " ".join(sys.argv[2:])

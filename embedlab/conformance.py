@@ -19,8 +19,9 @@ from pathlib import Path
 from .defaults import CELL_TIMEOUT_S
 from .jsonio import write_json
 from .matrix import GENERIC_NOTEBOOK, Job, default_notebook_dir
+from .pages import write_conformance
 from .regression import Outcome, check_kernel, new_run_dir, run_jobs
-from .report import write_conformance, write_junit
+from .report import write_junit
 from .scenarios.battery import (
     BATTERY,
     BATTERY_STACKS,

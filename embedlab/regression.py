@@ -305,7 +305,8 @@ def regress(
     of its strings (as `embedlab regress -k`). `progress`, when given, gets one line as each
     notebook starts and one as it ends.
     """
-    from .report import load_results, write_index, write_json, write_junit
+    from .pages import write_index
+    from .report import load_results, write_json, write_junit
 
     plan = load_matrix(matrix).only(only)
     check_kernel()  # before anything runs: otherwise every notebook fails the same way

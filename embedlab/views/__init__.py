@@ -29,15 +29,8 @@ from ..scenarios.explore import Explorer, Step, SweepResult
 from ..scenarios.resilience import FailoverFigures
 from ..scenarios.results import ScenarioResult
 from . import figures, tables
-from .figures import (
-    plot_convergence,
-    plot_deltas,
-    plot_fault_timeline,
-    plot_matrix,
-    plot_sweep,
-    plot_timeline,
-    plot_ttl_sweep,
-)
+from .fault_figures import plot_fault_timeline, plot_timeline, plot_ttl_sweep
+from .figures import plot_convergence, plot_deltas, plot_matrix, plot_sweep
 from .tables import deployment_table, matrix_table, result_table, step_table, steps_table, sweep_table
 
 if TYPE_CHECKING:

@@ -13,9 +13,7 @@ import numpy as np
 
 from ..defaults import FAIRNESS_ALPHA
 from ..scenarios.battery import ConformanceMatrix
-from ..scenarios.cluster_figures import FaultFigures, TtlSweepFigures
 from ..scenarios.explore import Step, SweepResult, weights_label
-from ..scenarios.resilience import FailoverFigures
 from ..scenarios.results import Burst, ScenarioResult
 from ..stats import binom_acceptance
 
@@ -27,14 +25,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALL_RESPONSES",
+    "BAD",
+    "OBSERVED",
+    "figure",
+    "legend_outside",
     "plot_convergence",
     "plot_deltas",
-    "plot_fault_timeline",
     "plot_latency",
     "plot_matrix",
     "plot_sweep",
-    "plot_timeline",
-    "plot_ttl_sweep",
+    "served_by",
 ]
 
 OBSERVED, EXPECTED, BAD = "#1f77b4", "#c7c7c7", "#d62728"
@@ -42,7 +42,7 @@ OBSERVED, EXPECTED, BAD = "#1f77b4", "#c7c7c7", "#d62728"
 ALL_RESPONSES = "all responses (the frontend names no worker)"
 
 
-def _figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, list[Axes]]:
+def figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, list[Axes]]:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), layout="constrained")
@@ -50,13 +50,13 @@ def _figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, list[A
     return fig, list(axes)
 
 
-def _legend_outside(ax: Axes, **options: object) -> None:
+def legend_outside(ax: Axes, **options: object) -> None:
     """A legend right of the axes: it never covers data, whatever the data does."""
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **options)  # type: ignore[arg-type]
 
 
-def _served_by(result: ScenarioResult, record: RequestRecord) -> str:
+def served_by(result: ScenarioResult, record: RequestRecord) -> str:
     return result.worker_label(record.worker) if record.worker else ALL_RESPONSES
 
 
@@ -71,7 +71,7 @@ def plot_deltas(result: ScenarioResult) -> Figure:
     tested = [b for b in result.bursts if b.check is not None and b.check.p_value is not None]
     shares = len(result.bursts) == 1 and bool(tested)
     n = max(1, len(result.bursts))
-    fig, axes = _figure(9.6 if shares else max(6.0, 3.6 * n + 1.6), 3.4, n + int(shares))
+    fig, axes = figure(9.6 if shares else max(6.0, 3.6 * n + 1.6), 3.4, n + int(shares))
     workers = [w.index for w in result.workers]
     x = np.arange(len(workers))
     for ax, burst in zip(axes, result.bursts):
@@ -98,7 +98,7 @@ def plot_deltas(result: ScenarioResult) -> Figure:
             title += f"\np = {burst.check.p_value:.3g}"
         ax.set_title(title, fontsize=9)
         ax.set_ylabel("requests counted (delta)")
-    _legend_outside(axes[n - 1])
+    legend_outside(axes[n - 1])
     if shares:
         _plot_share_ranges(axes[-1], result, tested[0])
     fig.suptitle(f"{result.scenario} on {result.stack}: {result.verdict.upper()}", fontsize=10)
@@ -147,19 +147,19 @@ def _plot_share_ranges(ax: Axes, result: ScenarioResult, burst: Burst) -> None:
     ax.invert_yaxis()
     p_value = burst.check.p_value
     ax.set_title(f"the rule: p >= {alpha:g} (here p = {p_value:.3g})", fontsize=9)
-    _legend_outside(ax)
+    legend_outside(ax)
 
 
 def plot_latency(result: ScenarioResult) -> Figure:
     """Latency over the run, coloured by serving worker, and its distribution per burst."""
-    fig, (timeline, dist) = _figure(10.0, 3.2, 2)
+    fig, (timeline, dist) = figure(10.0, 3.2, 2)
     records = [r for b in result.bursts for r in b.traffic.records]
-    workers = sorted({_served_by(result, r) for r in records if r.ok})
+    workers = sorted({served_by(result, r) for r in records if r.ok})
     palette = {w: f"C{k % 10}" for k, w in enumerate(workers)}
     offset = 0.0
     for burst in result.bursts:
         for worker in workers:
-            picked = [r for r in burst.traffic.records if r.ok and _served_by(result, r) == worker]
+            picked = [r for r in burst.traffic.records if r.ok and served_by(result, r) == worker]
             timeline.scatter(
                 [offset + r.started for r in picked],
                 [r.latency * 1000 for r in picked],
@@ -183,60 +183,12 @@ def plot_latency(result: ScenarioResult) -> Figure:
             dist.step(values, np.arange(1, values.size + 1) / values.size, where="post", label=burst.name)
     timeline.set_xlabel("time since first burst (s)")
     timeline.set_ylabel("latency (ms)")
-    _legend_outside(timeline)
+    legend_outside(timeline)
     dist.set_xlabel("latency (ms)")
     dist.set_ylabel("fraction of requests")
-    _legend_outside(dist)
+    legend_outside(dist)
     lat = result.latency_ms()
     fig.suptitle(f"latency: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms", fontsize=10)
-    return fig
-
-
-def plot_timeline(result: ScenarioResult) -> Figure:
-    """Responses by serving worker over time, with the run's events marked: how failover looked."""
-    fig, (ax,) = _figure(9.0, 3.4)
-    burst: Burst = result.bursts[0]
-    records = sorted(burst.traffic.records, key=lambda r: r.started + r.latency)
-    workers = sorted({_served_by(result, r) for r in records if r.ok})
-    for k, worker in enumerate(workers):
-        done = [r.started + r.latency for r in records if r.ok and _served_by(result, r) == worker]
-        ax.step(done, np.arange(1, len(done) + 1), where="post", color=f"C{k % 10}", label=worker)
-    failed = [r.started + r.latency for r in records if not r.ok]
-    if failed:
-        ax.scatter(
-            failed,
-            np.zeros(len(failed)),
-            marker="x",
-            color=BAD,
-            s=40,
-            zorder=5,
-            label=f"failed ({len(failed)})",
-        )
-    top = ax.get_ylim()[1]
-    for event in result.events:
-        ax.axvline(event.at_s, color=BAD, linestyle="--", linewidth=1)
-        ax.text(
-            event.at_s,
-            top * 0.95,
-            f" {event.kind}: {event.detail}",
-            color=BAD,
-            fontsize=8,
-            va="top",
-            rotation=90,
-        )
-    figures = result.figures if isinstance(result.figures, FailoverFigures) else None
-    if figures is not None and figures.killed_at_s is not None and figures.excluded_after_s is not None:
-        ax.axvspan(
-            figures.killed_at_s,
-            figures.killed_at_s + figures.excluded_after_s,
-            color=BAD,
-            alpha=0.08,
-            label=f"until out of dispatch ({figures.excluded_after_s:.2f} s)",
-        )
-    ax.set_xlabel("time since burst start (s)")
-    ax.set_ylabel("responses (cumulative)")
-    _legend_outside(ax)
-    fig.suptitle(f"{result.scenario} on {result.stack}: {result.verdict.upper()}", fontsize=10)
     return fig
 
 
@@ -248,7 +200,7 @@ def plot_convergence(steps: Sequence[Step]) -> Figure:
     share in that phase, dashed in turn with the other workers' where they coincide. A
     burst that did not pass is a red cross, its reason written under the axes.
     """
-    fig, (ax,) = _figure(9.6, 3.8)
+    fig, (ax,) = figure(9.6, 3.8)
     if not steps:
         ax.text(0.5, 0.5, "no bursts sent yet", ha="center", va="center", transform=ax.transAxes)
         return fig
@@ -316,7 +268,7 @@ def plot_convergence(steps: Sequence[Step]) -> Figure:
     ax.set_xticks([s.number for s in steps])
     ax.set_xlabel("burst")
     ax.set_ylabel("cumulative share\n(since the weights were set)")
-    _legend_outside(ax)
+    legend_outside(ax)
     ax.set_title("split convergence: observed (solid) against the weights (dashed)", fontsize=10, pad=16)
     return fig
 
@@ -356,123 +308,16 @@ def plot_sweep(sweep: SweepResult) -> Figure:
     bars.set_xticks(x, labels, fontsize=8)
     bars.set_ylim(0, 1.05)
     bars.set_ylabel("share of the burst's requests")
-    _legend_outside(bars)
+    legend_outside(bars)
     bars.set_title("observed against expected share, per weight setting", fontsize=9)
     scatter.plot([0, 1], [0, 1], color="#888888", ls="--", lw=1)
     scatter.set_xlim(0, 1)
     scatter.set_ylim(0, 1)
     scatter.set_xlabel("expected share (from the weights)")
     scatter.set_ylabel("observed share (from the counters)")
-    _legend_outside(scatter)
+    legend_outside(scatter)
     scatter.set_title("expected against observed", fontsize=9)
     fig.suptitle(f"weight sweep on {sweep.stack}: {sweep.verdict.upper()}", fontsize=10)
-    return fig
-
-
-def _per_host_counts(result: ScenarioResult) -> dict[int, tuple[list[float], list[float]]]:
-    """Requests counted per host over time, summed over its workers; a restarted worker's counter
-    continues from where the old one stopped, and an unreadable sample leaves a gap (NaN)."""
-    by_worker: dict[int, list[tuple[float, float | None]]] = {}
-    samples = result.figures.samples if isinstance(result.figures, FaultFigures) else ()
-    for sample in samples:
-        by_worker.setdefault(sample.worker, []).append((sample.at_s, sample.value))
-    series: dict[int, dict[float, float]] = {}
-    host_of = {w.index: w.host for w in result.workers}
-    for worker, points in by_worker.items():
-        offset, last, first = 0.0, None, None
-        for at, value in points:
-            total = series.setdefault(host_of.get(worker, 0), {})
-            if value is None:
-                total[at] = float("nan")
-                continue
-            if last is not None and value < last:
-                offset += last  # a new process counts from zero
-            last = value
-            first = value if first is None else first
-            total[at] = total.get(at, 0.0) + offset + value - first
-    return {host: (list(points), list(points.values())) for host, points in sorted(series.items())}
-
-
-def plot_fault_timeline(result: ScenarioResult) -> Figure:
-    """Top: requests counted per host through the fault (a gap: the host could not be read).
-    Bottom: every request's latency, failed ones in red. The fault is shaded, events marked."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10.0, 5.2), layout="constrained")
-    counts, latency = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [1.3, 1]})
-    for host, (xs, ys) in _per_host_counts(result).items():
-        on_host = [w.label for w in result.workers if w.host == host]
-        counts.plot(xs, ys, marker=".", ms=3, lw=1.2, label=f"host {host} ({', '.join(on_host)})")
-    traffic = result.bursts[0].traffic
-    ok = [r for r in traffic.records if r.ok]
-    failed = [r for r in traffic.records if not r.ok]
-    latency.scatter(
-        [r.started for r in ok], [r.latency for r in ok], s=6, color=OBSERVED, label=f"answered ({len(ok)})"
-    )
-    if failed:
-        latency.scatter(
-            [r.started for r in failed],
-            [r.latency for r in failed],
-            s=22,
-            marker="x",
-            color=BAD,
-            label=f"failed ({len(failed)})",
-        )
-    latency.set_yscale("log")
-    fault = result.figures if isinstance(result.figures, FaultFigures) else None
-    for ax in (counts, latency):
-        if fault is not None:
-            ax.axvspan(
-                fault.started_s,
-                fault.ended_s if fault.ended_s is not None else fault.started_s,
-                color=BAD,
-                alpha=0.08,
-            )
-        for event in result.events:
-            ax.axvline(event.at_s, color="#555555", ls=":", lw=1)
-    top = counts.get_ylim()[1]
-    for event in result.events:
-        counts.text(event.at_s, top, f" {event.kind}", rotation=90, fontsize=7, va="top", color="#555555")
-    counts.set_ylabel("requests counted")
-    latency.set_ylabel("latency (s)")
-    latency.set_xlabel("seconds since the traffic began (request start)")
-    _legend_outside(counts)
-    _legend_outside(latency)
-    title = fault.fault if fault is not None else result.scenario
-    fig.suptitle(f"{result.scenario} on {result.stack} ({title}): {result.verdict.upper()}", fontsize=10)
-    return fig
-
-
-def plot_ttl_sweep(result: ScenarioResult) -> Figure:
-    """Time out of dispatch and failed requests against the lease TTL; the dashed line is one TTL."""
-    fig, (left, right) = _figure(10.0, 3.6, 2)
-    points = result.figures.points if isinstance(result.figures, TtlSweepFigures) else ()
-    ttls = [p.lease_ttl_s for p in points]
-    left.plot(
-        ttls,
-        [p.left_dispatch_after_s if p.left_dispatch_after_s is not None else np.nan for p in points],
-        marker="o",
-        color=OBSERVED,
-        label="measured",
-    )
-    span = [0.0, max(ttls, default=1.0) * 1.1]
-    left.plot(span, span, ls="--", color="#888888", lw=1, label="one TTL")
-    for p in points:
-        if p.left_dispatch_after_s is None:
-            left.annotate("never left", (p.lease_ttl_s, 0), fontsize=8, color=BAD)
-    left.set_xlabel("lease TTL (s)")
-    left.set_ylabel("SIGKILL to out of dispatch (s)")
-    _legend_outside(left)
-    right.bar(
-        [str(int(t)) if float(t).is_integer() else str(t) for t in ttls],
-        [p.failed_requests for p in points],
-        color=BAD,
-    )
-    for k, p in enumerate(points):
-        right.text(k, p.failed_requests, str(p.failed_requests), ha="center", va="bottom", fontsize=8)
-    right.set_xlabel("lease TTL (s)")
-    right.set_ylabel("failed requests")
-    fig.suptitle(f"lease TTL sweep on {result.stack}: {result.verdict.upper()} (not asserted)", fontsize=10)
     return fig
 
 

@@ -11,7 +11,8 @@ import pytest
 from embedlab import ConfigError, load_matrix
 from embedlab.jsonio import write_json
 from embedlab.matrix import notebook_parameters, params_slug
-from embedlab.report import compare_runs, write_junit
+from embedlab.pages import compare_runs
+from embedlab.report import write_junit
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from embedlab.matrix import shown_path
+from embedlab.pages import compare_runs, write_index
 from embedlab.regression import _verdict
-from embedlab.report import VERDICT_COLOURS, compare_runs, write_index, write_junit
+from embedlab.report import VERDICT_COLOURS, write_junit
 from embedlab.scenarios.resilience import FailoverFigures
 from embedlab.scenarios.results import ScenarioResult
 from embedlab.verdicts import Verdict
