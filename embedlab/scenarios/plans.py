@@ -283,16 +283,7 @@ class ScenarioPlan:
         try:
             result: ScenarioResult = plan.definition.runner()(deployment, plan)
         except UnsupportedError as exc:
-            # The stack cannot do what the check needs: a verdict of its own, with the stack's reason.
-            return ScenarioResult(
-                scenario=plan.scenario,
-                stack=plan.stack,
-                params={},
-                workers=[],
-                bursts=[],
-                verdict=Verdict.UNSUPPORTED,
-                reasons=[str(exc)],
-            )
+            return plan._unsupported(exc)
         if not isinstance(result, ScenarioResult):
             raise ConfigError(
                 f"scenario {plan.scenario!r} returned {type(result).__name__}, not a ScenarioResult"
@@ -300,6 +291,18 @@ class ScenarioPlan:
         # A scenario built on another (a custom one on same_model_load_balance) reports under its own name.
         result.scenario = plan.scenario
         return result
+
+    def _unsupported(self, exc: UnsupportedError) -> ScenarioResult:
+        """The stack cannot do what the check needs: a verdict of its own, with the stack's reason."""
+        return ScenarioResult(
+            scenario=self.scenario,
+            stack=self.stack,
+            params={},
+            workers=[],
+            bursts=[],
+            verdict=Verdict.UNSUPPORTED,
+            reasons=[str(exc)],
+        )
 
 
 def _tiny_path(model: str) -> Path:
@@ -338,10 +341,13 @@ def run_scenario(
         return plan.run_on(None)  # type: ignore[arg-type]
     show_launch = plan.progress if launch_progress is None else launch_progress
     deployment = plan.deployment(progress=LaunchProgress() if show_launch else None)
-    with deployment:
-        if on_deployment is not None:
-            on_deployment(deployment)
-        result = plan.run_on(deployment)
+    try:
+        with deployment:
+            if on_deployment is not None:
+                on_deployment(deployment)
+            result = plan.run_on(deployment)
+    except UnsupportedError as exc:  # the stack cannot launch it at all (nginx with two models to route)
+        return plan.resolved()._unsupported(exc)
     result.startup_seconds = dict(deployment.startup_seconds)
     result.run_dir = str(deployment.run_dir)
     return result
