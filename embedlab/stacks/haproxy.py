@@ -11,8 +11,8 @@ foreground as a managed process; the system's haproxy and /etc/haproxy are never
   (`models.map`, model -> backend) picks the backend, one per model pool. So clients send
   exactly what they send to any OpenAI server; a `model` past the first
   `BODY_BUFFER_BYTES` of a body is not seen. No `model` string: 400; a model no pool
-  serves: 404; `GET /v1/models` lists the pools' models. All three are OpenAI error JSON
-  (or list JSON) from files in the run dir, answered by HAProxy itself.
+  serves: 404; `GET /v1/models` lists the pools' models; no worker able to answer: 502,
+  503 or 504. All are OpenAI JSON from files in the run dir, answered by HAProxy itself.
 - **Balancing:** `--router-mode` takes HAProxy's own `balance` names; `roundrobin` (its
   default) is judged exact, the rest reported: `random` draws two servers and takes the
   less loaded one, `leastconn` and `first` may favour one server.
@@ -55,6 +55,7 @@ MAX_CONNECTIONS = 512
 MAX_SOCKET_PATH = 107
 # HAProxy's exporter: responses per server, by status class; health checks are not counted.
 RESPONSES = "haproxy_server_http_responses_total"
+ERRORS = {502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
 
 
 class HAProxyStack(BalancerStack):
@@ -115,6 +116,15 @@ class HAProxyStack(BalancerStack):
                 code="model_not_found",
             )
         )
+        # What HAProxy answers itself when no worker could (all down, or none answered in time).
+        for status, reason in ERRORS.items():
+            body = error_json(
+                f"No worker answered: {reason}", type="server_error", param=None, code="upstream_failed"
+            )
+            (conf / f"{status}.http").write_text(
+                f"HTTP/1.0 {status} {reason}\r\nCache-Control: no-cache\r\nConnection: close\r\n"
+                f"Content-Type: application/json\r\n\r\n{body}"
+            )
         pools = pools_of(ctx.spec)
         (conf / "models.map").write_text("".join(f"{p.model} {p.name}\n" for p in pools))
         path = conf / "haproxy.cfg"
@@ -150,6 +160,7 @@ class HAProxyStack(BalancerStack):
             f"    timeout client {int(REQUEST_TIMEOUT_S)}s",
             f"    timeout server {int(REQUEST_TIMEOUT_S)}s",
             *(f"    {line}" for line in failover),
+            *(f"    errorfile {status} {conf / f'{status}.http'}" for status in ERRORS),
             "frontend embeddings",
             f"    bind {ctx.host}:{ctx.frontend_port}",
             "    option http-buffer-request",

@@ -188,14 +188,20 @@ http {{
         return {self._endpoints[self._urls[s["worker"]]] for s in health.get("servers", []) if not s["down"]}
 
     def _reload(self, client: httpx.Client, ctx: StackContext) -> None:
+        """Write the next generation and reload; back once only its worker processes remain.
+
+        The old worker processes keep accepting connections until they take the master's
+        signal, so the new config's status page alone does not say the drain took effect.
+        """
+        master = int((self.conf_dir(ctx) / "nginx.pid").read_text())
+        old = set(_children(master))
         self._write(ctx)
         done = subprocess.run(self._argv(ctx, "-s", "reload"), capture_output=True, text=True, timeout=30)
         if done.returncode != 0:
             raise ServerError(f"nginx -s reload failed: {done.stderr.strip()}", name="frontend")
-        master = int((self.conf_dir(ctx) / "nginx.pid").read_text())
         deadline = time.monotonic() + RELOAD_TIMEOUT_S
-        while client.get(self.health_url(ctx)).json().get("generation") != self._generation or _old_workers(
-            master
+        while old & set(_children(master)) or (
+            client.get(self.health_url(ctx)).json().get("generation") != self._generation
         ):
             if time.monotonic() > deadline:
                 raise ServerError(
@@ -220,18 +226,17 @@ http {{
         return None  # open-source nginx counts nothing per upstream server
 
 
-def _old_workers(master: int) -> list[int]:
-    """The master's worker processes still finishing under an earlier config."""
-    old = []
+def _children(master: int) -> list[int]:
+    """The nginx master's worker processes."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            title = (entry / "cmdline").read_bytes()
         except OSError:
             continue
         # The command may hold spaces and parentheses: the fields start after the last ')'.
-        if int(stat[stat.rindex(")") + 2 :].split()[1]) == master and b"shutting down" in title:
-            old.append(int(entry.name))
-    return old
+        if int(stat[stat.rindex(")") + 2 :].split()[1]) == master:
+            found.append(int(entry.name))
+    return found
