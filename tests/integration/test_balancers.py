@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -223,3 +224,49 @@ def test_nginx_cannot_route_two_models_and_says_why(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert last.startswith("multi-model on nginx: UNSUPPORTED (nginx picks an upstream before it reads"), last
     assert processes_under(tmp_path) == [] and not (tmp_path / "nginx" / "nginx.conf").exists()
+
+
+# -- where the router's count and the workers' part: a worker that is gone -------------------------
+
+
+def dead_worker_counts(stack: str, run_dir: Path, **options: object) -> tuple[dict[int, float], float, int]:
+    """Worker 1 SIGKILLed, then a burst with the router's retries on: (router's counts over the burst,
+    worker 0's own delta, failed requests). Worker 1 received nothing: it was dead before the first."""
+    _needs(stack)
+    plan = ScenarioPlan(scenario="same-model", stack=stack, run_dir=str(run_dir), **options)  # type: ignore[arg-type]
+    with plan.deployment() as deployment, httpx.Client(timeout=5.0) as client:
+        ctx = deployment._context()
+        deployment.kill_worker(1)
+        deadline = time.monotonic() + 5
+        while deployment.workers[1].alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not deployment.workers[1].alive()
+        before, survivor = (
+            deployment.stack.backend_counts(client, ctx),
+            scrape(deployment.system_urls[0]).value,
+        )  # type: ignore[attr-defined]
+        burst = send_burst(deployment.frontend_url, deployment.models[0], BURST, concurrency=4)
+        after = deployment.stack.backend_counts(client, ctx)  # type: ignore[attr-defined]
+        survivor = scrape(deployment.system_urls[0]).value - survivor
+    return {i: after[i] - before[i] for i in after}, survivor, len(burst.failures)
+
+
+def test_haproxy_counts_responses_so_a_dead_worker_gets_none(tmp_path: Path) -> None:
+    router, survivor, failed = dead_worker_counts("haproxy", tmp_path / "run")
+    # The connections refused by the dead worker were redispatched to worker 0; HAProxy counts
+    # responses, so they count once, where they were answered (the refusals go to
+    # haproxy_server_connection_errors_total instead).
+    assert failed == 0 and router == {0: BURST, 1: 0} and survivor == BURST, (router, survivor)
+    assert processes_under(tmp_path / "run") == []
+
+
+def test_smg_counts_every_send_so_a_dead_worker_gets_the_refused_ones(tmp_path: Path) -> None:
+    router, survivor, failed = dead_worker_counts("smg", tmp_path / "run", router_mode="round_robin")
+    # smg counts each send (its help: "counted at each send"): the refused sends to the dead worker
+    # count there although they never reached it, and their retries count again on worker 0. So its
+    # total exceeds the requests answered by exactly the refused sends.
+    assert failed == 0 and survivor == BURST and router[0] == BURST, (router, survivor)
+    # The refused sends stop when its circuit breaker opens, after 10 failures (--cb-failure-threshold);
+    # up to 3 more may be under way then, at concurrency 4. Measured: 10, three runs of three.
+    assert 10 <= router[1] <= 13 and sum(router.values()) == BURST + router[1], router
+    assert processes_under(tmp_path / "run") == []
