@@ -15,6 +15,7 @@ from typing import Any
 from ..defaults import LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
 from ..deployment import Deployment
 from ..engines import ENGINES
+from ..engines.models import model_names, resolve_model_path
 from ..errors import ConfigError, UnsupportedError
 from ..etcd import discovered
 from ..metrics import MetricQuery
@@ -26,9 +27,8 @@ from ..verdicts import Verdict
 from .registry import Scenario, get_scenario
 from .results import ScenarioResult
 
-__all__ = ["TINY_MODELS", "ScenarioPlan", "run_scenario"]
+__all__ = ["ScenarioPlan", "run_scenario"]
 
-TINY_MODELS = {"tiny-bert": "bert", "tiny-qwen3": "qwen3"}
 # What a plan field left unset (None) becomes when its scenario has no default for it.
 FALLBACKS: dict[str, Any] = {
     "requests": 40,
@@ -133,10 +133,10 @@ class ScenarioPlan:
         models = self.models or self.default_models()
         if self.model_paths and len(self.model_paths) not in (1, len(models)):
             raise ConfigError(f"{len(models)} models but {len(self.model_paths)} model paths")
-        unknown = [m for m in models if m not in TINY_MODELS]
+        unknown = [m for m in models if m not in model_names()]
         if not self.model_paths and unknown:
             raise ConfigError(
-                f"model {unknown[0]!r} needs a model path (model_paths); built-in tiny models: {', '.join(TINY_MODELS)}"
+                f"model {unknown[0]!r} needs a model path (model_paths); models known by name: {', '.join(model_names())}"
             )
 
     @classmethod
@@ -208,9 +208,9 @@ class ScenarioPlan:
         if paths and len(paths) not in (1, len(models)):
             raise ConfigError(f"{len(models)} models but {len(paths)} model paths")
         if not paths:
-            paths = tuple(str(_tiny_path(m)) for m in models)
-        elif len(paths) == 1:
-            paths = paths * len(models)
+            paths = tuple(str(_model_path(m)) for m in models)
+        else:  # a path may be a known model's name (engines.models): the workers get its directory
+            paths = tuple(str(resolve_model_path(p)) for p in paths) * (len(models) if len(paths) == 1 else 1)
         return models, paths
 
     def deployment_spec(self) -> DeploymentSpec:
@@ -305,14 +305,12 @@ class ScenarioPlan:
         )
 
 
-def _tiny_path(model: str) -> Path:
-    if model not in TINY_MODELS:
+def _model_path(model: str) -> Path:
+    if model not in model_names():
         raise ConfigError(
-            f"model '{model}' needs a --model-path (built-in tiny models: {', '.join(TINY_MODELS)})"
+            f"model '{model}' needs a --model-path (models known by name: {', '.join(model_names())})"
         )
-    from ..engines.tiny import cached_tiny_model
-
-    return cached_tiny_model(TINY_MODELS[model])
+    return resolve_model_path(model)
 
 
 def run_scenario(
