@@ -31,8 +31,19 @@ PATH_LABELS = {
     "embedlab": "(b) embedlab frontend",
     "dynamo": "(c) Dynamo frontend",
     "litellm": "(d) LiteLLM proxy",
+    "smg": "(e) smg 1.13",
+    "haproxy": "(f) HAProxy 2.6",
+    "nginx": "(g) nginx 1.22",
 }
-COLORS = {"direct": "#7f7f7f", "embedlab": "#1f77b4", "dynamo": "#2ca02c", "litellm": "#d62728"}
+COLORS = {
+    "direct": "#7f7f7f",
+    "embedlab": "#1f77b4",
+    "dynamo": "#2ca02c",
+    "litellm": "#d62728",
+    "smg": "#9467bd",
+    "haproxy": "#ff7f0e",
+    "nginx": "#17becf",
+}
 
 
 def load(name: str) -> dict[str, Any] | None:
@@ -137,6 +148,28 @@ def router_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]
             ],
         )
     )
+    fronted = [
+        p for p in paths if p != "direct" and any(p in r.get("over_direct", {}) for r in data["ratios"])
+    ]
+    if fronted:
+        body.append("\nEach path's throughput over direct's, and the p50 it adds, in the same run:\n")
+        body.append(
+            table(
+                ["path", *(f"c={r['concurrency']}" for r in data["ratios"])],
+                [
+                    [
+                        PATH_LABELS[p],
+                        *(
+                            f"{num(r['over_direct'][p], 2)}x, +{num(r['p50_added_over_direct_ms'][p], 2)} ms"
+                            if p in r.get("over_direct", {})
+                            else "-"
+                            for r in data["ratios"]
+                        ),
+                    ]
+                    for p in fronted
+                ],
+            )
+        )
     targets = []
     t = data["targets"]
     if "b_over_c_at_top" in t:
