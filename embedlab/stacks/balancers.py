@@ -16,7 +16,6 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -113,6 +112,3 @@ class BalancerStack(RouterStack):
 
     def listed_models(self, client: httpx.Client, ctx: StackContext) -> set[str] | None:
         return None  # its /v1/models is the config's own list, answered whatever is live
-
-    def dispatchable_endpoints(self, health: Any) -> set[str]:
-        raise NotImplementedError

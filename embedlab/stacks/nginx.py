@@ -47,6 +47,7 @@ import httpx
 
 from ..defaults import MAX_BODY_BYTES, REQUEST_TIMEOUT_S
 from ..errors import ServerError, UnsupportedError
+from ..specs import DeploymentSpec
 from .balancers import BalancerStack, error_json, models_json, pools_of
 from .base import ProcessSpec, StackContext
 
@@ -219,7 +220,7 @@ http {{
         self._down.discard(index)
         self._reload(client, ctx)
 
-    def without_retries(self, spec: Any) -> tuple[str, ...]:
+    def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
         return ("--proxy-next-upstream", "off")
 
     def backend_counts(self, client: httpx.Client, ctx: StackContext) -> dict[int, float] | None:
