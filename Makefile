@@ -108,7 +108,7 @@ bench: $(VENV)/.stamp-dynamo routers bench-hey
 bench-hey:
 	@scripts/ensure-debs "or run the benchmarks on a machine that has it" hey:hey
 
-bench-router: bench
+bench-router: bench cluster-debs
 	$(BIN)/python bench/router_overhead.py
 
 bench-scale: bench

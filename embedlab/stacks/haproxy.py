@@ -22,8 +22,9 @@ foreground as a managed process; the system's haproxy and /etc/haproxy are never
   `retry-on conn-failure empty-response response-timeout`: embeddings are safe to repeat,
   so a request whose worker died mid-answer is sent again. `--retries 0` (what
   `without_retries` gives) turns all of it off.
-- **Drain:** the runtime API on `<run_dir>/haproxy/admin.sock`: `set server P/wN state
-  drain` (no new requests; the worker keeps serving what it has), `state ready` to resume.
+- **Drain:** the runtime API on `<run_dir>/haproxy/admin.sock` (an abstract socket where
+  that path would pass a socket path's 107 bytes): `set server P/wN state drain` (no new
+  requests; the worker keeps serving what it has), `state ready` to resume.
 - **Status:** its stats page, `/stats;json`, on a loopback port the run reserves: a
   server is dispatchable while its status is UP (also "UP 1/2", failing checks but not
   yet down) or "no check". Its Prometheus exporter is on the same port, `/metrics`.
@@ -31,8 +32,9 @@ foreground as a managed process; the system's haproxy and /etc/haproxy are never
 
 from __future__ import annotations
 
+import os
+import secrets
 import socket
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -78,6 +80,7 @@ class HAProxyStack(BalancerStack):
     def __init__(self) -> None:
         super().__init__()
         self._stats_url = ""  # its stats page and Prometheus exporter, on a port the run reserves
+        self._socket = ("", "")  # the runtime API: as HAProxy binds it, as a client connects to it
 
     def check(self, spec: DeploymentSpec) -> None:
         super().check(spec)
@@ -87,17 +90,17 @@ class HAProxyStack(BalancerStack):
 
     def prepare(self, ctx: StackContext) -> dict[str, str]:
         env = super().prepare(ctx)
-        path = self.socket_path(ctx)
-        if len(str(path).encode()) > MAX_SOCKET_PATH:
-            raise ConfigError(
-                f"the haproxy stack's runtime socket {path} is longer than {MAX_SOCKET_PATH} bytes: "
-                "choose a shorter run dir"
-            )
         self._stats_url = f"http://{ctx.host}:{ctx.reserve()}"
+        path = self.conf_dir(ctx) / "admin.sock"
+        # A unix socket's path holds at most 107 bytes; a deeper run dir (a regression run's
+        # cells can be) gets an abstract socket instead: no file at all, gone with HAProxy.
+        if len(os.fsencode(path)) <= MAX_SOCKET_PATH:
+            self._socket = (str(path), str(path))
+        else:
+            name = f"embedlab-haproxy-{self._stats_url.rsplit(':', 1)[1]}-{secrets.token_hex(4)}"
+            # HAProxy binds the whole sun_path, the name zero-padded: a client must send the same.
+            self._socket = (f"abns@{name}", f"\0{name}".ljust(MAX_SOCKET_PATH + 1, "\0"))
         return env
-
-    def socket_path(self, ctx: StackContext) -> Path:
-        return self.conf_dir(ctx) / "admin.sock"
 
     def frontend(self, ctx: StackContext) -> ProcessSpec:
         conf = self.conf_dir(ctx)
@@ -151,7 +154,7 @@ class HAProxyStack(BalancerStack):
         )
         lines = [
             "global",
-            f"    stats socket {self.socket_path(ctx)} mode 600 level admin",
+            f"    stats socket {self._socket[0]} mode 600 level admin",
             f"    tune.bufsize {BODY_BUFFER_BYTES}",
             f"    maxconn {MAX_CONNECTIONS}",
             "defaults",
@@ -210,7 +213,7 @@ class HAProxyStack(BalancerStack):
         """One command on HAProxy's runtime API; its answer (empty when it just did it)."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(5.0)
-            sock.connect(str(self.socket_path(ctx)))
+            sock.connect(self._socket[1])
             sock.sendall(command.encode() + b"\n")
             chunks = []
             while chunk := sock.recv(65536):

@@ -270,3 +270,12 @@ def test_smg_counts_every_send_so_a_dead_worker_gets_the_refused_ones(tmp_path: 
     # up to 3 more may be under way then, at concurrency 4. Measured: 10, three runs of three.
     assert 10 <= router[1] <= 13 and sum(router.values()) == BURST + router[1], router
     assert processes_under(tmp_path / "run") == []
+
+
+def test_haproxy_drains_through_an_abstract_socket_when_the_run_dir_is_too_deep(tmp_path: Path) -> None:
+    _needs("haproxy")
+    run_dir = tmp_path / ("d" * 90) / "run"  # <run_dir>/haproxy/admin.sock would pass 107 bytes
+    result = run_scenario(ScenarioPlan(scenario="drain", stack="haproxy", run_dir=str(run_dir)))
+    assert result.verdict == "passed", result.reasons
+    assert "stats socket abns@embedlab-haproxy-" in (run_dir / "haproxy" / "haproxy.cfg").read_text()
+    assert not list(run_dir.rglob("*.sock")) and processes_under(run_dir) == []
