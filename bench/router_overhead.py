@@ -1,16 +1,22 @@
-"""What a router costs: four paths to two hash workers, measured side by side in one run.
+"""What a router costs: seven paths to two hash workers, measured side by side in one run.
 
     (a) direct   straight to one worker's request plane (its `address` in the frontend's /health)
     (b) embedlab through the embedded frontend
     (c) dynamo   through the real `python -m dynamo.frontend` (embedlab workers on the Dynamo runtime)
     (d) litellm  through the LiteLLM proxy, both workers under one model_name, simple-shuffle
+    (e) smg      through smg 1.13 (sglang-router's successor), round_robin, logging at warn
+    (f) haproxy  through Debian's HAProxy 2.6, roundrobin, routed by the body's model
+    (g) nginx    through Debian's nginx 1.22, round-robin, one worker process
+
+(e) to (g) are the `smg`, `haproxy` and `nginx` stacks, each with two workers of its own
+(the same hash workers as the others').
 
 Load comes from `hey` (one short input per request, keep-alive). At each concurrency the
 paths take turns, in a rotated order per repeat, so that a slow minute on a shared
 machine lands on every path alike; each figure is the median of the repeats. The
 frontends' CPU time per request comes from /proc (utime + stime of the process group).
 
-    make bench                                     # .venv with Dynamo, .routers/litellm with LiteLLM, hey
+    make bench                                     # .venv with Dynamo, the routers' venvs, hey, haproxy, nginx
     .venv/bin/python bench/router_overhead.py      # writes bench/results/router_overhead.json
 """
 
@@ -53,7 +59,15 @@ from embedlab.ports import release_port, reserve_port  # noqa: E402
 MODEL = "bench-model"
 BODY = json.dumps({"model": MODEL, "input": "hello world"}).encode()
 LITELLM = REPO / ".routers" / "litellm" / "bin" / "litellm"
-PATHS = ("direct", "embedlab", "dynamo", "litellm")
+PATHS = ("direct", "embedlab", "dynamo", "litellm", "smg", "haproxy", "nginx")
+# The stacks that put a router or balancer in front of their own two workers, and how each runs
+# here: round-robin everywhere, and smg without its two log lines per request (LiteLLM's are
+# off too, see start_litellm).
+STACK_PATHS: dict[str, dict[str, object]] = {
+    "smg": {"router_mode": "round_robin", "frontend_args": ("--log-level", "warn")},
+    "haproxy": {},
+    "nginx": {},
+}
 HOST = "127.0.0.1"
 
 
@@ -159,6 +173,14 @@ def main() -> int:
             targets["dynamo"] = (dynamo.frontend_url + "/v1/embeddings", [])
             cpu_groups["dynamo"] = dynamo.frontend.pgid  # type: ignore[union-attr,assignment]
             own_pgids += [p.pgid for p in dynamo.processes if p.pgid]
+        for name, options in STACK_PATHS.items():
+            if name in paths:
+                deployment = stack.enter_context(
+                    Deployment(DeploymentSpec.same_model(MODEL, workers=2, stack=name, **options))
+                )
+                targets[name] = (deployment.frontend_url + "/v1/embeddings", [])
+                cpu_groups[name] = deployment.frontend.pgid  # type: ignore[union-attr,assignment]
+                own_pgids += [p.pgid for p in deployment.processes if p.pgid]
         if "litellm" in paths:
             worker_urls = worker_addresses(embedded.frontend_url)[MODEL]
             url, proc, key = start_litellm(stack, embedded.run_dir, worker_urls)
@@ -255,6 +277,14 @@ def build_report(
         a = get("direct", c)
         if b and a:
             entry["p50_added_ms"] = float(b["p50_ms"]) - float(a["p50_ms"])  # type: ignore[arg-type]
+        # Every path against direct, the same run: what putting it in front of a worker costs.
+        for path in PATHS[1:]:
+            o = get(path, c)
+            if o and a:
+                entry.setdefault("over_direct", {})[path] = float(o["rps"]) / float(a["rps"])  # type: ignore
+                entry.setdefault("p50_added_over_direct_ms", {})[path] = float(o["p50_ms"]) - float(
+                    a["p50_ms"]
+                )  # type: ignore
         ratios.append(entry)
     targets: dict[str, object] = {}
     top, low = max(concurrencies), min(concurrencies)
@@ -280,7 +310,7 @@ def build_report(
     targets["met"] = all(t["met"] for t in targets.values() if isinstance(t, dict))
     return {
         "benchmark": "router_overhead",
-        "command": ".venv/bin/python bench/router_overhead.py",
+        "command": " ".join([".venv/bin/python", "bench/router_overhead.py", *sys.argv[1:]]),
         "machine": machine_info(),
         "load": loads,
         "setup": {
@@ -315,6 +345,14 @@ def print_table(report: dict[str, object]) -> None:
             f"{r['concurrency']:>3} {fmt(r, 'b_over_a', '6.2f'):>6} {fmt(r, 'b_over_c', '6.2f'):>6} "
             f"{fmt(r, 'b_over_d', '7.1f'):>7} {fmt(r, 'p50_added_ms', '13.2f'):>13}"
         )
+    print(
+        f"\n{'path':<10} "
+        + " ".join(f"{'c=' + str(r['concurrency']) + ' /direct':>14}" for r in report["ratios"])
+    )  # type: ignore[attr-defined]
+    for path in PATHS[1:]:
+        cells = [r.get("over_direct", {}).get(path) for r in report["ratios"]]  # type: ignore[attr-defined]
+        if any(c is not None for c in cells):
+            print(f"{path:<10} " + " ".join(f"{c:14.2f}" if c is not None else f"{'-':>14}" for c in cells))
     print()
     for name, t in report["targets"].items():  # type: ignore[attr-defined]
         if isinstance(t, dict):

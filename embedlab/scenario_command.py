@@ -73,7 +73,8 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
         "--model-path",
         action="append",
         default=[],
-        help="one per model, or one for all (default: tiny local models)",
+        help="one per model, or one for all: a directory or a known model's name, e.g. all-MiniLM-L6-v2 "
+        "(default: tiny local models)",
     )
     p.add_argument("--workers", type=int, default=None, help="workers of the one model (default: 2)")
     p.add_argument("--weights", default="", help="comma-separated worker weights, for one model's workers")

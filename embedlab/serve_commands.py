@@ -90,10 +90,20 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     from .engines import ENGINES
 
     p.add_argument("--engine", choices=sorted(ENGINES), default="hash")
-    p.add_argument("--model-path", type=Path, default=None, help="local model directory (transformers, vllm)")
+    p.add_argument(
+        "--model-path",
+        type=Path,
+        default=None,
+        help="local model directory, or a known model's name: all-MiniLM-L6-v2, tiny-bert, tiny-qwen3 (transformers, vllm)",
+    )
     p.add_argument("--dim", type=int, default=defaults.HASH_DIM, help="vector size of the hash engine")
     p.add_argument("--pooling", choices=["mean", "cls", "last", "MEAN", "CLS", "LAST"], default=None)
-    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="unit vectors (default: as the model's sentence-transformers files say, else yes)",
+    )
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     p.add_argument("--device", default=defaults.DEVICE, help="cpu, cuda or auto (CUDA when present)")
     p.add_argument("--max-model-len", type=int, default=None)

@@ -42,7 +42,7 @@ class EngineOptions:
     model_path: Path | None = None
     dim: int = HASH_DIM
     pooling: str | None = None  # None: the model's own default (MEAN, or LAST for decoder models)
-    normalize: bool = True
+    normalize: bool | None = None  # None: as the model's own files say (see models.serving_defaults)
     dtype: str = "float32"
     device: str = DEVICE  # cpu, cuda[:N], or auto: CUDA where torch sees it
     max_model_len: int | None = None

@@ -27,7 +27,6 @@ import logging
 import queue
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,7 +35,7 @@ from ..errors import EngineError
 from .base import POOLINGS, Embeddings, EngineOptions, InvalidInput, check_length, model_dir
 from .batching import BatchShapes, Deferred, DynamicBatcher
 from .cuda_graphs import GRAPH_WIDTHS, GraphSet, Slot, SlotVectors, graph_shapes
-from .tiny import default_pooling
+from .models import resolve_model_path, serving_defaults
 
 if TYPE_CHECKING:
     import torch
@@ -123,8 +122,10 @@ class TransformersEngine:
             raise EngineError("the transformers engine needs --model-path DIR (a local model directory)")
         self.options = options
         self.tuning = TransformersTuning.parse(options.extra_args)
-        self.model_path = Path(options.model_path)
-        self.pooling = (options.pooling or default_pooling(self.model_path)).lower()
+        self.model_path = resolve_model_path(options.model_path)
+        own = serving_defaults(self.model_path)
+        self.pooling = (options.pooling or own.pooling).lower()
+        self.normalize = own.normalize if options.normalize is None else options.normalize
         if self.pooling not in POOLINGS:
             raise EngineError(f"unsupported pooling {options.pooling!r}; choose from {', '.join(POOLINGS)}")
         self.dim = 0
@@ -193,6 +194,7 @@ class TransformersEngine:
             "device": str(self._device),
             "dtype": self.options.dtype,
             "pooling": self.pooling,
+            "normalize": self.normalize,
             "attention": self.attention,
             "compile": self.tuning.compile,
             "cuda_graphs": [],
@@ -398,7 +400,7 @@ class TransformersEngine:
         # No KV cache: decoder configs default to filling one, which an embedding never reads.
         hidden = self._model(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
         pooled = pool(hidden, lengths, valid, self.pooling).float()
-        if self.options.normalize:
+        if self.normalize:
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
         return pooled
 

@@ -16,6 +16,7 @@ from ..cellguard import check_previous_cell
 from ..defaults import LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
 from ..deployment import Deployment
 from ..engines import ENGINES
+from ..engines.models import model_names, resolve_model_path
 from ..errors import ConfigError, UnsupportedError
 from ..etcd import discovered
 from ..metrics import MetricQuery
@@ -28,9 +29,8 @@ from .params import describe_params, knobs
 from .registry import Scenario, get_scenario
 from .results import ScenarioResult
 
-__all__ = ["TINY_MODELS", "ScenarioPlan", "run_scenario"]
+__all__ = ["ScenarioPlan", "run_scenario"]
 
-TINY_MODELS = {"tiny-bert": "bert", "tiny-qwen3": "qwen3"}
 # What a plan field left unset (None) becomes when its scenario sets no value for it.
 FALLBACKS: dict[str, Any] = {"workers": 2, "lease_ttl": LEASE_TTL_S, "restart": "never"}
 
@@ -130,10 +130,10 @@ class ScenarioPlan:
         models = self.models or self.default_models()
         if self.model_paths and len(self.model_paths) not in (1, len(models)):
             raise ConfigError(f"{len(models)} models but {len(self.model_paths)} model paths")
-        unknown = [m for m in models if m not in TINY_MODELS]
+        unknown = [m for m in models if m not in model_names()]
         if not self.model_paths and unknown:
             raise ConfigError(
-                f"model {unknown[0]!r} needs a model path (model_paths); built-in tiny models: {', '.join(TINY_MODELS)}"
+                f"model {unknown[0]!r} needs a model path (model_paths); models known by name: {', '.join(model_names())}"
             )
 
     @classmethod
@@ -210,9 +210,9 @@ class ScenarioPlan:
         if paths and len(paths) not in (1, len(models)):
             raise ConfigError(f"{len(models)} models but {len(paths)} model paths")
         if not paths:
-            paths = tuple(str(_tiny_path(m)) for m in models)
-        elif len(paths) == 1:
-            paths = paths * len(models)
+            paths = tuple(str(_model_path(m)) for m in models)
+        else:  # a path may be a known model's name (engines.models): the workers get its directory
+            paths = tuple(str(resolve_model_path(p)) for p in paths) * (len(models) if len(paths) == 1 else 1)
         return models, paths
 
     def deployment_spec(self) -> DeploymentSpec:
@@ -285,16 +285,7 @@ class ScenarioPlan:
         try:
             result: ScenarioResult = plan.definition.runner()(deployment, plan)
         except UnsupportedError as exc:
-            # The stack cannot do what the check needs: a verdict of its own, with the stack's reason.
-            return ScenarioResult(
-                scenario=plan.scenario,
-                stack=plan.stack,
-                params={},
-                workers=[],
-                bursts=[],
-                verdict=Verdict.UNSUPPORTED,
-                reasons=[str(exc)],
-            )
+            return plan._unsupported(exc)
         if not isinstance(result, ScenarioResult):
             raise ConfigError(
                 f"scenario {plan.scenario!r} returned {type(result).__name__}, not a ScenarioResult"
@@ -303,15 +294,25 @@ class ScenarioPlan:
         result.scenario = plan.scenario
         return result
 
-
-def _tiny_path(model: str) -> Path:
-    if model not in TINY_MODELS:
-        raise ConfigError(
-            f"model '{model}' needs a --model-path (built-in tiny models: {', '.join(TINY_MODELS)})"
+    def _unsupported(self, exc: UnsupportedError) -> ScenarioResult:
+        """The stack cannot do what the check needs: a verdict of its own, with the stack's reason."""
+        return ScenarioResult(
+            scenario=self.scenario,
+            stack=self.stack,
+            params={},
+            workers=[],
+            bursts=[],
+            verdict=Verdict.UNSUPPORTED,
+            reasons=[str(exc)],
         )
-    from ..engines.tiny import cached_tiny_model
 
-    return cached_tiny_model(TINY_MODELS[model])
+
+def _model_path(model: str) -> Path:
+    if model not in model_names():
+        raise ConfigError(
+            f"model '{model}' needs a --model-path (models known by name: {', '.join(model_names())})"
+        )
+    return resolve_model_path(model)
 
 
 def run_scenario(
@@ -341,10 +342,13 @@ def run_scenario(
         return plan.run_on(None)  # type: ignore[arg-type]
     show_launch = plan.progress if launch_progress is None else launch_progress
     deployment = plan.deployment(progress=LaunchProgress() if show_launch else None)
-    with deployment:
-        if on_deployment is not None:
-            on_deployment(deployment)
-        result = plan.run_on(deployment)
+    try:
+        with deployment:
+            if on_deployment is not None:
+                on_deployment(deployment)
+            result = plan.run_on(deployment)
+    except UnsupportedError as exc:  # the stack cannot launch it at all (nginx with two models to route)
+        return plan.resolved()._unsupported(exc)
     result.startup_seconds = dict(deployment.startup_seconds)
     result.run_dir = str(deployment.run_dir)
     return result

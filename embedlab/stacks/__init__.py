@@ -20,6 +20,9 @@ STACKS: Registry[type] = Registry(
         "litellm": "embedlab.stacks.routers:LiteLLMStack",
         "vllm-router": "embedlab.stacks.routers:VllmRouterStack",
         "sglang-router": "embedlab.stacks.routers:SglangRouterStack",
+        "smg": "embedlab.stacks.smg:SmgStack",
+        "haproxy": "embedlab.stacks.haproxy:HAProxyStack",
+        "nginx": "embedlab.stacks.nginx:NginxStack",
     },
 )
 

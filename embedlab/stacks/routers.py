@@ -46,6 +46,7 @@ class RouterStack:
     def __init__(self) -> None:
         self._urls: list[str] = []
         self._endpoints: dict[str, str] = {}  # worker URL -> endpoint path
+        self.metrics_url = ""  # the router's own Prometheus page, where it has one
 
     def _binary(self, relative: str) -> str:
         path = router_venv(self.venv) / relative
@@ -133,6 +134,8 @@ class RouterStack:
 
     def _rust_router_argv(self, ctx: StackContext, head: list[str]) -> list[str]:
         # Both default their metrics to 0.0.0.0:29000: two at once would collide, so every run has its own.
+        port = ctx.reserve()
+        self.metrics_url = f"http://{ctx.host}:{port}/metrics"
         return [
             *head,
             "--host",
@@ -142,7 +145,7 @@ class RouterStack:
             "--prometheus-host",
             ctx.host,
             "--prometheus-port",
-            str(ctx.reserve()),
+            str(port),
             "--worker-urls",
             *self._urls,
             "--policy",

@@ -1,0 +1,118 @@
+"""smg (Shepherd Model Gateway) 1.13: sglang-router renamed sgl-model-gateway, continued on PyPI as `smg`.
+
+    embedlab scenario same-model --stack smg --router-mode round_robin
+
+The newer row beside sglang-router 0.3.2, from its own venv `.routers/smg` (`make routers`),
+started as `smg launch` with the workers' URLs. What it was found to do, and how the stack
+uses it:
+
+- **Model-aware in its regular mode.** It reads each worker's model from the worker and
+  keeps one worker group (and one policy instance) per model: a request goes only to the
+  workers of its body's `model`, an unknown one is a 404 in OpenAI error JSON, and
+  `/v1/models` lists the models of its workers. `--enable-igw` ("multi-model support")
+  ignores `--worker-urls` (workers then join only through `POST /workers`) and routes
+  alike, so the stack stays in the regular mode and multi-model is a real check.
+- **Policies** by its own names through `--router-mode`; `round_robin` is judged exact,
+  `random` against the weights, the rest reported. Its default is `cache_aware`.
+- **Drain** through its worker API, as sglang-router's: `DELETE /workers/{id}` (202). It
+  lists the worker as `draining` (unhealthy, sent nothing new) for about 5 s, then drops
+  it; `POST /workers {"url": ...}` answers 409 until then, so `resume` waits for that.
+- **Retries:** `--disable-retries` (one attempt) for `without_retries`.
+- **Attribution:** responses carry `x-smg-routed-worker-id` with the worker's URL. The
+  opaque `x-smg-worker-id` that sglang PR #34976 proposed is not in 1.13.0 (that PR was
+  closed); embedlab's own `x-embedlab-worker` passes through as well.
+- **Its metrics are per worker:** `smg_worker_requests_total{worker=URL, model}`, counted
+  at each send (a retry counts again), on a loopback port the run reserves
+  (`backend_counts`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from ..errors import ServerError
+from .base import ProcessSpec, StackContext
+from .routers import SglangRouterStack
+
+__all__ = ["SmgStack"]
+
+# Requests smg sent to each worker, labelled with the worker's URL.
+WORKER_REQUESTS = "smg_worker_requests_total"
+# After SIGTERM it waits for requests in flight up to this long (its default: 180 s, past
+# the harness's stop timeout, after which the group is SIGKILLed anyway).
+SHUTDOWN_GRACE_S = 5
+# A removed worker stays listed, draining, for its drain settle time (5 s by default).
+REMOVAL_TIMEOUT_S = 30.0
+
+
+class SmgStack(SglangRouterStack):
+    """smg in its regular (model-aware) mode, workers given by URL."""
+
+    name = venv = "smg"
+    policies = {
+        "cache_aware": "report",
+        "round_robin": "exact",
+        "random": "weights",
+        "power_of_two": "report",
+        "least_load": "report",
+        "consistent_hashing": "report",
+        "prefix_hash": "report",
+        "manual": "report",
+        "passthrough": "report",
+    }
+    default_policy = "cache_aware"
+    load_format = "sglang"
+
+    def frontend(self, ctx: StackContext) -> ProcessSpec:
+        argv = self._rust_router_argv(ctx, [self._binary("bin/smg"), "launch"])
+        # Recheck the workers every second at start (its default waits 30 s between looks),
+        # and give up when the deployment does.
+        argv += [
+            "--worker-startup-check-interval",
+            "1",
+            "--worker-startup-timeout-secs",
+            str(int(ctx.spec.startup_timeout)),
+            "--shutdown-grace-period-secs",
+            str(SHUTDOWN_GRACE_S),
+        ]
+        return ProcessSpec(
+            role="frontend",
+            argv=argv + list(ctx.spec.frontend_args),
+            ready_url=f"{ctx.frontend_url}/readiness",
+        )
+
+    def dispatchable_endpoints(self, health: Any) -> set[str]:
+        """Workers it lists as healthy and ready (a worker being removed is listed until it is gone)."""
+        return {
+            self._endpoints[w["url"]]
+            for w in health.get("workers", [])
+            if w.get("is_healthy") and w.get("status", "ready") == "ready" and w.get("url") in self._endpoints
+        }
+
+    def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+        url = self._urls[index]
+        deadline = time.monotonic() + REMOVAL_TIMEOUT_S
+        while any(w.get("url") == url for w in client.get(f"{ctx.frontend_url}/workers").json()["workers"]):
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"smg still lists worker {index} ({url}) {REMOVAL_TIMEOUT_S:g} s after its removal began",
+                    name="frontend",
+                )
+            time.sleep(0.1)
+        client.post(f"{ctx.frontend_url}/workers", json={"url": url}).raise_for_status()
+
+    def backend_counts(self, client: httpx.Client, ctx: StackContext) -> dict[int, float] | None:
+        """Requests smg says it sent to each worker since it started (each send: retries count again)."""
+        index = {url: i for i, url in enumerate(self._urls)}
+        counts = {i: 0.0 for i in range(len(self._urls))}
+        for family in text_string_to_metric_families(client.get(self.metrics_url).text):
+            if family.type != "counter":
+                continue
+            for sample in family.samples:
+                if sample.name == WORKER_REQUESTS and sample.labels.get("worker") in index:
+                    counts[index[sample.labels["worker"]]] += sample.value
+        return counts
