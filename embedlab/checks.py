@@ -348,6 +348,11 @@ class DispatchCheck:
         self.after = await self._scrape_all(client)
         return self._judge()
 
+    async def asnapshot(self, client: httpx.AsyncClient | None = None) -> list[Snapshot]:
+        """Every worker's counter now, by index, without touching the check's baseline or result:
+        the quiet windows around a burst, where nothing embedlab sent is in flight."""
+        return await self._scrape_all(client)
+
     async def __aenter__(self) -> DispatchCheck:
         await self.abegin()
         return self

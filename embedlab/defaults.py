@@ -56,6 +56,9 @@ HASH_DIM = 384
 
 # -- harness ------------------------------------------------------------------------------------
 FAIRNESS_ALPHA = 0.001  # a same-model split with a p-value below this does not fit the weights
+# The quiet window before a burst's first request and after its last response (settled): no
+# request of embedlab's is in flight, so a counter that moves there counts someone else's.
+QUIET_WINDOW_S = 0.2
 # vLLM on 2 cores takes 55-75 s to start two workers side by side, more under load.
 STARTUP_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 10.0

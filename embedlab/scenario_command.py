@@ -32,8 +32,11 @@ def add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         description="Run one registered scenario; `embedlab scenario NAME --help` lists its options and knobs.",
     )
     names = p.add_subparsers(dest="scenario", required=True, metavar="NAME", parser_class=type(p))
+    from .scenarios.plans import check_knob_names
+
     for name in SCENARIOS.names():
         scenario = SCENARIOS.get(name)
+        check_knob_names(scenario)
         q = names.add_parser(name, help=scenario.help, description=f"{name}: {scenario.help}.")
         _add_plan_options(q)
         own = q.add_argument_group(f"{name}'s own knobs")
@@ -76,8 +79,16 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
         help="one per model, or one for all: a directory or a known model's name, e.g. all-MiniLM-L6-v2 "
         "(default: tiny local models)",
     )
-    p.add_argument("--workers", type=int, default=None, help="workers of the one model (default: 2)")
-    p.add_argument("--weights", default="", help="comma-separated worker weights, for one model's workers")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="replicas of each model (default: 2 of one model, 1 of each of several)",
+    )
+    p.add_argument(
+        "--replicas", default="", help="comma-separated replicas per model, in place of --workers: 4,2"
+    )
+    p.add_argument("--weights", default="", help="comma-separated worker weights, model by model")
     p.add_argument(
         "--discovery",
         choices=["file", "etcd"],
@@ -120,6 +131,11 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--system-url", action="append", default=[], help="attach: one per worker, in worker order"
+    )
+    p.add_argument(
+        "--worker-models",
+        default="",
+        help="attach: the model each --system-url's worker serves, e.g. A,A,B,B",
     )
     p.add_argument(
         "--metric",

@@ -136,3 +136,38 @@ class DeploymentSpec:
             raise ConfigError(f"{len(models)} models but {len(paths)} model paths")
         specs = tuple(WorkerSpec(model=m, engine=engine, model_path=p) for m, p in zip(models, paths))
         return cls(stack=stack, workers=specs, **options)  # type: ignore[arg-type]
+
+    @classmethod
+    def pool(
+        cls,
+        models: Sequence[str],
+        *,
+        replicas: int | Sequence[int] = 2,
+        weights: Sequence[float] | None = None,
+        engine: str = "hash",
+        model_paths: Sequence[Path | str | None] | None = None,
+        stack: str = "embedded",
+        **options: object,
+    ) -> DeploymentSpec:
+        """M models with K replicas each (or `replicas[m]` of model m), model by model: worker
+        indices 0..K-1 serve models[0], the next K models[1], and so on; each worker on an
+        endpoint of its own, as the seed names them. `weights`, one per worker in that order."""
+        counts = [replicas] * len(models) if isinstance(replicas, int) else list(replicas)
+        if len(counts) != len(models) or any(isinstance(k, bool) or k < 1 for k in counts):
+            raise ConfigError(f"{len(models)} models need one replica count of at least 1 each, got {counts}")
+        paths = list(model_paths) if model_paths else [None] * len(models)
+        if len(paths) != len(models):
+            raise ConfigError(f"{len(models)} models but {len(paths)} model paths")
+        shapes = [(m, p) for m, p, k in zip(models, paths, counts) for _ in range(k)]
+        weights = list(weights) if weights else [1.0] * len(shapes)
+        if len(weights) != len(shapes):
+            raise ConfigError(f"{len(shapes)} workers but {len(weights)} weights")
+        specs = tuple(
+            WorkerSpec(model=m, engine=engine, model_path=p, weight=float(w))
+            for (m, p), w in zip(shapes, weights)
+        )
+        return cls(stack=stack, workers=specs, **options)  # type: ignore[arg-type]
+
+    def replicas_of(self, model: str) -> list[int]:
+        """The indices of the workers serving `model`."""
+        return [i for i, w in enumerate(self.workers) if w.model == model]

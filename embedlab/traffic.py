@@ -169,8 +169,12 @@ async def asend_burst(
     on_response: Callable[[RequestRecord], None] | None = None,
     client: httpx.AsyncClient | None = None,
     rate: float | None = None,
+    models: Sequence[str] | None = None,
 ) -> BurstResult:
     """Send `n` requests for `model` with at most `concurrency` in flight; record every one.
+
+    `models`, one per request, interleaves several models in one burst (request i asks for
+    `models[i]`); `model` then only names the burst.
 
     With `rate`, request i leaves no earlier than i / rate seconds after the first: steady
     traffic through a fault, where a burst as fast as possible would be over before the
@@ -178,10 +182,13 @@ async def asend_burst(
     """
     if n < 1 or concurrency < 1 or (rate is not None and rate <= 0):
         raise ConfigError("n and concurrency must be at least 1, and a rate positive")
+    if models is not None and len(models) != n:
+        raise ConfigError(f"{n} requests but {len(models)} models for them")
+    model_of = list(models) if models is not None else [model] * n
     payloads = list(inputs) if inputs else default_inputs(n)
     url = frontend_url.rstrip("/") + "/v1/embeddings"
     records: list[RequestRecord] = []
-    dims: set[int] = set()
+    dims: dict[str, set[int]] = {}  # per model: each model's vectors have one size
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(n):
         queue.put_nowait(i)
@@ -201,7 +208,7 @@ async def asend_burst(
         status, worker, error = 0, None, None
         try:
             response = await http.post(
-                url, json={"model": model, "input": item, "encoding_format": encoding_format}
+                url, json={"model": model_of[i], "input": item, "encoding_format": encoding_format}
             )
             status = response.status_code
             # LiteLLM passes a backend's headers on with an `llm_provider-` prefix.
@@ -211,13 +218,13 @@ async def asend_burst(
             if status != 200:
                 error = f"HTTP {status}: {response.text[:200]}"
             else:
-                error = _validate(response.json(), model, count, dims)
+                error = _validate(response.json(), model_of[i], count, dims.setdefault(model_of[i], set()))
         except httpx.HTTPError as exc:
             error = f"{exc.__class__.__name__}: {exc}"
         except ValueError as exc:
             error = f"response is not JSON: {exc}"
         ended = time.perf_counter()
-        return RequestRecord(i, model, started - t0, ended - started, status, worker, count, error)
+        return RequestRecord(i, model_of[i], started - t0, ended - started, status, worker, count, error)
 
     async def lane() -> None:
         while True:

@@ -7,15 +7,19 @@ verdict, reasons = judge([burst], exact_total=True)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
 from .. import clients
 from ..checks import DispatchCheck
+from ..defaults import QUIET_WINDOW_S
 from ..deployment import Deployment
 from ..errors import ConfigError, CounterResetError, ScrapeError, TrafficError
+from ..metrics import Snapshot
 from ..targets import Target, target_of
 from ..traffic import Input, RequestRecord, asend_burst, default_inputs
 from ..verdicts import Verdict
@@ -45,6 +49,8 @@ class BurstSpec:
     timeout: float = 60.0
     require_all: bool = True  # every expected worker must move
     rule: str = ""  # what the burst asserts, in words, for tables and reports
+    models: Sequence[str] | None = None  # one per request, for a burst that interleaves models
+    quiet_s: float = QUIET_WINDOW_S  # each quiet window's length; 0: none
     on_response: Callable[[RequestRecord], None] | None = field(default=None, compare=False)
 
 
@@ -113,6 +119,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
         raise_on_failure=False,
     )
     async with clients.async_client(timeout=10.0) as scrape_client:
+        opening = await _quiet_window(check, scrape_client, spec.quiet_s, first=True)
         # The baseline is in hand before the first request of the burst leaves.
         await check.abegin(scrape_client)
         traffic = await asend_burst(
@@ -124,6 +131,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
             timeout=spec.timeout,
             progress=progress,
             on_response=spec.on_response,
+            models=spec.models,
         )
         share_of = spec.weights if spec.weights is not None else [1.0] * len(target.system_urls)
         total = sum(share_of[i] for i in spec.expected) or 1.0
@@ -137,6 +145,11 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
         )
         try:
             burst.check = await check.aend(scrape_client)
+            closing = await _quiet_window(check, scrape_client, spec.quiet_s, first=False)
+            moved = {**_moved(opening, check.before), **_moved(check.after, closing)}
+            if moved:
+                burst.other_traffic = moved
+                burst.inconclusive = _unsent(moved, 2 * spec.quiet_s)
         except CounterResetError as exc:
             burst.inconclusive = f"counter reset on worker {exc.worker_index}"
         except ScrapeError as exc:
@@ -144,6 +157,37 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
             # restarting): its delta is unknown, so the burst decides nothing.
             burst.inconclusive = f"{str(exc).split(': cannot scrape')[0]} could not be read after the burst"
     return burst
+
+
+async def _quiet_window(
+    check: DispatchCheck, client: Any, seconds: float, *, first: bool
+) -> list[Snapshot] | None:
+    """Counters at one end of a quiet window: before the baseline (`first`) or after the end
+    snapshot. None where the burst has no windows."""
+    if seconds <= 0:
+        return None
+    if first:
+        found = await check.asnapshot(client)
+        await asyncio.sleep(seconds)
+        return found
+    await asyncio.sleep(seconds)
+    return await check.asnapshot(client)
+
+
+def _moved(earlier: Sequence[Snapshot] | None, later: Sequence[Snapshot] | None) -> dict[int, float]:
+    """Worker index -> how far its counter moved between two snapshot lists (a reset raises)."""
+    if earlier is None or later is None:
+        return {}
+    deltas = {i: a.delta(b, worker_index=i) for i, (a, b) in enumerate(zip(earlier, later))}
+    return {i: d for i, d in deltas.items() if d}
+
+
+def _unsent(moved: dict[int, float], seconds: float) -> str:
+    shown = ", ".join(f"worker {i} +{d:g}" for i, d in sorted(moved.items()))
+    return (
+        f"traffic embedlab did not send: {shown} in the {seconds:.1f} s of quiet windows around the burst "
+        "(another client, a health probe or a canary), so its counts judge nothing of the router"
+    )
 
 
 def status_codes(bursts: Sequence[Burst]) -> dict[str, int]:
@@ -158,9 +202,9 @@ def status_codes(bursts: Sequence[Burst]) -> dict[str, int]:
 def judge(bursts: Sequence[Burst], *, exact_total: bool) -> tuple[Verdict, list[str]]:
     """A verdict over bursts: a counter reset is inconclusive; a failed request, a leak, a silent
     worker, a skewed split or (with `exact_total`) a count other than the requests sent fails."""
-    for burst in bursts:
-        if burst.inconclusive:
-            return Verdict.INCONCLUSIVE, [f"{burst.name}: {burst.inconclusive}"]
+    doubtful = [f"{burst.name}: {burst.inconclusive}" for burst in bursts if burst.inconclusive]
+    if doubtful:
+        return Verdict.INCONCLUSIVE, doubtful
     reasons: list[str] = []
     for burst in bursts:
         failed = burst.traffic.failures

@@ -229,11 +229,16 @@ def multi_model_dispatch(
     if missing:
         raise ConfigError(f"no worker serves {missing}; workers serve {served}")
     params = {"requests_per_burst": requests_per_burst, "concurrency": concurrency, "models": models}
+    replicas = {model: [i for i, m in enumerate(target.models) if m == model] for model in models}
+    weights = list(target.weights) if target.weights else [1.0] * len(target.models)
     specs = [
         BurstSpec(
             name=model,
             model=model,
-            expected=frozenset(i for i, m in enumerate(target.models) if m == model),
+            expected=frozenset(replicas[model]),
+            # Several replicas of a model: each must move only where a correct router rarely leaves one still.
+            require_all=still_chance([weights[i] for i in replicas[model]], requests_per_burst)
+            < FAIRNESS_ALPHA,
             requests=requests_per_burst,
             concurrency=concurrency,
             inputs=inputs or default_inputs(requests_per_burst),

@@ -29,7 +29,7 @@ from .params import describe_params, knobs
 from .registry import Scenario, get_scenario
 from .results import ScenarioResult
 
-__all__ = ["ScenarioPlan", "run_scenario"]
+__all__ = ["ScenarioPlan", "check_knob_names", "run_scenario"]
 
 # What a plan field left unset (None) becomes when its scenario sets no value for it.
 FALLBACKS: dict[str, Any] = {"workers": 2, "lease_ttl": LEASE_TTL_S, "restart": "never"}
@@ -60,8 +60,9 @@ class ScenarioPlan:
     engine: str = "hash"
     models: tuple[str, ...] = ()
     model_paths: tuple[str, ...] = ()
-    workers: int | None = None
-    weights: tuple[float, ...] = ()
+    workers: int | None = None  # replicas of each model; None: 2 of one model, 1 of each of several
+    replicas: tuple[int, ...] = ()  # per model, in place of `workers`: 4 of models[0], 2 of models[1]
+    weights: tuple[float, ...] = ()  # per worker, model by model
     seed: int | None = 0
     router_mode: str | None = None  # the frontend's policy, in its own names; None: its default
     pooling: str | None = None
@@ -76,16 +77,19 @@ class ScenarioPlan:
     lease_ttl: float | None = None  # seconds; None: the scenario's default, else embedlab's
     restart: str | None = None  # workers: never, or on-exit (back on their host when they exit)
     etcd_endpoints: str = ""  # attach: the cluster's etcd, to list what it believes is live
+    worker_models: tuple[str, ...] = ()  # attach: the model each system URL's worker serves
     worker_args: tuple[str, ...] = ()
     frontend_args: tuple[str, ...] = ()
     progress: bool = False  # progress bars for bursts
     params: Any = None  # the scenario's knobs; None: its defaults
 
     def __post_init__(self) -> None:
-        for name in ("models", "model_paths", "system_urls", "worker_args", "frontend_args"):
+        for name in ("models", "model_paths", "system_urls", "worker_args", "frontend_args", "worker_models"):
             object.__setattr__(self, name, _tuple(getattr(self, name)))
+        object.__setattr__(self, "replicas", _tuple(self.replicas, int))
         object.__setattr__(self, "weights", _tuple(self.weights, float))
         scenario = self.definition  # an unknown scenario fails here
+        check_knob_names(scenario)
         object.__setattr__(self, "params", scenario.params_from(self.params))
         if self.stack not in STACKS:
             raise ConfigError(f"unknown stack {self.stack!r}; choose from {', '.join(STACKS.names())}")
@@ -103,11 +107,7 @@ class ScenarioPlan:
                 f"{self.scenario} changes a worker: it cannot run attached, only on a deployment it launches"
             )
         MetricQuery.parse(self.metric)
-        if scenario.layout == "pool" and len(self.models) > 1:
-            raise ConfigError(
-                f"{self.scenario} takes one model, got {len(self.models)} ({', '.join(self.models)}); "
-                "a scenario over several models is multi-model"
-            )
+        self._check_pool()
         plan = self.resolved()
         if not self.attached:
             plan._check_models()
@@ -122,6 +122,30 @@ class ScenarioPlan:
             get_stack(plan.stack).check(plan._spec_of((models, paths[: len(models)]), workers=plan.workers))  # type: ignore[arg-type]
         if scenario.check is not None:
             scenario.check(plan)
+
+    def _check_pool(self) -> None:
+        """The pool's shape: one model for a one-model scenario; replicas and attached models that fit."""
+        named = self.models or tuple(dict.fromkeys(self.worker_models))
+        if self.definition.layout == "pool" and len(named) > 1:
+            raise ConfigError(
+                f"{self.scenario} takes one model, got {len(named)} ({', '.join(named)}); "
+                "a scenario over several models is multi-model (or mixed)"
+            )
+        if any(isinstance(k, bool) or k < 1 for k in self.replicas):
+            raise ConfigError(f"replicas must be whole numbers of at least 1, got {list(self.replicas)}")
+        if self.replicas and self.workers is not None:
+            raise ConfigError(
+                "give replicas (one count per model) or workers (the same count for each), not both"
+            )
+        if self.worker_models and len(self.worker_models) != len(self.system_urls):
+            raise ConfigError(
+                f"{len(self.system_urls)} system URLs but {len(self.worker_models)} worker models: one per worker"
+            )
+        if self.worker_models and self.models and set(self.models) != set(self.worker_models):
+            raise ConfigError(
+                f"the workers serve {', '.join(dict.fromkeys(self.worker_models))}, but models names "
+                f"{', '.join(self.models)}: leave models out, worker_models say it"
+            )
 
     def _check_models(self) -> None:
         """Model names and paths that would fail only when the workers start."""
@@ -175,6 +199,8 @@ class ScenarioPlan:
         filled = {name: value for name, value in defaults.items() if getattr(self, name) is None}
         if self.workers is None and self.weights and self.definition.layout == "pool":
             filled["workers"] = len(self.weights)  # one weight per worker says how many
+        if self.workers is None and self.definition.layout == "per-model" and "workers" not in filled:
+            filled["workers"] = 1  # one worker per model, unless told how many replicas
         filled.update(
             {
                 name: value
@@ -182,6 +208,8 @@ class ScenarioPlan:
                 if getattr(self, name) is None and name not in filled
             }
         )
+        if self.replicas:
+            filled.pop("workers", None)  # each model's count is given
         return replace(self, **filled) if filled else self
 
     def describe(self) -> str:
@@ -231,14 +259,18 @@ class ScenarioPlan:
             restart=self.restart or FALLBACKS["restart"],
         )
         if self.definition.layout == "pool":
-            weights = self.weights or (1.0,) * workers
-            if len(weights) != workers:
-                raise ConfigError(f"{workers} workers but {len(weights)} weights")
-            specs = tuple(
-                WorkerSpec(model=models[0], model_path=paths[0], weight=w, **common) for w in weights
-            )  # type: ignore[arg-type]
-        else:
-            specs = tuple(WorkerSpec(model=m, model_path=p, **common) for m, p in zip(models, paths))  # type: ignore[arg-type]
+            models, paths = models[:1], paths[:1]
+        counts = list(self.replicas) or [workers or 1] * len(models)
+        if len(counts) != len(models):
+            raise ConfigError(f"{len(models)} models but {len(counts)} replica counts")
+        shapes = [(m, p) for m, p, k in zip(models, paths, counts) for _ in range(k)]
+        weights = self.weights or (1.0,) * len(shapes)
+        if len(weights) != len(shapes):
+            raise ConfigError(f"{len(shapes)} workers but {len(weights)} weights")
+        specs = tuple(
+            WorkerSpec(model=m, model_path=p, weight=w, **common)  # type: ignore[arg-type]
+            for (m, p), w in zip(shapes, weights)
+        )
         return DeploymentSpec(
             stack=self.stack,
             workers=specs,
@@ -264,7 +296,9 @@ class ScenarioPlan:
     def target(self) -> Target:
         """The attached deployment this plan checks."""
         models: Sequence[str | None] | None = None
-        if self.models:
+        if self.worker_models:
+            models = list(self.worker_models)
+        elif self.models:
             if self.definition.layout == "pool":
                 models = [self.models[0]] * len(self.system_urls)
             elif len(self.models) == len(self.system_urls):
@@ -304,6 +338,16 @@ class ScenarioPlan:
             bursts=[],
             verdict=Verdict.UNSUPPORTED,
             reasons=[str(exc)],
+        )
+
+
+def check_knob_names(scenario: Scenario) -> None:
+    """A knob may not share a name with a plan field: in a matrix, a notebook or on the command
+    line the two would be one key."""
+    clash = sorted({k.name for k in knobs(scenario.params_class)} & {f.name for f in fields(ScenarioPlan)})
+    if clash:
+        raise ConfigError(
+            f"scenario {scenario.name!r}: its knobs {clash} are plan fields too (the deployment's); rename them"
         )
 
 

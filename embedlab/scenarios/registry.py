@@ -152,6 +152,12 @@ SCENARIOS: Registry[Scenario] = Registry(
             "multi-model", "dispatch", "run_multi_model", "MultiModelParams",
             "one burst per model: only that model's workers move", layout="per-model",
         ),
+        "mixed": _builtin(
+            "mixed", "mixed", "run_mixed", "MixedParams",
+            "every model's requests interleaved in one burst per send order: per model, every replica "
+            "moves, its replicas count exactly its requests, and its split fits its weights",
+            layout="per-model", deployment={"workers": 2},
+        ),
         "failover": _builtin(
             "failover", "resilience", "run_failover", "FailoverParams",
             "a worker is SIGKILLed mid-burst: lost requests and time out of dispatch "

@@ -55,6 +55,9 @@ class Burst:
     inconclusive: str | None = None
     expected_shares: dict[int, float] = field(default_factory=dict)
     rule: str = ""  # what the check asserted, in words
+    # Worker index -> what its counter moved in the quiet windows around the burst: traffic
+    # embedlab did not send. Named, never judged: the burst is then inconclusive.
+    other_traffic: dict[int, float] = field(default_factory=dict)
 
     def expected_count(self, index: int) -> float:
         return self.traffic.n * self.expected_shares.get(index, 0.0)
@@ -79,6 +82,7 @@ class Burst:
             "inconclusive": self.inconclusive,
             "traffic": self.traffic.to_json(),
             "rule": self.rule,
+            "other_traffic": {str(i): d for i, d in sorted(self.other_traffic.items())},
             "deltas": [r.delta for r in self.check.rows] if self.check else None,
         }
 

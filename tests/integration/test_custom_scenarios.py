@@ -148,7 +148,7 @@ def test_registration_mistakes_are_config_errors(registered: list[str]) -> None:
         register_scenario("same-model", lambda target, plan: None)
     with pytest.raises(
         ConfigError,
-        match="unknown scenario 'nope'; choose from same-model, multi-model, failover, failover-no-retries, drain",
+        match="unknown scenario 'nope'; choose from same-model, multi-model, mixed, failover, failover-no-retries, drain",
     ):
         ScenarioPlan(scenario="nope")
 
@@ -220,3 +220,14 @@ def test_a_per_model_scenario_gets_one_worker_per_model(registered: list[str], t
     result = run_scenario(ScenarioPlan(scenario="by-model", models=["x", "y", "z"], run_dir=str(tmp_path)))
     assert seen == [["x", "y", "z"]] and result.scenario == "by-model" and result.passed, result.summary()
     assert [b.traffic.n for b in result.bursts] == [6, 6, 6]
+
+
+def test_a_knob_named_like_a_plan_field_is_refused_by_name(registered: list[str]) -> None:
+    @dataclass(frozen=True, kw_only=True)
+    class Seeded:
+        seed: int = knob(1, "would shadow the plan's seed")
+
+    registered.append("seeded")
+    register_scenario("seeded", lambda target, plan: None, params=Seeded)
+    with pytest.raises(ConfigError, match=r"scenario 'seeded': its knobs \['seed'\] are plan fields too"):
+        ScenarioPlan(scenario="seeded")
