@@ -43,6 +43,7 @@ __all__ = [
 BATTERY = (
     "same-model",
     "multi-model",
+    "mixed",
     "failover",
     "failover-no-retries",
     "client-mistakes",

@@ -16,6 +16,7 @@ from .conftest import NOTEBOOKS, REPO, code_cells, tagged
 
 SCENARIO_NOTEBOOKS = {
     "same_model_load_balance": "same-model", "multi_model_dispatch": "multi-model", "failover": "failover",
+    "mixed_traffic": "mixed",
     "scenario": None,
     "cluster_faults": None,
 }
@@ -124,7 +125,8 @@ def test_scenario_notebook_parameters(name: str) -> None:
         defaults = {k.name: k.default for k in knobs(get_scenario(scenario).params_class)}
         values = {t.id: ast.literal_eval(node.value) for node in ast.parse(source).body for t in node.targets}  # type: ignore[attr-defined]
         assert set(defaults) <= names, f"{name} lacks its knobs {set(defaults) - names}"
-        differ = {k: (values[k], d) for k, d in defaults.items() if values[k] != d}
+        # A tuple knob is a list in a parameters cell (papermill writes lists).
+        differ = {k: (values[k], d) for k, d in defaults.items() if (tuple(values[k]) if isinstance(d, tuple) else values[k]) != d}
         assert not differ, f"{name}'s parameters cell disagrees with {scenario}'s params (cell, params): {differ}"
         if not get_scenario(scenario).launches:
             assert {"frontend_url", "system_urls"} <= names, "a scenario that can attach takes the attach parameters"

@@ -96,7 +96,10 @@ victim = 0
 @pytest.mark.parametrize(
     "text, message",
     [
-        ('notebooks = ["multi_model_dispatch"]\n[[params]]\nworkers = 3\n', "takes no parameter ['workers']"),
+        (
+            'notebooks = ["multi_model_dispatch"]\n[[params]]\nkill_after = 3\n',
+            "takes no parameter ['kill_after']",
+        ),
         ('notebooks = ["multi_model_dispatch"]\n[[params]]\nrun_dir = "/x"\n', "set by the runner"),
         (
             'notebooks = ["multi_model_dispatch"]\n[[params]]\nname = "a"\n[[params]]\nname = "a"\n',
@@ -106,7 +109,7 @@ victim = 0
         ("[[params]]\nstack = 'embedded'\n", "nothing to run"),
         (
             'scenarios = ["no-such-scenario"]\n',
-            "unknown scenario 'no-such-scenario'; registered: same-model, multi-model, failover, failover-no-retries, drain",
+            "unknown scenario 'no-such-scenario'; registered: same-model, multi-model, mixed, failover, failover-no-retries, drain",
         ),
         (
             'notebooks = ["multi_model_dispatch"]\n[[params]]\nstack = "nonsense"\n',
