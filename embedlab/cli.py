@@ -14,6 +14,7 @@ from typing import Any
 
 from . import defaults
 from .serve_commands import SERVING, engine_options_from_args, positive_float
+from .stack_commands import STACK_COMMANDS
 from .wording import counted
 
 __all__ = ["build_parser", "engine_options_from_args", "main"]
@@ -286,7 +287,8 @@ def _run_regress(args: argparse.Namespace) -> int:
 
 
 def _add_conformance(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from .scenarios.battery import BATTERY, BATTERY_STACKS
+    from .scenarios.battery import BATTERY
+    from .stacks import battery_stacks
 
     p = sub.add_parser(
         "conformance",
@@ -295,7 +297,7 @@ def _add_conformance(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         "OUT/<run-id>/conformance.html, conformance.json and junit.xml. Exits 0 when every cell ran to a "
         "verdict (a failed check is a finding about a router, not a broken run), 1 when a cell broke.",
     )
-    p.add_argument("--stacks", default=",".join(BATTERY_STACKS), help="comma-separated stacks")
+    p.add_argument("--stacks", default=",".join(battery_stacks()), help="comma-separated stacks")
     p.add_argument(
         "--checks", default=",".join(BATTERY), help="comma-separated checks (registered scenarios)"
     )
@@ -355,6 +357,7 @@ def _pandas_display():  # type: ignore[no-untyped-def]
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore[type-arg]
     *SERVING,
+    *STACK_COMMANDS,
     _add_scenario,
     _add_regress,
     _add_conformance,
@@ -378,8 +381,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .errors import CheckFailedError, EmbedlabError
+    from .errors import CheckFailedError, ConfigError, EmbedlabError
+    from .plugins import load_plugins, plugin_modules
 
+    try:  # before any name resolves: a plugin's stacks and engines are --stack and --engine choices
+        load_plugins(plugin_modules())
+    except ConfigError as exc:
+        print(f"embedlab: error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     parser = build_parser()
     args = parser.parse_args(argv)
     run: Command = args.run

@@ -26,6 +26,7 @@ PORT_DIR_ENV = "EMBEDLAB_PORT_DIR"  # port reservations and watchdog files
 MODEL_CACHE_ENV = "EMBEDLAB_CACHE"  # the tiny local models
 NOTEBOOKS_ENV = "EMBEDLAB_NOTEBOOKS"  # where `embedlab regress` looks notebooks up
 ROUTERS_ENV = "EMBEDLAB_ROUTERS"  # the routers' venvs (default: .routers/ of the checkout)
+PLUGINS_ENV = "EMBEDLAB_PLUGINS"  # modules the command line imports first: their stacks, engines, scenarios
 CUDA_VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"  # one GPU per worker, set by the deployment
 
 # -- the wire -----------------------------------------------------------------------------------
@@ -52,6 +53,9 @@ HASH_DIM = 384
 
 # -- harness ------------------------------------------------------------------------------------
 FAIRNESS_ALPHA = 0.001  # a same-model split with a p-value below this does not fit the weights
+# Failover watches this long for a killed worker to leave dispatch, where its stack judges
+# no lease of its own (Dynamo's file discovery forgets a dead instance only after its ~10 s TTL).
+FAILOVER_WATCH_S = 30.0
 # vLLM on 2 cores takes 55-75 s to start two workers side by side, more under load.
 STARTUP_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 10.0

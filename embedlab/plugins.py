@@ -7,19 +7,29 @@
 A built-in is a "module:attribute" string, imported on first use, so listing names (for
 `--help` or a check of a matrix) imports nothing heavy. Installed packages add theirs
 through an entry-point group, as pytest and papermill plugins do: the entry point's name
-is the registered name, its value what it registers.
+is the registered name, its value what it registers. A module that registers its own at
+import time joins through `EMBEDLAB_PLUGINS` (comma-separated module names), which the
+command line imports (`load_plugins(plugin_modules())`) before any name is resolved, so a
+process that embedlab starts (a worker given `--engine NAME`) sees the same names.
+
+A registry may check what joins it (`check(name, loaded)`, as pluggy holds a plugin
+against its hook specs): a class given at run time is checked when it is registered, a
+"module:attribute" string or an entry point when it is first loaded, and a wrong one is a
+`ConfigError` that names it, before anything uses it.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Generic, TypeVar
 
+from .defaults import PLUGINS_ENV
 from .errors import ConfigError
 
-__all__ = ["Registry", "resolve"]
+__all__ = ["Registry", "load_plugins", "plugin_modules", "resolve"]
 
 T = TypeVar("T")
 
@@ -40,12 +50,15 @@ class Registry(Generic[T]):
         group: str,
         builtins: Mapping[str, T | str],
         adapt: Callable[[str, object], T] | None = None,
+        check: Callable[[str, T], None] | None = None,
     ) -> None:
-        """`adapt(name, loaded)` turns what a string or an entry point loads into a T."""
+        """`adapt(name, loaded)` turns what a string or an entry point loads into a T;
+        `check(name, value)` raises `ConfigError` for one that cannot work."""
         self.kind = kind
         self.group = group
         self._entries: dict[str, T | str] = dict(builtins)
         self._adapt = adapt
+        self._check = check
         self._plugins_loaded = False
         self._from_plugins: set[str] = set()
 
@@ -59,6 +72,8 @@ class Registry(Generic[T]):
             raise ConfigError(
                 f"a {self.kind} named {name!r} is already registered (pass replace=True to replace it)"
             )
+        if self._check is not None and not isinstance(target, str):
+            self._check(name, target)
         self._from_plugins.discard(name)
         self._entries[name] = target
 
@@ -71,6 +86,10 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return name in self.names()
+
+    def __iter__(self) -> Iterator[str]:
+        """The names, in order: `sorted(registry)`, `", ".join(registry)`."""
+        return iter(self.names())
 
     def get(self, name: str) -> T:
         self._load_plugins()
@@ -86,6 +105,8 @@ class Registry(Generic[T]):
             if not isinstance(registered, str):  # the import registered it, with its own options
                 return registered
             target = self._adapt(name, loaded) if self._adapt else loaded  # type: ignore[assignment]
+            if self._check is not None:
+                self._check(name, target)  # type: ignore[arg-type]
             self._entries[name] = target
         return target  # type: ignore[return-value]
 
@@ -98,3 +119,24 @@ class Registry(Generic[T]):
             if point.name not in self._entries:
                 self._entries[point.name] = point.value
                 self._from_plugins.add(point.name)
+
+
+def plugin_modules(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The modules `EMBEDLAB_PLUGINS` names (comma-separated), in order."""
+    raw = (os.environ if environ is None else environ).get(PLUGINS_ENV, "")
+    return [name.strip() for name in raw.split(",") if name.strip()]
+
+
+def load_plugins(names: Sequence[str]) -> None:
+    """Import each module, so that what it registers (stacks, engines, scenarios) is known.
+
+    A module that fails to import is a one-line `ConfigError` that names it.
+    """
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise ConfigError(
+                f"plugin module {name!r} (from {PLUGINS_ENV}) failed to import: "
+                f"{exc.__class__.__name__}: {exc}"
+            ) from exc

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..plugins import Registry, resolve
+from ..stacks import stack_class, stacks_with
 
 __all__ = ["LAYOUTS", "SCENARIOS", "Scenario", "get_scenario", "register_scenario", "scenario_names"]
 
@@ -67,7 +68,14 @@ def _adapt(name: str, loaded: object) -> Scenario:
 
 
 def _needs_etcd(plan: Any) -> None:
-    if plan.discovery != "etcd" and not plan.attached:
+    if plan.attached:
+        return
+    if "etcd" not in stack_class(plan.stack).discoveries:
+        having = ", ".join(stacks_with(lambda s: "etcd" in s.discoveries)) or "none registered"
+        raise ConfigError(
+            f"{plan.scenario} needs etcd discovery, which the {plan.stack} stack does not have (stacks with it: {having})"
+        )
+    if plan.discovery != "etcd":
         raise ConfigError(f"{plan.scenario} needs discovery='etcd' (--discovery etcd)")
 
 
@@ -137,7 +145,6 @@ SCENARIOS: Registry[Scenario] = Registry(
             name="partition",
             run="embedlab.scenarios.cluster:run_partition",
             launches=True,
-            stacks=("dynamo",),
             check=_needs_cluster,
             help="a worker's host drops off the network mid-traffic, then comes back: failures, the longest hang "
             "and the times to leave and rejoin dispatch are reported; recovery is asserted",
@@ -148,7 +155,6 @@ SCENARIOS: Registry[Scenario] = Registry(
             name="etcd-restart",
             run="embedlab.scenarios.cluster:run_etcd_restart",
             launches=True,
-            stacks=("dynamo",),
             check=_needs_etcd,
             help="etcd stops for 3 s mid-traffic and starts again: failures and whether dispatch went on are "
             "reported; recovery is asserted",
@@ -160,7 +166,6 @@ SCENARIOS: Registry[Scenario] = Registry(
             name="lease-ttl-sweep",
             run="embedlab.scenarios.cluster:run_ttl_sweep",
             deploys=True,
-            stacks=("dynamo",),
             check=_needs_etcd,
             help="a worker is SIGKILLed at lease TTLs of 3, 5 and 10 s: time to leave dispatch and failed "
             "requests against the TTL (reported)",
