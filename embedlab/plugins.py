@@ -34,6 +34,11 @@ __all__ = ["Registry", "load_plugins", "plugin_modules", "resolve"]
 T = TypeVar("T")
 
 
+def _a(kind: str) -> str:
+    """`a stack`, `an engine`."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+
+
 def resolve(target: str) -> object:
     """Import `module:attribute`."""
     module, _, attribute = target.partition(":")
@@ -65,12 +70,12 @@ class Registry(Generic[T]):
     def register(self, name: str, target: T | str, *, replace: bool = False) -> None:
         """Add `name`. Registering a name twice is an error unless `replace`."""
         if not name or not isinstance(name, str):
-            raise ConfigError(f"a {self.kind} needs a name, got {name!r}")
+            raise ConfigError(f"{_a(self.kind)} needs a name, got {name!r}")
         self._load_plugins()
         # A plugin's module may register its own entry when it is imported: that is no clash.
         if name in self._entries and not replace and name not in self._from_plugins:
             raise ConfigError(
-                f"a {self.kind} named {name!r} is already registered (pass replace=True to replace it)"
+                f"{_a(self.kind)} named {name!r} is already registered (pass replace=True to replace it)"
             )
         if self._check is not None and not isinstance(target, str):
             self._check(name, target)

@@ -112,7 +112,7 @@ victim = 0
         ),
         (
             'scenarios = ["partition"]\n[[params]]\nstack = "embedded"\n',
-            "partition runs on dynamo, not on embedded",
+            "partition needs etcd discovery, which the embedded stack does not have (stacks with it: dynamo)",
         ),
         (
             'notebooks = ["same_model_load_balance"]\n[[params]]\nworkers = 0\n',
