@@ -28,7 +28,7 @@ from ..verdicts import Verdict
 from .bursts import serving, workers_of
 from .dispatch import same_model_load_balance
 from .results import Burst, Event, FaultFigures, ScenarioResult, TtlPoint
-from .watch import RATE, Watch, events_since, served_between, status_codes, steady
+from .watch import RATE, Watch, events_since, served_between, status_codes, steady_traffic
 
 if TYPE_CHECKING:
     from .plans import ScenarioPlan
@@ -89,7 +89,7 @@ def _fault_run(
         origin = time.perf_counter()
         watch = Watch(deployment, origin)
         watcher = asyncio.create_task(watch.run())
-        traffic = asyncio.create_task(steady(deployment, model, seconds, concurrency, progress)())
+        traffic = asyncio.create_task(steady_traffic(deployment, model, seconds, concurrency, progress)())
         await asyncio.sleep(LEAD_S)
         fault_at = time.perf_counter() - origin
         await loop.run_in_executor(None, begin)
@@ -232,7 +232,7 @@ def lease_ttl_sweep(
                 watch = Watch(deployment, origin)
                 watcher = asyncio.create_task(watch.run())
                 traffic = asyncio.create_task(
-                    steady(deployment, model, LEAD_S + ttl + 4.0, concurrency, progress)()
+                    steady_traffic(deployment, model, LEAD_S + ttl + 4.0, concurrency, progress)()
                 )
                 await asyncio.sleep(LEAD_S)
                 deployment.outages.kill_worker(victim, signal.SIGKILL)

@@ -32,7 +32,7 @@ __all__ = [
     "events_since",
     "served_between",
     "status_codes",
-    "steady",
+    "steady_traffic",
 ]
 
 RATE = 20.0  # requests per second of steady traffic: enough to see every second of a fault
@@ -99,7 +99,7 @@ class Watch:
         return None
 
 
-def steady(
+def steady_traffic(
     deployment: Deployment, model: str, seconds: float, concurrency: int, progress: bool
 ) -> Callable[[], Any]:
     n = max(1, int(RATE * seconds))
