@@ -52,6 +52,7 @@ DEVICE = "auto"  # CUDA where torch sees it, else the CPU
 HASH_DIM = 384
 
 # -- harness ------------------------------------------------------------------------------------
+STACK = "embedded"  # the stack a spec runs when it names none: embedlab's own frontend
 FAIRNESS_ALPHA = 0.001  # a same-model split with a p-value below this does not fit the weights
 # Failover watches this long for a killed worker to leave dispatch, where its stack judges
 # no lease of its own (Dynamo's file discovery forgets a dead instance only after its ~10 s TTL).
