@@ -65,13 +65,13 @@ class Supervisor:
 
     def _check(self, index: int) -> None:
         dep = self._dep
-        with dep.lock:
-            proc = dep.workers[index]
-            if dep.stopping.is_set() or proc.alive():
-                return
-            dep.events.record("exit", f"worker {index} (code {proc.returncode})")
-            dep.respawn_worker(index)
         try:
+            with dep.lock:  # the exit and the relaunch in one step: no fault swaps the process between
+                proc = dep.workers[index]
+                if dep.stopping.is_set() or proc.alive():
+                    return
+                dep.events.record("exit", f"worker {index} (code {proc.returncode})")
+                dep.respawn_worker(index)
             dep.wait_worker(index, cancelled=dep.stopping)
         except (ServerStartError, DeploymentStoppedError) as exc:  # a stop, or a dead frontend
             dep.events.record(

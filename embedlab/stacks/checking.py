@@ -2,8 +2,9 @@
 
 pluggy holds every hook implementation against its spec at registration, argument names
 included; this does the same for a stack class against `BaseStack`: it must subclass it,
-define the four abstract methods, take the arguments the harness passes to each method it
-overrides (by name, in order), and declare only what it defines (`drains` with `drain`
+define the four abstract methods, keep no state on its objects (a run's goes in
+`StackContext.state`), take the arguments the harness passes to each method it overrides
+(by name, in order), and declare only what it defines (`drains` with `drain`
 and `resume`, `live_weights` with `set_weights`, `retries_switch` with `without_retries`,
 `pins` with a `venv`). Each refusal is a `ConfigError` that names the stack and what is wrong.
 """
@@ -70,6 +71,15 @@ def check_stack_class(name: str, cls: object) -> None:
         raise ConfigError(f"stack {name!r}: {cls.__qualname__} lacks {', '.join(missing)}")
     if not cls.name:
         raise ConfigError(f"stack {name!r}: {cls.__qualname__} sets no `name`")
+    try:
+        kept = sorted(vars(cls()))
+    except TypeError as exc:
+        raise ConfigError(f"stack {name!r}: {cls.__qualname__}() must take no arguments ({exc})") from exc
+    if kept:
+        raise ConfigError(
+            f"stack {name!r}: {cls.__qualname__} keeps {', '.join(kept)} on the object; one object serves "
+            "every run, so per-run state goes in StackContext.state (filled by prepare)"
+        )
     wrong = [
         why for method in _methods() if _defines(cls, method) and (why := _signature_mismatch(cls, method))
     ]

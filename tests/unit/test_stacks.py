@@ -103,6 +103,15 @@ class PinsNoVenv(Minimal):
     pins = ("six",)
 
 
+class Stateful(Minimal):
+    """Today's stacks kept a run's ports on the object; one object serves every run now."""
+
+    name = "stateful"
+
+    def __init__(self) -> None:
+        self._urls: list[str] = []
+
+
 @pytest.mark.parametrize(
     "cls, message",
     [
@@ -114,6 +123,7 @@ class PinsNoVenv(Minimal):
         ),
         (DrainsOnPaper, "stack 'bad': DrainsOnPaper declares drains but does not define drain, resume"),
         (PinsNoVenv, "stack 'bad': a venv of its own is built from its pins"),
+        (Stateful, "stack 'bad': Stateful keeps _urls on the object; .* StackContext.state"),
     ],
 )
 def test_a_class_that_cannot_be_a_stack_is_refused_when_it_joins(cls: type, message: str) -> None:
