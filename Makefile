@@ -83,16 +83,12 @@ $(VENV)/.stamp-vllm: $(VENV)/.stamp-base
 	touch $@
 
 # The real routers users choose between, each in a venv of its own under .routers/ (the
-# stacks find them there, or under $EMBEDLAB_ROUTERS), pinned in pyproject.toml's
-# router-* extras and installed from those pins alone, without embedlab.
+# stacks find them there, or under $EMBEDLAB_ROUTERS), installed from the pins their stack
+# classes declare, without embedlab. The list is the stack registry's (`embedlab stacks
+# --venvs`, plugins in EMBEDLAB_PLUGINS included); a venv is rebuilt only when its pins change.
 ROUTERS := .routers
-routers: $(ROUTERS)/litellm/.stamp $(ROUTERS)/vllm-router/.stamp $(ROUTERS)/sglang-router/.stamp $(ROUTERS)/smg/.stamp
-$(ROUTERS)/%/.stamp: pyproject.toml
-	rm -rf $(ROUTERS)/$*
-	$(PYTHON) -m venv $(ROUTERS)/$*
-	$(ROUTERS)/$*/bin/python -m pip --disable-pip-version-check install -q --upgrade pip
-	scripts/pins router-$* | xargs -d '\n' $(ROUTERS)/$*/bin/python -m pip --disable-pip-version-check install -q
-	touch $@
+routers: $(VENV)/.stamp-base
+	@scripts/build-routers $(ROUTERS) $(PYTHON) $(BIN)/python -m embedlab stacks --venvs
 
 clean-venv:
 	rm -rf $(VENV) $(ROUTERS)

@@ -832,7 +832,7 @@ for `apt-get install hey` where it is missing):
 | this page and its plots | `make bench-docs` (= `.venv/bin/python bench/render_docs.py`) | `docs/benchmarks.md`, `docs/img/*.png` |
 
 `make bench` builds `.venv/` with the Dynamo runtime (the peer frontend), `.routers/litellm/`
-with the LiteLLM proxy (`litellm[proxy]==1.108.7`, the `router-litellm` extra, in a venv of its own
+with the LiteLLM proxy (`litellm[proxy]==1.108.7`, the pins of its stack class, in a venv of its own
 so that its pins never touch the workbench's), and installs `hey` from Debian, the load
 generator: one Go process drives thousands of requests per second, where a Python client
 tops out near 1,000 and would measure itself.

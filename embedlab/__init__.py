@@ -29,11 +29,14 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": "errors",
     "CounterResetError": "errors",
     "DeploymentStoppedError": "errors",
+    "DiscoveryError": "errors",
+    "DrainError": "errors",
     "EarlierCellFailedError": "errors",
     "EmbedlabError": "errors",
     "EngineError": "errors",
     "MetricNotFoundError": "errors",
     "MetricsError": "errors",
+    "NetworkError": "errors",
     "NotebookRunError": "errors",
     "ReadinessTimeoutError": "errors",
     "ScrapeError": "errors",
@@ -73,6 +76,11 @@ _EXPORTS: dict[str, str] = {
     "stop_deployment": "scenarios.live",
     "DeploymentSpec": "specs",
     "WorkerSpec": "specs",
+    "BaseStack": "stacks",
+    "ProcessSpec": "stacks",
+    "StackContext": "stacks",
+    "register_stack": "stacks",
+    "register_engine": "engines",
     "BurstResult": "traffic",
     "RequestRecord": "traffic",
     "asend_burst": "traffic",
@@ -110,16 +118,20 @@ if TYPE_CHECKING:
         fairness_p_value as fairness_p_value,
     )
     from .deployment import Deployment as Deployment
+    from .engines import register_engine as register_engine
     from .errors import (
         CheckFailedError as CheckFailedError,
         ConfigError as ConfigError,
         CounterResetError as CounterResetError,
         DeploymentStoppedError as DeploymentStoppedError,
+        DiscoveryError as DiscoveryError,
+        DrainError as DrainError,
         EarlierCellFailedError as EarlierCellFailedError,
         EmbedlabError as EmbedlabError,
         EngineError as EngineError,
         MetricNotFoundError as MetricNotFoundError,
         MetricsError as MetricsError,
+        NetworkError as NetworkError,
         NotebookRunError as NotebookRunError,
         ReadinessTimeoutError as ReadinessTimeoutError,
         ScrapeError as ScrapeError,
@@ -175,6 +187,12 @@ if TYPE_CHECKING:
     from .specs import (
         DeploymentSpec as DeploymentSpec,
         WorkerSpec as WorkerSpec,
+    )
+    from .stacks import (
+        BaseStack as BaseStack,
+        ProcessSpec as ProcessSpec,
+        StackContext as StackContext,
+        register_stack as register_stack,
     )
     from .targets import Target as Target, attach as attach
     from .traffic import (

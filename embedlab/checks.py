@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from . import clients
-from .errors import CheckFailedError, ConfigError, CounterResetError, MetricsError
+from .errors import CheckFailedError, ConfigError
 from .metrics import DEFAULT_METRIC, MetricQuery, Snapshot, ascrape, scrape
 from .stats import binom_two_sided, chisquare_p
 
@@ -230,28 +230,6 @@ def evaluate(
     )
 
 
-def _named(index: int, exc: MetricsError) -> MetricsError:
-    """The same error, its message naming the worker by index: a missing counter is one worker's."""
-    named = type(exc)(f"worker {index}: {exc}", url=exc.url)
-    if isinstance(named, CounterResetError):
-        named.worker_index = index
-    return named
-
-
-def _for_worker(index: int, read: Callable[..., Snapshot], url: str, **options: Any) -> Snapshot:
-    try:
-        return read(url, **options)
-    except MetricsError as exc:
-        raise _named(index, exc) from exc
-
-
-async def _afor_worker(index: int, url: str, **options: Any) -> Snapshot:
-    try:
-        return await ascrape(url, **options)
-    except MetricsError as exc:
-        raise _named(index, exc) from exc
-
-
 @dataclass
 class DispatchCheck:
     """Snapshot every worker before a burst and after it; judge the deltas by worker index.
@@ -303,12 +281,12 @@ class DispatchCheck:
     def _scrape_sync(self) -> list[Snapshot]:
         if self.client is not None:
             return [
-                _for_worker(i, scrape, u, metric=self.metric, client=self.client)
+                scrape(u, metric=self.metric, client=self.client, worker_index=i)
                 for i, u in enumerate(self.system_urls)
             ]
         with clients.client(timeout=self.timeout) as client:
             return [
-                _for_worker(i, scrape, u, metric=self.metric, client=client)
+                scrape(u, metric=self.metric, client=client, worker_index=i)
                 for i, u in enumerate(self.system_urls)
             ]
 
@@ -371,7 +349,7 @@ class DispatchCheck:
         try:
             found = await asyncio.gather(
                 *(
-                    _afor_worker(i, u, metric=self.metric, client=http)
+                    ascrape(u, metric=self.metric, client=http, worker_index=i)
                     for i, u in enumerate(self.system_urls)
                 ),
                 return_exceptions=True,

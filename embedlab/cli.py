@@ -15,6 +15,7 @@ from typing import Any
 from . import defaults
 from .scenario_command import add_scenario
 from .serve_commands import SERVING, engine_options_from_args, positive_float
+from .stack_commands import STACK_COMMANDS
 from .wording import counted
 
 __all__ = ["build_parser", "engine_options_from_args", "main"]
@@ -129,7 +130,8 @@ def _run_regress(args: argparse.Namespace) -> int:
 
 
 def _add_conformance(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from .scenarios.battery import BATTERY, BATTERY_STACKS
+    from .scenarios.battery import BATTERY
+    from .stacks import battery_stacks
 
     p = sub.add_parser(
         "conformance",
@@ -138,7 +140,7 @@ def _add_conformance(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         "OUT/<run-id>/conformance.html, conformance.json and junit.xml. Exits 0 when every cell ran to a "
         "verdict (a failed check is a finding about a router, not a broken run), 1 when a cell broke.",
     )
-    p.add_argument("--stacks", default=",".join(BATTERY_STACKS), help="comma-separated stacks")
+    p.add_argument("--stacks", default=",".join(battery_stacks()), help="comma-separated stacks")
     p.add_argument(
         "--checks", default=",".join(BATTERY), help="comma-separated checks (registered scenarios)"
     )
@@ -192,6 +194,7 @@ def _run_conformance(args: argparse.Namespace) -> int:
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore[type-arg]
     *SERVING,
+    *STACK_COMMANDS,
     add_scenario,
     _add_regress,
     _add_conformance,

@@ -24,13 +24,13 @@ from .regression import Outcome, check_kernel, new_run_dir, run_jobs
 from .report import write_junit
 from .scenarios.battery import (
     BATTERY,
-    BATTERY_STACKS,
     Cell,
     ConformanceMatrix,
     cell_text,
     check_battery,
     stack_versions,
 )
+from .stacks import battery_stacks
 from .verdicts import Verdict
 
 __all__ = ["ConformanceRun", "conformance"]
@@ -53,13 +53,17 @@ class ConformanceRun:
 
 def conformance(
     *,
-    stacks: Sequence[str] = BATTERY_STACKS,
+    stacks: Sequence[str] | None = None,
     checks: Sequence[str] = BATTERY,
     out: str | Path = "outputs",
     timeout: float = CELL_TIMEOUT_S,
     progress: Callable[[str], None] | None = None,
 ) -> ConformanceRun:
-    """Run every check (a registered scenario) against every stack, with each stack's defaults."""
+    """Run every check (a registered scenario) against every stack, with each stack's defaults.
+
+    `stacks` left out: every registered stack that is `in_battery`, plugins' included.
+    """
+    stacks = battery_stacks() if stacks is None else stacks
     check_battery(stacks=stacks, checks=checks)
     check_kernel()  # every cell is a notebook on the project's kernel
     notebook = (default_notebook_dir() / f"{GENERIC_NOTEBOOK}.ipynb").resolve()

@@ -55,10 +55,14 @@ DEVICE = "auto"  # CUDA where torch sees it, else the CPU
 HASH_DIM = 384
 
 # -- harness ------------------------------------------------------------------------------------
+STACK = "embedded"  # the stack a spec runs when it names none: embedlab's own frontend
 FAIRNESS_ALPHA = 0.001  # a same-model split with a p-value below this does not fit the weights
 # The quiet window before a burst's first request and after its last response (settled): no
 # request of embedlab's is in flight, so a counter that moves there counts someone else's.
 QUIET_WINDOW_S = 0.2
+# Failover watches this long for a killed worker to leave dispatch, where its stack judges
+# no lease of its own (Dynamo's file discovery forgets a dead instance only after its ~10 s TTL).
+FAILOVER_WATCH_S = 30.0
 # vLLM on 2 cores takes 55-75 s to start two workers side by side, more under load.
 STARTUP_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 10.0

@@ -7,12 +7,15 @@
     │   │   ├── ServerExitedError       exited before it was ready
     │   │   └── ReadinessTimeoutError   alive, but not ready in time
     │   └── ServerStopError             would not die after SIGKILL
-    ├── MetricsError                a worker's /metrics (carries the URL)
+    ├── MetricsError                a worker's /metrics (carries the URL and the worker's index)
     │   ├── ScrapeError                 unreachable, or not Prometheus text
     │   ├── MetricNotFoundError         reachable, but the counter is missing
     │   └── CounterResetError           a counter went down: the worker restarted
+    ├── DiscoveryError              a discovery service (etcd) could not list its instances (carries the URL)
+    ├── NetworkError                a simulated host's network could not be made or changed (carries the host)
+    ├── DrainError                  a drain or resume the frontend did not take up in time (carries the worker)
     ├── TrafficError                a burst whose responses were wrong
-    ├── DeploymentStoppedError      a deployment used after it stopped: start a new one
+    ├── DeploymentStoppedError      a deployment used after it stopped, or whose frontend exited: start a new one
     ├── EarlierCellFailedError      a notebook cell ran right after a failed one: fix that one first
     ├── CheckFailedError            a dispatch check did not hold (carries the table)
     ├── UnsupportedError            the stack cannot do what was asked (a router without a drain API)
@@ -43,6 +46,9 @@ __all__ = [
     "ScrapeError",
     "MetricNotFoundError",
     "CounterResetError",
+    "DiscoveryError",
+    "NetworkError",
+    "DrainError",
     "TrafficError",
     "DeploymentStoppedError",
     "EarlierCellFailedError",
@@ -120,11 +126,16 @@ class ServerStopError(ServerError):
 
 
 class MetricsError(EmbedlabError):
-    """A worker's metrics endpoint could not give the counter asked for."""
+    """A worker's metrics endpoint could not give the counter asked for.
 
-    def __init__(self, message: str, *, url: str = "") -> None:
+    `url` is what was read; `worker_index` the worker it belongs to, where the reader
+    knew (a check names its workers by index; a bare `scrape(url)` does not).
+    """
+
+    def __init__(self, message: str, *, url: str = "", worker_index: int | None = None) -> None:
         super().__init__(message)
         self.url = url
+        self.worker_index = worker_index
 
 
 class ScrapeError(MetricsError):
@@ -138,9 +149,44 @@ class MetricNotFoundError(MetricsError):
 class CounterResetError(MetricsError):
     """A counter went down between two snapshots: its worker restarted in between."""
 
-    def __init__(self, message: str, *, url: str = "", worker_index: int | None = None) -> None:
-        super().__init__(message, url=url)
+
+class DiscoveryError(EmbedlabError):
+    """A discovery service (etcd) could not say which instances it holds. `url` is what was asked."""
+
+    def __init__(self, message: str, *, url: str = "") -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class NetworkError(EmbedlabError):
+    """A simulated host's network (namespace, link, address, route) could not be made or changed.
+
+    `host` is the host's index (0: the harness's own, which holds the run's hub address),
+    None for a listing of the machine's own addresses; `command` the `ip` command that failed.
+    """
+
+    def __init__(self, message: str, *, host: int | None = None, command: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.host = host
+        self.command = command
+
+
+class DrainError(EmbedlabError):
+    """A drain (or a resume) that the frontend did not take up in time.
+
+    The stack's call succeeded, yet worker `worker_index` (endpoint `endpoint`) was still in
+    dispatch (or, for a resume, still out of it) after `timeout` seconds. `drained` is the
+    state that was asked for: True for a drain, False for a resume.
+    """
+
+    def __init__(
+        self, message: str, *, worker_index: int, endpoint: str, drained: bool, timeout: float
+    ) -> None:
+        super().__init__(message)
         self.worker_index = worker_index
+        self.endpoint = endpoint
+        self.drained = drained
+        self.timeout = timeout
 
 
 class TrafficError(EmbedlabError):
@@ -153,6 +199,9 @@ class DeploymentStoppedError(EmbedlabError):
     `stop()` ran (a Stop cell, a second Start, the end of a `with` block), or its
     frontend exited on its own (then `log_path` is its log, and the message ends with
     its last lines). Nothing reaches it any more; start a new one.
+
+    `why` is what happened, in one line (the message adds what to do and the log tail);
+    `returncode` the frontend's exit code, where it exited.
     """
 
     def __init__(
@@ -161,10 +210,13 @@ class DeploymentStoppedError(EmbedlabError):
         *,
         log_path: Path | None = None,
         tail: str = "",
+        returncode: int | None = None,
     ) -> None:
         message = f"{why}; start a new one (in a notebook: run the Start cell again)"
         super().__init__(message + (f". Last lines of {log_path}:\n{tail}" if log_path is not None else ""))
+        self.why = why
         self.log_path = log_path
+        self.returncode = returncode
 
 
 class EarlierCellFailedError(EmbedlabError):

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from . import clients
-from .errors import ConfigError, ScrapeError
+from .errors import ConfigError, DiscoveryError
 
 __all__ = ["DiscoveredInstance", "discovered", "etcd_argv", "etcd_binary"]
 
@@ -112,7 +112,7 @@ def discovered(
             response.raise_for_status()
             body = response.json()
     except (httpx.HTTPError, ValueError) as exc:
-        raise ScrapeError(
+        raise DiscoveryError(
             f"cannot list instances in etcd at {url}: {exc.__class__.__name__}: {exc}", url=url
         ) from exc
     found = []

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .defaults import HOST
-from .errors import ConfigError, ServerError
+from .errors import ConfigError, NetworkError
 from .process import register_cleanup, unregister_cleanup
 
 __all__ = ["Host", "Network", "can_make_namespaces"]
@@ -50,10 +50,16 @@ def can_make_namespaces() -> bool:
     return False
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _ip(*args: str, check: bool = True, host: int | None = None) -> subprocess.CompletedProcess[str]:
+    """`ip ARGS`; a failure (with `check`) is a NetworkError that names `host`, where it concerns one."""
     proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
     if check and proc.returncode != 0:
-        raise ServerError(f"`ip {' '.join(args)}` failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        where = "" if host is None else f"host {host}: "
+        raise NetworkError(
+            f"{where}`ip {' '.join(args)}` failed: {proc.stderr.strip() or proc.stdout.strip()}",
+            host=host,
+            command=("ip", *args),
+        )
     return proc
 
 
@@ -115,7 +121,7 @@ class Network:
 
     def _add_hub(self, hub: str) -> None:
         register_cleanup(("ip", "addr", "del", f"{hub}/32", "dev", "lo"))
-        _ip("addr", "add", f"{hub}/32", "dev", "lo")
+        _ip("addr", "add", f"{hub}/32", "dev", "lo", host=0)
         self.hub = hub
 
     def _add_host(self, index: int, *, run_id: str, subnet: ipaddress.IPv4Network) -> None:
@@ -128,14 +134,14 @@ class Network:
             f"embl{run_id}h{index}",
         )
         register_cleanup(("ip", "netns", "del", namespace))
-        _ip("netns", "add", namespace)
+        _ip("netns", "add", namespace, host=index)
         self._made.append(namespace)
-        _ip("link", "add", root_end, "type", "veth", "peer", "name", host_end)
-        _ip("link", "set", host_end, "netns", namespace)
-        _ip("addr", "add", f"{outer}/30", "dev", root_end)
-        _ip("link", "set", root_end, "up")
-        _ip("-n", namespace, "addr", "add", f"{inner}/30", "dev", host_end)
-        _ip("-n", namespace, "link", "set", "lo", "up")
+        _ip("link", "add", root_end, "type", "veth", "peer", "name", host_end, host=index)
+        _ip("link", "set", host_end, "netns", namespace, host=index)
+        _ip("addr", "add", f"{outer}/30", "dev", root_end, host=index)
+        _ip("link", "set", root_end, "up", host=index)
+        _ip("-n", namespace, "addr", "add", f"{inner}/30", "dev", host_end, host=index)
+        _ip("-n", namespace, "link", "set", "lo", "up", host=index)
         host = Host(index=index, address=inner, hub=self.hosts[0].address, namespace=namespace, veth=host_end)
         self.hosts.append(host)
         self.heal(index)
@@ -148,15 +154,15 @@ class Network:
     def partition(self, index: int) -> None:
         """Take host `index`'s link down: it reaches nothing, and nothing reaches it."""
         host = self._remote(index)
-        _ip("-n", host.namespace, "link", "set", host.veth, "down")  # type: ignore[arg-type]
+        _ip("-n", host.namespace, "link", "set", host.veth, "down", host=index)  # type: ignore[arg-type]
 
     def heal(self, index: int) -> None:
         """Bring host `index`'s link up again, with its route to the hub (a link going down drops it)."""
         host = self._remote(index)
         assert self.subnet is not None
         peer = str(ipaddress.ip_address(int(ipaddress.ip_address(host.address)) - 1))
-        _ip("-n", host.namespace, "link", "set", host.veth, "up")  # type: ignore[arg-type]
-        _ip("-n", host.namespace, "route", "replace", self.subnet, "via", peer, "dev", host.veth)  # type: ignore[arg-type]
+        _ip("-n", host.namespace, "link", "set", host.veth, "up", host=index)  # type: ignore[arg-type]
+        _ip("-n", host.namespace, "route", "replace", self.subnet, "via", peer, "dev", host.veth, host=index)  # type: ignore[arg-type]
 
     def _remote(self, index: int) -> Host:
         host = self.host(index)

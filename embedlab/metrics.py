@@ -100,7 +100,14 @@ def metrics_url(url: str) -> str:
     return url if url.endswith("/metrics") else url + "/metrics"
 
 
-def parse_snapshot(text: str, *, url: str, query: MetricQuery = DEFAULT_METRIC) -> Snapshot:
+def _who(url: str, worker_index: int | None) -> str:
+    """How a message names what was read: `worker 1: URL` where the reader knows the worker."""
+    return url if worker_index is None else f"worker {worker_index}: {url}"
+
+
+def parse_snapshot(
+    text: str, *, url: str, query: MetricQuery = DEFAULT_METRIC, worker_index: int | None = None
+) -> Snapshot:
     series: list[tuple[tuple[tuple[str, str], ...], float]] = []
     seen_name = False
     try:
@@ -117,11 +124,36 @@ def parse_snapshot(text: str, *, url: str, query: MetricQuery = DEFAULT_METRIC) 
                     if all(sample.labels.get(k) == v for k, v in query.labels):
                         series.append((tuple(sorted(sample.labels.items())), float(sample.value)))
     except (ValueError, TypeError, IndexError) as exc:
-        raise ScrapeError(f"{url} did not answer with Prometheus text: {exc}", url=url) from exc
+        raise ScrapeError(
+            f"{_who(url, worker_index)} did not answer with Prometheus text: {exc}",
+            url=url,
+            worker_index=worker_index,
+        ) from exc
     if not series:
         detail = f"no sample carries labels {_fmt(query.labels)}" if seen_name else "the metric is missing"
-        raise MetricNotFoundError(f"{url} has no {query}: {detail}", url=url)
+        raise MetricNotFoundError(
+            f"{_who(url, worker_index)} has no {query}: {detail}", url=url, worker_index=worker_index
+        )
     return Snapshot(url=url, query=query, series=tuple(series))
+
+
+def _unreachable(target: str, exc: httpx.HTTPError, worker_index: int | None) -> ScrapeError:
+    prefix = "" if worker_index is None else f"worker {worker_index}: "
+    return ScrapeError(
+        f"{prefix}cannot scrape {target}: {exc.__class__.__name__}: {exc}",
+        url=target,
+        worker_index=worker_index,
+    )
+
+
+def _read(response: httpx.Response, target: str, query: MetricQuery, worker_index: int | None) -> Snapshot:
+    if response.status_code != 200:
+        raise ScrapeError(
+            f"{_who(target, worker_index)} answered HTTP {response.status_code}",
+            url=target,
+            worker_index=worker_index,
+        )
+    return parse_snapshot(response.text, url=target, query=query, worker_index=worker_index)
 
 
 def scrape(
@@ -130,8 +162,12 @@ def scrape(
     metric: MetricQuery | str = DEFAULT_METRIC,
     client: httpx.Client | None = None,
     timeout: float = 5.0,
+    worker_index: int | None = None,
 ) -> Snapshot:
-    """Read one worker's counter. `url` is its system URL or its /metrics URL."""
+    """Read one worker's counter. `url` is its system URL or its /metrics URL.
+
+    `worker_index`, where the caller knows it, goes into any error (its field and its message).
+    """
     query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
     target = metrics_url(url)
     own = client is None
@@ -139,17 +175,20 @@ def scrape(
     try:
         response = http.get(target)
     except httpx.HTTPError as exc:
-        raise ScrapeError(f"cannot scrape {target}: {exc.__class__.__name__}: {exc}", url=target) from exc
+        raise _unreachable(target, exc, worker_index) from exc
     finally:
         if own:
             http.close()
-    if response.status_code != 200:
-        raise ScrapeError(f"{target} answered HTTP {response.status_code}", url=target)
-    return parse_snapshot(response.text, url=target, query=query)
+    return _read(response, target, query, worker_index)
 
 
 async def ascrape(
-    url: str, *, metric: MetricQuery | str = DEFAULT_METRIC, client: httpx.AsyncClient, timeout: float = 5.0
+    url: str,
+    *,
+    metric: MetricQuery | str = DEFAULT_METRIC,
+    client: httpx.AsyncClient,
+    timeout: float = 5.0,
+    worker_index: int | None = None,
 ) -> Snapshot:
     """`scrape`, on an async client."""
     query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
@@ -157,7 +196,5 @@ async def ascrape(
     try:
         response = await client.get(target, timeout=timeout)
     except httpx.HTTPError as exc:
-        raise ScrapeError(f"cannot scrape {target}: {exc.__class__.__name__}: {exc}", url=target) from exc
-    if response.status_code != 200:
-        raise ScrapeError(f"{target} answered HTTP {response.status_code}", url=target)
-    return parse_snapshot(response.text, url=target, query=query)
+        raise _unreachable(target, exc, worker_index) from exc
+    return _read(response, target, query, worker_index)

@@ -11,6 +11,11 @@ is the registered name, its value what it registers. Modules named in `EMBEDLAB_
 (comma-separated; `embedlab --plugin MODULE` adds to it) are imported before any registry
 first answers, in every process, and register what they define as they are imported:
 plugins without packaging.
+
+A registry may check what joins it (`check(name, loaded)`, as pluggy holds a plugin
+against its hook specs): a class given at run time is checked when it is registered, a
+"module:attribute" string or an entry point when it is first loaded, and a wrong one is a
+`ConfigError` that names it, before anything uses it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -71,6 +76,11 @@ def _import(module: str) -> None:
     spec.loader.exec_module(loaded)
 
 
+def _a(kind: str) -> str:
+    """`a stack`, `an engine`."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+
+
 def resolve(target: str) -> object:
     """Import `module:attribute`."""
     module, _, attribute = target.partition(":")
@@ -87,25 +97,30 @@ class Registry(Generic[T]):
         group: str,
         builtins: Mapping[str, T | str],
         adapt: Callable[[str, object], T] | None = None,
+        check: Callable[[str, T], None] | None = None,
     ) -> None:
-        """`adapt(name, loaded)` turns what a string or an entry point loads into a T."""
+        """`adapt(name, loaded)` turns what a string or an entry point loads into a T;
+        `check(name, value)` raises `ConfigError` for one that cannot work."""
         self.kind = kind
         self.group = group
         self._entries: dict[str, T | str] = dict(builtins)
         self._adapt = adapt
+        self._check = check
         self._plugins_loaded = False
         self._from_plugins: set[str] = set()
 
     def register(self, name: str, target: T | str, *, replace: bool = False) -> None:
         """Add `name`. Registering a name twice is an error unless `replace`."""
         if not name or not isinstance(name, str):
-            raise ConfigError(f"a {self.kind} needs a name, got {name!r}")
+            raise ConfigError(f"{_a(self.kind)} needs a name, got {name!r}")
         self._load_plugins()
         # A plugin's module may register its own entry when it is imported: that is no clash.
         if name in self._entries and not replace and name not in self._from_plugins:
             raise ConfigError(
-                f"a {self.kind} named {name!r} is already registered (pass replace=True to replace it)"
+                f"{_a(self.kind)} named {name!r} is already registered (pass replace=True to replace it)"
             )
+        if self._check is not None and not isinstance(target, str):
+            self._check(name, target)
         self._from_plugins.discard(name)
         self._entries[name] = target
 
@@ -118,6 +133,10 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return name in self.names()
+
+    def __iter__(self) -> Iterator[str]:
+        """The names, in order: `sorted(registry)`, `", ".join(registry)`."""
+        return iter(self.names())
 
     def get(self, name: str) -> T:
         self._load_plugins()
@@ -133,6 +152,8 @@ class Registry(Generic[T]):
             if not isinstance(registered, str):  # the import registered it, with its own options
                 return registered
             target = self._adapt(name, loaded) if self._adapt else loaded  # type: ignore[assignment]
+            if self._check is not None:
+                self._check(name, target)  # type: ignore[arg-type]
             self._entries[name] = target
         return target  # type: ignore[return-value]
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .defaults import LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
+from .defaults import LEASE_TTL_S, METRIC, STACK, STARTUP_TIMEOUT_S
 from .errors import ConfigError
 
 RESTART_POLICIES = ("never", "on-exit")
@@ -56,11 +56,13 @@ class WorkerSpec:
 class DeploymentSpec:
     """A frontend of `stack` and its workers."""
 
-    stack: str = "embedded"
+    stack: str = STACK
     workers: tuple[WorkerSpec, ...]
     router_mode: str | None = None  # the frontend's policy, in its own names; None: its default
     seed: int | None = None
-    namespace: str | None = None  # default: "dynamo" on embedded, a unique one per run on dynamo
+    namespace: str | None = (
+        None  # default: the stack's (`BaseStack.namespace`): "dynamo" on embedded, else unique
+    )
     frontend_args: tuple[str, ...] = ()
     startup_timeout: float = STARTUP_TIMEOUT_S
     lease_ttl: float = LEASE_TTL_S
@@ -68,7 +70,7 @@ class DeploymentSpec:
     env: tuple[tuple[str, str], ...] = field(default=())
     # Host 0 is the harness's own; hosts 1..N-1 are network namespaces the run creates.
     hosts: int = 1
-    discovery: str = "file"  # the dynamo stack's: file (one host), or etcd, which the run starts
+    discovery: str = "file"  # file (one host), or etcd, which the run starts (where the stack has it)
 
     def __post_init__(self) -> None:
         if not self.workers:
@@ -108,7 +110,7 @@ class DeploymentSpec:
         engine: str = "hash",
         model_path: Path | str | None = None,
         weights: Sequence[float] | None = None,
-        stack: str = "embedded",
+        stack: str = STACK,
         **options: object,
     ) -> DeploymentSpec:
         """N workers of one model, each on its own endpoint."""
@@ -127,7 +129,7 @@ class DeploymentSpec:
         *,
         engine: str = "hash",
         model_paths: Sequence[Path | str | None] | None = None,
-        stack: str = "embedded",
+        stack: str = STACK,
         **options: object,
     ) -> DeploymentSpec:
         """One worker per model, in order: worker i serves models[i]."""

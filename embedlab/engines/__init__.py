@@ -1,14 +1,17 @@
 """Engines behind a worker, registered by name and imported only when asked for.
 
 The lazy import keeps a hash worker free of torch, and a transformers worker free of vLLM.
+The registry is `plugins.Registry`, like stacks and scenarios: installed packages add
+engines through the `embedlab.engines` entry-point group, a module named in
+`EMBEDLAB_PLUGINS` through `register_engine` when the worker's command line imports it.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
 from ..errors import ConfigError
+from ..plugins import Registry
 from .base import Embeddings, Engine, EngineOptions, InvalidInput, check_dimensions
 
 __all__ = [
@@ -22,25 +25,32 @@ __all__ = [
     "register_engine",
 ]
 
-# name -> "module:attribute" of a factory taking EngineOptions
-ENGINES: dict[str, str] = {
-    "hash": "embedlab.engines.hash:HashEngine",
-    "transformers": "embedlab.engines.transformers:TransformersEngine",
-    "vllm": "embedlab.engines.vllm:VllmEngine",
-}
+EngineFactory = Callable[[EngineOptions], Engine]  # an Engine class, or a function that makes one
 
 
-def register_engine(name: str, target: str | Callable[[EngineOptions], Engine]) -> None:
-    """Make `--engine NAME` available; `target` is a factory or its "module:attribute" path."""
-    ENGINES[name] = target  # type: ignore[assignment]
+def _check_engine(name: str, factory: EngineFactory) -> None:
+    if not callable(factory):
+        raise ConfigError(
+            f"engine {name!r}: {factory!r} is not an engine class or factory taking EngineOptions"
+        )
+
+
+ENGINES: Registry[EngineFactory] = Registry(
+    "engine",
+    group="embedlab.engines",
+    builtins={
+        "hash": "embedlab.engines.hash:HashEngine",
+        "transformers": "embedlab.engines.transformers:TransformersEngine",
+        "vllm": "embedlab.engines.vllm:VllmEngine",
+    },
+    check=_check_engine,
+)
+
+
+def register_engine(name: str, target: str | EngineFactory, *, replace: bool = False) -> None:
+    """Make `--engine NAME` available; `target` is a factory (an Engine class) or its "module:attribute" path."""
+    ENGINES.register(name, target, replace=replace)
 
 
 def create_engine(name: str, options: EngineOptions) -> Engine:
-    try:
-        target: object = ENGINES[name]
-    except KeyError:
-        raise ConfigError(f"unknown engine {name!r}; choose from {', '.join(ENGINES)}") from None
-    if isinstance(target, str):
-        module, _, attribute = target.partition(":")
-        target = getattr(importlib.import_module(module), attribute)
-    return target(options)  # type: ignore[operator,no-any-return]
+    return ENGINES.get(name)(options)

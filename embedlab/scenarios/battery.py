@@ -23,7 +23,7 @@ from typing import Any
 from ..cellguard import check_previous_cell
 from ..errors import ConfigError
 from ..jsonio import write_json
-from ..stacks import STACKS
+from ..stacks import STACKS, battery_stacks, stack_class
 from ..verdicts import Verdict
 from ..wording import counted
 from .plans import ScenarioPlan, run_scenario
@@ -31,7 +31,6 @@ from .registry import SCENARIOS
 
 __all__ = [
     "BATTERY",
-    "BATTERY_STACKS",
     "Cell",
     "check_battery",
     "ConformanceMatrix",
@@ -50,14 +49,6 @@ BATTERY = (
     "drain",
     "overhead",
 )
-BATTERY_STACKS = ("embedded", "dynamo", "litellm", "vllm-router", "sglang-router")
-# The package each stack's frontend comes from, for the versions the matrix was measured on.
-PACKAGES = {
-    "dynamo": "ai-dynamo",
-    "litellm": "litellm",
-    "vllm-router": "vllm-router",
-    "sglang-router": "sglang-router",
-}
 
 
 @dataclass(frozen=True)
@@ -122,17 +113,17 @@ def cell_text(result: dict[str, Any] | None, *, error: str | None = None) -> str
 
 
 def stack_versions(stacks: Sequence[str]) -> dict[str, str]:
-    """The version of each stack's frontend: routers from their own venvs."""
-    from ..stacks.routers import router_venv
-
-    found = {"embedded": f"embedlab {metadata.version('embedlab')}"}
+    """The version of each stack's frontend (its `package`): a router's from its own venv."""
+    found = {}
     for stack in stacks:
-        package = PACKAGES.get(stack)
+        cls = stack_class(stack)
+        package = cls.package
         if package is None:
             continue
-        python = router_venv(stack) / "bin" / "python"
+        venv = cls().venv_dir()
+        python = venv / "bin" / "python" if venv is not None else None
         try:
-            if python.exists():
+            if python is not None and python.exists():
                 code = f"import importlib.metadata as m; print(m.version({package!r}))"
                 found[stack] = (
                     f"{package} {subprocess.run([str(python), '-c', code], capture_output=True, text=True, timeout=60).stdout.strip()}"
@@ -153,14 +144,16 @@ def check_battery(*, stacks: Sequence[str], checks: Sequence[str]) -> None:
 
 
 def run_battery(
-    *, stacks: Sequence[str] = BATTERY_STACKS, checks: Sequence[str] = BATTERY, run_dir: str = ""
+    *, stacks: Sequence[str] | None = None, checks: Sequence[str] = BATTERY, run_dir: str = ""
 ) -> ConformanceMatrix:
-    """Every check on every stack, in this process (each a fresh deployment).
+    """Every check on every stack (default: every registered stack that is `in_battery`), in this
+    process (each a fresh deployment).
 
     An unknown stack or check is a `ConfigError` before anything runs; a cell that breaks
     while it runs is recorded (verdict `error`) and the battery goes on.
     """
     check_previous_cell()
+    stacks = battery_stacks() if stacks is None else stacks
     check_battery(stacks=stacks, checks=checks)
     cells = []
     for stack in stacks:

@@ -155,7 +155,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
         except ScrapeError as exc:
             # A worker that answered before the burst and not after it (it died, or is still
             # restarting): its delta is unknown, so the burst decides nothing.
-            burst.inconclusive = f"{str(exc).split(': cannot scrape')[0]} could not be read after the burst"
+            burst.inconclusive = f"worker {exc.worker_index} could not be read after the burst"
     return burst
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -22,16 +21,13 @@ import httpx
 
 from .. import clients
 from ..deployment import Deployment
-from ..errors import ConfigError, MetricsError
-from ..metrics import ascrape
+from ..errors import ConfigError, DeploymentStoppedError
 from ..progress import LaunchProgress
-from ..targets import Target
-from ..traffic import BurstResult, asend_burst, default_inputs, run_sync
+from ..traffic import BurstResult, run_sync
 from ..verdicts import Verdict
 from .bursts import serving, workers_of
 from .cluster_figures import (
     RATE,
-    CounterSample,
     EtcdRestartParams,
     FaultFigures,
     PartitionParams,
@@ -41,6 +37,7 @@ from .cluster_figures import (
 )
 from .dispatch import same_model_load_balance
 from .results import Burst, Event, ScenarioResult
+from .watch import Watch, events_since, served_between, status_codes, steady_traffic
 
 if TYPE_CHECKING:
     from .plans import ScenarioPlan
@@ -55,99 +52,13 @@ __all__ = [
 ]
 
 LEAD_S = 2.0  # traffic before the fault begins
-POLL_S = 0.25  # how often every worker's counter is read
-REQUEST_TIMEOUT_S = 30.0
-
-
-class _Watch:
-    """Polls every worker's counter and the frontend's dispatch list while traffic runs."""
-
-    def __init__(self, deployment: Deployment, origin: float) -> None:
-        self.deployment = deployment
-        self.origin = origin
-        self.samples: list[CounterSample] = []
-        self.dispatch: list[tuple[float, set[str]]] = []
-        self.done = asyncio.Event()
-
-    async def run(self) -> None:
-        target = self.deployment.target()
-        async with clients.async_client(timeout=POLL_S * 0.9) as client:
-            while not self.done.is_set():
-                at = time.perf_counter() - self.origin
-                values = await asyncio.gather(
-                    *(self._read(client, url, target) for url in target.system_urls)
-                )
-                self.samples += [CounterSample(at, i, v) for i, v in enumerate(values)]
-                try:
-                    health = (await client.get(self.deployment.health_url)).json()
-                    self.dispatch.append((at, self.deployment.stack.dispatchable_endpoints(health)))
-                except (httpx.HTTPError, ValueError):
-                    pass
-                try:
-                    await asyncio.wait_for(self.done.wait(), POLL_S)
-                except TimeoutError:
-                    pass
-
-    @staticmethod
-    async def _read(client: httpx.AsyncClient, url: str, target: Target) -> float | None:
-        try:
-            return (await ascrape(url, metric=target.metric, client=client, timeout=POLL_S * 0.9)).value
-        except MetricsError:
-            return None
-
-    def left_dispatch(self, endpoint: str, after: float) -> float | None:
-        """When `endpoint` first went missing from the frontend's list, `after` or later."""
-        return next((at for at, listed in self.dispatch if at >= after and endpoint not in listed), None)
-
-    def back_in_dispatch(self, endpoint: str, after: float) -> float | None:
-        """When `endpoint` was listed again, `after` or later."""
-        return next((at for at, listed in self.dispatch if at >= after and endpoint in listed), None)
-
-    def served_again(self, worker: int, after: float) -> float | None:
-        """When worker's counter first moved again (or restarted and moved), `after` or later."""
-        previous = None
-        for sample in (s for s in self.samples if s.worker == worker and s.value is not None):
-            if (
-                sample.at_s >= after
-                and previous is not None
-                and sample.value != previous
-                and sample.value > 0
-            ):  # type: ignore[operator]
-                return sample.at_s
-            previous = sample.value
-        return None
-
-
-def _steady(
-    deployment: Deployment, model: str, seconds: float, concurrency: int, progress: bool
-) -> Callable[[], Any]:
-    n = max(1, int(RATE * seconds))
-    return lambda: asend_burst(
-        deployment.frontend_url,
-        model,
-        n,
-        concurrency=concurrency,
-        inputs=default_inputs(n),
-        timeout=REQUEST_TIMEOUT_S,
-        progress=progress,
-        rate=RATE,
-    )
-
-
-def _codes(traffic: BurstResult) -> dict[str, int]:
-    return dict(Counter(str(r.status) for r in traffic.failures))
-
-
-def _served_between(traffic: BurstResult, start: float, end: float) -> int:
-    return sum(1 for r in traffic.records if r.ok and start <= r.started + r.latency <= end)
-
-
-def _events(deployment: Deployment, origin: float, since: int) -> list[Event]:
-    return [Event(e.at - origin, e.kind, e.detail) for e in deployment.events[since:]]
 
 
 def _recovered(deployment: Deployment, *, wait_s: float) -> ScenarioResult:
-    """Once every worker is back in dispatch (bounded), a same-model burst: the assertion."""
+    """Once every worker is back in dispatch (bounded), a same-model burst: the assertion.
+
+    A frontend that exited during the fault is a `DeploymentStoppedError`, from the first look.
+    """
     deadline = time.monotonic() + wait_s
     wanted = {deployment.endpoint(i) for i in range(len(deployment.workers))}
     with clients.client(timeout=2.0) as client:
@@ -158,16 +69,7 @@ def _recovered(deployment: Deployment, *, wait_s: float) -> ScenarioResult:
             except (httpx.HTTPError, ValueError):
                 pass
             time.sleep(0.1)
-    frontend = deployment.frontend
-    if frontend is not None and not frontend.alive():
-        raise _FrontendGone(
-            f"the frontend exited (code {frontend.returncode}) during the fault; see {frontend.log_path}"
-        )
     return same_model_load_balance(deployment)
-
-
-class _FrontendGone(Exception):
-    pass
 
 
 def _fault_run(
@@ -189,12 +91,12 @@ def _fault_run(
     since = len(deployment.events)
     started = time.monotonic()
 
-    async def run() -> tuple[BurstResult, _Watch, float, float, float]:
+    async def run() -> tuple[BurstResult, Watch, float, float, float]:
         loop = asyncio.get_running_loop()
         origin = time.perf_counter()
-        watch = _Watch(deployment, origin)
+        watch = Watch(deployment, origin)
         watcher = asyncio.create_task(watch.run())
-        traffic = asyncio.create_task(_steady(deployment, model, seconds, concurrency, progress)())
+        traffic = asyncio.create_task(steady_traffic(deployment, model, seconds, concurrency, progress)())
         await asyncio.sleep(LEAD_S)
         fault_at = time.perf_counter() - origin
         await loop.run_in_executor(None, begin)
@@ -214,8 +116,9 @@ def _fault_run(
             if recovery.passed
             else [f"after recovery: {r}" for r in recovery.reasons] or [recovery.summary()]
         )  # type: ignore[union-attr]
-    except _FrontendGone as gone:
-        recovery, failure = None, [str(gone)]
+    except DeploymentStoppedError as gone:  # its frontend exited during the fault
+        where = f"; see {gone.log_path}" if gone.log_path else ""
+        recovery, failure = None, [f"{gone.why} during the fault{where}"]
     left = back = None
     if victim is not None:
         endpoint = deployment.endpoint(victim)
@@ -232,9 +135,9 @@ def _fault_run(
         started_s=fault_at,
         ended_s=end_at,
         failed_requests=len(traffic.failures),
-        status_codes=_codes(traffic),
+        status_codes=status_codes(traffic),
         longest_hang_s=max((r.latency for r in traffic.records), default=0.0),
-        served_during_fault=_served_between(traffic, fault_at, end_at),
+        served_during_fault=served_between(traffic, fault_at, end_at),
         left_dispatch_after_s=None if left is None else left - fault_at,
         back_after_s=None if back is None else back - end_at,
         recovered=not failure,
@@ -252,7 +155,7 @@ def _fault_run(
         verdict=Verdict.FAILED if failure else Verdict.PASSED,
         reasons=failure,
         wall_seconds=time.monotonic() - started,
-        events=_events(deployment, origin, since),
+        events=events_since(deployment, origin, since),
         figures=figures,
     )
 
@@ -284,8 +187,8 @@ def partition(
         seconds=LEAD_S + hold + max(15.0, 3 * ttl),
         concurrency=concurrency,
         progress=progress,
-        begin=lambda: deployment.partition(host),
-        end=lambda: deployment.heal(host),
+        begin=lambda: deployment.outages.partition(host),
+        end=lambda: deployment.outages.heal(host),
         hold_s=hold,
         params={"victim": victim, "host": host, "lease_ttl": ttl, "partition_s": hold, "rate": RATE},
     )
@@ -300,7 +203,7 @@ def etcd_restart(
 ) -> ScenarioResult:
     """Stop etcd for `down_for` seconds mid-traffic and start it again on the same data dir."""
     if deployment.etcd_url is None:
-        raise ConfigError("etcd-restart needs the dynamo stack with discovery='etcd'")
+        raise ConfigError("etcd-restart needs a deployment on etcd (discovery='etcd')")
     return _fault_run(
         deployment,
         scenario="etcd-restart",
@@ -309,7 +212,7 @@ def etcd_restart(
         seconds=LEAD_S + down_for + 8.0,
         concurrency=concurrency,
         progress=progress,
-        begin=lambda: deployment.restart_etcd(down_for=down_for),
+        begin=lambda: deployment.outages.restart_etcd(down_for=down_for),
         end=lambda: None,
         hold_s=0.0,
         params={"down_s": down_for, "lease_ttl": deployment.spec.lease_ttl, "rate": RATE},
@@ -330,22 +233,24 @@ def lease_ttl_sweep(
     bursts: list[Burst] = []
     events: list[Event] = []
     started = time.monotonic()
-    stack, workers = "dynamo", []
+    if not ttls:
+        raise ConfigError("lease-ttl-sweep needs at least one TTL")
+    stack, workers = "", []  # the first deployment's
     for ttl in ttls:
         with make(ttl) as deployment:
             stack, workers = deployment.spec.stack, workers_of(deployment)
             model, _ = serving(deployment, None)
             since = len(deployment.events)
 
-            async def run(model: str = model, ttl: float = ttl) -> tuple[BurstResult, _Watch, float, float]:
+            async def run(model: str = model, ttl: float = ttl) -> tuple[BurstResult, Watch, float, float]:
                 origin = time.perf_counter()
-                watch = _Watch(deployment, origin)
+                watch = Watch(deployment, origin)
                 watcher = asyncio.create_task(watch.run())
                 traffic = asyncio.create_task(
-                    _steady(deployment, model, LEAD_S + ttl + 4.0, concurrency, progress)()
+                    steady_traffic(deployment, model, LEAD_S + ttl + 4.0, concurrency, progress)()
                 )
                 await asyncio.sleep(LEAD_S)
-                deployment.kill_worker(victim, signal.SIGKILL)
+                deployment.outages.kill_worker(victim, signal.SIGKILL)
                 killed = time.perf_counter() - origin
                 result = await traffic
                 watch.done.set()
@@ -355,13 +260,16 @@ def lease_ttl_sweep(
             traffic, watch, origin, killed = run_sync(run())
             left = watch.left_dispatch(deployment.endpoint(victim), killed)
             points.append(
-                TtlPoint(ttl, None if left is None else left - killed, len(traffic.failures), _codes(traffic))
+                TtlPoint(
+                    ttl, None if left is None else left - killed, len(traffic.failures), status_codes(traffic)
+                )
             )
             bursts.append(
                 Burst(name=f"lease TTL {ttl:g} s", model=model, expected=frozenset(), traffic=traffic)
             )
             events += [
-                replace(e, detail=f"TTL {ttl:g} s: {e.detail}") for e in _events(deployment, origin, since)
+                replace(e, detail=f"TTL {ttl:g} s: {e.detail}")
+                for e in events_since(deployment, origin, since)
             ]
     reasons = [
         f"TTL {p.lease_ttl_s:g} s: "

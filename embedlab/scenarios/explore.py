@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..cellguard import check_previous_cell
 from ..defaults import FAIRNESS_ALPHA
 from ..errors import ConfigError
+from ..stacks import stack_class, stacks_with
 from ..verdicts import Verdict
 from .dispatch import same_model_load_balance
 from .results import DataFigures, ScenarioResult
@@ -83,8 +84,9 @@ def check_explore(
     weight, a count below 1, or live weights on a stack without them.
     """
     workers = plan.resolved().workers
-    if plan.stack != "embedded":
-        raise ConfigError(f"live weight changes need the embedded stack, not {plan.stack!r}")
+    if not stack_class(plan.stack).live_weights:
+        live = ", ".join(stacks_with(lambda s: s.live_weights))
+        raise ConfigError(f"live weight changes need a stack with live weights ({live}), not {plan.stack!r}")
     for name, value in (("bursts", bursts), ("sweep_requests", sweep_requests)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name} must be a whole number of at least 1, got {value!r}")
@@ -249,7 +251,7 @@ class Explorer:
         check_previous_cell()
         weight_shares(weights)  # reject zero or negative weights before the frontend does
         changed = tuple(float(w) for w in weights) != self.weights
-        self.deployment.set_weights([float(w) for w in weights])
+        self.deployment.steering.set_weights([float(w) for w in weights])
         if changed:
             self.phase += 1
 
@@ -280,10 +282,10 @@ class Explorer:
         points = []
         try:
             for number, weights in enumerate(weight_sets):
-                self.deployment.set_weights([float(w) for w in weights])
+                self.deployment.steering.set_weights([float(w) for w in weights])
                 points.append(self._measure(requests, index=number, phase=number))
         finally:
-            self.deployment.set_weights(list(before))
+            self.deployment.steering.set_weights(list(before))
         return SweepResult.of(points, stack=self.deployment.spec.stack, fairness_alpha=self.fairness_alpha)
 
     def _measure(self, requests: int, *, index: int, phase: int) -> Step:

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..plugins import Registry, resolve
+from ..stacks import stack_class, stacks_with
 from .params import NoParams, check_params_class, params_of
 
 __all__ = ["LAYOUTS", "SCENARIOS", "Scenario", "get_scenario", "register_scenario", "scenario_names"]
@@ -119,7 +120,14 @@ def _adapt(name: str, loaded: object) -> Scenario:
 
 
 def _needs_etcd(plan: Any) -> None:
-    if plan.discovery != "etcd" and not plan.attached:
+    if plan.attached:
+        return
+    if "etcd" not in stack_class(plan.stack).discoveries:
+        having = ", ".join(stacks_with(lambda s: "etcd" in s.discoveries)) or "none registered"
+        raise ConfigError(
+            f"{plan.scenario} needs etcd discovery, which the {plan.stack} stack does not have (stacks with it: {having})"
+        )
+    if plan.discovery != "etcd":
         raise ConfigError(f"{plan.scenario} needs discovery='etcd' (--discovery etcd)")
 
 

@@ -43,9 +43,6 @@ __all__ = [
     "run_failover_without_retries",
 ]
 
-# Dynamo's file discovery forgets a dead instance only after its ~10 s TTL.
-DYNAMO_WATCH_S = 30.0
-
 
 @dataclass(frozen=True, kw_only=True)
 class FailoverParams:
@@ -162,7 +159,7 @@ def _launched(deployment: Deployment | Target, scenario: str) -> Deployment:
 async def _dispatchable(client: httpx.AsyncClient, deployment: Deployment, endpoint: str) -> bool:
     """Whether the frontend would still dispatch to `endpoint`."""
     health = (await client.get(deployment.health_url, timeout=2.0)).json()
-    return endpoint in deployment.stack.dispatchable_endpoints(health)
+    return endpoint in deployment.read_dispatchable(health)
 
 
 def failover(
@@ -180,9 +177,10 @@ def failover(
 ) -> ScenarioResult:
     """Kill worker `victim` after `kill_after` responses of a same-model burst.
 
-    On the embedded stack the verdict asserts zero failed requests and that the dead
-    instance leaves dispatch within 2 lease TTLs. Elsewhere (`assert_zero_loss=False`,
-    the default for the dynamo stack) the same figures are reported, not asserted.
+    Where the stack asserts failover (`asserts_failover`: the embedded stack) the verdict
+    asserts zero failed requests and that the dead instance leaves dispatch within 2 lease
+    TTLs. Elsewhere (`assert_zero_loss=False`, the default there) the same figures are
+    reported, not asserted.
     """
     deployment = _launched(deployment, "failover")
     model, indices = serving(deployment, model)
@@ -190,13 +188,13 @@ def failover(
         raise ConfigError(f"worker {victim} does not serve '{model}'")
     if not 0 < kill_after < requests:
         raise ConfigError("kill_after must fall inside the burst")
-    embedded = deployment.spec.stack == "embedded"
-    strict = embedded if assert_zero_loss is None else assert_zero_loss
+    stack = deployment.stack
+    strict = stack.asserts_failover if assert_zero_loss is None else assert_zero_loss
     survivors = [i for i in indices if i != victim]
     urls = deployment.system_urls
     endpoint = deployment.endpoint(victim)
     ttl = deployment.spec.lease_ttl
-    watch_limit = 3 * ttl if embedded else DYNAMO_WATCH_S
+    watch_limit = stack.failover_watch_s(deployment.spec)
     target = deployment.target()
     served_models(deployment.frontend_url)
     started = time.monotonic()
@@ -209,7 +207,7 @@ def failover(
             nonlocal responses
             responses += 1
             if responses == kill_after:
-                deployment.kill_worker(victim, sig)
+                deployment.outages.kill_worker(victim, sig)
                 state["killed"] = time.perf_counter()
 
         async with clients.async_client(timeout=5.0) as client:
@@ -263,7 +261,7 @@ def failover(
         requests=requests,
         killed_at_s=killed_at,
         excluded_after_s=excluded_after,
-        lease_ttl_s=ttl if embedded else None,
+        lease_ttl_s=stack.lease_ttl_s(deployment.spec),
         failed_requests=len(failed),
         codes=status_codes([Burst(name=model, model=model, expected=frozenset(), traffic=traffic)]),
         responses_after_kill=len(after_kill),
@@ -368,12 +366,12 @@ def drain(
     )
     started = time.monotonic()
     since = len(deployment.events)
-    deployment.drain(victim)  # the stack's own way (UnsupportedError where it has none)
+    deployment.steering.drain(victim)  # the stack's own way (UnsupportedError where it has none)
     try:
         burst = run_sync(run_burst(target, spec, progress=progress))
     finally:
         if resume:
-            deployment.resume(victim)
+            deployment.steering.resume(victim)
     verdict, reasons = judge([burst], exact_total=True)
     origin = burst.traffic.origin
     events = [Event(e.at - origin, e.kind, e.detail) for e in deployment.events[since:]]

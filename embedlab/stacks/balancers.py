@@ -16,6 +16,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 
@@ -63,8 +64,8 @@ class BalancerStack(RouterStack):
     """A load balancer from Debian in front of standalone workers: its binary, its config, its pools."""
 
     binary = ""  # the command, found on PATH (sbin included) or where Debian puts it
-    package = ""  # the Debian package that has it
-    switches: dict[str, str] = {}  # frontend_args this stack reads -> their default
+    deb = ""  # the Debian package that has it
+    switches: ClassVar[dict[str, str]] = {}  # frontend_args this stack reads -> their default
 
     def _binary(self, relative: str = "") -> str:
         for folder in ("/usr/sbin", "/usr/bin", "/usr/local/sbin"):
@@ -72,8 +73,8 @@ class BalancerStack(RouterStack):
             if path.exists():
                 return str(path)
         raise ConfigError(
-            f"the {self.name} stack needs Debian's {self.package}: `make test` and `make run` install it "
-            f"(or apt-get install -y {self.package})"
+            f"the {self.name} stack needs Debian's {self.deb}: `make test` and `make run` install it "
+            f"(or apt-get install -y {self.deb})"
         )
 
     def check(self, spec: DeploymentSpec) -> None:
@@ -106,9 +107,9 @@ class BalancerStack(RouterStack):
         """Where the balancer's config, sockets and temp files live: under the run dir, nowhere else."""
         return ctx.run_dir / self.name
 
-    def address(self, index: int) -> str:
+    def address(self, ctx: StackContext, index: int) -> str:
         """Worker `index`'s request port as `host:port`."""
-        return self._urls[index].removeprefix("http://")
+        return self.worker_urls(ctx)[index].removeprefix("http://")
 
     def listed_models(self, client: httpx.Client, ctx: StackContext) -> set[str] | None:
         return None  # its /v1/models is the config's own list, answered whatever is live

@@ -11,20 +11,20 @@ from __future__ import annotations
 import importlib.util
 import math
 import shlex
-from typing import Any
-
-import httpx
+from typing import Any, ClassVar
 
 from ..defaults import DISCOVERY_ENV, REQUEST_PLANE, REQUEST_PLANE_ENV, SYSTEM_HOST_ENV
-from ..errors import ConfigError, UnsupportedError
+from ..errors import ConfigError
 from ..etcd import etcd_argv
-from ..hosts import Host, can_make_namespaces
+from ..hosts import Host
 from ..specs import DeploymentSpec, WorkerSpec
-from .base import ProcessSpec, StackContext, openai_models, system_port_env, worker_engine_args
+from ..splits import Split
+from .base import BaseStack, ProcessSpec, StackContext, system_port_env, worker_engine_args
 
 # embedlab router mode -> Dynamo's. Across worker sets of one model Dynamo always picks
 # at random weighted by live instances; the mode chooses inside a set.
 ROUTER_MODES = {"weighted-random": "random", "round-robin": "round-robin", "least-inflight": "least-loaded"}
+ETCD_PORT = "etcd_port"  # the key of its client port in `StackContext.state`, on etcd
 
 
 def dynamo_installed() -> bool:
@@ -34,26 +34,27 @@ def dynamo_installed() -> bool:
     )
 
 
-class DynamoStack:
-    name = "dynamo"
+class DynamoStack(BaseStack):
+    """The real Dynamo frontend; on etcd, across simulated hosts; no drain API, no retries of embeddings."""
 
-    def __init__(self) -> None:
-        self._etcd_port: int | None = None  # its client port, once the run has one
+    name = "dynamo"
+    title = "Dynamo"
+    discoveries = ("file", "etcd")
+    multi_host = True  # on etcd: file discovery is one machine's shared folder
+    # Each worker has an endpoint of its own, and across endpoints Dynamo always picks at
+    # random, weighted by live instances: the mode only chooses inside one endpoint.
+    policies: ClassVar[dict[str, Split]] = {mode: Split.WEIGHTS for mode in ROUTER_MODES}
+    model_aware = True
+    names_worker = False  # its workers answer over Dynamo's TCP request plane: no header of theirs
+    no_drain = "Dynamo 1.6 has no API to take a worker out of dispatch while it keeps serving"
+    retries_switch = True
+    package = "ai-dynamo"
 
     def check(self, spec: DeploymentSpec) -> None:
-        if any(w.weight != 1.0 for w in spec.workers):
-            raise ConfigError("the dynamo stack has no per-worker weights; leave every weight at 1")
-        if spec.router_mode is not None and spec.router_mode not in ROUTER_MODES:
-            raise ConfigError(
-                f"router mode {spec.router_mode!r} has no Dynamo counterpart; choose from {', '.join(ROUTER_MODES)}"
-            )
+        super().check(spec)
         if spec.hosts > 1 and spec.discovery != "etcd":
             raise ConfigError(
                 f"hosts={spec.hosts} needs discovery='etcd': file discovery is one machine's shared folder"
-            )
-        if spec.hosts > 1 and not can_make_namespaces():
-            raise ConfigError(
-                f"hosts={spec.hosts} needs network namespaces: run as root (or with CAP_NET_ADMIN and CAP_SYS_ADMIN), or use hosts=1"
             )
         if spec.discovery == "etcd" and spec.lease_ttl < 1:
             raise ConfigError(
@@ -78,65 +79,44 @@ class DynamoStack:
             kv.mkdir(parents=True, exist_ok=False)  # fresh per run: stale records block other models
             env["DYN_FILE_KV"] = str(kv)
         else:
-            self._etcd_port = ctx.reserve()
+            ctx.state[ETCD_PORT] = ctx.reserve()
         return env
-
-    def split_for(self, router_mode: str | None) -> str:
-        # Each worker has an endpoint of its own, and across endpoints Dynamo always picks at
-        # random, weighted by live instances: the mode only chooses inside one endpoint.
-        return "weights"
-
-    def listed_models(self, client: httpx.Client, ctx: StackContext) -> set[str] | None:
-        return openai_models(client, ctx)
-
-    def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        raise UnsupportedError(
-            "Dynamo 1.6 has no API to take a worker out of dispatch while it keeps serving"
-        )
-
-    def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        raise UnsupportedError(
-            "Dynamo 1.6 has no API to take a worker out of dispatch while it keeps serving"
-        )
-
-    def direct_url(self, client: httpx.Client, ctx: StackContext, index: int) -> str | None:
-        return None  # its workers speak Dynamo's TCP request plane, not HTTP
 
     def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
         return ()  # it does not retry embedding requests (--migration-limit did not either): its default runs
 
     def services(self, ctx: StackContext) -> list[ProcessSpec]:
-        if self._etcd_port is None:
+        port = ctx.state.get(ETCD_PORT)
+        if port is None:
             return []
         # Loopback for host 0's own processes; the hub address for the other hosts.
         listen = [ctx.host] + ([ctx.hosts[0].address] if len(ctx.hosts) > 1 else [])
         argv = etcd_argv(
-            data_dir=ctx.run_dir / "etcd", client_port=self._etcd_port, peer_port=ctx.reserve(), hosts=listen
+            data_dir=ctx.run_dir / "etcd", client_port=port, peer_port=ctx.reserve(), hosts=listen
         )
         # etcd reads ETCD_* from its environment, and ETCD_NAME beside --name is fatal.
         return [
             ProcessSpec(
                 role="etcd",
                 argv=argv,
-                ready_url=f"http://{ctx.host}:{self._etcd_port}/health",
+                ready_url=f"http://{ctx.host}:{port}/health",
                 unset=("ETCD_",),
             )
         ]
 
-    @property
-    def etcd_url(self) -> str | None:
-        """etcd's client URL on loopback, where the run has one."""
-        return None if self._etcd_port is None else f"http://127.0.0.1:{self._etcd_port}"
+    def etcd_url(self, ctx: StackContext) -> str | None:
+        port = ctx.state.get(ETCD_PORT)
+        return None if port is None else f"http://127.0.0.1:{port}"
 
-    def _host_env(self, host: Host, *, reach: str) -> dict[str, str]:
+    def _host_env(self, ctx: StackContext, host: Host, *, reach: str) -> dict[str, str]:
         """Where a process on `host` listens, and how it reaches etcd (`reach`: host 0 as it sees it)."""
         env = {
             "DYN_TCP_RPC_HOST": host.address,
             "DYN_TCP_RESPONSE_STREAM_HOST": host.address,
             SYSTEM_HOST_ENV: host.address,
         }
-        if self._etcd_port is not None:
-            env["ETCD_ENDPOINTS"] = f"http://{reach}:{self._etcd_port}"
+        if ETCD_PORT in ctx.state:
+            env["ETCD_ENDPOINTS"] = f"http://{reach}:{ctx.state[ETCD_PORT]}"
         return env
 
     def frontend(self, ctx: StackContext) -> ProcessSpec:
@@ -154,7 +134,7 @@ class DynamoStack:
         if ctx.spec.router_mode is not None:
             argv += ["--router-mode", ROUTER_MODES[ctx.spec.router_mode]]
         # Its response stream listens on host 0's own address, which every host reaches.
-        env = self._host_env(ctx.hosts[0], reach=ctx.host)
+        env = self._host_env(ctx, ctx.hosts[0], reach=ctx.host)
         return ProcessSpec(role="frontend", argv=argv + list(ctx.spec.frontend_args), env=env)
 
     def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
@@ -175,10 +155,10 @@ class DynamoStack:
             ]
         host = ctx.host_of(index)
         env = {
-            **self._host_env(host, reach=host.hub if host.namespace else ctx.host),
+            **self._host_env(ctx, host, reach=host.hub if host.namespace else ctx.host),
             **system_port_env(system_port),
         }
-        if self._etcd_port is not None:
+        if ETCD_PORT in ctx.state:
             # The spec's lease is the workers': how long a lost worker stays in dispatch. The
             # frontend keeps Dynamo's default (30 s), since with a short lease of its own it
             # exits at an etcd outage of about half that (measured: 10 s lease, 3 s outage).
@@ -188,7 +168,7 @@ class DynamoStack:
     def health_url(self, ctx: StackContext) -> str:
         return f"{ctx.frontend_url}/health"
 
-    def dispatchable_endpoints(self, health: Any) -> set[str]:
+    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
         return {f"{i['namespace']}.{i['component']}.{i['endpoint']}" for i in health.get("instances", [])}
 
 

@@ -2,41 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import httpx
 
-from ..errors import ConfigError, UnsupportedError
+from ..defaults import NAMESPACE
+from ..errors import ConfigError
 from ..specs import DeploymentSpec, WorkerSpec
-from .base import ProcessSpec, StackContext, openai_models, system_port_env, worker_engine_args
-
-# Router mode -> how a same-model split is judged under it.
-SPLITS = {"weighted-random": "weights", "round-robin": "exact", "least-inflight": "report"}
+from ..splits import Split
+from .base import BaseStack, ProcessSpec, StackContext, system_port_env, worker_engine_args
 
 
-class EmbeddedStack:
+class EmbeddedStack(BaseStack):
+    """embedlab's own frontend keeps its own registry, and its workers register on loopback:
+    one host, no discovery service, per-worker weights that can change live."""
+
     name = "embedded"
+    title = "the embedded frontend"
+    policies: ClassVar[dict[str, Split]] = {
+        "weighted-random": Split.WEIGHTS,
+        "round-robin": Split.EXACT,
+        "least-inflight": Split.REPORT,
+    }
+    default_policy = "weighted-random"
+    worker_weights = True
+    live_weights = True
+    model_aware = True
+    names_worker = True
+    drains = True
+    no_retries_switch = "embedlab's frontend always retries a failed dispatch once, on another instance"
+    asserts_failover = True  # its leases are embedlab's: zero loss, out of dispatch within 2 TTLs
+    package = "embedlab"
 
-    def check(self, spec: DeploymentSpec) -> None:
-        # The embedded frontend keeps its own registry, and its workers register on loopback.
-        if spec.hosts != 1:
-            raise ConfigError(
-                f"the embedded stack runs on one host; hosts={spec.hosts} needs stack='dynamo' with discovery='etcd'"
-            )
-        if spec.discovery != "file":
-            raise ConfigError(
-                "discovery is the dynamo stack's setting; the embedded frontend keeps its own registry"
-            )
-        if spec.router_mode is not None and spec.router_mode not in SPLITS:
-            raise ConfigError(
-                f"the embedded frontend has no router mode {spec.router_mode!r}; choose from {', '.join(SPLITS)}"
-            )
+    def namespace(self, spec: DeploymentSpec) -> str:
+        return spec.namespace or NAMESPACE  # the seed's launch script's
 
-    def split_for(self, router_mode: str | None) -> str:
-        return SPLITS[router_mode or "weighted-random"]
+    def failover_watch_s(self, spec: DeploymentSpec) -> float:
+        return 3 * spec.lease_ttl
 
-    def listed_models(self, client: httpx.Client, ctx: StackContext) -> set[str] | None:
-        return openai_models(client, ctx)
+    def lease_ttl_s(self, spec: DeploymentSpec) -> float | None:
+        return spec.lease_ttl
 
     def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
         # The worker deregisters and keeps serving: a correct frontend sends it nothing more.
@@ -45,26 +51,25 @@ class EmbeddedStack:
     def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
         client.post(f"{ctx.system_url(index)}/resume").raise_for_status()
 
+    def _instances(self, client: httpx.Client, ctx: StackContext) -> list[dict[str, Any]]:
+        health = client.get(self.health_url(ctx)).json()
+        return [i for group in health.get("models", {}).values() for i in group]
+
     def direct_url(self, client: httpx.Client, ctx: StackContext, index: int) -> str | None:
-        health = client.get(f"{ctx.frontend_url}/health").json()
-        found = [
-            i["address"]
-            for group in health.get("models", {}).values()
-            for i in group
-            if i["endpoint"] == ctx.endpoint(index)
-        ]
+        found = [i["address"] for i in self._instances(client, ctx) if i["endpoint"] == ctx.endpoint(index)]
         return found[0] if found else None
 
-    def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
-        raise UnsupportedError(
-            "embedlab's frontend always retries a failed dispatch once, on another instance"
-        )
-
-    def prepare(self, ctx: StackContext) -> dict[str, str]:
-        return {}
-
-    def services(self, ctx: StackContext) -> list[ProcessSpec]:
-        return []
+    def set_weights(self, client: httpx.Client, ctx: StackContext, weights: Sequence[float]) -> None:
+        """Through the frontend's registry API; `client` carries the run's token, where one is set."""
+        instances = {i["endpoint"]: i["instance_id"] for i in self._instances(client, ctx)}
+        for index, weight in enumerate(weights):
+            endpoint = ctx.endpoint(index)
+            if endpoint not in instances:
+                raise ConfigError(f"worker {index} ({endpoint}) is not registered")
+            client.put(
+                f"{ctx.frontend_url}/registry/instances/{instances[endpoint]}/weight",
+                json={"weight": weight},
+            ).raise_for_status()
 
     def frontend(self, ctx: StackContext) -> ProcessSpec:
         spec = ctx.spec
@@ -78,7 +83,7 @@ class EmbeddedStack:
             "--port",
             str(ctx.frontend_port),
             "--router-mode",
-            spec.router_mode or "weighted-random",
+            str(self.policy(spec.router_mode)),
             "--lease-ttl",
             str(spec.lease_ttl),
         ]
@@ -113,7 +118,7 @@ class EmbeddedStack:
     def health_url(self, ctx: StackContext) -> str:
         return f"{ctx.frontend_url}/health"
 
-    def dispatchable_endpoints(self, health: Any) -> set[str]:
+    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
         # A suspect instance failed a dispatch; the frontend skips it until it heartbeats again.
         return {
             i["endpoint"]

@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -43,6 +43,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ..defaults import REQUEST_TIMEOUT_S
 from ..errors import ConfigError, ServerError
 from ..specs import DeploymentSpec
+from ..splits import Split
 from .balancers import BalancerStack, error_json, models_json, pools_of
 from .base import ProcessSpec, StackContext
 
@@ -60,27 +61,25 @@ MAX_SOCKET_PATH = 107
 # HAProxy's exporter: responses per server, by status class; health checks are not counted.
 RESPONSES = "haproxy_server_http_responses_total"
 ERRORS = {502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+# Its run's state (`StackContext.state`): the stats URL, and the runtime API's socket.
+STATS_URL, SOCKET = "haproxy_stats_url", "haproxy_socket"
 
 
 class HAProxyStack(BalancerStack):
     """HAProxy: one backend per model pool, chosen by the body's `model`; runtime-API drain."""
 
-    name = venv = "haproxy"
-    binary = package = "haproxy"
-    policies = {
-        "roundrobin": "exact",
-        "static_rr": "exact",
-        "leastconn": "report",
-        "random": "report",  # two draws by default: the less loaded of two random servers
-        "first": "report",
+    name = binary = deb = "haproxy"
+    policies: ClassVar[dict[str, Split]] = {
+        "roundrobin": Split.EXACT,
+        "static_rr": Split.EXACT,
+        "leastconn": Split.REPORT,
+        "random": Split.REPORT,  # two draws by default: the less loaded of two random servers
+        "first": Split.REPORT,
     }
     default_policy = "roundrobin"
-    switches = {"--retries": "3"}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._stats_url = ""  # its stats page and Prometheus exporter, on a port the run reserves
-        self._socket = ("", "")  # the runtime API: as HAProxy binds it, as a client connects to it
+    switches: ClassVar[dict[str, str]] = {"--retries": "3"}
+    drains = True
+    model_aware = True  # it reads the body's model (json_query) and picks the model's backend
 
     def check(self, spec: DeploymentSpec) -> None:
         super().check(spec)
@@ -90,16 +89,18 @@ class HAProxyStack(BalancerStack):
 
     def prepare(self, ctx: StackContext) -> dict[str, str]:
         env = super().prepare(ctx)
-        self._stats_url = f"http://{ctx.host}:{ctx.reserve()}"
+        # Its stats page and Prometheus exporter, on a port the run reserves.
+        ctx.state[STATS_URL] = stats = f"http://{ctx.host}:{ctx.reserve()}"
         path = self.conf_dir(ctx) / "admin.sock"
-        # A unix socket's path holds at most 107 bytes; a deeper run dir (a regression run's
-        # cells can be) gets an abstract socket instead: no file at all, gone with HAProxy.
+        # The runtime API, as HAProxy binds it and as a client connects to it. A unix socket's
+        # path holds at most 107 bytes; a deeper run dir (a regression run's cells can be) gets
+        # an abstract socket instead: no file at all, gone with HAProxy.
         if len(os.fsencode(path)) <= MAX_SOCKET_PATH:
-            self._socket = (str(path), str(path))
+            ctx.state[SOCKET] = (str(path), str(path))
         else:
-            name = f"embedlab-haproxy-{self._stats_url.rsplit(':', 1)[1]}-{secrets.token_hex(4)}"
+            name = f"embedlab-haproxy-{stats.rsplit(':', 1)[1]}-{secrets.token_hex(4)}"
             # HAProxy binds the whole sun_path, the name zero-padded: a client must send the same.
-            self._socket = (f"abns@{name}", f"\0{name}".ljust(MAX_SOCKET_PATH + 1, "\0"))
+            ctx.state[SOCKET] = (f"abns@{name}", f"\0{name}".ljust(MAX_SOCKET_PATH + 1, "\0"))
         return env
 
     def frontend(self, ctx: StackContext) -> ProcessSpec:
@@ -154,7 +155,7 @@ class HAProxyStack(BalancerStack):
         )
         lines = [
             "global",
-            f"    stats socket {self._socket[0]} mode 600 level admin",
+            f"    stats socket {ctx.state[SOCKET][0]} mode 600 level admin",
             f"    tune.bufsize {BODY_BUFFER_BYTES}",
             f"    maxconn {MAX_CONNECTIONS}",
             "defaults",
@@ -176,14 +177,14 @@ class HAProxyStack(BalancerStack):
             " if !{ var(txn.model) -m found }",
             f"    use_backend %[var(txn.model),map({conf / 'models.map'},unknown_model)]",
             "frontend status",
-            f"    bind {self._stats_url.removeprefix('http://')}",
+            f"    bind {ctx.state[STATS_URL].removeprefix('http://')}",
             "    http-request use-service prometheus-exporter if { path /metrics }",
             "    stats enable",
             "    stats uri /stats",
             "backend unknown_model",
             f"    http-request return status 404 content-type application/json file {conf / 'unknown-model.json'}",
         ]
-        balance = self.policy(ctx.spec).replace("_", "-")
+        balance = str(self.policy(ctx.spec.router_mode)).replace("_", "-")
         for pool in pools_of(ctx.spec):
             lines += [
                 f"backend {pool.name}",
@@ -191,29 +192,31 @@ class HAProxyStack(BalancerStack):
                 "    option httpchk GET /health",
                 "    http-check expect status 200",
                 "    default-server check inter 1s fall 2 rise 1",
-                *(f"    server w{i} {self.address(i)}" for i in pool.workers),
+                *(f"    server w{i} {self.address(ctx, i)}" for i in pool.workers),
             ]
         return "\n".join(lines) + "\n"
 
     def health_url(self, ctx: StackContext) -> str:
-        return f"{self._stats_url}/stats;json"
+        return f"{ctx.state[STATS_URL]}/stats;json"
 
-    def dispatchable_endpoints(self, health: Any) -> set[str]:
+    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
         """Servers HAProxy's stats call UP (or unchecked): not DOWN, not drained, not in maintenance."""
         dispatchable = set()
+        endpoints = self.endpoint_of(ctx)
+        urls = self.worker_urls(ctx)
         for row in health:
             fields = {f["field"]["name"]: f["value"].get("value") for f in row if "field" in f}
             name, status = str(fields.get("svname", "")), str(fields.get("status", ""))
             if row and row[0].get("objType") == "Server" and name.startswith("w"):
                 if status.startswith("UP") or status == "no check":
-                    dispatchable.add(self._endpoints[self._urls[int(name[1:])]])
+                    dispatchable.add(endpoints[urls[int(name[1:])]])
         return dispatchable
 
     def runtime(self, ctx: StackContext, command: str) -> str:
         """One command on HAProxy's runtime API; its answer (empty when it just did it)."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(5.0)
-            sock.connect(self._socket[1])
+            sock.connect(ctx.state[SOCKET][1])
             sock.sendall(command.encode() + b"\n")
             chunks = []
             while chunk := sock.recv(65536):
@@ -241,7 +244,7 @@ class HAProxyStack(BalancerStack):
 
         Its health checks are not among them; a retried request counts on each server that answered.
         """
-        text = client.get(f"{self._stats_url}/metrics").text
+        text = client.get(f"{ctx.state[STATS_URL]}/metrics").text
         counts = {i: 0.0 for i in range(len(ctx.spec.workers))}
         for family in text_string_to_metric_families(text):
             if family.type != "counter":

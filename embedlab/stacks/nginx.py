@@ -41,13 +41,14 @@ import pwd
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
 from ..defaults import MAX_BODY_BYTES, REQUEST_TIMEOUT_S
 from ..errors import ServerError, UnsupportedError
 from ..specs import DeploymentSpec
+from ..splits import Split
 from .balancers import BalancerStack, error_json, models_json, pools_of
 from .base import ProcessSpec, StackContext
 
@@ -61,29 +62,25 @@ METHODS = {
     "ip_hash": "ip_hash;",
 }
 TEMP_PATHS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+STATUS_URL, GENERATION, DOWN = "nginx_status_url", "nginx_generation", "nginx_down"  # StackContext.state
 RELOAD_TIMEOUT_S = 15.0
 
 
 class NginxStack(BalancerStack):
     """nginx: one upstream of one model's workers; drain by rewriting the config and reloading."""
 
-    name = venv = "nginx"
-    binary = package = "nginx"
-    policies = {
-        "round_robin": "exact",
-        "random": "weights",
-        "least_conn": "report",
-        "random_two": "report",
-        "ip_hash": "report",
+    name = binary = deb = "nginx"
+    policies: ClassVar[dict[str, Split]] = {
+        "round_robin": Split.EXACT,
+        "random": Split.WEIGHTS,
+        "least_conn": Split.REPORT,
+        "random_two": Split.REPORT,
+        "ip_hash": Split.REPORT,
     }
     default_policy = "round_robin"
-    switches = {"--proxy-next-upstream": "error timeout non_idempotent"}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._status_url = ""
-        self._generation = 0
-        self._down: set[int] = set()
+    switches: ClassVar[dict[str, str]] = {"--proxy-next-upstream": "error timeout non_idempotent"}
+    drains = True
+    model_aware = False  # it picks an upstream before it reads the body
 
     def prepare(self, ctx: StackContext) -> dict[str, str]:
         pools = pools_of(ctx.spec)
@@ -95,7 +92,10 @@ class NginxStack(BalancerStack):
         env = super().prepare(ctx)
         for sub in TEMP_PATHS:
             (self.conf_dir(ctx) / "tmp" / sub).mkdir(parents=True, exist_ok=True)
-        self._status_url = f"http://{ctx.host}:{ctx.reserve()}"
+        # The run's state: the status page's URL, the config generation, the servers marked down.
+        ctx.state[STATUS_URL] = f"http://{ctx.host}:{ctx.reserve()}"
+        ctx.state[GENERATION] = 0
+        ctx.state[DOWN] = set()
         return env
 
     def _argv(self, ctx: StackContext, *extra: str) -> list[str]:
@@ -108,7 +108,7 @@ class NginxStack(BalancerStack):
 
     def _write(self, ctx: StackContext) -> None:
         """The next config generation, replacing the last in one rename."""
-        self._generation += 1
+        ctx.state[GENERATION] += 1
         path = self.conf_dir(ctx) / "nginx.conf"
         partial = path.with_suffix(".conf.new")
         partial.write_text(self.config(ctx))
@@ -118,9 +118,14 @@ class NginxStack(BalancerStack):
         conf = self.conf_dir(ctx)
         pool = pools_of(ctx.spec)[0]
         status = {
-            "generation": self._generation,
+            "generation": ctx.state[GENERATION],
             "servers": [
-                {"pool": pool.name, "worker": i, "address": self.address(i), "down": i in self._down}
+                {
+                    "pool": pool.name,
+                    "worker": i,
+                    "address": self.address(ctx, i),
+                    "down": i in ctx.state[DOWN],
+                }
                 for i in pool.workers
             ],
         }
@@ -136,7 +141,8 @@ class NginxStack(BalancerStack):
             f"The request body is larger than {MAX_BODY_BYTES} bytes", param=None, code="request_too_large"
         )
         servers = "\n".join(
-            f"        server {self.address(i)}{' down' if i in self._down else ''};" for i in pool.workers
+            f"        server {self.address(ctx, i)}{' down' if i in ctx.state[DOWN] else ''};"
+            for i in pool.workers
         )
         temp = "\n".join(f"    {sub}_temp_path {conf / 'tmp' / sub};" for sub in TEMP_PATHS)
         return f"""daemon off;
@@ -151,7 +157,7 @@ http {{
 {temp}
     client_max_body_size {MAX_BODY_BYTES};
     upstream {pool.name} {{
-        {METHODS[self.policy(ctx.spec)]}
+        {METHODS[str(self.policy(ctx.spec.router_mode))]}
 {servers}
         keepalive 32;
     }}
@@ -171,7 +177,7 @@ http {{
         location @too_large {{ default_type application/json; return 413 '{too_large}'; }}
     }}
     server {{
-        listen {self._status_url.removeprefix("http://")};
+        listen {ctx.state[STATUS_URL].removeprefix("http://")};
         location = /upstreams {{
             default_type application/json;
             keepalive_timeout 0;
@@ -182,11 +188,11 @@ http {{
 """
 
     def health_url(self, ctx: StackContext) -> str:
-        return f"{self._status_url}/upstreams"
+        return f"{ctx.state[STATUS_URL]}/upstreams"
 
-    def dispatchable_endpoints(self, health: Any) -> set[str]:
+    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
         """The servers of the config nginx has loaded that are not marked down."""
-        return {self._endpoints[self._urls[s["worker"]]] for s in health.get("servers", []) if not s["down"]}
+        return {ctx.endpoint(s["worker"]) for s in health.get("servers", []) if not s["down"]}
 
     def _reload(self, client: httpx.Client, ctx: StackContext) -> None:
         """Write the next generation and reload; back once only its worker processes remain.
@@ -202,22 +208,22 @@ http {{
             raise ServerError(f"nginx -s reload failed: {done.stderr.strip()}", name="frontend")
         deadline = time.monotonic() + RELOAD_TIMEOUT_S
         while old & set(_children(master)) or (
-            client.get(self.health_url(ctx)).json().get("generation") != self._generation
+            client.get(self.health_url(ctx)).json().get("generation") != ctx.state[GENERATION]
         ):
             if time.monotonic() > deadline:
                 raise ServerError(
-                    f"nginx did not finish reloading config generation {self._generation} within "
+                    f"nginx did not finish reloading config generation {ctx.state[GENERATION]} within "
                     f"{RELOAD_TIMEOUT_S:g} s",
                     name="frontend",
                 )
             time.sleep(0.02)
 
     def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        self._down.add(index)
+        ctx.state[DOWN].add(index)
         self._reload(client, ctx)
 
     def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        self._down.discard(index)
+        ctx.state[DOWN].discard(index)
         self._reload(client, ctx)
 
     def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:

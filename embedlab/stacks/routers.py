@@ -1,11 +1,12 @@
 """The routers users choose between, in front of embedlab's own workers: LiteLLM, vllm-router, sglang-router.
 
-Each router runs from a venv of its own under `.routers/<name>` (built by `make routers`
-from pyproject.toml's `router-*` pins, or under `$EMBEDLAB_ROUTERS`), since their pins
-must not touch the workbench's. The workers are `embedlab worker`s that register with
-nothing: each listens on a port the run reserves, and the router is given their URLs.
-What the routers probe on a worker (`/health`, `/v1/models`, `/get_server_info`,
-`/get_load`) the worker answers; `/get_load`'s shape is the router's (`load_format`).
+Each router runs from a venv of its own under `.routers/<venv>` (built by `make routers`
+from the class's own `pins`, or under `$EMBEDLAB_ROUTERS`), since their pins must not
+touch the workbench's. The workers are `embedlab worker`s that register with nothing:
+each listens on a port the run reserves (`prepare`, kept in the run's `StackContext.state`),
+and the router is given their URLs. What the routers probe on a worker (`/health`,
+`/v1/models`, `/get_server_info`, `/get_load`) the worker answers; `/get_load`'s shape is
+the router's (`load_format`).
 
 `router_mode` takes the router's own policy names (None: the router's default).
 """
@@ -13,77 +14,50 @@ What the routers probe on a worker (`/health`, `/v1/models`, `/get_server_info`,
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 import httpx
 
-from ..defaults import ROUTERS_ENV
 from ..errors import ConfigError, UnsupportedError
 from ..specs import DeploymentSpec, WorkerSpec
-from .base import ProcessSpec, StackContext, system_port_env, worker_engine_args
+from ..splits import Split
+from .base import BaseStack, ProcessSpec, StackContext, router_venv, system_port_env, worker_engine_args
 
-__all__ = ["LiteLLMStack", "SglangRouterStack", "VllmRouterStack", "router_venv"]
+__all__ = ["LiteLLMStack", "RouterStack", "SglangRouterStack", "VllmRouterStack", "router_venv"]
 
-
-def router_venv(name: str) -> Path:
-    """The venv `make routers` builds for router `name`."""
-    root = os.environ.get(ROUTERS_ENV) or Path(__file__).resolve().parents[2] / ".routers"
-    return Path(root) / name
+WORKER_PORTS = "worker_ports"  # the key of the workers' own ports (by index) in `StackContext.state`
 
 
-class RouterStack:
-    """What the three routers share: standalone workers on reserved ports, and the router in front."""
+class RouterStack(BaseStack):
+    """What the routers share: standalone workers on reserved ports, and the router in front."""
 
-    name = ""
-    venv = ""
-    policies: dict[str, str] = {}  # policy -> how a same-model split is judged (weights, exact, report)
-    default_policy = ""
     load_format = "vllm"
-
-    def __init__(self) -> None:
-        self._urls: list[str] = []
-        self._endpoints: dict[str, str] = {}  # worker URL -> endpoint path
-        self.metrics_url = ""  # the router's own Prometheus page, where it has one
+    names_worker = True  # each passes the worker's `x-embedlab-worker` on
+    retries_switch = True
 
     def _binary(self, relative: str) -> str:
-        path = router_venv(self.venv) / relative
+        path = router_venv(str(self.venv)) / relative
         if not path.exists():
             raise ConfigError(f"the {self.name} stack needs {path}: run `make routers` (see the README)")
         return str(path)
 
-    def check(self, spec: DeploymentSpec) -> None:
-        if spec.hosts != 1 or spec.discovery != "file":
-            raise ConfigError(
-                f"the {self.name} stack runs on one host, with no discovery service of its own to choose"
-            )
-        if spec.router_mode is not None and spec.router_mode.replace("-", "_") not in self.policies:
-            raise ConfigError(
-                f"{self.name} has no policy {spec.router_mode!r}; choose from {', '.join(self.policies)}"
-            )
-        if any(w.weight != 1.0 for w in spec.workers):
-            raise ConfigError(
-                f"the {self.name} stack takes no per-worker weights here; leave every weight at 1"
-            )
+    def policy(self, router_mode: str | None) -> str | None:
+        return (router_mode or str(self.default_policy)).replace("-", "_")
 
-    def policy(self, spec: DeploymentSpec) -> str:
-        return (spec.router_mode or self.default_policy).replace("-", "_")
+    def worker_urls(self, ctx: StackContext) -> list[str]:
+        """The URL of each worker (by index), on the port reserved for it when the run was prepared."""
+        return [f"http://{ctx.host}:{port}" for port in ctx.state[WORKER_PORTS]]
 
-    def split_for(self, router_mode: str | None) -> str:
-        return self.policies[(router_mode or self.default_policy).replace("-", "_")]
+    def endpoint_of(self, ctx: StackContext) -> dict[str, str]:
+        """Worker URL -> its endpoint path."""
+        return {url: ctx.endpoint(i) for i, url in enumerate(self.worker_urls(ctx))}
 
     def prepare(self, ctx: StackContext) -> dict[str, str]:
-        self._urls = [f"http://{ctx.host}:{ctx.reserve()}" for _ in ctx.spec.workers]
-        self._endpoints = {url: ctx.endpoint(i) for i, url in enumerate(self._urls)}
+        ctx.state[WORKER_PORTS] = [ctx.reserve() for _ in ctx.spec.workers]
         return {}
 
-    def services(self, ctx: StackContext) -> list[ProcessSpec]:
-        return []
-
     def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
-        port = self._urls[index].rsplit(":", 1)[1]
         argv = [
             ctx.python,
             "-m",
@@ -98,7 +72,7 @@ class RouterStack:
             "--host",
             ctx.host,
             "--port",
-            port,
+            str(ctx.state[WORKER_PORTS][index]),
             "--load-format",
             self.load_format,
             *worker_engine_args(worker),
@@ -108,25 +82,17 @@ class RouterStack:
     def health_url(self, ctx: StackContext) -> str:
         return f"{ctx.frontend_url}/workers"
 
-    def dispatchable_endpoints(self, health: Any) -> set[str]:
+    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
         """The router's worker list: a worker it holds and calls healthy."""
+        endpoints = self.endpoint_of(ctx)
         return {
-            self._endpoints[w["url"]]
+            endpoints[w["url"]]
             for w in health.get("workers", [])
-            if w.get("is_healthy") and w.get("url") in self._endpoints
+            if w.get("is_healthy") and w.get("url") in endpoints
         }
 
-    def listed_models(self, client: httpx.Client, ctx: StackContext) -> set[str] | None:
-        return {m["id"] for m in client.get(f"{ctx.frontend_url}/v1/models").json().get("data", [])}
-
-    def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        raise UnsupportedError(f"{self.name} has no API to take a worker out of dispatch")
-
-    def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        raise UnsupportedError(f"{self.name} has no API to take a worker back")
-
     def direct_url(self, client: httpx.Client, ctx: StackContext, index: int) -> str | None:
-        return self._urls[index]
+        return self.worker_urls(ctx)[index]
 
     def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
         """Frontend arguments that switch the router's retries off."""
@@ -135,7 +101,7 @@ class RouterStack:
     def _rust_router_argv(self, ctx: StackContext, head: list[str]) -> list[str]:
         # Both default their metrics to 0.0.0.0:29000: two at once would collide, so every run has its own.
         port = ctx.reserve()
-        self.metrics_url = f"http://{ctx.host}:{port}/metrics"
+        ctx.state["metrics_url"] = f"http://{ctx.host}:{port}/metrics"  # the router's own counters
         return [
             *head,
             "--host",
@@ -147,27 +113,30 @@ class RouterStack:
             "--prometheus-port",
             str(port),
             "--worker-urls",
-            *self._urls,
+            *self.worker_urls(ctx),
             "--policy",
-            self.policy(ctx.spec),
+            str(self.policy(ctx.spec.router_mode)),
         ]
 
 
 class VllmRouterStack(RouterStack):
     """vllm-router: the port opens once every worker answers /health; `/workers` lists them."""
 
-    name = venv = "vllm-router"
-    policies = {
-        "cache_aware": "report",
-        "round_robin": "exact",
-        "random": "weights",
-        "power_of_two": "report",
-        "consistent_hash": "report",
-        "sticky_least_loaded": "report",
-        "kv_aware": "report",
+    name = venv = package = "vllm-router"
+    pins = ("vllm-router==0.1.17",)
+    policies: ClassVar[dict[str, Split]] = {
+        "cache_aware": Split.REPORT,
+        "round_robin": Split.EXACT,
+        "random": Split.WEIGHTS,
+        "power_of_two": Split.REPORT,
+        "consistent_hash": Split.REPORT,
+        "sticky_least_loaded": Split.REPORT,
+        "kv_aware": Split.REPORT,
     }
     default_policy = "cache_aware"
     load_format = "vllm"
+    model_aware = False  # without --enable-igw it ignores the body's model
+    drains = True
 
     def frontend(self, ctx: StackContext) -> ProcessSpec:
         argv = self._rust_router_argv(ctx, [self._binary("bin/vllm-router")])
@@ -189,25 +158,31 @@ class VllmRouterStack(RouterStack):
         return None  # its /v1/models is one worker's, passed through: it lists no model of its own
 
     def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        client.delete(f"{ctx.frontend_url}/workers/{quote(self._urls[index], safe='')}").raise_for_status()
+        url = self.worker_urls(ctx)[index]
+        client.delete(f"{ctx.frontend_url}/workers/{quote(url, safe='')}").raise_for_status()
 
     def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        client.post(f"{ctx.frontend_url}/workers", json={"url": self._urls[index]}).raise_for_status()
+        client.post(
+            f"{ctx.frontend_url}/workers", json={"url": self.worker_urls(ctx)[index]}
+        ).raise_for_status()
 
 
 class SglangRouterStack(RouterStack):
     """sglang-router: the port opens at once and workers join in the background; `/readiness` waits for one."""
 
-    name = venv = "sglang-router"
-    policies = {
-        "cache_aware": "report",
-        "round_robin": "exact",
-        "random": "weights",
-        "power_of_two": "report",
-        "manual": "report",
+    name = venv = package = "sglang-router"
+    pins = ("sglang-router==0.3.2",)
+    policies: ClassVar[dict[str, Split]] = {
+        "cache_aware": Split.REPORT,
+        "round_robin": Split.EXACT,
+        "random": Split.WEIGHTS,
+        "power_of_two": Split.REPORT,
+        "manual": Split.REPORT,
     }
     default_policy = "cache_aware"
     load_format = "sglang"
+    model_aware = False  # without --enable-igw it ignores the body's model
+    drains = True
 
     def frontend(self, ctx: StackContext) -> ProcessSpec:
         argv = self._rust_router_argv(ctx, [self._binary("bin/python"), "-m", "sglang_router.launch_router"])
@@ -219,14 +194,17 @@ class SglangRouterStack(RouterStack):
 
     def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
         # Its workers are removed by id, and asynchronously (202): the deployment waits until it is gone.
+        url = self.worker_urls(ctx)[index]
         workers = client.get(f"{ctx.frontend_url}/workers").json().get("workers", [])
-        ids = [w["id"] for w in workers if w.get("url") == self._urls[index]]
+        ids = [w["id"] for w in workers if w.get("url") == url]
         if not ids:
-            raise UnsupportedError(f"sglang-router does not list worker {index} ({self._urls[index]})")
+            raise UnsupportedError(f"sglang-router does not list worker {index} ({url})")
         client.delete(f"{ctx.frontend_url}/workers/{ids[0]}").raise_for_status()
 
     def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        client.post(f"{ctx.frontend_url}/workers", json={"url": self._urls[index]}).raise_for_status()
+        client.post(
+            f"{ctx.frontend_url}/workers", json={"url": self.worker_urls(ctx)[index]}
+        ).raise_for_status()
 
 
 class LiteLLMStack(RouterStack):
@@ -236,16 +214,19 @@ class LiteLLMStack(RouterStack):
     `router_settings` (e.g. `num_retries=0`); the rest go to the `litellm` command line.
     """
 
-    name = venv = "litellm"
-    policies = {
-        "simple_shuffle": "weights",
-        "least_busy": "report",
-        "usage_based_routing": "report",
-        "usage_based_routing_v2": "report",
-        "latency_based_routing": "report",
-        "cost_based_routing": "report",
+    name = venv = package = "litellm"
+    pins = ("litellm[proxy]==1.108.7",)
+    policies: ClassVar[dict[str, Split]] = {
+        "simple_shuffle": Split.WEIGHTS,
+        "least_busy": Split.REPORT,
+        "usage_based_routing": Split.REPORT,
+        "usage_based_routing_v2": Split.REPORT,
+        "latency_based_routing": Split.REPORT,
+        "cost_based_routing": Split.REPORT,
     }
     default_policy = "simple_shuffle"
+    model_aware = True  # one deployment per worker under its model's name
+    no_drain = "the LiteLLM proxy deletes a deployment at run time only with a database (STORE_MODEL_IN_DB)"
 
     def frontend(self, ctx: StackContext) -> ProcessSpec:
         settings, args = _router_settings(ctx.spec.frontend_args)
@@ -261,9 +242,12 @@ class LiteLLMStack(RouterStack):
                     # Else its /health would call /v1/chat/completions and call every deployment unhealthy.
                     "model_info": {"mode": "embedding"},
                 }
-                for worker, url in zip(ctx.spec.workers, self._urls)
+                for worker, url in zip(ctx.spec.workers, self.worker_urls(ctx))
             ],
-            "router_settings": {"routing_strategy": self.policy(ctx.spec).replace("_", "-"), **settings},
+            "router_settings": {
+                "routing_strategy": str(self.policy(ctx.spec.router_mode)).replace("_", "-"),
+                **settings,
+            },
             "litellm_settings": {"telemetry": False},
         }
         path = ctx.run_dir / "litellm.yaml"
@@ -292,17 +276,12 @@ class LiteLLMStack(RouterStack):
         # Not /health: that sends a real embedding request to every deployment, and moves the counters.
         return f"{ctx.frontend_url}/v1/model/info"
 
-    def dispatchable_endpoints(self, health: Any) -> set[str]:
+    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
         bases = {
             str((m.get("litellm_params") or {}).get("api_base", "")).removesuffix("/v1")
             for m in health.get("data", [])
         }
-        return {endpoint for url, endpoint in self._endpoints.items() if url in bases}
-
-    def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        raise UnsupportedError(
-            "the LiteLLM proxy deletes a deployment at run time only with a database (STORE_MODEL_IN_DB)"
-        )
+        return {endpoint for url, endpoint in self.endpoint_of(ctx).items() if url in bases}
 
     def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
         return ("--router-setting", "num_retries=0")

@@ -29,12 +29,13 @@ uses it:
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..errors import ServerError
+from ..splits import Split
 from .base import ProcessSpec, StackContext
 from .routers import SglangRouterStack
 
@@ -52,20 +53,22 @@ REMOVAL_TIMEOUT_S = 30.0
 class SmgStack(SglangRouterStack):
     """smg in its regular (model-aware) mode, workers given by URL."""
 
-    name = venv = "smg"
-    policies = {
-        "cache_aware": "report",
-        "round_robin": "exact",
-        "random": "weights",
-        "power_of_two": "report",
-        "least_load": "report",
-        "consistent_hashing": "report",
-        "prefix_hash": "report",
-        "manual": "report",
-        "passthrough": "report",
+    name = venv = package = "smg"
+    pins = ("smg==1.13.0",)
+    policies: ClassVar[dict[str, Split]] = {
+        "cache_aware": Split.REPORT,
+        "round_robin": Split.EXACT,
+        "random": Split.WEIGHTS,
+        "power_of_two": Split.REPORT,
+        "least_load": Split.REPORT,
+        "consistent_hashing": Split.REPORT,
+        "prefix_hash": Split.REPORT,
+        "manual": Split.REPORT,
+        "passthrough": Split.REPORT,
     }
     default_policy = "cache_aware"
     load_format = "sglang"
+    model_aware = True  # its regular mode keeps one worker group per model
 
     def frontend(self, ctx: StackContext) -> ProcessSpec:
         argv = self._rust_router_argv(ctx, [self._binary("bin/smg"), "launch"])
@@ -85,16 +88,17 @@ class SmgStack(SglangRouterStack):
             ready_url=f"{ctx.frontend_url}/readiness",
         )
 
-    def dispatchable_endpoints(self, health: Any) -> set[str]:
+    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
         """Workers it lists as healthy and ready (a worker being removed is listed until it is gone)."""
+        endpoints = self.endpoint_of(ctx)
         return {
-            self._endpoints[w["url"]]
+            endpoints[w["url"]]
             for w in health.get("workers", [])
-            if w.get("is_healthy") and w.get("status", "ready") == "ready" and w.get("url") in self._endpoints
+            if w.get("is_healthy") and w.get("status", "ready") == "ready" and w.get("url") in endpoints
         }
 
     def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        url = self._urls[index]
+        url = self.worker_urls(ctx)[index]
         deadline = time.monotonic() + REMOVAL_TIMEOUT_S
         while any(w.get("url") == url for w in client.get(f"{ctx.frontend_url}/workers").json()["workers"]):
             if time.monotonic() > deadline:
@@ -107,9 +111,9 @@ class SmgStack(SglangRouterStack):
 
     def backend_counts(self, client: httpx.Client, ctx: StackContext) -> dict[int, float] | None:
         """Requests smg says it sent to each worker since it started (each send: retries count again)."""
-        index = {url: i for i, url in enumerate(self._urls)}
-        counts = {i: 0.0 for i in range(len(self._urls))}
-        for family in text_string_to_metric_families(client.get(self.metrics_url).text):
+        index = {url: i for i, url in enumerate(self.worker_urls(ctx))}
+        counts = {i: 0.0 for i in range(len(index))}
+        for family in text_string_to_metric_families(client.get(ctx.state["metrics_url"]).text):
             if family.type != "counter":
                 continue
             for sample in family.samples:

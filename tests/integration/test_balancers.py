@@ -69,13 +69,12 @@ def run_on(deployment: Deployment, scenario: str) -> object:
 
 def counts_after_burst(deployment: Deployment) -> tuple[dict[int, float], dict[int, float]]:
     """(what the router says it sent each worker, what each worker's own counter moved) over one burst."""
-    ctx = deployment._context()  # backend_counts is not wired into Deployment yet: the stack's own call
-    with httpx.Client(timeout=5.0) as client:
-        router_before = deployment.stack.backend_counts(client, ctx)  # type: ignore[attr-defined]
-        workers_before = [scrape(url).value for url in deployment.system_urls]
-        burst = send_burst(deployment.frontend_url, deployment.models[0], BURST, concurrency=4)
-        router_after = deployment.stack.backend_counts(client, ctx)  # type: ignore[attr-defined]
-        workers_after = [scrape(url).value for url in deployment.system_urls]
+    router_before = deployment.backend_counts()
+    workers_before = [scrape(url).value for url in deployment.system_urls]
+    burst = send_burst(deployment.frontend_url, deployment.models[0], BURST, concurrency=4)
+    router_after = deployment.backend_counts()
+    workers_after = [scrape(url).value for url in deployment.system_urls]
+    assert router_before is not None and router_after is not None
     assert burst.ok, burst.failures[:3]
     router = {i: router_after[i] - router_before[i] for i in router_after}
     return router, {i: after - before for i, (before, after) in enumerate(zip(workers_before, workers_after))}
@@ -189,8 +188,7 @@ def test_nginx_round_robin_splits_exactly_and_counts_nothing_per_server(nginx: D
     result = run_on(nginx, "same-model")
     assert result.verdict == "passed", result.reasons  # type: ignore[attr-defined]
     assert [result.bursts[0].delta(i) for i in (0, 1)] == [20, 20]  # type: ignore[attr-defined]
-    with httpx.Client(timeout=5.0) as client:
-        assert nginx.stack.backend_counts(client, nginx._context()) is None  # type: ignore[attr-defined]
+    assert nginx.backend_counts() is None
 
 
 def test_nginx_drains_by_a_reload_with_the_server_down(nginx: Deployment) -> None:
@@ -234,19 +232,16 @@ def dead_worker_counts(stack: str, run_dir: Path, **options: object) -> tuple[di
     worker 0's own delta, failed requests). Worker 1 received nothing: it was dead before the first."""
     _needs(stack)
     plan = ScenarioPlan(scenario="same-model", stack=stack, run_dir=str(run_dir), **options)  # type: ignore[arg-type]
-    with plan.deployment() as deployment, httpx.Client(timeout=5.0) as client:
-        ctx = deployment._context()
-        deployment.kill_worker(1)
+    with plan.deployment() as deployment:
+        deployment.outages.kill_worker(1)
         deadline = time.monotonic() + 5
         while deployment.workers[1].alive() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not deployment.workers[1].alive()
-        before, survivor = (
-            deployment.stack.backend_counts(client, ctx),
-            scrape(deployment.system_urls[0]).value,
-        )  # type: ignore[attr-defined]
+        before, survivor = deployment.backend_counts(), scrape(deployment.system_urls[0]).value
         burst = send_burst(deployment.frontend_url, deployment.models[0], BURST, concurrency=4)
-        after = deployment.stack.backend_counts(client, ctx)  # type: ignore[attr-defined]
+        after = deployment.backend_counts()
+        assert before is not None and after is not None
         survivor = scrape(deployment.system_urls[0]).value - survivor
     return {i: after[i] - before[i] for i in after}, survivor, len(burst.failures)
 

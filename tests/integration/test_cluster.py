@@ -16,6 +16,7 @@ import pytest
 from embedlab import (
     Deployment,
     DeploymentSpec,
+    DeploymentStoppedError,
     ScenarioPlan,
     WorkerSpec,
     plot,
@@ -210,7 +211,7 @@ def test_restart_policy_brings_a_worker_back_and_a_straddling_burst_is_inconclus
         def kill_once(record) -> None:  # type: ignore[no-untyped-def]
             if not killed:
                 killed.append(dep.workers[1].pid)
-                dep.kill_worker(1)
+                dep.outages.kill_worker(1)
 
         straddled = same_model_load_balance(dep, requests=200, concurrency=4, on_response=kill_once)
         assert wait_until(lambda: any(e.kind == "restart" for e in dep.events), 60), dep.events
@@ -269,6 +270,22 @@ def test_kill_host_kills_every_worker_on_it_and_no_other(tmp_path: Path) -> None
     with Deployment(spec, run_dir=tmp_path) as dep:
         assert [dep.host_of(i) for i in range(3)] == [1, 2, 2]
         doomed = [dep.workers[1].pid, dep.workers[2].pid]
-        dep.kill_host(2)
+        dep.outages.kill_host(2)
         assert wait_gone(doomed, timeout=10) == [] and dep.workers[0].alive()
         assert dep.events[-1].kind == "kill host" and dep.events[-1].detail == "host 2: workers [1, 2]"
+
+
+def test_kill_host_0_kills_the_frontend_and_etcd_too(tmp_path: Path) -> None:
+    """Host 0 holds the frontend and the run's services: a host that lost power takes them along."""
+    workers = (WorkerSpec(model="m", host=0), WorkerSpec(model="m", host=1))
+    spec = DeploymentSpec(stack="dynamo", discovery="etcd", hosts=2, workers=workers)
+    with Deployment(spec, run_dir=tmp_path) as dep:
+        assert dep.frontend is not None and "etcd" in dep.services
+        doomed = [dep.frontend.pid, dep.services["etcd"].pid, dep.workers[0].pid]
+        dep.outages.kill_host(0)
+        assert wait_gone(doomed, timeout=10) == [] and dep.workers[1].alive()
+        assert dep.events[-1].kind == "kill host"
+        assert dep.events[-1].detail == "host 0: workers [0], frontend, etcd"
+        with pytest.raises(DeploymentStoppedError, match="frontend .* exited") as stopped:
+            dep.target()
+        assert stopped.value.returncode == -9

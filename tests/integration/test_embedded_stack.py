@@ -86,8 +86,8 @@ def test_sigkilled_worker_leaves_within_two_ttls_and_no_request_fails(tmp_path) 
     with Deployment(spec, run_dir=tmp_path) as dep:
         models = lambda: {m["id"] for m in httpx.get(f"{dep.frontend_url}/v1/models").json()["data"]}  # noqa: E731
         assert models() == {"m", "solo"}
-        dep.kill_worker(2, signal.SIGKILL)
-        dep.kill_worker(0, signal.SIGKILL)
+        dep.outages.kill_worker(2, signal.SIGKILL)
+        dep.outages.kill_worker(0, signal.SIGKILL)
         killed = time.monotonic()
         # Traffic for "m" right after the kill: every request must still succeed on worker 1.
         burst = send_burst(dep.frontend_url, "m", 40, concurrency=4)

@@ -6,18 +6,24 @@ import json
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from embedlab import (
     Deployment,
     DeploymentSpec,
+    DrainError,
+    StackContext,
     drain,
     failover,
     multi_model_dispatch,
     plot,
+    register_stack,
     same_model_load_balance,
 )
+from embedlab.stacks import STACKS
 from embedlab.stacks.dynamo import dynamo_installed
+from embedlab.stacks.embedded import EmbeddedStack
 
 
 def test_failover_on_embedded_loses_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -79,6 +85,34 @@ def test_drained_worker_gets_nothing_then_resumes(tmp_path) -> None:  # type: ig
         assert same_model_load_balance(dep).passed, "the resumed worker takes traffic again"
 
 
+class DeafDrainStack(EmbeddedStack):
+    """The embedded stack with a drain the frontend never hears of: the call succeeds, nothing changes."""
+
+    name = "deaf-drain"
+
+    def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+        client.get(f"{ctx.system_url(index)}/health").raise_for_status()
+
+    def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+        return None
+
+
+def test_a_drain_that_does_not_take_is_a_drain_error_with_the_worker(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    register_stack("deaf-drain", DeafDrainStack)
+    try:
+        spec = DeploymentSpec.same_model("m", workers=2, stack="deaf-drain")
+        with Deployment(spec, run_dir=tmp_path) as dep:
+            with pytest.raises(
+                DrainError, match=r"worker 1 \(.*\) was not out of dispatch within 0.5 s"
+            ) as err:
+                dep.steering.drain(1, timeout=0.5)
+            assert (err.value.worker_index, err.value.endpoint) == (1, dep.endpoint(1))
+            assert err.value.drained is True
+            assert [e.kind for e in dep.events] == [], "a drain that did not take is not recorded as one"
+    finally:
+        STACKS.unregister("deaf-drain")
+
+
 def test_restart_between_snapshots_is_inconclusive(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with Deployment(DeploymentSpec.same_model("m", workers=2), run_dir=tmp_path) as dep:
         restarted = []
@@ -86,7 +120,7 @@ def test_restart_between_snapshots_is_inconclusive(tmp_path) -> None:  # type: i
         def restart_once(record) -> None:  # type: ignore[no-untyped-def]
             if not restarted:
                 restarted.append(True)
-                dep.restart_worker(1)
+                dep.outages.restart_worker(1)
 
         result = same_model_load_balance(dep, requests=20, on_response=restart_once)
     assert result.verdict == "inconclusive" and not result.passed

@@ -147,6 +147,35 @@ def test_6_unreachable_worker_and_missing_metric_name_the_url() -> None:
             scrape("http://w.test", client=client)
 
 
+def test_every_metrics_error_carries_the_worker_it_came_from() -> None:
+    """Set where the scrape knows the index: callers read `worker_index`, never the message."""
+    registry = CollectorRegistry()
+    Counter("dynamo_component_requests", "r", registry=registry).inc()
+    good = generate_latest(registry)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "gone.test":
+            raise httpx.ConnectError("connection refused", request=request)
+        if request.url.host == "sick.test":
+            return httpx.Response(503)
+        if request.url.host == "other.test":
+            return httpx.Response(200, content=b"other_total 1\n")
+        return httpx.Response(200, content=good)
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as client:
+        for index, (host, kind) in enumerate(
+            [("gone.test", ScrapeError), ("sick.test", ScrapeError), ("other.test", MetricNotFoundError)], 1
+        ):
+            urls = ["http://w.test"] * index + [f"http://{host}"]
+            with pytest.raises(kind) as err:
+                DispatchCheck(urls, {0}, client=client).begin()
+            assert err.value.worker_index == index, err.value
+            assert str(err.value).startswith(f"worker {index}: ")
+        with pytest.raises(ScrapeError) as bare:
+            scrape("http://gone.test", client=client)
+        assert bare.value.worker_index is None, "a bare scrape knows no worker"
+
+
 def test_counter_reset_raises_naming_the_worker() -> None:
     pool = FakePool(["a", "b"])
 

@@ -117,7 +117,7 @@ victim = 0
         ),
         (
             'scenarios = ["partition"]\n[[params]]\nstack = "embedded"\n',
-            "partition needs discovery='etcd'",
+            "partition needs etcd discovery, which the embedded stack does not have (stacks with it: dynamo)",
         ),
         (
             'notebooks = ["same_model_load_balance"]\n[[params]]\nworkers = 0\n',
