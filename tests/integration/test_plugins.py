@@ -53,7 +53,7 @@ def test_a_worker_whose_plugin_module_does_not_import_exits_with_one_line(tmp_pa
     )
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
-    assert "plugin module 'tests.plugins.missing_engine'" in line, line
+    assert "cannot import plugin 'tests.plugins.missing_engine'" in line, line
 
 
 def test_register_engine_checks_what_joins() -> None:

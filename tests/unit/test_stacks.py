@@ -147,6 +147,7 @@ def test_every_builtin_stack_passes_its_own_check_and_declares_its_router_pins()
         "litellm": ("litellm[proxy]==1.108.7",),
         "vllm-router": ("vllm-router==0.1.17",),
         "sglang-router": ("sglang-router==0.3.2",),
+        "smg": ("smg==1.13.0",),
     }
     assert battery_stacks()[:5] == ["embedded", "dynamo", "litellm", "vllm-router", "sglang-router"]
     assert stacks_with(lambda s: "etcd" in s.discoveries) == ["dynamo"]
@@ -235,7 +236,7 @@ def test_a_router_stack_from_a_plugin_module_joins_the_battery_and_make_routers(
     assert venvs.returncode == 0, venvs.stderr
     lines = venvs.stdout.splitlines()
     assert "\t".join((router_stack.NAME, *router_stack.PINS)) in lines, lines
-    assert len(lines) == 4 and lines[0] == "litellm\tlitellm[proxy]==1.108.7"
+    assert len(lines) == 5 and lines[0] == "litellm\tlitellm[proxy]==1.108.7"
 
     listed = cli("stacks", plugins="tests.plugins.router_stack")
     assert any(
@@ -246,7 +247,10 @@ def test_a_router_stack_from_a_plugin_module_joins_the_battery_and_make_routers(
     helped = cli("conformance", "--help", plugins="tests.plugins.router_stack")
     assert helped.returncode == 0, helped.stderr
     text = helped.stdout
-    assert f"(default: embedded,dynamo,litellm,vllm-router,sglang-router,{router_stack.NAME}" in text, text
+    assert (
+        f"(default: embedded,dynamo,litellm,vllm-router,sglang-router,smg,haproxy,nginx,{router_stack.NAME})"
+        in text
+    ), text
 
     without = cli("stacks", "--venvs")
     assert router_stack.NAME not in without.stdout
@@ -256,6 +260,4 @@ def test_a_plugin_module_that_does_not_import_is_one_line_naming_it() -> None:
     proc = cli("stacks", plugins="tests.plugins.no_such_module")
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
-    assert "plugin module 'tests.plugins.no_such_module' (from EMBEDLAB_PLUGINS) failed to import" in line, (
-        line
-    )
+    assert "cannot import plugin 'tests.plugins.no_such_module' (EMBEDLAB_PLUGINS)" in line, line
