@@ -161,6 +161,14 @@ class DynamicBatcher:
         }
 
     async def submit(self, seqs: Sequence[list[int]]) -> np.ndarray:
+        return await self.submit_nowait(seqs)
+
+    def submit_nowait(self, seqs: Sequence[list[int]]) -> asyncio.Future[np.ndarray]:
+        """`submit` without the coroutine: the future its vectors arrive in.
+
+        For callers that serve many requests from one loop callback (a worker's engine
+        process, fed by its ingest processes): no task per request.
+        """
         if self._closed:
             raise RuntimeError("the batcher is closed")
         loop = self._loop or asyncio.get_running_loop()
@@ -178,7 +186,7 @@ class DynamicBatcher:
         self._waiting += len(seqs)
         self._last_arrival = now
         self._pump()
-        return await future
+        return future
 
     # -- choosing and launching batches -----------------------------------------------
 

@@ -1,0 +1,63 @@
+"""The settings of `embedlab worker`, apart from the worker so that every part of it can read them."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+
+from ..defaults import MAX_BODY_BYTES
+from ..engines import EngineOptions
+from ..errors import ConfigError
+from .instances import validate_endpoint
+from .request_plane import LOAD_FORMATS
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerConfig:
+    """Settings of `embedlab worker`."""
+
+    engine: str
+    served_model_name: str
+    endpoint: str
+    frontend_url: str
+    engine_options: EngineOptions = field(default_factory=EngineOptions)
+    system_port: int = 0
+    system_host: str = "127.0.0.1"
+    host: str = "127.0.0.1"
+    port: int = 0
+    weight: float = 1.0
+    instance_id: str = field(default_factory=lambda: secrets.token_hex(8))
+    token: str | None = field(default=None, repr=False)
+    register_timeout: float = 60.0
+    max_body_bytes: int = MAX_BODY_BYTES
+    load_format: str = "vllm"  # the shape of GET /get_load: vllm-router's or sglang-router's
+    # Processes that take requests (parse, tokenize, answer) beside the one that runs the
+    # engine; None: chosen from the cores where the engine feeds a device, else 1.
+    api_processes: int | None = None
+
+    @property
+    def standalone(self) -> bool:
+        """No embedlab frontend to register with: a router in front was given this worker's URL."""
+        return not self.frontend_url
+
+    def __post_init__(self) -> None:
+        validate_endpoint(self.endpoint)
+        if self.weight <= 0:
+            raise ConfigError(f"--weight must be positive, got {self.weight}")
+        if self.api_processes is not None and self.api_processes < 1:
+            raise ConfigError(f"--api-processes must be at least 1, got {self.api_processes}")
+        if self.load_format not in LOAD_FORMATS:
+            raise ConfigError(
+                f"--load-format must be one of {', '.join(LOAD_FORMATS)}, got {self.load_format!r}"
+            )
+
+    @property
+    def labels(self) -> dict[str, str]:
+        namespace, component, endpoint = self.endpoint.split(".")
+        return {
+            "dynamo_namespace": namespace,
+            "dynamo_component": component,
+            "dynamo_endpoint": endpoint,
+            "model": self.served_model_name,
+            "worker_id": self.instance_id,
+        }
