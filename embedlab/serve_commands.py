@@ -68,6 +68,13 @@ def _add_frontend(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         metavar="NAME[:PARAM]",
         help=f"inject a routing fault, for proving checks ({', '.join(CATALOGUE)}); off by default",
     )
+    p.add_argument(
+        "--processes",
+        type=positive_int,
+        default=defaults.FRONTEND_PROCESSES,
+        metavar="N",
+        help="routing processes on the port (SO_REUSEPORT); the first owns the instance table",
+    )
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(run=_run_frontend)
 
@@ -89,7 +96,12 @@ def _run_frontend(args: argparse.Namespace) -> int:
         token=token_from_env(),
         allow_remote_workers=args.allow_remote_workers,
         faults=tuple(parse_fault(f) for f in args.fault),
+        processes=args.processes,
     )
+    if config.processes > 1:
+        from .serve.routing_procs import serve_routing
+
+        return run_service(lambda stop: serve_routing(config, stop))
     return run_service(lambda stop: serve_frontend(config, stop))
 
 

@@ -12,12 +12,10 @@ doorbell, or the parent-death signal) and never outlives it.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import itertools
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -30,24 +28,12 @@ from ..engines.ingest import IngestSpec, LocalIngest, TokenIngest, pack_ids
 from ..errors import RemoteEngineError
 from . import messages
 from .channel import Channel, map_memory
-from .http import configure_logging, run_service
+from .http import configure_logging, die_with_parent, run_service
 from .request_plane import RequestPlane
 from .worker_config import WorkerConfig
 from .worker_metrics import Board, SlotMetrics
 
 log = logging.getLogger("embedlab.worker")
-
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent: int) -> None:
-    """SIGTERM when the engine process dies, even by SIGKILL; exit now if it already has."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # the doorbell's EOF still ends this process
-    if os.getppid() != parent:
-        os._exit(0)
 
 
 class RemoteEngine:

@@ -19,21 +19,12 @@ from ..defaults import WORKER_HEADER
 from ..engines import Engine, InvalidInput, check_dimensions
 from .http import error_response, json_response, make_app
 from .openai import ApiError, bad_request, embedding_response, parse_embedding_request
+from .worker_config import LOAD_FORMATS, WorkerConfig
 
 if TYPE_CHECKING:
-    from .worker_config import WorkerConfig
     from .worker_metrics import SlotMetrics, WorkerMetrics
 
 log = logging.getLogger("embedlab.worker")
-
-# GET /get_load, as each router reads it (power-of-two): the two want incompatible shapes on
-# one path, so the stack that launches the worker says which.
-LOAD_FORMATS = {
-    "vllm": lambda inflight: {"load": inflight},
-    "sglang": lambda inflight: [
-        {"dp_rank": 0, "num_reqs": inflight, "num_waiting_reqs": 0, "num_tokens": inflight}
-    ],
-}
 
 
 def engine_failure(exc: BaseException) -> ApiError:

@@ -9,7 +9,15 @@ from ..defaults import MAX_BODY_BYTES
 from ..engines import EngineOptions
 from ..errors import ConfigError
 from .instances import validate_endpoint
-from .request_plane import LOAD_FORMATS
+
+# GET /get_load, as each router reads it (power-of-two): the two want incompatible shapes on
+# one path, so the stack that launches the worker says which.
+LOAD_FORMATS = {
+    "vllm": lambda inflight: {"load": inflight},
+    "sglang": lambda inflight: [
+        {"dp_rank": 0, "num_reqs": inflight, "num_waiting_reqs": 0, "num_tokens": inflight}
+    ],
+}
 
 
 @dataclass(frozen=True, kw_only=True)
