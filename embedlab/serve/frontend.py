@@ -111,10 +111,13 @@ class Frontend:
         self._sweeper: asyncio.Task[None] | None = None
         self.port: int | None = None
 
-    async def start(self, *, announce: bool = True) -> int:
+    async def start(self, *, port: int | None = None, announce: bool = True) -> int:
         self._upstream = UpstreamClient(timeout=self.config.request_timeout)
         self._runner, self.port = await start_site(
-            self.app, self.config.host, self.config.port, reuse_port=self.config.processes > 1
+            self.app,
+            self.config.host,
+            self.config.port if port is None else port,
+            reuse_port=self.config.processes > 1,
         )
         if self.index == 0:  # replicas get lapsed leases from the owner (and the shared clock)
             self._sweeper = asyncio.create_task(self._sweep())

@@ -128,6 +128,23 @@ async def start_site(
     return runner, bound
 
 
+def reuseport_socket(host: str, port: int, *, listen: bool) -> socket.socket:
+    """A socket on (host, port) that other processes may bind too (SO_REUSEPORT).
+
+    Listening, the kernel spreads new connections over it and its siblings. Not
+    listening, it holds an ephemeral port while the processes that will serve it join
+    (a bound socket that does not listen takes no connections).
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(address)
+    if listen:
+        sock.listen(1024)
+        sock.setblocking(False)
+    return sock
+
+
 def is_loopback_host(host: str) -> bool:
     if host in ("localhost", "localhost.localdomain"):
         return True

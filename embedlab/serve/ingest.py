@@ -28,7 +28,7 @@ from ..engines.ingest import IngestSpec, LocalIngest, TokenIngest, pack_ids
 from ..errors import RemoteEngineError
 from . import messages
 from .channel import Channel, map_memory
-from .http import configure_logging, die_with_parent, run_service
+from .http import configure_logging, die_with_parent, reuseport_socket, run_service
 from .request_plane import RequestPlane
 from .worker_config import WorkerConfig
 from .worker_metrics import Board, SlotMetrics
@@ -107,16 +107,6 @@ class RemoteEngine:
         self.lost.set()
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind(address)
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
-
-
 async def serve_ingest(settings: dict[str, Any], stop: asyncio.Event) -> int:
     spec_buf = map_memory(settings["spec_fd"])
     spec = IngestSpec.from_json(bytes(spec_buf).rstrip(b"\0").decode())
@@ -138,7 +128,9 @@ async def serve_ingest(settings: dict[str, Any], stop: asyncio.Event) -> int:
     )
     runner = web.AppRunner(plane.app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
-    await web.SockSite(runner, listening_socket(settings["host"], settings["port"]), backlog=1024).start()
+    await web.SockSite(
+        runner, reuseport_socket(settings["host"], settings["port"], listen=True), backlog=1024
+    ).start()
     assert engine.channel is not None
     engine.channel.send(messages.json_message(messages.READY, 0, None))
     waits = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(engine.lost.wait())}

@@ -32,6 +32,7 @@ from ..engines import InvalidInput
 from ..errors import EngineError
 from . import messages
 from .channel import Channel, create_memory
+from .http import reuseport_socket
 from .worker_config import WorkerConfig
 from .worker_metrics import Board
 
@@ -39,15 +40,6 @@ log = logging.getLogger("embedlab.worker")
 
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 5.0
-
-
-def reserve_port(host: str, port: int) -> tuple[socket.socket, int]:
-    """A bound, not listening, SO_REUSEPORT socket: it holds the port while the ingest processes join it."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind(address)
-    return sock, sock.getsockname()[1]
 
 
 def memory_with(data: bytes) -> int:
@@ -81,7 +73,8 @@ class IngestPool:
     async def start(self) -> None:
         cfg = self.config
         spec = self.engine.ingest_spec()
-        reservation, port = reserve_port(cfg.host, cfg.port)
+        reservation = reuseport_socket(cfg.host, cfg.port, listen=False)
+        port = reservation.getsockname()[1]
         self.url = f"http://{cfg.host}:{port}"
         spec_fd = memory_with(spec.to_json().encode())
         try:

@@ -48,7 +48,7 @@ from ..defaults import TOKEN_ENV
 from ..errors import ConfigError
 from .frontend import Frontend, FrontendConfig, token_from_env
 from .frontend_metrics import Merged, export, merge, propagation_histogram
-from .http import configure_logging, die_with_parent, run_service
+from .http import configure_logging, die_with_parent, reuseport_socket, run_service
 from .instances import instance_fields, instance_from
 from .registry_api import CHANGES
 from .shared_routing import SharedRouting
@@ -131,13 +131,17 @@ class Owner:
         self.exit_code = 0
 
     async def start(self) -> None:
-        port = await self.frontend.start(announce=False)
+        """Start every routing process; the port answers once all of them route from the table."""
+        reservation = reuseport_socket(self.config.host, self.config.port, listen=False)
+        port = reservation.getsockname()[1]
         try:
             for index in range(1, self.config.processes):
                 await self._spawn(index, port)
             deadline = time.monotonic() + READY_TIMEOUT_S
             for process in self.processes:
                 while not process.ready.done():
+                    if self.stop.is_set():
+                        return  # stopped while starting: serve_routing closes what started
                     if process.popen.poll() is not None:
                         raise ConfigError(
                             f"routing process {process.index} exited with code {process.popen.returncode} "
@@ -146,10 +150,12 @@ class Owner:
                     if time.monotonic() > deadline:
                         raise ConfigError(f"routing processes were not ready within {READY_TIMEOUT_S:g} s")
                     await asyncio.wait({process.ready}, timeout=0.1)
+            await self.frontend.start(port=port, announce=True)
         except BaseException:
             await self.close()
             raise
-        self.frontend.announce()
+        finally:
+            reservation.close()
 
     async def _spawn(self, index: int, port: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -251,7 +257,7 @@ class Owner:
             elif kind == "gather":
                 asyncio.create_task(self._gathered(process, frame["id"]))
         process.calls.fail_all(ConnectionError("routing process gone"))
-        if not self.stopping:
+        if not self.stopping and not self.stop.is_set():
             code = process.popen.poll()
             log.error("routing process %d exited (code %s): the frontend stops", process.index, code)
             self.exit_code = 1
