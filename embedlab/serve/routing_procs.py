@@ -2,7 +2,7 @@
 
 The process `embedlab frontend` starts routes too, and owns the instance table: leases,
 heartbeats, drains, weights and the lease sweep happen there alone. It starts N-1
-routing processes (`python -m embedlab.serve.routing_procs SETTINGS`) that listen on the
+routing processes (`python -m embedlab.serve.routing_replica SETTINGS`) that listen on the
 same port (SO_REUSEPORT) and route from replicas of the table. Each is connected to the
 owner by a socketpair carrying length-prefixed JSON frames:
 
@@ -35,68 +35,28 @@ import logging
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
 from ..defaults import TOKEN_ENV
 from ..errors import ConfigError
-from .frontend import Frontend, FrontendConfig, token_from_env
+from .frames import Calls, read_frame, write_frame
+from .frontend import Frontend, FrontendConfig
 from .frontend_metrics import Merged, export, merge, propagation_histogram
-from .http import configure_logging, die_with_parent, reuseport_socket, run_service
-from .instances import instance_fields, instance_from
+from .http import reuseport_socket
+from .instances import instance_fields
 from .registry_api import CHANGES
 from .shared_routing import SharedRouting
 
 log = logging.getLogger("embedlab.frontend")
 
-FRAME = struct.Struct(">I")
 ACK_TIMEOUT_S = 2.0
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0
-
-
-async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
-    try:
-        (size,) = FRAME.unpack(await reader.readexactly(FRAME.size))
-        return json.loads(await reader.readexactly(size))  # type: ignore[no-any-return]
-    except (asyncio.IncompleteReadError, ConnectionError):
-        return None
-
-
-def write_frame(writer: asyncio.StreamWriter, frame: dict[str, Any]) -> None:
-    data = json.dumps(frame).encode()
-    writer.write(FRAME.pack(len(data)) + data)
-
-
-class _Calls:
-    """Requests by id over a frame stream, and their answers."""
-
-    def __init__(self) -> None:
-        self._next = 0
-        self.pending: dict[int, asyncio.Future[Any]] = {}
-
-    def open(self) -> tuple[int, asyncio.Future[Any]]:
-        self._next += 1
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.pending[self._next] = future
-        return self._next, future
-
-    def answer(self, call_id: int, value: Any) -> None:
-        future = self.pending.pop(call_id, None)
-        if future is not None and not future.done():
-            future.set_result(value)
-
-    def fail_all(self, exc: BaseException) -> None:
-        for future in self.pending.values():
-            if not future.done():
-                future.set_exception(exc)
-        self.pending.clear()
 
 
 class _Process:
@@ -106,7 +66,7 @@ class _Process:
         self.writer = writer
         self.acked = 0
         self.ready = asyncio.get_running_loop().create_future()
-        self.calls = _Calls()
+        self.calls = Calls()
 
 
 class Owner:
@@ -172,7 +132,7 @@ class Owner:
             env[TOKEN_ENV] = self.config.token
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "embedlab.serve.routing_procs", json.dumps(settings)],
+                [sys.executable, "-m", "embedlab.serve.routing_replica", json.dumps(settings)],
                 stdin=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(), self.shared.fd),
                 env=env,
@@ -313,95 +273,3 @@ async def serve_routing(config: FrontendConfig, stop: asyncio.Event) -> int:
     finally:
         await owner.close()
     return owner.exit_code
-
-
-# -- a routing process other than the owner ------------------------------------------------
-
-
-class Replica:
-    def __init__(self, settings: dict[str, Any]) -> None:
-        self.index = settings["index"]
-        config = FrontendConfig.from_settings(settings["config"], token=token_from_env())
-        self.frontend = Frontend(config, index=self.index, shared=SharedRouting(settings["shared_fd"]))
-        self.frontend.forward = self.forward
-        self.frontend.gather = self.gather
-        self.frontend.suspected = lambda instance: self._send(
-            {"t": "suspect", "instance_id": instance.instance_id}
-        )
-        self.socket = socket.socket(fileno=settings["socket_fd"])
-        self.writer: asyncio.StreamWriter | None = None
-        self.calls = _Calls()
-        self.first_table = asyncio.Event()
-        self.gone = asyncio.Event()
-
-    def _send(self, frame: dict[str, Any]) -> None:
-        if self.writer is not None and not self.writer.is_closing():
-            write_frame(self.writer, frame)
-
-    async def _ask(self, frame: Callable[[int], dict[str, Any]]) -> Any:
-        call_id, future = self.calls.open()
-        self._send(frame(call_id))
-        return await future
-
-    async def forward(self, op: str, instance_id: str, body: bytes, authorization: str) -> tuple[int, bytes]:
-        reply = await self._ask(
-            lambda i: {
-                "t": "call",
-                "id": i,
-                "op": op,
-                "instance_id": instance_id,
-                "body": base64.b64encode(body).decode(),
-                "auth": authorization,
-            }
-        )
-        return reply["status"], reply["body"].encode()
-
-    async def gather(self) -> bytes:
-        return (await self._ask(lambda i: {"t": "gather", "id": i})).encode()  # type: ignore[no-any-return]
-
-    async def run(self, stop: asyncio.Event) -> int:
-        reader, self.writer = await asyncio.open_unix_connection(sock=self.socket)
-        reading = asyncio.create_task(self._read(reader))
-        await self.first_table.wait()
-        if self.gone.is_set():
-            return 1
-        await self.frontend.start(announce=False)
-        self._send({"t": "ready"})
-        waits = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.gone.wait())}
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for task in (*waits, reading):
-            task.cancel()
-        await self.frontend.close()
-        return 0 if stop.is_set() or not self.gone.is_set() else 1
-
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        while (frame := await read_frame(reader)) is not None:
-            kind = frame["t"]
-            if kind == "table":
-                self.frontend.instances.apply_snapshot(frame["table"])
-                ghosts = {m: [instance_from(f) for f in group] for m, group in frame["ghosts"].items()}
-                self.frontend.faults.set_ghosts(ghosts)
-                self._send({"t": "ack", "v": frame["v"]})
-                self.first_table.set()
-            elif kind == "reply":
-                self.calls.answer(frame["id"], frame)
-            elif kind == "merged":
-                self.calls.answer(frame["id"], frame["text"])
-            elif kind == "collect":
-                self._send(
-                    {"t": "metrics", "id": frame["id"], "families": export(self.frontend.metrics.prom)}
-                )
-        self.calls.fail_all(ConnectionError("the frontend's owner process is gone"))
-        self.gone.set()
-        self.first_table.set()
-
-
-def main(argv: list[str]) -> int:
-    settings = json.loads(argv[1])
-    die_with_parent(settings["parent"])
-    configure_logging(settings.get("log_level") or "INFO")
-    return run_service(lambda stop: Replica(settings).run(stop))
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
