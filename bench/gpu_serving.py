@@ -67,7 +67,10 @@ MATRIX = [
     (128, 256, 1),
     (128, 64, 16),
 ]
-QUICK_MATRIX = [(13, 1, 1), (13, 64, 1), (13, 8, 16), (128, 8, 16)]
+QUICK_MATRIX = {
+    "cpu": [(13, 1, 1), (13, 64, 1), (13, 8, 16), (128, 8, 16)],
+    "cuda": [(13, 1, 1), (13, 512, 1), (13, 64, 16), (128, 64, 16)],
+}
 API_PROCESSES = (4, 2, 1)  # the first is the main worker
 PROFILE_BATCH = 256  # the in-process profile's largest batch
 FRONTEND_PROCESSES = 4  # the deployment's; rows for 1 and 2 come from frontends beside it
@@ -668,7 +671,7 @@ def main() -> int:
                 )
 
             run("warm-up", url, 13, 64, 1)
-            for tokens, c, inputs in QUICK_MATRIX if args.quick else MATRIX:
+            for tokens, c, inputs in QUICK_MATRIX[args.device] if args.quick else MATRIX:
                 out["rows"].append(
                     run(f"frontend x{FRONTEND_PROCESSES}, api x{api[0]}", url, tokens, c, inputs)
                 )

@@ -93,7 +93,8 @@ def backend_copy(tokenizer: Any) -> str:
     copy = Tokenizer.from_str(text)
     theirs = [list(ids) for ids in tokenizer(list(PROBES), add_special_tokens=True)["input_ids"]]
     ours = [e.ids for e in copy.encode_batch(list(PROBES), add_special_tokens=True)]
-    if ours != theirs:
+    single = [copy.encode(text, add_special_tokens=True).ids for text in PROBES]
+    if not ours == single == theirs:
         raise EngineError(
             "this model's tokenizer gives other ids than its serialised backend; "
             "run the worker with --api-processes 1"
@@ -128,7 +129,11 @@ class TokenIngest:
     def tokenize(self, inputs: Sequence[str] | Sequence[Sequence[int]]) -> list[list[int]]:
         """The engine's `tokenize`, outside the engine: the same ids, the same refusals."""
         if isinstance(inputs[0], str):
-            seqs = [e.ids for e in self._tokenizer.encode_batch(list(inputs), add_special_tokens=True)]
+            # One input: `encode`, which skips the batch path's hand-off to the thread pool.
+            if len(inputs) == 1:
+                seqs = [self._tokenizer.encode(inputs[0], add_special_tokens=True).ids]
+            else:
+                seqs = [e.ids for e in self._tokenizer.encode_batch(list(inputs), add_special_tokens=True)]
         else:
             seqs = [list(ids) for ids in inputs]  # type: ignore[arg-type]
             check_token_ids(seqs, self.spec.vocab_size)

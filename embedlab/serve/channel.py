@@ -14,10 +14,15 @@ SPSC ring needs; the doorbell's syscalls order them as well. A record that would
 before the end leaves a WRAP marker and starts again at 0. A message larger than half a
 ring travels in fragments (FIRST, then LAST), so any request the HTTP limit allows fits.
 
-A Unix socketpair beside the memory is the doorbell: one byte after each batch of writes,
-coalesced to one per loop iteration, wakes the other side's event loop. It also tells
-each side when the other died: EOF. A producer whose ring is full keeps the rest in a
-backlog and retries on every doorbell and on a 1 ms timer until it drains.
+A Unix socketpair beside the memory is the doorbell: one byte after a batch of writes,
+coalesced to one per loop iteration, wakes the other side's event loop. A flag in the
+ring's header skips the byte while the consumer has one it has not yet acted on (it
+clears the flag before it reads the socket and drains): a send wakes a process, and
+costs more than the write into the ring. Should a store of the producer's still be on
+its way when the consumer drains (the flag and the ring are plain memory, not fenced),
+a poll every few milliseconds picks the message up. The socketpair also tells each side
+when the other died: EOF. A producer whose ring is full keeps the rest in a backlog and
+retries on every doorbell and on a 1 ms timer until it drains.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ RING_BYTES = (
     4 << 20
 )  # a multiple of 16; per direction and ingest process; memory is touched as the ring cycles
 RETRY_S = 0.001
+POLL_S = 0.005
+_HEAD, _TAIL, _BELL = 0, 8, 12  # 8-byte slots of the ring header: 0, 64 and 96 bytes in
 
 
 def _align(n: int) -> int:
@@ -50,7 +57,7 @@ class Ring:
     """One direction of a channel: an SPSC byte ring over a shared buffer."""
 
     def __init__(self, buf: memoryview) -> None:
-        self._index = buf[:RING_HEADER].cast("Q")  # [0]: head, [8]: tail
+        self._index = buf[:RING_HEADER].cast("Q")
         self.data = buf[RING_HEADER:]
         self.capacity = len(self.data)
         # A record must fit an empty ring wherever the wrap point falls.
@@ -59,7 +66,7 @@ class Ring:
     def write(self, payload: memoryview, flags: int) -> bool:
         """Append one record; False (nothing written) when the ring has no room for it now."""
         size = _align(RECORD.size + len(payload))
-        head, tail = self._index[0], self._index[8]
+        head, tail = self._index[_HEAD], self._index[_TAIL]
         pos = tail % self.capacity
         skip = self.capacity - pos if self.capacity - pos < size else 0
         if tail - head + skip + size > self.capacity:
@@ -71,25 +78,37 @@ class Ring:
         RECORD.pack_into(self.data, pos, size, flags, len(payload))
         start = pos + RECORD.size
         self.data[start : start + len(payload)] = payload
-        self._index[8] = tail + size
+        self._index[_TAIL] = tail + size
         return True
 
     def read(self) -> tuple[int, memoryview, int] | None:
         """The oldest record as (flags, payload view, head after it), or None; `release` frees it."""
-        head = self._index[0]
-        while head != self._index[8]:
+        head = self._index[_HEAD]
+        while head != self._index[_TAIL]:
             pos = head % self.capacity
             size, flags, length = RECORD.unpack_from(self.data, pos)
             if size == WRAP:
                 head += self.capacity - pos
-                self._index[0] = head
+                self._index[_HEAD] = head
                 continue
             start = pos + RECORD.size
             return flags, self.data[start : start + length], head + size
         return None
 
     def release(self, head: int) -> None:
-        self._index[0] = head
+        self._index[_HEAD] = head
+
+    def pending(self) -> bool:
+        return bool(self._index[_HEAD] != self._index[_TAIL])
+
+    @property
+    def bell(self) -> bool:
+        """Set by the producer with each doorbell byte, cleared by the consumer as it acts on them."""
+        return bool(self._index[_BELL])
+
+    @bell.setter
+    def bell(self, value: bool) -> None:
+        self._index[_BELL] = int(value)
 
 
 def create_memory(size: int) -> int:
@@ -133,19 +152,30 @@ class Channel:
         self._partial: bytearray | None = None
         self._ring_pending = False
         self._retry: asyncio.TimerHandle | None = None
+        self._poller: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self._sock.fileno(), self._readable)
+        self._poller = self._loop.call_later(POLL_S, self._poll)
+
+    def _poll(self) -> None:
+        if self.closed:
+            return
+        if self._rx.pending():
+            self.drain()
+        assert self._loop is not None
+        self._poller = self._loop.call_later(POLL_S, self._poll)
 
     def close(self) -> None:
         if self._loop is not None and not self.closed:
             self._loop.remove_reader(self._sock.fileno())
         self.closed = True
-        if self._retry is not None:
-            self._retry.cancel()
+        for timer in (self._retry, self._poller):
+            if timer is not None:
+                timer.cancel()
         self._sock.close()
 
     # -- sending ------------------------------------------------------------------------
@@ -165,10 +195,10 @@ class Channel:
             entry = self._backlog[0]
             view, offset = entry[0], entry[1]
             assert isinstance(view, memoryview) and isinstance(offset, int)
-            while offset < len(view):
+            while True:  # at least one record, so an empty message arrives too
                 chunk = view[offset : offset + self._tx.max_payload]
-                flags = (FIRST if offset == 0 else 0) | (LAST if offset + len(chunk) == len(view) else 0)
-                if not self._tx.write(chunk, flags):
+                last = offset + len(chunk) == len(view)
+                if not self._tx.write(chunk, (FIRST if offset == 0 else 0) | (LAST if last else 0)):
                     entry[1] = offset
                     if wrote:
                         self._doorbell()
@@ -176,6 +206,8 @@ class Channel:
                     return
                 wrote = True
                 offset += len(chunk)
+                if last:
+                    break
             self._backlog.popleft()
         if wrote:
             self._doorbell()
@@ -196,8 +228,9 @@ class Channel:
 
     def _ring(self) -> None:
         self._ring_pending = False
-        if self.closed:
-            return
+        if self.closed or self._tx.bell:
+            return  # the consumer has not yet acted on the last byte: it will drain this too
+        self._tx.bell = True
         try:
             self._sock.send(b"\x01")
         except BlockingIOError:
@@ -208,6 +241,7 @@ class Channel:
     # -- receiving ----------------------------------------------------------------------
 
     def _readable(self) -> None:
+        self._rx.bell = False  # before the drain: a message written after it rings again
         try:
             data = self._sock.recv(4096)
         except BlockingIOError:
