@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 from loadgen import run_load
-from measure import hey_many
+from measure import hey_many, machine_jiffies
 
 from embedlab import Deployment
 from embedlab.process import ManagedProcess
@@ -173,8 +173,10 @@ def step(
     cpu0 = {role: sum(cpu_seconds(p) for p in pids) for role, pids in groups.items()}
     each0 = {p: cpu_seconds(p) for pids in groups.values() for p in pids}
     hist0 = batch_sizes(system_url)
+    busy0, total0 = machine_jiffies()
     with GpuBusy() as gpu:
         result = load(url, bodies, concurrency=concurrency, seconds=seconds)
+    busy1, total1 = machine_jiffies()
     hist1 = batch_sizes(system_url)
     wall = result["seconds"]
     requests = max(1, int(result["requests"]))
@@ -201,12 +203,14 @@ def step(
         "mean_batch": sum(k * v for k, v in histogram.items()) / forwards if forwards else 0.0,
         "batch_histogram": dict(sorted(histogram.items())),
         "cpu": cpu,
+        # every process of the machine, the load generator's too
+        "machine_busy_cores": (busy1 - busy0) / max(1, total1 - total0) * (os.cpu_count() or 1),
         "gpu_busy": gpu.share,
     }
     log(
         f"  {label:<28} {tokens:>3} tok c={concurrency:<4} x{inputs:<2} {row['seq_per_s']:>9,.0f} seq/s  "
         f"p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.1f}  failed {row['failed']}  batch {row['mean_batch']:5.1f}  "
-        f"gpu {'-' if gpu.share is None else f'{gpu.share:.0%}'}  "
+        f"gpu {'-' if gpu.share is None else f'{gpu.share:.0%}'}  machine {row['machine_busy_cores']:.1f} cores  "
         + "  ".join(f"{r} {c['ms_per_request']:.3f} ms ({c['cores']:.2f} cores)" for r, c in cpu.items())
     )
     return row
