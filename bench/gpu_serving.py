@@ -75,6 +75,9 @@ API_PROCESSES = (6, 4, 2, 1)  # ingest processes of each worker; the first is th
 PROFILE_BATCH = 256  # the in-process profile's largest batch
 FRONTEND_PROCESSES = 6  # the deployment's; rows for 1, 2 and 4 come from frontends beside it
 EXTRA_FRONTENDS = (1, 2, 4)
+# A partial batch of this many goes behind the forward in flight (the engine's pipeline_min):
+# graph replays cost little to launch, and the device need not idle between forwards.
+PIPELINE_MIN = 64
 TARGETS = {
     "short_vs_sentence_transformers": 2.0,
     "p50_ms_c1_13_tokens": 4.0,
@@ -382,6 +385,8 @@ def spec(
         "2",
         "--engine-arg",
         f"compile={'true' if compile_ else 'false'}",
+        "--engine-arg",
+        f"pipeline_min={PIPELINE_MIN}",
     )
     return DeploymentSpec(
         workers=tuple(
@@ -554,6 +559,7 @@ def main() -> int:
     report["setup"] = {
         "max_batch_size": args.max_batch,
         "max_batch_tokens": 256 * 128,
+        "pipeline_min": PIPELINE_MIN,
         "compile": args.compile == "on",
         "api_processes": list(api),
         "frontend_processes": front,

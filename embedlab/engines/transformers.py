@@ -87,6 +87,7 @@ class TransformersEngine:
             max_batch_tokens=self.options.max_batch_tokens,
             wait_ms=self.options.batch_wait_ms,
             max_inflight=self.tuning.max_inflight,
+            pipeline_min=self.tuning.pipeline_min,
             shapes=BatchShapes(widths=widths, rows=rows),
             inline=self._replays if self._graphs else None,
         )

@@ -29,6 +29,10 @@ class TransformersTuning:
     graph_memory_mb: stop capturing once graphs hold this much device memory; larger
         shapes then run eagerly.
     max_inflight: forwards queued on the device at once.
+    pipeline_min: launch a partial batch behind one in flight once it holds this many
+        sequences (off by default: a partial batch waits for an idle device). With graph
+        replays a forward's fixed cost is small, and under heavy load the device then
+        never idles between forwards (see batching.py).
     """
 
     cuda_graphs: bool = True
@@ -36,10 +40,11 @@ class TransformersTuning:
     graph_widths: tuple[int, ...] = GRAPH_WIDTHS
     graph_memory_mb: int = 16384
     max_inflight: int = 2
+    pipeline_min: int | None = None
 
     @classmethod
     def parse(cls, extra: Mapping[str, object]) -> TransformersTuning:
-        known = {"cuda_graphs", "compile", "graph_widths", "graph_memory_mb", "max_inflight"}
+        known = {"cuda_graphs", "compile", "graph_widths", "graph_memory_mb", "max_inflight", "pipeline_min"}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise EngineError(
@@ -54,7 +59,7 @@ class TransformersTuning:
                 if not isinstance(value, bool):
                     raise EngineError(f"--engine-arg {key} must be true or false, got {value!r}")
                 values[key] = value
-        for key in ("graph_memory_mb", "max_inflight"):
+        for key in ("graph_memory_mb", "max_inflight", "pipeline_min"):
             if key in extra:
                 value = extra[key]
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
