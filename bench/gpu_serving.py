@@ -60,6 +60,7 @@ MATRIX = [
     (13, 64, 1),
     (13, 256, 1),
     (13, 512, 1),
+    (13, 768, 1),
     (13, 1024, 1),
     (13, 64, 16),
     (128, 1, 1),
@@ -725,6 +726,20 @@ def main() -> int:
                 out["rows"].append(
                     run(f"direct, api x{api[0]}", worker_url + "/v1/embeddings", 13, best_c, 1)
                 )
+                # c=1 controls: the single-process worker, and the main one past the frontend.
+                if 1 in api:
+                    out["rows"].append(
+                        run(
+                            f"frontend x{front}, api x1",
+                            url,
+                            13,
+                            1,
+                            1,
+                            model=model_name(1, api),
+                            system=dep.system_urls[api.index(1)],
+                        )
+                    )
+                out["rows"].append(run(f"direct, api x{api[0]}", worker_url + "/v1/embeddings", 13, 1, 1))
                 for k in EXTRA_FRONTENDS:
                     with ExtraFrontend(
                         dep, processes=k, worker_url=worker_url, model="qwen3", port=reserve_port("127.0.0.1")
