@@ -69,18 +69,30 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def _module_of(pid: int) -> str:
+    """The `-m` module a process runs (read for measuring only: nothing is signalled by name)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return ""
+    return argv[argv.index(b"-m") + 1].decode() if b"-m" in argv[:-1] else ""
+
+
+HELPERS = {"embedlab.serve.ingest": "ingest", "embedlab.serve.routing_replica": "routing"}
+
+
 def roles(dep: Deployment, extra: dict[str, ManagedProcess] | None = None) -> dict[str, list[int]]:
-    """Role -> PIDs: each server's own process and the processes it started beside it."""
+    """Role -> PIDs: each server's own process, the ones it started to share its port, and the
+    rest of its group (torch.compile's compile workers, idle once the worker is up)."""
     out: dict[str, list[int]] = {}
     servers = {"frontend": dep.frontend, **{p.name: p for p in dep.workers}, **(extra or {})}
     for name, proc in servers.items():
         if proc is None or proc.pid is None or proc.pgid is None:
             continue
-        others = [p for p in group_pids(proc.pgid) if p != proc.pid]
-        helper = "routing" if name.startswith("frontend") else "ingest"
         out[name] = [proc.pid]
-        if others:
-            out[f"{name} {helper}"] = others
+        for pid in group_pids(proc.pgid):
+            if pid != proc.pid:
+                out.setdefault(f"{name} {HELPERS.get(_module_of(pid), 'other')}", []).append(pid)
     return out
 
 
