@@ -9,9 +9,31 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
+from dataclasses import asdict, dataclass
 from typing import Any
 
 FRAME = struct.Struct(">I")
+REPLICA_MODULE = "embedlab.serve.routing_replica"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaSettings:
+    """What the owner hands each routing process (`python -m embedlab.serve.routing_replica JSON`);
+    the registry token travels in its environment, never on its command line."""
+
+    index: int
+    parent: int  # the owner's pid: the routing process dies with it
+    socket_fd: int
+    shared_fd: int
+    log_level: str
+    config: dict[str, Any]  # FrontendConfig.settings(), the port the owner reserved included
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ReplicaSettings:
+        return cls(**json.loads(text))
 
 
 async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:

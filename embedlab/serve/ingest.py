@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import os
 import socket
@@ -30,7 +29,7 @@ from . import messages
 from .channel import Channel, map_memory
 from .http import configure_logging, die_with_parent, reuseport_socket, run_service
 from .request_plane import RequestPlane
-from .worker_config import WorkerConfig
+from .worker_config import IngestSettings
 from .worker_metrics import Board, SlotMetrics
 
 log = logging.getLogger("embedlab.worker")
@@ -107,29 +106,29 @@ class RemoteEngine:
         self.lost.set()
 
 
-async def serve_ingest(settings: dict[str, Any], stop: asyncio.Event) -> int:
-    spec_buf = map_memory(settings["spec_fd"])
+async def serve_ingest(settings: IngestSettings, stop: asyncio.Event) -> int:
+    spec_buf = map_memory(settings.spec_fd)
     spec = IngestSpec.from_json(bytes(spec_buf).rstrip(b"\0").decode())
     spec_buf.release()
-    os.close(settings["spec_fd"])
-    board = Board(settings["board_fd"])
-    config = WorkerConfig(**settings["worker"])
+    os.close(settings.spec_fd)
+    board = Board(settings.board_fd)
+    config = settings.worker_config()
     engine = RemoteEngine(spec)
-    engine.connect(memory_fd=settings["memory_fd"], doorbell=socket.socket(fileno=settings["doorbell_fd"]))
-    os.close(settings["memory_fd"])  # mapped: the mapping keeps it
+    engine.connect(memory_fd=settings.memory_fd, doorbell=socket.socket(fileno=settings.doorbell_fd))
+    os.close(settings.memory_fd)  # mapped: the mapping keeps it
     plane = RequestPlane(
         config,
         engine=engine,  # type: ignore[arg-type]
-        metrics=SlotMetrics(board, settings["index"]),
+        metrics=SlotMetrics(board, settings.index),
         state=lambda: board.state,
-        url=lambda: settings["url"],
+        url=lambda: settings.url,
         load=board.inflight,
         describe=engine.describe,
     )
     runner = web.AppRunner(plane.app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
     await web.SockSite(
-        runner, reuseport_socket(settings["host"], settings["port"], listen=True), backlog=1024
+        runner, reuseport_socket(settings.host, settings.port, listen=True), backlog=1024
     ).start()
     assert engine.channel is not None
     engine.channel.send(messages.json_message(messages.READY, 0, None))
@@ -143,9 +142,9 @@ async def serve_ingest(settings: dict[str, Any], stop: asyncio.Event) -> int:
 
 
 def main(argv: list[str]) -> int:
-    settings = json.loads(argv[1])
-    die_with_parent(settings["parent"])
-    configure_logging(settings.get("log_level") or "INFO")
+    settings = IngestSettings.from_json(argv[1])
+    die_with_parent(settings.parent)
+    configure_logging(settings.log_level or "INFO")
     return run_service(lambda stop: serve_ingest(settings, stop))
 
 

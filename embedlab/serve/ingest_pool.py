@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import os
 import signal
@@ -33,11 +32,12 @@ from ..errors import EngineError
 from . import messages
 from .channel import Channel, create_memory
 from .http import reuseport_socket
-from .worker_config import WorkerConfig
+from .worker_config import IngestSettings, WorkerConfig
 from .worker_metrics import Board
 
 log = logging.getLogger("embedlab.worker")
 
+INGEST_MODULE = "embedlab.serve.ingest"
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 5.0
 
@@ -108,30 +108,22 @@ class IngestPool:
         cfg = self.config
         memory = create_memory(Channel.SIZE)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        settings = {
-            "index": index,
-            "parent": os.getpid(),
-            "host": cfg.host,
-            "port": port,
-            "url": self.url,
-            "board_fd": self.board.fd,
-            "spec_fd": spec_fd,
-            "memory_fd": memory,
-            "doorbell_fd": theirs.fileno(),
-            "log_level": logging.getLevelName(logging.getLogger().level),
-            "worker": {
-                "engine": cfg.engine,
-                "served_model_name": cfg.served_model_name,
-                "endpoint": cfg.endpoint,
-                "frontend_url": "",
-                "instance_id": cfg.instance_id,
-                "max_body_bytes": cfg.max_body_bytes,
-                "load_format": cfg.load_format,
-            },
-        }
+        settings = IngestSettings(
+            index=index,
+            parent=os.getpid(),
+            host=cfg.host,
+            port=port,
+            url=self.url,
+            board_fd=self.board.fd,
+            spec_fd=spec_fd,
+            memory_fd=memory,
+            doorbell_fd=theirs.fileno(),
+            log_level=logging.getLevelName(logging.getLogger().level),
+            worker=IngestSettings.worker_fields(cfg),
+        )
         try:
             child = subprocess.Popen(
-                [sys.executable, "-m", "embedlab.serve.ingest", json.dumps(settings)],
+                [sys.executable, "-m", INGEST_MODULE, settings.to_json()],
                 stdin=subprocess.DEVNULL,
                 pass_fds=(self.board.fd, spec_fd, memory, theirs.fileno()),
             )

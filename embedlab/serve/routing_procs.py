@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import os
 import signal
@@ -44,7 +43,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from ..defaults import TOKEN_ENV
 from ..errors import ConfigError
-from .frames import Calls, read_frame, write_frame
+from .frames import REPLICA_MODULE, Calls, ReplicaSettings, read_frame, write_frame
 from .frontend import Frontend, FrontendConfig
 from .frontend_metrics import Merged, export, merge, propagation_histogram
 from .http import reuseport_socket
@@ -119,20 +118,20 @@ class Owner:
 
     async def _spawn(self, index: int, port: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        settings = {
-            "index": index,
-            "parent": os.getpid(),
-            "socket_fd": theirs.fileno(),
-            "shared_fd": self.shared.fd,
-            "log_level": logging.getLevelName(logging.getLogger().level),
-            "config": {**self.config.settings(), "port": port},
-        }
+        settings = ReplicaSettings(
+            index=index,
+            parent=os.getpid(),
+            socket_fd=theirs.fileno(),
+            shared_fd=self.shared.fd,
+            log_level=logging.getLevelName(logging.getLogger().level),
+            config={**self.config.settings(), "port": port},
+        )
         env = dict(os.environ)
         if self.config.token:
             env[TOKEN_ENV] = self.config.token
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "embedlab.serve.routing_replica", json.dumps(settings)],
+                [sys.executable, "-m", REPLICA_MODULE, settings.to_json()],
                 stdin=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(), self.shared.fd),
                 env=env,
@@ -217,10 +216,16 @@ class Owner:
             elif kind == "gather":
                 asyncio.create_task(self._gathered(process, frame["id"]))
         process.calls.fail_all(ConnectionError("routing process gone"))
+        for _ in range(100):  # its exit code says whether it was stopped or failed
+            if process.popen.poll() is not None:
+                break
+            await asyncio.sleep(0.01)
         if not self.stopping and not self.stop.is_set():
             code = process.popen.poll()
-            log.error("routing process %d exited (code %s): the frontend stops", process.index, code)
-            self.exit_code = 1
+            # 0: a signal for the whole group (Ctrl-C, SIGTERM) reached it before us.
+            if code != 0:
+                log.error("routing process %d exited (code %s): the frontend stops", process.index, code)
+                self.exit_code = 1
             self.stop.set()
 
     async def _call(self, process: _Process, frame: dict[str, Any]) -> None:

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import socket
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from .frames import Calls, read_frame, write_frame
+from .frames import Calls, ReplicaSettings, read_frame, write_frame
 from .frontend import Frontend, FrontendConfig, token_from_env
 from .frontend_metrics import export
 from .http import configure_logging, die_with_parent, run_service
@@ -28,16 +27,16 @@ from .shared_routing import SharedRouting
 
 
 class Replica:
-    def __init__(self, settings: dict[str, Any]) -> None:
-        self.index = settings["index"]
-        config = FrontendConfig.from_settings(settings["config"], token=token_from_env())
-        self.frontend = Frontend(config, index=self.index, shared=SharedRouting(settings["shared_fd"]))
+    def __init__(self, settings: ReplicaSettings) -> None:
+        self.index = settings.index
+        config = FrontendConfig.from_settings(settings.config, token=token_from_env())
+        self.frontend = Frontend(config, index=self.index, shared=SharedRouting(settings.shared_fd))
         self.frontend.forward = self.forward
         self.frontend.gather = self.gather
         self.frontend.suspected = lambda instance: self._send(
             {"t": "suspect", "instance_id": instance.instance_id}
         )
-        self.socket = socket.socket(fileno=settings["socket_fd"])
+        self.socket = socket.socket(fileno=settings.socket_fd)
         self.writer: asyncio.StreamWriter | None = None
         self.calls = Calls()
         self.first_table = asyncio.Event()
@@ -106,9 +105,9 @@ class Replica:
 
 
 def main(argv: list[str]) -> int:
-    settings = json.loads(argv[1])
-    die_with_parent(settings["parent"])
-    configure_logging(settings.get("log_level") or "INFO")
+    settings = ReplicaSettings.from_json(argv[1])
+    die_with_parent(settings.parent)
+    configure_logging(settings.log_level or "INFO")
     return run_service(lambda stop: Replica(settings).run(stop))
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ..defaults import MAX_BODY_BYTES
 from ..engines import EngineOptions
@@ -69,3 +71,39 @@ class WorkerConfig:
             "model": self.served_model_name,
             "worker_id": self.instance_id,
         }
+
+
+# The request-plane settings an ingest process needs of its worker's (the rest stay behind).
+INGEST_FIELDS = ("engine", "served_model_name", "endpoint", "instance_id", "max_body_bytes", "load_format")
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestSettings:
+    """What a worker hands each of its ingest processes (`python -m embedlab.serve.ingest JSON`):
+    its slot, the port to share, and the descriptors of the shared memory and its doorbell."""
+
+    index: int
+    parent: int  # the engine process's pid: the ingest process dies with it
+    host: str
+    port: int
+    url: str
+    board_fd: int
+    spec_fd: int
+    memory_fd: int
+    doorbell_fd: int
+    log_level: str
+    worker: dict[str, Any]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> IngestSettings:
+        return cls(**json.loads(text))
+
+    def worker_config(self) -> WorkerConfig:
+        return WorkerConfig(**self.worker, frontend_url="")
+
+    @staticmethod
+    def worker_fields(config: WorkerConfig) -> dict[str, Any]:
+        return {name: getattr(config, name) for name in INGEST_FIELDS}
