@@ -42,11 +42,20 @@ def require_hey() -> None:
         )
 
 
-def _hey_argv(url: str, body: bytes, *, requests: int, concurrency: int, headers: Sequence[str]) -> list[str]:
+def _hey_argv(
+    url: str,
+    body: bytes,
+    *,
+    requests: int,
+    concurrency: int,
+    headers: Sequence[str],
+    seconds: float | None = None,
+) -> list[str]:
+    # -z: as many requests as the time allows (a load step of fixed length), else -n.
+    amount = ["-z", f"{seconds:g}s"] if seconds else ["-n", str(requests)]
     argv = [
         HEY,
-        "-n",
-        str(requests),
+        *amount,
         "-c",
         str(concurrency),
         "-m",
@@ -82,17 +91,25 @@ def _parse_csv(text: str) -> tuple[list[float], list[float], int]:
 
 
 def hey_many(
-    jobs: Sequence[tuple[str, bytes]], *, requests: int, concurrency: int, headers: Sequence[str] = ()
+    jobs: Sequence[tuple[str, bytes]],
+    *,
+    requests: int,
+    concurrency: int,
+    headers: Sequence[str] = (),
+    seconds: float | None = None,
 ) -> HeyResult:
     """Run one `hey` per (url, body) job at once, `requests` and `concurrency` each; pool them.
 
     Throughput is answered requests over the time from the common start to the last
-    answer; the processes start within a few milliseconds of each other.
+    answer; the processes start within a few milliseconds of each other. With `seconds`,
+    each sends for that long instead of a fixed count, and failures are the non-200s.
     """
     require_hey()
     procs = [
         subprocess.Popen(
-            _hey_argv(url, body, requests=requests, concurrency=concurrency, headers=headers),
+            _hey_argv(
+                url, body, requests=requests, concurrency=concurrency, headers=headers, seconds=seconds
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
@@ -118,8 +135,8 @@ def hey_many(
                 proc.kill()
                 proc.wait()
     # hey gives each of its `concurrency` lanes requests // concurrency requests.
-    total = requests // concurrency * concurrency * len(jobs)
     answered = len(latencies)
+    total = answered + bad if seconds else requests // concurrency * concurrency * len(jobs)
     if not answered:
         raise RuntimeError(f"no request was answered 200 by {jobs[0][0]} ({bad} failed)")
     arr = np.asarray(latencies)

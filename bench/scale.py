@@ -1,7 +1,11 @@
 """Does the embedded frontend keep its throughput as the pool grows?
 
 Hash workers behind the embedded frontend: 2, 4, 8 and 16 workers of one model, and 16
-models of one worker each. Load is `hey` at concurrency 32 (for 16 models: 16 `hey`s
+models of one worker each. `--settings frontend=1,frontend=2,frontend=4` instead puts
+`--frontend-workers` hash workers behind a frontend of 1, 2 and 4 routing processes
+(`embedlab frontend --processes N`); there the target is 4 processes against 1, and
+while the load runs, worker 0 is drained and resumed over and over, and the frontend's
+own histogram says how long each table change took to reach every routing process. Load is `hey` at concurrency 32 (for 16 models: 16 `hey`s
 at concurrency 2 started together, one per model, pooled). Each setting is launched
 afresh per repeat and the settings take turns in a rotated order, so that a noisy
 minute on a shared machine is spread over all of them; each figure is the median.
@@ -23,8 +27,13 @@ import os
 import signal
 import statistics
 import sys
+import threading
+import time
 import timeit
 from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -49,17 +58,79 @@ from embedlab.serve.router import make_policy  # noqa: E402
 
 MODEL = "scale-model"
 SETTINGS = ("workers=2", "workers=4", "workers=8", "workers=16", "models=16")
+ENCODING = {"encoding": "float"}  # set from --encoding
 
 
 def body(model: str) -> bytes:
-    return json.dumps({"model": model, "input": "hello world"}).encode()
+    payload = {"model": model, "input": "hello world"}
+    if ENCODING["encoding"] == "base64":
+        payload["encoding_format"] = "base64"
+    return json.dumps(payload).encode()
 
 
-def spec_for(setting: str) -> DeploymentSpec:
+def spec_for(setting: str, *, frontend_workers: int = 16) -> DeploymentSpec:
     kind, n = setting.split("=")
     if kind == "workers":
         return DeploymentSpec.same_model(MODEL, workers=int(n), startup_timeout=180)
+    if kind == "frontend":
+        return DeploymentSpec.same_model(
+            MODEL, workers=frontend_workers, startup_timeout=180, frontend_args=("--processes", n)
+        )
     return DeploymentSpec.multi_model([f"{MODEL}-{i}" for i in range(int(n))], startup_timeout=180)
+
+
+def propagation(frontend_url: str) -> dict[str, object]:
+    """The frontend's own histogram of table changes reaching its routing processes."""
+    text = httpx.get(f"{frontend_url}/metrics", timeout=10).text
+    buckets: list[tuple[float, float]] = []
+    total = count = 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name != "embedlab_frontend_table_propagation_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                buckets.append((float(sample.labels["le"]), sample.value))
+            elif sample.name.endswith("_sum"):
+                total = sample.value
+            elif sample.name.endswith("_count"):
+                count = sample.value
+    buckets.sort()
+
+    def quantile(q: float) -> float | None:
+        for bound, cumulative in buckets:
+            if count and cumulative >= q * count:
+                return bound
+        return None
+
+    return {
+        "acks": count,
+        "mean_ms": 1000 * total / count if count else None,
+        "p50_le_ms": None if quantile(0.5) is None else 1000 * quantile(0.5),  # type: ignore[operator]
+        "p99_le_ms": None if quantile(0.99) is None else 1000 * quantile(0.99),  # type: ignore[operator]
+        "max_le_ms": None if quantile(1.0) is None else 1000 * quantile(1.0),  # type: ignore[operator]
+        "buckets": buckets,
+    }
+
+
+class DrainCycles(threading.Thread):
+    """Drains and resumes worker 0 while the load runs: each call returns once every routing
+    process has the change, so its wall time bounds the propagation as a caller sees it."""
+
+    def __init__(self, dep: Deployment) -> None:
+        super().__init__(daemon=True)
+        self.dep = dep
+        self.stop = threading.Event()
+        self.drain_ms: list[float] = []
+        self.resume_ms: list[float] = []
+
+    def run(self) -> None:
+        system = self.dep.system_urls[0]
+        with httpx.Client(timeout=10) as client:
+            while not self.stop.wait(0.2):
+                for path, sink in (("/drain", self.drain_ms), ("/resume", self.resume_ms)):
+                    t = time.perf_counter()
+                    client.post(system + path).raise_for_status()
+                    sink.append(1000 * (time.perf_counter() - t))
 
 
 def routing_cost_us(instances: int, models: int = 1, *, calls: int = 20000) -> float:
@@ -131,14 +202,16 @@ def run_load(
     }
 
 
-def measure(setting: str, *, requests: int, concurrency: int, clients: int) -> dict[str, float]:
+def measure(
+    setting: str, *, requests: int, concurrency: int, clients: int, frontend_workers: int = 16
+) -> dict[str, float]:
     """The frontend in front of the setting's workers, then (the control) the same workers direct.
 
     Both use the same client shape: `clients` `hey` processes at concurrency // clients each,
     to the frontend (spread over the models) or straight to the workers (spread over them).
     So the only difference between settings is the pool, and between the two runs the frontend.
     """
-    with Deployment(spec_for(setting)) as dep:
+    with Deployment(spec_for(setting, frontend_workers=frontend_workers)) as dep:
         models = sorted(set(dep.models))
         front_jobs = [
             (dep.frontend_url + "/v1/embeddings", body(models[i % len(models)])) for i in range(clients)
@@ -154,14 +227,28 @@ def measure(setting: str, *, requests: int, concurrency: int, clients: int) -> d
         # Warm up: the frontend's connections to every worker, lazy imports.
         for jobs in (front_jobs, direct_jobs):
             hey_many(jobs, requests=max(4, 800 // clients), concurrency=max(1, concurrency // clients))
-        front = run_load(
-            front_jobs,
-            requests=requests,
-            concurrency=concurrency,
-            frontend_pgid=dep.frontend.pgid,  # type: ignore[union-attr]
-            workers=workers,
-            own=own,
-        )
+        cycles = DrainCycles(dep) if setting.startswith("frontend=") and setting != "frontend=1" else None
+        if cycles is not None:
+            cycles.start()
+        try:
+            front = run_load(
+                front_jobs,
+                requests=requests,
+                concurrency=concurrency,
+                frontend_pgid=dep.frontend.pgid,  # type: ignore[union-attr]
+                workers=workers,
+                own=own,
+            )
+        finally:
+            if cycles is not None:
+                cycles.stop.set()
+                cycles.join()
+        if cycles is not None:
+            front["propagation"] = {  # type: ignore[assignment]
+                **propagation(dep.frontend_url),
+                "drain_call_ms": cycles.drain_ms,
+                "resume_call_ms": cycles.resume_ms,
+            }
         direct = run_load(
             direct_jobs,
             requests=requests,
@@ -172,6 +259,16 @@ def measure(setting: str, *, requests: int, concurrency: int, clients: int) -> d
         )
     front.update({f"direct_{k}": v for k, v in direct.items() if k not in ("frontend_cpu_ms_per_request",)})
     return front
+
+
+def pool_size(setting: str, frontend_workers: int) -> int:
+    kind, n = setting.split("=")
+    return frontend_workers if kind == "frontend" else int(n)
+
+
+def models_of(setting: str) -> int:
+    kind, n = setting.split("=")
+    return int(n) if kind == "models" else 1
 
 
 def interrupt(signum: int, frame: object) -> None:
@@ -196,8 +293,18 @@ def main() -> int:
         default=0.3,
         help="wait until processes not ours use at most this many cores",
     )
+    parser.add_argument(
+        "--encoding",
+        choices=["float", "base64"],
+        default="float",
+        help="the answers' encoding_format (base64: less JSON for every process to write and copy)",
+    )
+    parser.add_argument(
+        "--frontend-workers", type=int, default=16, help="hash workers behind the frontend=N settings"
+    )
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "scale.json")
     args = parser.parse_args()
+    ENCODING["encoding"] = args.encoding
     require_hey()
     signal.signal(signal.SIGTERM, interrupt)  # unwind like Ctrl-C: every deployment is stopped
     settings = args.settings.split(",")
@@ -212,13 +319,16 @@ def main() -> int:
         )
         if not routing:  # timed on a quiet machine too
             routing = {
-                s: routing_cost_us(
-                    int(s.split("=")[1]), int(s.split("=")[1]) if s.startswith("models") else 1
-                )
-                for s in settings
+                s: routing_cost_us(pool_size(s, args.frontend_workers), models_of(s)) for s in settings
             }
         for setting in settings[rep % len(settings) :] + settings[: rep % len(settings)]:
-            row = measure(setting, requests=args.requests, concurrency=args.concurrency, clients=args.clients)
+            row = measure(
+                setting,
+                requests=args.requests,
+                concurrency=args.concurrency,
+                clients=args.clients,
+                frontend_workers=args.frontend_workers,
+            )
             runs[setting].append(row)
             print(
                 f"  run {rep + 1} {setting:<11} {row['rps']:8.1f} req/s (direct {row['direct_rps']:7.1f})  "
@@ -232,18 +342,24 @@ def main() -> int:
     rows = []
     for setting in settings:
         kind, n = setting.split("=")
-        med = {k: statistics.median(r[k] for r in runs[setting]) for k in runs[setting][0]}
+        med = {
+            k: statistics.median(r[k] for r in runs[setting])
+            for k, v in runs[setting][0].items()
+            if isinstance(v, (int, float))
+        }
         med["failed"] = sum(r["failed"] for r in runs[setting])
-        rows.append(
-            {
-                "setting": setting,
-                "workers": int(n),
-                "models": int(n) if kind == "models" else 1,
-                **med,
-                "routing_us": routing[setting],
-                "all_rps": [round(r["rps"], 1) for r in runs[setting]],
-            }
-        )
+        row = {
+            "setting": setting,
+            "workers": pool_size(setting, args.frontend_workers),
+            "models": models_of(setting),
+            "frontend_processes": int(n) if kind == "frontend" else 1,
+            **med,
+            "routing_us": routing[setting],
+            "all_rps": [round(r["rps"], 1) for r in runs[setting]],
+        }
+        if any("propagation" in r for r in runs[setting]):
+            row["propagation"] = [r["propagation"] for r in runs[setting] if "propagation" in r]
+        rows.append(row)
     base = next((r for r in rows if r["setting"] == "workers=2"), None)
     targets: dict[str, object] = {}
     if base:
@@ -259,14 +375,27 @@ def main() -> int:
                     "target": ">= 0.90",
                     "met": r["vs_2_workers"] >= 0.9,
                 }
+    one = next((r for r in rows if r["setting"] == "frontend=1"), None)
+    for r in rows:
+        if one and r["setting"].startswith("frontend="):
+            r["vs_1_process"] = r["rps"] / one["rps"]
+    four = next((r for r in rows if r["setting"] == "frontend=4"), None)
+    if one and four:
+        targets["frontend=4"] = {
+            "value": four["vs_1_process"],
+            "target": ">= 3.0",
+            "met": four["vs_1_process"] >= 3.0,
+        }
     targets["met"] = all(t["met"] for t in targets.values() if isinstance(t, dict))
     report = {
         "benchmark": "scale",
-        "command": ".venv/bin/python bench/scale.py",
+        "command": " ".join(["bench/scale.py", *sys.argv[1:]]),
         "machine": machine_info(),
         "load": loads,
         "setup": {
             "engine": "hash",
+            "encoding_format": args.encoding,
+            "frontend_workers": args.frontend_workers,
             "concurrency": args.concurrency,
             "requests": args.requests,
             "repeat": args.repeat,
@@ -290,10 +419,18 @@ def main() -> int:
             f"{r['direct_worker_switches_per_request']:7.2f}"
         )
     print("(CPU in ms per request; sw/req: the workers' context switches per request)")
+    for r in rows:
+        for prop in r.get("propagation", []):
+            print(
+                f"{r['setting']}: table propagation over {prop['acks']:.0f} acks: mean {prop['mean_ms'] or 0:.2f} ms, "
+                f"p99 <= {prop['p99_le_ms']} ms, max <= {prop['max_le_ms']} ms; drain calls "
+                f"max {max(prop['drain_call_ms'], default=0):.1f} ms, resume calls max {max(prop['resume_call_ms'], default=0):.1f} ms"
+            )
     for name, t in targets.items():
         if isinstance(t, dict):
             print(
-                f"target {name} vs 2 workers: {t['value']:.2f} ({t['target']}) {'met' if t['met'] else 'MISSED'}"
+                f"target {name} vs {'1 process' if name.startswith('frontend') else '2 workers'}: "
+                f"{t['value']:.2f} ({t['target']}) {'met' if t['met'] else 'MISSED'}"
             )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")

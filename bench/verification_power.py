@@ -57,8 +57,13 @@ def run_scenario(dep: Deployment, scenario: str, requests: int) -> ScenarioResul
     return ScenarioPlan(scenario=scenario, params={"requests": requests}).run_on(dep)
 
 
+FRONTEND = {"processes": 1}  # set from --frontend-processes
+
+
 def spec_for(case: Case) -> DeploymentSpec:
     args = ("--fault", case.fault) if case.fault else ()
+    if FRONTEND["processes"] > 1:
+        args += ("--processes", str(FRONTEND["processes"]))
     if case.scenario == "multi-model":
         return DeploymentSpec.multi_model(["model-a", "model-b"], frontend_args=args)
     return DeploymentSpec.same_model("embed-model", workers=2, frontend_args=args)
@@ -191,7 +196,14 @@ def main() -> int:
     parser.add_argument("--clean-runs", type=int, default=100, help="runs per scenario on clean deployments")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "verification.md")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "verification_power.json")
+    parser.add_argument(
+        "--frontend-processes",
+        type=int,
+        default=1,
+        help="routing processes of each deployment's frontend (embedlab frontend --processes)",
+    )
     args = parser.parse_args()
+    FRONTEND["processes"] = args.frontend_processes
     import os
 
     args.cpus = os.cpu_count()
@@ -268,6 +280,7 @@ def main() -> int:
                     {"burst": n, "power": p, "false_alarm": f, "measured": m} for n, p, f, m in sweep
                 ],
                 "smallest_burst_for_99pct": smallest_burst(),
+                "frontend_processes": args.frontend_processes,
             },
             indent=2,
         )

@@ -53,6 +53,15 @@ MAX_BODY_BYTES = 8 << 20  # a request body larger than this is a 413
 REQUEST_TIMEOUT_S = 120.0  # the frontend's wait for one worker's answer
 DEVICE = "auto"  # CUDA where torch sees it, else the CPU
 HASH_DIM = 384
+FRONTEND_PROCESSES = 1  # `embedlab frontend --processes`: routing processes on the one port
+
+
+def api_processes_for(cores: int) -> int:
+    """`embedlab worker`'s ingest processes when --api-processes is not given and the engine
+    feeds a device: one per 4 cores, at most 4, so 1 on a 2-core CI machine. (Engines
+    without a device keep the single process: a pool of hash workers would multiply.)"""
+    return max(1, min(4, cores // 4))
+
 
 # -- harness ------------------------------------------------------------------------------------
 STACK = "embedded"  # the stack a spec runs when it names none: embedlab's own frontend

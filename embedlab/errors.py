@@ -20,6 +20,7 @@
     ├── CheckFailedError            a dispatch check did not hold (carries the table)
     ├── UnsupportedError            the stack cannot do what was asked (a router without a drain API)
     ├── EngineError                 an engine could not load or run its model
+    │   └── RemoteEngineError           it failed in a worker's engine process (carries its class)
     └── NotebookRunError            a scenario notebook failed (carries its report)
 
 Every message says what happened, where, and what to look at next. So a notebook shows
@@ -55,6 +56,7 @@ __all__ = [
     "CheckFailedError",
     "UnsupportedError",
     "EngineError",
+    "RemoteEngineError",
     "NotebookRunError",
 ]
 
@@ -249,6 +251,17 @@ class UnsupportedError(EmbedlabError):
 
 class EngineError(EmbedlabError):
     """An engine could not load its model or could not run it."""
+
+
+class RemoteEngineError(EngineError):
+    """The engine failed in a worker's engine process; an ingest process answers for it.
+
+    `remote_class` names the exception there, so the 500 reads as it would from one process.
+    """
+
+    def __init__(self, message: str, *, remote_class: str = "EngineError") -> None:
+        super().__init__(message)
+        self.remote_class = remote_class
 
 
 class NotebookRunError(EmbedlabError):

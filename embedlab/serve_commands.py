@@ -16,13 +16,20 @@ from .errors import ConfigError
 if TYPE_CHECKING:
     from .engines.base import EngineOptions
 
-__all__ = ["SERVING", "engine_options_from_args", "positive_float"]
+__all__ = ["SERVING", "engine_options_from_args", "positive_float", "positive_int"]
 
 
 def positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
     return value
 
 
@@ -61,6 +68,13 @@ def _add_frontend(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         metavar="NAME[:PARAM]",
         help=f"inject a routing fault, for proving checks ({', '.join(CATALOGUE)}); off by default",
     )
+    p.add_argument(
+        "--processes",
+        type=positive_int,
+        default=defaults.FRONTEND_PROCESSES,
+        metavar="N",
+        help="routing processes on the port (SO_REUSEPORT); the first owns the instance table",
+    )
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(run=_run_frontend)
 
@@ -82,7 +96,12 @@ def _run_frontend(args: argparse.Namespace) -> int:
         token=token_from_env(),
         allow_remote_workers=args.allow_remote_workers,
         faults=tuple(parse_fault(f) for f in args.fault),
+        processes=args.processes,
     )
+    if config.processes > 1:
+        from .serve.routing_procs import serve_routing
+
+        return run_service(lambda stop: serve_routing(config, stop))
     return run_service(lambda stop: serve_frontend(config, stop))
 
 
@@ -200,6 +219,15 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         help="the shape of GET /get_load, per router",
     )
     p.add_argument("--weight", type=positive_float, default=1.0)
+    p.add_argument(
+        "--api-processes",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="processes that parse, tokenize and answer requests on the request port (SO_REUSEPORT), "
+        "beside the one that runs the engine; default: one per 4 cores (at most 4) for an engine on a GPU, "
+        "else 1",
+    )
     p.add_argument("--instance-id", default=None)
     p.add_argument("--register-timeout", type=positive_float, default=60.0)
     p.add_argument("--log-level", default="INFO")
@@ -227,6 +255,7 @@ def _run_worker(args: argparse.Namespace) -> int:
         token=token_from_env(),
         load_format=args.load_format,
         register_timeout=args.register_timeout,
+        api_processes=args.api_processes,
         **extra,
     )
     return run_service(lambda stop: serve_worker(config, stop))

@@ -8,6 +8,10 @@ them to). The policy, and why:
   launches at once, with up to `max_inflight` forwards in flight.
 - While a forward is in flight, a partial batch waits. Launched now, it would cost a whole
   forward for a few sequences and delay the full ones behind it (the 256/249/7 cycle).
+  With `pipeline_min`, a partial batch of at least that many sequences does not wait: it
+  queues behind the one in flight. Where a forward's fixed cost is small (graph replays)
+  and the load is heavy, the device then never idles between forwards, and each batch
+  holds what arrived during the last one.
 - With the device idle, a partial batch launches once it holds as many sequences as the
   last batch did (closed-loop clients come back in the numbers they left), or once no
   sequence has arrived for `wait_ms` (the burst is over), or once its oldest sequence has
@@ -103,9 +107,13 @@ class DynamicBatcher:
         max_inflight: int = 2,
         shapes: BatchShapes | None = None,
         inline: Callable[[int, int], bool] | None = None,
+        pipeline_min: int | None = None,
     ) -> None:
         if max_batch_size < 1 or max_batch_tokens < 1 or max_inflight < 1:
             raise ValueError("max_batch_size, max_batch_tokens and max_inflight must be positive")
+        if pipeline_min is not None and pipeline_min < 1:
+            raise ValueError("pipeline_min must be positive")
+        self.pipeline_min = pipeline_min
         self._run_batch = run_batch
         self._inline = inline
         self.max_batch_size = max_batch_size
@@ -161,6 +169,14 @@ class DynamicBatcher:
         }
 
     async def submit(self, seqs: Sequence[list[int]]) -> np.ndarray:
+        return await self.submit_nowait(seqs)
+
+    def submit_nowait(self, seqs: Sequence[list[int]]) -> asyncio.Future[np.ndarray]:
+        """`submit` without the coroutine: the future its vectors arrive in.
+
+        For callers that serve many requests from one loop callback (a worker's engine
+        process, fed by its ingest processes): no task per request.
+        """
         if self._closed:
             raise RuntimeError("the batcher is closed")
         loop = self._loop or asyncio.get_running_loop()
@@ -178,7 +194,7 @@ class DynamicBatcher:
         self._waiting += len(seqs)
         self._last_arrival = now
         self._pump()
-        return await future
+        return future
 
     # -- choosing and launching batches -----------------------------------------------
 
@@ -203,7 +219,10 @@ class DynamicBatcher:
             width, count, full = self._plan()
             if not full:
                 if self._inflight:
-                    return  # the in-flight forward's completion calls _pump again
+                    if self.pipeline_min is None or count < self.pipeline_min:
+                        return  # the in-flight forward's completion calls _pump again
+                    self._launch(self._take(width, count))
+                    continue
                 now = time.monotonic()
                 oldest = self._queues[width][0].arrived
                 if (

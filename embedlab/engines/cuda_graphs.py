@@ -164,7 +164,9 @@ class Slot:
         self.ids = self.ids_t.numpy()
         self.lengths = self.lengths_t.numpy()
         self.out = self.out_t.numpy()
-        self.done = torch.cuda.Event()
+        # Blocking: its waiter sleeps in the driver. A spinning wait (the default with more
+        # cores than GPUs) held a core per worker for as long as the device was busy.
+        self.done = torch.cuda.Event(blocking=True)
 
 
 class SlotVectors(Deferred):

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .base import Embeddings, EngineOptions, check_length
+from .ingest import IngestSpec
 
 
 class HashEngine:
@@ -26,6 +27,18 @@ class HashEngine:
 
     async def start(self) -> None:
         return None
+
+    # No device: with --api-processes N the ingest processes compute the vectors themselves.
+    owns_device = False
+
+    def ingest_spec(self) -> IngestSpec:
+        return IngestSpec(
+            engine=self.name,
+            dim=self.dim,
+            max_model_len=self.max_model_len,
+            supports_dimensions=self.supports_dimensions,
+            local=True,
+        )
 
     async def close(self) -> None:
         return None

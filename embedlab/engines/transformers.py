@@ -25,92 +25,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import EngineError
-from .base import POOLINGS, Embeddings, EngineOptions, InvalidInput, check_length, model_dir
+from .base import POOLINGS, Embeddings, EngineOptions, model_dir
 from .batching import BatchShapes, Deferred, DynamicBatcher
-from .cuda_graphs import GRAPH_WIDTHS, GraphSet, Slot, SlotVectors, graph_shapes
+from .cuda_graphs import GraphSet, Slot, SlotVectors, graph_shapes
+from .ingest import IngestSpec, check_lengths, check_token_ids, token_ingest_spec
 from .models import resolve_model_path, serving_defaults
+from .transformers_tuning import TransformersTuning, compile_repeated_blocks, pool
 
 if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger("embedlab.engines.transformers")
-
-
-@dataclass(frozen=True, kw_only=True)
-class TransformersTuning:
-    """The transformers engine's own settings, from `--engine-arg KEY=VALUE`.
-
-    cuda_graphs: capture the graph buckets on CUDA (ignored on CPU).
-    compile: torch.compile the model's repeated blocks before capture.
-    graph_widths: the length buckets to capture.
-    graph_memory_mb: stop capturing once graphs hold this much device memory; larger
-        shapes then run eagerly.
-    max_inflight: forwards queued on the device at once.
-    """
-
-    cuda_graphs: bool = True
-    compile: bool = False
-    graph_widths: tuple[int, ...] = GRAPH_WIDTHS
-    graph_memory_mb: int = 16384
-    max_inflight: int = 2
-
-    @classmethod
-    def parse(cls, extra: Mapping[str, object]) -> TransformersTuning:
-        known = {"cuda_graphs", "compile", "graph_widths", "graph_memory_mb", "max_inflight"}
-        unknown = sorted(set(extra) - known)
-        if unknown:
-            raise EngineError(
-                f"unknown --engine-arg for the transformers engine: {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
-        values: dict[str, Any] = {}
-        for key in ("cuda_graphs", "compile"):
-            if key in extra:
-                value = extra[key]
-                if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
-                    value = value.lower() in ("true", "1")
-                if not isinstance(value, bool):
-                    raise EngineError(f"--engine-arg {key} must be true or false, got {value!r}")
-                values[key] = value
-        for key in ("graph_memory_mb", "max_inflight"):
-            if key in extra:
-                value = extra[key]
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise EngineError(f"--engine-arg {key} must be a positive integer, got {value!r}")
-                values[key] = value
-        if "graph_widths" in extra:
-            widths = extra["graph_widths"]
-            if (
-                not isinstance(widths, list)
-                or not widths
-                or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths)
-            ):
-                raise EngineError(
-                    f"--engine-arg graph_widths must be a JSON list of positive integers, got {widths!r}"
-                )
-            values["graph_widths"] = tuple(sorted(set(widths)))
-        return cls(**values)
-
-
-def pool(
-    hidden: torch.Tensor, lengths: torch.Tensor, valid: torch.Tensor | None, pooling: str
-) -> torch.Tensor:
-    """Pool right-padded hidden states [batch, seq, dim]; `valid` marks real tokens (MEAN only)."""
-    import torch
-
-    if pooling == "cls":
-        return hidden[:, 0]
-    if pooling == "last":
-        return hidden[torch.arange(hidden.shape[0], device=hidden.device), lengths - 1]
-    assert valid is not None
-    weights = valid.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
 
 
 class TransformersEngine:
@@ -157,6 +88,7 @@ class TransformersEngine:
             max_batch_tokens=self.options.max_batch_tokens,
             wait_ms=self.options.batch_wait_ms,
             max_inflight=self.tuning.max_inflight,
+            pipeline_min=self.tuning.pipeline_min,
             shapes=BatchShapes(widths=widths, rows=rows),
             inline=self._replays if self._graphs else None,
         )
@@ -210,7 +142,7 @@ class TransformersEngine:
             for _ in range(self.tuning.max_inflight + 1):
                 self._slots.put(Slot(tokens=tokens, rows=self.options.max_batch_size, dim=self.dim))
             if self.tuning.compile:
-                self._compile()
+                compile_repeated_blocks(self._model)
             if self.tuning.cuda_graphs and self.attention != "transformers":
                 self._capture_or_fall_back()
         log.info(
@@ -272,21 +204,6 @@ class TransformersEngine:
             )
             return "transformers"
         return candidate
-
-    def _compile(self) -> None:
-        """Compile the repeated blocks, once for all of them (regional compilation)."""
-        import torch
-
-        names = set(getattr(self._model, "_no_split_modules", None) or [])
-        blocks = [m for m in self._model.modules() if type(m).__name__ in names]
-        # Every block and bucket shares one compiled artifact; never fall back to eager
-        # silently because the default recompile limit ran out.
-        for attribute in ("recompile_limit", "cache_size_limit"):
-            if hasattr(torch._dynamo.config, attribute):
-                setattr(torch._dynamo.config, attribute, max(64, getattr(torch._dynamo.config, attribute)))
-        for block in blocks or [self._model]:
-            block.compile(dynamic=True)
-        log.info("torch.compile: %d %s blocks", len(blocks) or 1, "/".join(sorted(names)) or "whole-model")
 
     def _capture_or_fall_back(self) -> None:
         """Capture; if that fails, serve without compile, then without graphs, and say so."""
@@ -352,13 +269,8 @@ class TransformersEngine:
             seqs = [list(ids) for ids in self._tokenizer(list(inputs), add_special_tokens=True)["input_ids"]]
         else:
             seqs = [list(ids) for ids in inputs]  # type: ignore[arg-type]
-            for i, ids in enumerate(seqs):
-                if max(ids) >= self._vocab_size:
-                    raise InvalidInput(
-                        f"input[{i}] has a token id outside the vocabulary (size {self._vocab_size})"
-                    )
-        for i, ids in enumerate(seqs):
-            check_length(len(ids), self.max_model_len, i)
+            check_token_ids(seqs, self._vocab_size)
+        check_lengths(seqs, self.max_model_len)
         return seqs
 
     async def embed(
@@ -369,6 +281,22 @@ class TransformersEngine:
         seqs = self.tokenize(inputs)
         vectors = await self._batcher.submit(seqs)
         return Embeddings(vectors=vectors, prompt_tokens=sum(len(s) for s in seqs))
+
+    # -- the engine side of ingest processes (--api-processes > 1) -----------------------
+
+    @property
+    def owns_device(self) -> bool:
+        """Whether request handling in other processes pays: a device to keep fed."""
+        return self._device is not None and self._device.type == "cuda"
+
+    def ingest_spec(self) -> IngestSpec:
+        return token_ingest_spec(self, tokenizer=self._tokenizer, vocab_size=self._vocab_size)
+
+    def submit_ids(self, seqs: Sequence[Sequence[int]]) -> asyncio.Future[np.ndarray]:
+        """Checked token ids from an ingest process into the batcher; the future holds their vectors."""
+        if self._batcher is None:
+            raise EngineError("the transformers engine was not started")
+        return self._batcher.submit_nowait(seqs)  # type: ignore[arg-type]
 
     # -- the forward path ---------------------------------------------------------------
 

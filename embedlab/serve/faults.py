@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from .instances import Instance, InstanceTable
 from .router import Policy
+from .shared_routing import SharedRouting
 
 # name -> (takes a parameter, lower bound, upper bound)
 CATALOGUE: dict[str, tuple[bool, float, float]] = {
@@ -65,9 +66,13 @@ def parse_fault(spec: str) -> Fault:
 class FaultInjector:
     """Applies the configured faults around the normal routing policy."""
 
-    def __init__(self, faults: Sequence[Fault], *, seed: int | None = None) -> None:
+    def __init__(
+        self, faults: Sequence[Fault], *, seed: int | None = None, shared: SharedRouting | None = None
+    ) -> None:
         self.faults = {f.name: f.param for f in faults}
         self._rng = random.Random(seed)
+        # With several routing processes the leak debt is theirs together (shared_routing.py).
+        self._shared = shared
         self._ghosts: dict[str, list[Instance]] = {}
         # Per model: leaked share owed so far. Evenly spread leaks make "one leaked
         # request per burst" an exact statement, not a probability.
@@ -94,6 +99,13 @@ class FaultInjector:
             return 0.0
         return ms / 1000.0
 
+    def ghosts(self) -> dict[str, list[Instance]]:
+        return self._ghosts
+
+    def set_ghosts(self, ghosts: dict[str, list[Instance]]) -> None:
+        """A routing process's copy of the owner's ghosts."""
+        self._ghosts = ghosts
+
     def candidates(self, model: str, live: list[Instance]) -> list[Instance]:
         ghosts = self._ghosts.get(model)
         return live + ghosts if ghosts else live
@@ -101,7 +113,11 @@ class FaultInjector:
     def pick(
         self, model: str, live: Sequence[Instance], policy: Policy, instances: InstanceTable
     ) -> Instance:
-        if "leak" in self.faults:
+        if "leak" in self.faults and self._shared is not None:
+            others = [i for m in instances.models() if m != model for i in instances.live(m)]
+            if self._shared.leak(model, self.faults["leak"], possible=bool(others)):
+                return self._rng.choice(others)
+        elif "leak" in self.faults:
             debt = self._leak_debt.get(model, 0.0) + self.faults["leak"]
             if debt >= 1.0 - 1e-9:
                 others = [i for m in instances.models() if m != model for i in instances.live(m)]

@@ -9,25 +9,27 @@ unchanged to that instance's request plane. The response names the instance in t
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import generate_latest
 
-from ..defaults import LEASE_TTL_S, MAX_BODY_BYTES, REQUEST_TIMEOUT_S, TOKEN_ENV
+from ..defaults import FRONTEND_PROCESSES, LEASE_TTL_S, MAX_BODY_BYTES, REQUEST_TIMEOUT_S, TOKEN_ENV
 from ..errors import ConfigError
-from .faults import Fault, FaultInjector
-from .http import error_response, is_loopback_host, json_response, make_app, start_site
-from .instances import Instance, InstanceTable, RegistrationConflict
-from .openai import WORKER_HEADER, ApiError, bad_request, loads, parse_embedding_request
+from .faults import Fault, FaultInjector, parse_fault
+from .frontend_metrics import FrontendMetrics
+from .http import JSON, error_response, is_loopback_host, json_response, make_app, start_site
+from .instances import Instance, InstanceTable
+from .openai import WORKER_HEADER, ApiError, parse_embedding_request
+from .registry_api import RegistryService
 from .router import make_policy
-from .upstream import UpstreamClient, UpstreamError, WorkerUrlError, parse_worker_url
+from .shared_routing import SharedRouting
+from .upstream import UpstreamClient, UpstreamError
 
 log = logging.getLogger("embedlab.frontend")
 
@@ -46,8 +48,11 @@ class FrontendConfig:
     token: str | None = field(default=None, repr=False)
     allow_remote_workers: bool = False
     faults: tuple[Fault, ...] = ()
+    processes: int = FRONTEND_PROCESSES  # routing processes on the port (serve/routing_procs.py)
 
     def __post_init__(self) -> None:
+        if self.processes < 1:
+            raise ConfigError(f"--processes must be at least 1, got {self.processes}")
         if not is_loopback_host(self.host) and not self.token:
             raise ConfigError(
                 f"refusing to bind {self.host}: a frontend reachable beyond loopback needs a shared token "
@@ -55,62 +60,38 @@ class FrontendConfig:
             )
         make_policy(self.router_mode)  # fail at configuration time, not at the first request
 
+    def settings(self) -> dict[str, Any]:
+        """Plain data for another routing process (the token travels in its environment)."""
+        fields = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "token"}
+        return {**fields, "faults": [str(f) for f in self.faults]}
 
-class _Metrics:
-    def __init__(self, instances: InstanceTable) -> None:
-        self.prom = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            "embedlab_frontend_requests",
-            "Requests to /v1/embeddings by model and status code.",
-            ["model", "status"],
-            registry=self.prom,
-        )
-        self.duration = Histogram(
-            "embedlab_frontend_request_duration_seconds",
-            "Time to answer /v1/embeddings.",
-            ["model"],
-            registry=self.prom,
-            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-        )
-        self.inflight = Gauge(
-            "embedlab_frontend_inflight_requests", "Requests being answered.", registry=self.prom
-        )
-        self.retries = Counter(
-            "embedlab_frontend_retries",
-            "Requests retried on another instance.",
-            ["model"],
-            registry=self.prom,
-        )
-        self.prom.register(_LiveInstances(instances))
-
-
-class _LiveInstances:
-    """Reads the instance table at scrape time, so the gauge can never go stale."""
-
-    def __init__(self, instances: InstanceTable) -> None:
-        self._instances = instances
-
-    def describe(self) -> list[GaugeMetricFamily]:
-        return []
-
-    def collect(self) -> list[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            "embedlab_frontend_live_instances", "Live instances per model.", labels=["model"]
-        )
-        for model in self._instances.models():
-            family.add_metric([model], len(self._instances.live(model)))
-        return [family]
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any], *, token: str | None) -> FrontendConfig:
+        return cls(**{**settings, "faults": tuple(parse_fault(f) for f in settings["faults"])}, token=token)
 
 
 class Frontend:
     """The aiohttp application and its state; `start()` serves it, `close()` stops it."""
 
-    def __init__(self, config: FrontendConfig) -> None:
+    def __init__(
+        self, config: FrontendConfig, *, index: int = 0, shared: SharedRouting | None = None
+    ) -> None:
         self.config = config
-        self.faults = FaultInjector(config.faults, seed=config.seed)
+        self.index = index  # 0: the process that owns the instance table
+        seed = config.seed + index if config.seed is not None else None
+        self.faults = FaultInjector(config.faults, seed=seed, shared=shared)
         self.instances = InstanceTable(ttl=config.lease_ttl, on_remove=self._instance_left)
-        self.policy = make_policy(config.router_mode, seed=config.seed)
-        self.metrics = _Metrics(self.instances)
+        self.policy = make_policy(config.router_mode, seed=seed, shared=shared)
+        self.metrics = FrontendMetrics(self.instances)
+        self.registry = RegistryService(
+            self.instances, token=config.token, allow_remote_workers=config.allow_remote_workers
+        )
+        # Set by routing_procs.py where several processes route; None where one routes alone.
+        self.forward: Callable[[str, str, bytes, str], Awaitable[tuple[int, bytes]]] | None = None
+        self.changed: Callable[[str], Awaitable[None]] | None = None  # the owner publishes the table
+        self.changed_soon: Callable[[], None] | None = None
+        self.gather: Callable[[], Awaitable[bytes]] | None = None  # the metrics of every process
+        self.suspected: Callable[[Instance], None] | None = None
         self.app = make_app(client_max_size=config.max_body_bytes)
         self.app.add_routes(
             [
@@ -130,21 +111,32 @@ class Frontend:
         self._sweeper: asyncio.Task[None] | None = None
         self.port: int | None = None
 
-    async def start(self) -> int:
+    async def start(self, *, port: int | None = None, announce: bool = True) -> int:
         self._upstream = UpstreamClient(timeout=self.config.request_timeout)
-        self._runner, self.port = await start_site(self.app, self.config.host, self.config.port)
-        self._sweeper = asyncio.create_task(self._sweep())
-        if self.faults:
+        self._runner, self.port = await start_site(
+            self.app,
+            self.config.host,
+            self.config.port if port is None else port,
+            reuse_port=self.config.processes > 1,
+        )
+        if self.index == 0:  # replicas get lapsed leases from the owner (and the shared clock)
+            self._sweeper = asyncio.create_task(self._sweep())
+        if self.faults and self.index == 0:
             log.warning(
                 "FAULT INJECTION IS ON: %s. This frontend routes wrongly on purpose.", self.faults.describe()
             )
+        if announce:
+            self.announce()
+        return self.port
+
+    def announce(self) -> None:
         log.info(
-            "frontend listening on http://%s:%d (router %s)",
+            "frontend listening on http://%s:%d (router %s%s)",
             self.config.host,
             self.port,
             self.config.router_mode,
+            f", {self.config.processes} routing processes" if self.config.processes > 1 else "",
         )
-        return self.port
 
     async def close(self) -> None:
         if self._sweeper is not None:
@@ -155,7 +147,10 @@ class Frontend:
             self._upstream.close()
 
     def _instance_left(self, instance: Instance) -> None:
-        self.faults.remember(instance)
+        if self.index == 0:  # a replica's ghosts are the owner's
+            self.faults.remember(instance)
+        if self.changed_soon is not None:
+            self.changed_soon()
         # Idle connections to a worker that left would otherwise stay open, and its pool
         # in the client for good; another instance may still serve on the same URL.
         if self._upstream is not None and not any(i.url == instance.url for i in self.instances.instances()):
@@ -255,6 +250,8 @@ class Frontend:
         except UpstreamError as exc:
             # Cannot connect, or the connection died: keep it out of dispatch until it heartbeats again.
             self.instances.mark_suspect(instance.instance_id)
+            if self.suspected is not None:
+                self.suspected(instance)
             log.warning("instance %s failed: %s", instance.label, exc)
             return f"{instance.label}: {exc}"
         finally:
@@ -289,133 +286,44 @@ class Frontend:
         )
 
     async def metrics_text(self, request: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(self.metrics.prom), content_type="text/plain", charset="utf-8"
-        )
+        body = await self.gather() if self.gather is not None else generate_latest(self.metrics.prom)
+        return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
     # -- registry -----------------------------------------------------------------------
 
-    def _authorize(self, request: web.Request) -> None:
-        token = self.config.token
-        if not token:
-            return
-        given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            raise ApiError(
-                401,
-                "The registry needs 'Authorization: Bearer <token>'",
-                type="authentication_error",
-                code="invalid_token",
-            )
-
     async def register(self, request: web.Request) -> web.Response:
-        self._authorize(request)
-        payload = loads(await request.read())
-        if not isinstance(payload, dict):
-            raise bad_request("A registration must be a JSON object")
-        fields = {
-            "instance_id": str,
-            "endpoint": str,
-            "model": str,
-            "url": str,
-        }
-        for name, kind in fields.items():
-            if not isinstance(payload.get(name), kind) or not payload[name]:
-                raise bad_request(f"'{name}' must be a non-empty string", param=name)
-        weight = payload.get("weight", 1.0)
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
-            raise bad_request("'weight' must be a positive number", param="weight")
-        url = payload["url"]
-        # Refuse here what the dispatch cannot use: a URL that does not parse ('http://h:abc',
-        # 'http://[::1') or https (the upstream client speaks plain HTTP) was accepted and
-        # then failed every request for the model with a 502. The upstream client's own
-        # parser decides, so that what registers is exactly what dispatch can connect to.
-        try:
-            host: str | None = parse_worker_url(url)[0]
-            invalid: WorkerUrlError | None = None
-        except WorkerUrlError as exc:
-            host, invalid = exc.host, exc
-        # A URL that names a remote host is refused as remote even when it is also
-        # malformed: 'http://127.0.0.1@example.com:9' is a remote worker in disguise.
-        if host is not None and not self.config.allow_remote_workers and not is_loopback_host(host):
-            raise ApiError(
-                403,
-                f"Worker URL {url} is not on loopback; start the frontend with --allow-remote-workers to accept it",
-                type="permission_error",
-                param="url",
-                code="remote_worker_refused",
-            )
-        if invalid is not None:
-            raise bad_request(
-                f"Bad 'url': {invalid}; it must be http://host:port, optionally with a trailing '/'",
-                param="url",
-            )
-        pid = payload.get("pid")
-        max_len = payload.get("max_model_len")
-        try:
-            instance = self.instances.register(
-                instance_id=payload["instance_id"],
-                endpoint=payload["endpoint"],
-                model=payload["model"],
-                url=url,
-                weight=float(weight),
-                pid=pid if isinstance(pid, int) else None,
-                max_model_len=max_len if isinstance(max_len, int) else None,
-            )
-        except RegistrationConflict as exc:
-            log.error("%s", exc.message)
-            raise ApiError(
-                409, exc.message, type="conflict_error", param="model", code="registration_conflict"
-            ) from None
-        except ValueError as exc:
-            raise bad_request(str(exc)) from None
-        log.info(
-            "registered %s (model %s, weight %g, %s)",
-            instance.label,
-            instance.model,
-            instance.weight,
-            instance.url,
-        )
-        return json_response(
-            {"instance_id": instance.instance_id, "lease_ttl_s": self.instances.ttl}, status=201
-        )
-
-    async def heartbeat(self, request: web.Request) -> web.Response:
-        self._authorize(request)
-        instance_id = request.match_info["instance_id"]
-        if not self.instances.heartbeat(instance_id):
-            raise ApiError(
-                404,
-                f"No live lease for instance {instance_id}; register again",
-                type="not_found_error",
-                code="lease_unknown",
-            )
-        return json_response({"instance_id": instance_id, "lease_ttl_s": self.instances.ttl})
-
-    async def deregister(self, request: web.Request) -> web.Response:
-        self._authorize(request)
-        instance_id = request.match_info["instance_id"]
-        if not self.instances.deregister(instance_id):
-            raise ApiError(404, f"No instance {instance_id}", type="not_found_error", code="lease_unknown")
-        log.info("deregistered %s", instance_id)
-        return json_response({"instance_id": instance_id, "deregistered": True})
-
-    async def set_weight(self, request: web.Request) -> web.Response:
-        """Change one instance's routing weight live (experiments: weight sweeps)."""
-        self._authorize(request)
-        instance_id = request.match_info["instance_id"]
-        payload = loads(await request.read())
-        weight = payload.get("weight") if isinstance(payload, dict) else None
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
-            raise bad_request("'weight' must be a positive number", param="weight")
-        if not self.instances.set_weight(instance_id, float(weight)):
-            raise ApiError(404, f"No instance {instance_id}", type="not_found_error", code="lease_unknown")
-        log.info("weight of %s set to %g", instance_id, weight)
-        return json_response({"instance_id": instance_id, "weight": float(weight)})
+        return await self._registry(request, "register")
 
     async def list_instances(self, request: web.Request) -> web.Response:
-        self._authorize(request)
-        return json_response({"models": self.instances.describe()})
+        return await self._registry(request, "list")
+
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        return await self._registry(request, "heartbeat")
+
+    async def deregister(self, request: web.Request) -> web.Response:
+        return await self._registry(request, "deregister")
+
+    async def set_weight(self, request: web.Request) -> web.Response:
+        return await self._registry(request, "weight")
+
+    async def _registry(self, request: web.Request, op: str) -> web.Response:
+        call = self.forward or self.registry_call
+        status, body = await call(
+            op,
+            request.match_info.get("instance_id", ""),
+            await request.read(),
+            request.headers.get("Authorization", ""),
+        )
+        return web.Response(body=body, status=status, content_type=JSON)
+
+    async def registry_call(
+        self, op: str, instance_id: str, body: bytes, authorization: str
+    ) -> tuple[int, bytes]:
+        """A registry request against this process's own table (the owner's, or the only one)."""
+        status, answer = self.registry.call(op, instance_id, body, authorization)
+        if status < 300 and self.changed is not None:
+            await self.changed(op)
+        return status, answer
 
 
 async def serve_frontend(config: FrontendConfig, stop: asyncio.Event) -> int:

@@ -111,15 +111,38 @@ def make_app(*, client_max_size: int = 1 << 20) -> web.Application:
     )
 
 
-async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Start serving `app`; port 0 takes an ephemeral port. Returns the runner and the bound port."""
+async def start_site(
+    app: web.Application, host: str, port: int, *, reuse_port: bool = False
+) -> tuple[web.AppRunner, int]:
+    """Start serving `app`; port 0 takes an ephemeral port. Returns the runner and the bound port.
+
+    `reuse_port`: other processes may listen on the same port (SO_REUSEPORT), and the
+    kernel spreads connections over them.
+    """
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
+    site = web.TCPSite(runner, host, port, reuse_address=True, reuse_port=reuse_port or None, backlog=1024)
     await site.start()
     sockets = [s for s in (site._server.sockets if site._server else [])]  # type: ignore[union-attr]
     bound = sockets[0].getsockname()[1] if sockets else port
     return runner, bound
+
+
+def reuseport_socket(host: str, port: int, *, listen: bool) -> socket.socket:
+    """A socket on (host, port) that other processes may bind too (SO_REUSEPORT).
+
+    Listening, the kernel spreads new connections over it and its siblings. Not
+    listening, it holds an ephemeral port while the processes that will serve it join
+    (a bound socket that does not listen takes no connections).
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(address)
+    if listen:
+        sock.listen(1024)
+        sock.setblocking(False)
+    return sock
 
 
 def is_loopback_host(host: str) -> bool:
@@ -165,6 +188,19 @@ def run_service(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def die_with_parent(parent: int) -> None:
+    """For a process a server started beside itself: SIGTERM when that server dies, even by
+    SIGKILL (the kernel's parent-death signal), and exit now if it already has."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # EOF on its socket to the server still ends it
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 def configure_logging(level: str = "INFO") -> None:

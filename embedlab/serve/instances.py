@@ -70,8 +70,37 @@ class Instance:
         }
 
 
+# What a routing process's replica needs of each instance (inflight stays each process's own).
+SHARED_FIELDS = (
+    "instance_id",
+    "endpoint",
+    "model",
+    "url",
+    "weight",
+    "pid",
+    "max_model_len",
+    "registered_at",
+    "last_heartbeat",
+    "suspect",
+)
+
+
+def instance_from(fields: dict[str, object]) -> Instance:
+    return Instance(**fields)  # type: ignore[arg-type]
+
+
+def instance_fields(instance: Instance) -> dict[str, object]:
+    return {name: getattr(instance, name) for name in SHARED_FIELDS}
+
+
 class InstanceTable:
-    """Model name -> instances. Not thread-safe: the frontend owns it on one event loop."""
+    """Model name -> instances. Not thread-safe: the frontend owns it on one event loop.
+
+    With `embedlab frontend --processes N` one process owns the table and the others hold
+    replicas (`snapshot` there, `apply_snapshot` here). Leases are compared with
+    time.monotonic(), which is one clock for every process of the machine, so a lapsed
+    lease leaves dispatch at the same instant in every replica.
+    """
 
     def __init__(
         self,
@@ -185,6 +214,33 @@ class InstanceTable:
             model: [i.describe(now) for i in instances if not self._lapsed(i, now)]
             for model, instances in sorted(self._by_model.items())
         }
+
+    def snapshot(self) -> dict[str, object]:
+        """The whole table as plain data, instances in registration order per model."""
+        return {
+            "known": sorted(self._known),
+            "instances": [instance_fields(i) for group in self._by_model.values() for i in group],
+        }
+
+    def apply_snapshot(self, snapshot: dict[str, object]) -> None:
+        """Become a copy of `snapshot`; instances that stay keep their objects (and in-flight counts)."""
+        old, self._instances, self._by_model = self._instances, {}, {}
+        for fields in snapshot["instances"]:  # type: ignore[attr-defined]
+            instance = old.get(fields["instance_id"])
+            if instance is None or any(
+                getattr(instance, k) != fields[k] for k in ("endpoint", "model", "url")
+            ):
+                instance = instance_from(fields)
+            else:
+                for name in SHARED_FIELDS[4:]:
+                    setattr(instance, name, fields[name])
+            self._instances[instance.instance_id] = instance
+            self._by_model.setdefault(instance.model, []).append(instance)
+        self._known = set(snapshot["known"])  # type: ignore[call-overload]
+        if self._on_remove is not None:
+            for instance_id, instance in old.items():
+                if self._instances.get(instance_id) is not instance:
+                    self._on_remove(instance)
 
     def _lapsed(self, instance: Instance, now: float) -> bool:
         return now - instance.last_heartbeat > self.ttl

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from ..errors import ConfigError
 from .instances import Instance
+from .shared_routing import SharedRouting
 
 
 class Policy(Protocol):
@@ -40,12 +41,19 @@ class WeightedRandom:
 
 
 class RoundRobin:
-    """Each model cycles through its instances in registration order."""
+    """Each model cycles through its instances in registration order.
 
-    def __init__(self, rng: random.Random) -> None:
+    With several routing processes the position is theirs together, so the split stays
+    exact over all of a model's requests.
+    """
+
+    def __init__(self, rng: random.Random, shared: SharedRouting | None = None) -> None:
         self._counters: dict[str, itertools.count[int]] = {}
+        self._shared = shared
 
     def pick(self, model: str, instances: Sequence[Instance]) -> Instance:
+        if self._shared is not None:
+            return instances[self._shared.next_position(model) % len(instances)]
         counter = self._counters.get(model)
         if counter is None:
             counter = self._counters[model] = itertools.count()
@@ -71,9 +79,11 @@ POLICIES: dict[str, Callable[[random.Random], Policy]] = {
 }
 
 
-def make_policy(mode: str, *, seed: int | None = None) -> Policy:
+def make_policy(mode: str, *, seed: int | None = None, shared: SharedRouting | None = None) -> Policy:
     try:
         factory = POLICIES[mode]
     except KeyError:
         raise ConfigError(f"unknown router mode {mode!r}; choose from {', '.join(POLICIES)}") from None
+    if factory is RoundRobin and shared is not None:
+        return RoundRobin(random.Random(seed), shared)
     return factory(random.Random(seed))

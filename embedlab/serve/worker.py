@@ -10,145 +10,54 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
 import sys
 import time
-from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 
-from ..defaults import LEASE_TTL_S, MAX_BODY_BYTES, METRIC, WORKER_HEADER
-from ..engines import EngineOptions, InvalidInput, check_dimensions, create_engine
-from ..errors import ConfigError, EngineError
-from .http import error_response, json_response, make_app, start_site
-from .instances import validate_endpoint
-from .openai import ApiError, bad_request, embedding_response, parse_embedding_request
+from ..defaults import LEASE_TTL_S, api_processes_for
+from ..engines import create_engine
+from ..errors import EngineError
+from .http import json_response, make_app, start_site
+from .ingest_pool import IngestPool
+from .request_plane import RequestPlane
+from .worker_config import WorkerConfig
+from .worker_metrics import Board, BoardCollector, WorkerMetrics
+
+__all__ = ["EXIT_CONFLICT", "EXIT_START_FAILED", "Worker", "WorkerConfig", "serve_worker"]
 
 log = logging.getLogger("embedlab.worker")
 
 EXIT_CONFLICT = 3
 EXIT_START_FAILED = 1
-# GET /get_load, as each router reads it (power-of-two): the two want incompatible shapes on
-# one path, so the stack that launches the worker says which.
-LOAD_FORMATS = {
-    "vllm": lambda inflight: {"load": inflight},
-    "sglang": lambda inflight: [
-        {"dp_rank": 0, "num_reqs": inflight, "num_waiting_reqs": 0, "num_tokens": inflight}
-    ],
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkerConfig:
-    """Settings of `embedlab worker`."""
-
-    engine: str
-    served_model_name: str
-    endpoint: str
-    frontend_url: str
-    engine_options: EngineOptions = field(default_factory=EngineOptions)
-    system_port: int = 0
-    system_host: str = "127.0.0.1"
-    host: str = "127.0.0.1"
-    port: int = 0
-    weight: float = 1.0
-    instance_id: str = field(default_factory=lambda: secrets.token_hex(8))
-    token: str | None = field(default=None, repr=False)
-    register_timeout: float = 60.0
-    max_body_bytes: int = MAX_BODY_BYTES
-    load_format: str = "vllm"  # the shape of GET /get_load: vllm-router's or sglang-router's
-
-    @property
-    def standalone(self) -> bool:
-        """No embedlab frontend to register with: a router in front was given this worker's URL."""
-        return not self.frontend_url
-
-    def __post_init__(self) -> None:
-        validate_endpoint(self.endpoint)
-        if self.weight <= 0:
-            raise ConfigError(f"--weight must be positive, got {self.weight}")
-        if self.load_format not in LOAD_FORMATS:
-            raise ConfigError(
-                f"--load-format must be one of {', '.join(LOAD_FORMATS)}, got {self.load_format!r}"
-            )
-
-    @property
-    def labels(self) -> dict[str, str]:
-        namespace, component, endpoint = self.endpoint.split(".")
-        return {
-            "dynamo_namespace": namespace,
-            "dynamo_component": component,
-            "dynamo_endpoint": endpoint,
-            "model": self.served_model_name,
-            "worker_id": self.instance_id,
-        }
-
-
-class WorkerMetrics:
-    """The Prometheus contract the harness reads, on a registry of this worker's own."""
-
-    def __init__(self, labels: dict[str, str]) -> None:
-        self.prom = CollectorRegistry(auto_describe=True)
-        names = list(labels)
-
-        def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, names, registry=self.prom)
-
-        # .labels() now, so every series is exported at 0 before the first request.
-        # The counter every check reads (prometheus_client adds the _total suffix).
-        self.requests = counter(METRIC.removesuffix("_total"), "Requests this worker received.").labels(
-            **labels
-        )
-        self.errors = counter(
-            "dynamo_component_errors", "Requests this worker answered with an error."
-        ).labels(**labels)
-        self.request_bytes = counter("dynamo_component_request_bytes", "Request body bytes received.").labels(
-            **labels
-        )
-        self.response_bytes = counter("dynamo_component_response_bytes", "Response body bytes sent.").labels(
-            **labels
-        )
-        self.duration = Histogram(
-            "dynamo_component_request_duration_seconds",
-            "Time to answer a request.",
-            names,
-            registry=self.prom,
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-        ).labels(**labels)
-        self.inflight = Gauge(
-            "dynamo_component_inflight_requests", "Requests being answered.", names, registry=self.prom
-        ).labels(**labels)
 
 
 class Worker:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self.metrics = WorkerMetrics(config.labels)
+        self.registry = self.metrics.prom  # what the system port's /metrics exposes
         self.engine = create_engine(config.engine, config.engine_options)
-        self.state = "starting"
+        self._state = "starting"
         self.url = ""
-        self.request_app = make_app(client_max_size=config.max_body_bytes)
-        # What routers probe on a worker's own port, beside the embeddings themselves.
-        self.request_app.add_routes(
-            [
-                web.post("/v1/embeddings", self.embeddings),
-                web.get("/health", self.health),
-                web.get("/v1/models", self.models),
-                *(
-                    web.get(path, self.server_info)
-                    for path in ("/get_server_info", "/server_info", "/get_model_info", "/model_info")
-                ),
-                web.get("/get_load", self.load),
-            ]
+        self.board: Board | None = None  # with ingest processes: their counters and our state
+        self.pool: IngestPool | None = None
+        self.plane = RequestPlane(
+            config,
+            engine=self.engine,
+            metrics=self.metrics,
+            state=lambda: self.state,
+            url=lambda: self.url,
+            describe=self._describe,
         )
-        self.inflight = 0
+        self.request_app = self.plane.app
         self.system_app = make_app()
         self.system_app.add_routes(
             [
                 web.get("/metrics", self.metrics_text),
-                web.get("/health", self.health),
+                web.get("/health", self.plane.health),
                 web.get("/live", self.live),
                 web.post("/drain", self.drain),
                 web.post("/resume", self.resume),
@@ -160,98 +69,28 @@ class Worker:
         self.exit_code = 0
         self.lease_ttl = LEASE_TTL_S
 
-    # -- request plane ------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        return self._state
 
-    async def embeddings(self, request: web.Request) -> web.Response:
-        metrics = self.metrics
-        metrics.requests.inc()  # once per request received, before decoding, as Dynamo counts
-        metrics.inflight.inc()
-        self.inflight += 1
-        started = time.perf_counter()
-        try:
-            body = await request.read()
-            metrics.request_bytes.inc(len(body))
-            parsed = parse_embedding_request(body)
-            if parsed.model != self.config.served_model_name:
-                raise ApiError(
-                    404,
-                    f"The model '{parsed.model}' does not exist. Served models: {self.config.served_model_name}",
-                    type="not_found_error",
-                    param="model",
-                    code="model_not_found",
-                )
-            check_dimensions(self.engine, parsed.dimensions)
-            result = await self.engine.embed(parsed.inputs, dimensions=parsed.dimensions)
-            payload = embedding_response(
-                model=self.config.served_model_name,
-                vectors=result.vectors,
-                prompt_tokens=result.prompt_tokens,
-                encoding_format=parsed.encoding_format,
-            )
-            metrics.response_bytes.inc(len(payload))
-            # Routers pass a worker's headers on: through them, each response names its worker.
-            return web.Response(
-                body=payload, content_type="application/json", headers={WORKER_HEADER: self.label}
-            )
-        except ApiError as exc:
-            metrics.errors.inc()
-            return error_response(exc)
-        except InvalidInput as exc:
-            metrics.errors.inc()
-            return error_response(bad_request(str(exc), param=exc.param, code=exc.code))
-        except web.HTTPException:
-            metrics.errors.inc()
-            raise
-        except Exception as exc:  # an engine failure is the server's fault: a 500 the frontend may retry
-            metrics.errors.inc()
-            log.exception("engine failed")
-            return error_response(
-                ApiError(500, f"The engine failed: {exc.__class__.__name__}: {exc}", type="server_error")
-            )
-        finally:
-            metrics.inflight.dec()
-            self.inflight -= 1
-            metrics.duration.observe(time.perf_counter() - started)
+    @state.setter
+    def state(self, value: str) -> None:
+        self._state = value
+        if self.board is not None:
+            self.board.state = value
+
+    @property
+    def label(self) -> str:
+        return self.plane.label
+
+    async def _describe(self) -> dict[str, object] | None:
+        describe = getattr(self.engine, "describe", None)
+        return describe() if describe is not None else None
 
     # -- system port --------------------------------------------------------------------
 
     async def metrics_text(self, request: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(self.metrics.prom), content_type="text/plain", charset="utf-8"
-        )
-
-    async def health(self, request: web.Request) -> web.Response:
-        payload = {
-            "status": "ready" if self.state == "ready" else "notready",
-            "state": self.state,
-            "model": self.config.served_model_name,
-            "endpoint": self.config.endpoint,
-            "instance_id": self.config.instance_id,
-            "engine": self.config.engine,
-            "url": self.url,
-        }
-        describe = getattr(self.engine, "describe", None)
-        if describe is not None and self.state not in ("starting", "loading"):
-            payload["engine_info"] = describe()  # e.g. the captured CUDA graph buckets, the batch histogram
-        return json_response(payload, status=200 if self.state == "ready" else 503)
-
-    @property
-    def label(self) -> str:
-        return f"{self.config.endpoint}/{self.config.instance_id}"
-
-    async def models(self, request: web.Request) -> web.Response:
-        """OpenAI's model list: the one model this worker serves."""
-        model = {"id": self.config.served_model_name, "object": "model", "owned_by": "embedlab", "created": 0}
-        return json_response({"object": "list", "data": [model]})
-
-    async def server_info(self, request: web.Request) -> web.Response:
-        # served_model_name alone: with a model_path, sglang-router tries to download a tokenizer.
-        return json_response(
-            {"served_model_name": self.config.served_model_name, "max_model_len": self.engine.max_model_len}
-        )
-
-    async def load(self, request: web.Request) -> web.Response:
-        return json_response(LOAD_FORMATS[self.config.load_format](self.inflight))
+        return web.Response(body=generate_latest(self.registry), content_type="text/plain", charset="utf-8")
 
     async def live(self, request: web.Request) -> web.Response:
         return json_response({"status": "live"})
@@ -290,9 +129,21 @@ class Worker:
         log.info("system server on http://%s:%d (metrics, health, live)", cfg.system_host, system_port)
         self.state = "loading"
         await self.engine.start()
-        runner, port = await start_site(self.request_app, cfg.host, cfg.port)
-        self._runners.append(runner)
-        self.url = f"http://{cfg.host}:{port}"
+        processes = self._api_processes()
+        if processes > 1:
+            self.pool = IngestPool(
+                cfg, self.engine, processes=processes, state=self.state, on_failure=self._ingest_failed
+            )
+            await self.pool.start()
+            self.board = self.pool.board
+            # The system port now reads every ingest process's counters, summed.
+            self.registry = CollectorRegistry(auto_describe=True)
+            self.registry.register(BoardCollector(self.board, cfg.labels))
+            self.url = self.pool.url
+        else:
+            runner, port = await start_site(self.request_app, cfg.host, cfg.port)
+            self._runners.append(runner)
+            self.url = f"http://{cfg.host}:{port}"
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         if not cfg.standalone:
             self.state = "registering"
@@ -305,6 +156,20 @@ class Worker:
             cfg.instance_id,
             self.url,
         )
+
+    def _ingest_failed(self, code: int) -> None:
+        self.exit_code = code
+        self.fatal.set()
+
+    def _api_processes(self) -> int:
+        asked = self.config.api_processes
+        if asked == 1 or (asked is None and not getattr(self.engine, "owns_device", False)):
+            return 1
+        if not hasattr(self.engine, "ingest_spec"):
+            if asked is None:
+                return 1
+            raise EngineError(f"the {self.config.engine} engine cannot run with --api-processes {asked}")
+        return asked or api_processes_for(os.cpu_count() or 1)
 
     async def _register(self, *, deadline: float) -> float:
         """Register, waiting for the frontend to come up. Returns the heartbeat interval."""
@@ -381,6 +246,8 @@ class Worker:
         if self._session is not None and self.state == "ready":
             self.state = "stopping"
             await self._deregister()
+        if self.pool is not None:
+            await self.pool.stop()  # ingest processes finish what they hold, the engine still up
         for runner in reversed(self._runners):
             await runner.cleanup()
         if self._session is not None:

@@ -124,6 +124,48 @@ def test_a_partial_batch_waits_while_a_full_one_is_in_flight() -> None:
     asyncio.run(run())
 
 
+def test_with_pipeline_min_a_partial_batch_queues_behind_the_one_in_flight() -> None:
+    async def run() -> None:
+        runner = Recorder(gated=True)
+        batcher = DynamicBatcher(
+            runner, max_batch_size=8, wait_ms=20, max_wait_ms=60_000, inline=lambda *_: True, pipeline_min=3
+        )
+        batcher.start()
+
+        def submit(*firsts: int) -> list[asyncio.Future[np.ndarray]]:
+            return [asyncio.ensure_future(batcher.submit([[f]])) for f in firsts]
+
+        try:
+            alone = submit(1)
+            await settle()
+            assert runner.batches == [[[1]]]
+            two = submit(2, 3)
+            await settle()
+            assert batcher.batches == 1  # two behind one in flight: fewer than pipeline_min
+            third = submit(4)
+            await settle()
+            assert batcher.batches == 2  # three: it goes behind the one in flight, not yet full
+            await launched(runner, 2)
+            assert runner.batches[1] == [[2], [3], [4]]
+            more = submit(5, 6, 7)
+            await settle()
+            assert batcher.batches == 2  # two in flight already: max_inflight holds
+            runner.pending[0].gate.set()
+            await asyncio.wait_for(alone[0], timeout=10)
+            await launched(runner, 3)  # a slot came free: the three waiting go behind the second
+            assert runner.batches[2] == [[5], [6], [7]]
+            for pending in runner.pending:
+                pending.gate.set()
+            results = await asyncio.wait_for(asyncio.gather(*two, *third, *more), timeout=10)
+            assert [r[0, 0] for r in results] == [2, 3, 4, 5, 6, 7]
+        finally:
+            for pending in runner.pending:
+                pending.gate.set()
+            await batcher.close()
+
+    asyncio.run(run())
+
+
 def test_closed_loop_clients_fill_every_batch() -> None:
     """64 clients, batches of 16, two in flight: after the first forward every batch is
     full, so no cycle of tiny batches can form."""

@@ -1,0 +1,65 @@
+"""The messages a worker's ingest processes and its engine process exchange over a `Channel`.
+
+Fixed binary layouts, no pickling: a 24-byte head, then int32 token ids (lengths first) one
+way and float32 vectors the other. Only the rare messages (a failure, `/health`'s engine
+info) carry JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import numpy as np
+
+# kind, request id, then per kind: (sequences, tokens, dimensions) or (rows, dim, -)
+HEAD = struct.Struct("<IIIIi4x")
+# ingest -> engine
+EMBED, DESCRIBE, READY = 1, 2, 3
+# engine -> ingest
+VECTORS, FAILED, INFO = 11, 12, 13
+
+
+def head(view: memoryview) -> tuple[int, int, int, int, int]:
+    return HEAD.unpack_from(view)  # type: ignore[return-value]
+
+
+def embed_request(request_id: int, lengths: np.ndarray, ids: np.ndarray, dimensions: int | None) -> bytes:
+    return b"".join(
+        (
+            HEAD.pack(EMBED, request_id, len(lengths), len(ids), -1 if dimensions is None else dimensions),
+            lengths.tobytes(),
+            ids.tobytes(),
+        )
+    )
+
+
+def embed_sequences(view: memoryview, count: int, tokens: int) -> list[np.ndarray]:
+    """The request's sequences as int32 arrays, copied out of the ring (which is reused at once)."""
+    lengths = np.frombuffer(view, dtype=np.int32, count=count, offset=HEAD.size).tolist()
+    ids = np.frombuffer(view, dtype=np.int32, count=tokens, offset=HEAD.size + 4 * count).copy()
+    if count == 1:
+        return [ids]
+    seqs, start = [], 0
+    for n in lengths:
+        seqs.append(ids[start : start + n])
+        start += n
+    return seqs
+
+
+def vectors_reply(request_id: int, vectors: np.ndarray) -> bytes:
+    rows, dim = vectors.shape
+    return HEAD.pack(VECTORS, request_id, rows, dim, 0) + np.ascontiguousarray(vectors, np.float32).tobytes()
+
+
+def read_vectors(view: memoryview, rows: int, dim: int) -> np.ndarray:
+    return np.frombuffer(view, dtype=np.float32, count=rows * dim, offset=HEAD.size).reshape(rows, dim).copy()
+
+
+def json_message(kind: int, request_id: int, payload: Any) -> bytes:
+    return HEAD.pack(kind, request_id, 0, 0, 0) + json.dumps(payload).encode()
+
+
+def read_json(view: memoryview) -> Any:
+    return json.loads(bytes(view[HEAD.size :]))
