@@ -17,8 +17,8 @@ ring travels in fragments (FIRST, then LAST), so any request the HTTP limit allo
 A Unix socketpair beside the memory is the doorbell: one byte after a batch of writes,
 coalesced to one per loop iteration, wakes the other side's event loop. A flag in the
 ring's header skips the byte while the consumer has one it has not yet acted on (it
-clears the flag before it reads the socket and drains): a send wakes a process, and
-costs more than the write into the ring. Should a store of the producer's still be on
+clears the flag after it reads the socket and before it drains): a send wakes a process,
+and costs more than the write into the ring. Should a store of the producer's still be on
 its way when the consumer drains (the flag and the ring are plain memory, not fenced),
 a poll every few milliseconds picks the message up. The socketpair also tells each side
 when the other died: EOF. A producer whose ring is full keeps the rest in a backlog and
@@ -165,6 +165,9 @@ class Channel:
         if self.closed:
             return
         if self._rx.pending():
+            # A byte was skipped for a flag left set: clear it, or every later message would
+            # wait for this poll too.
+            self._rx.bell = False
             self.drain()
         assert self._loop is not None
         self._poller = self._loop.call_later(POLL_S, self._poll)
@@ -241,7 +244,6 @@ class Channel:
     # -- receiving ----------------------------------------------------------------------
 
     def _readable(self) -> None:
-        self._rx.bell = False  # before the drain: a message written after it rings again
         try:
             data = self._sock.recv(4096)
         except BlockingIOError:
@@ -251,6 +253,10 @@ class Channel:
         if not data:
             self._lost()
             return
+        # After the read and before the drain: cleared before the read, a byte rung meanwhile
+        # would be read by the same recv, and the flag left set with no byte to clear it:
+        # every later message would skip its byte and wait for the poll (5 ms at c=1).
+        self._rx.bell = False
         self.drain()
         if self._backlog:
             self._flush()
