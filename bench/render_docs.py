@@ -1215,17 +1215,24 @@ NOTES: dict[str, str] = {
   as long as the GPU was busy.
 - *c=768 and c=1024 below c=512* (17,505 and 18,322, p99 about 470 ms): the GPU's busy share
   falls to 80-83% as batches grow to 158 and 210; the long tail was not isolated.
-- *c=1 p50, 13 tokens: 5.3 ms, missed* (goal 4 ms). The single-process worker on the same
-  GPU, through the same frontend, answered in 2.9 ms in this call; the 6-ingest worker took
-  5.3 ms through the frontend and past it alike, so the added time is the ingest hop. A
-  diagnostic call (`bench/gpu_c1_after_load.py`, printed output only) isolates when it
-  happens: three compiled workers on one H200 (6 ingest processes with and without
-  `pipeline_min`, and 1 process) answered c=1 in 2.5 to 2.7 ms p50 each, twice over; after
-  3 s of c=512 against the first of them, both 6-ingest workers answered in 5.2 to 5.3 ms
-  (p90 6.1 to 6.2), the one that took none of that load included, while the single-process
-  worker stayed at 2.6 ms. The period matches the channel's 5 ms fallback poll, which
-  suggests that after a saturating load the doorbell's wake-up no longer arrives before
-  the poll does. Not resolved within this issue's device time.
+- *c=1 p50, 13 tokens: 5.3 ms in the full run, missed there* (goal 4 ms); *2.9 ms after the
+  fix, direct to the worker*. The single-process worker on the same GPU, through the same
+  frontend, answered in 2.9 ms in the full call; the 6-ingest worker took 5.3 ms through
+  the frontend and past it alike, so the added time was the ingest hop. A diagnostic call
+  (`bench/gpu_c1_after_load.py`) isolated when it happened: three compiled workers (6
+  ingest processes with and without `pipeline_min`, and 1 process) answered c=1 in 2.5 to
+  2.7 ms p50 each, twice over; after 3 s of c=512 against the first of them, both 6-ingest
+  workers answered in 5.2 to 5.3 ms, the one that took none of that load included: the
+  period of the channel's 5 ms fallback poll. The cause: the consumer cleared the doorbell
+  flag *before* reading the socket, so a byte rung in between was read by the same recv
+  and the flag stayed set with no byte behind it; from then on every message skipped its
+  byte and waited for the poll. The consumer now clears it after its read (and the poll
+  clears a flag it finds set); `tests/unit/test_multiprocess_parts.py` reproduces the
+  interleaving and fails against the old order. The same diagnostic after the fix
+  (`bench/results/gpu_c1_after_load.txt`, one H200): 2.9 / 2.9 / 2.8 ms p50 before the
+  load, 17,971 req/s at c=512 on the first worker, then **2.9 / 2.9 / 2.8 ms after it**
+  (p90 3.1). The full matrix (through the frontend, which adds about 0.3 ms at c=1) was not
+  run again on the fixed code: the device time was spent.
 - *16 inputs per request* (20,617 seq/s at c=64): the GPU, 93% busy.
 - *128 tokens* (4,023 seq/s at 16 inputs per request, 2.35x the best plain batched forward,
   1,711 at batch 1024; 3,429 at 1 input per request and c=256): the GPU, 96-98% busy on
