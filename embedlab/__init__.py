@@ -62,7 +62,7 @@ _EXPORTS: dict[str, str] = {
     "knob": "scenarios.params",
     "SweepResult": "scenarios.explore",
     "check_explore": "scenarios.explore",
-    "drain": "scenarios.resilience",
+    "drain": "scenarios.drain",
     "failover": "scenarios.resilience",
     "multi_model_dispatch": "scenarios.dispatch",
     "live_deployment": "scenarios.live",
@@ -160,6 +160,7 @@ if TYPE_CHECKING:
         multi_model_dispatch as multi_model_dispatch,
         same_model_load_balance as same_model_load_balance,
     )
+    from .scenarios.drain import drain as drain
     from .scenarios.explore import (
         Explorer as Explorer,
         SweepResult as SweepResult,
@@ -179,10 +180,7 @@ if TYPE_CHECKING:
         register_scenario as register_scenario,
         scenario_names as scenario_names,
     )
-    from .scenarios.resilience import (
-        drain as drain,
-        failover as failover,
-    )
+    from .scenarios.resilience import failover as failover
     from .scenarios.results import Figures as Figures, ScenarioResult as ScenarioResult
     from .specs import (
         DeploymentSpec as DeploymentSpec,

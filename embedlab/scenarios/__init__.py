@@ -4,7 +4,7 @@
 - `plans`: `ScenarioPlan` (plain values, checked when made) and `run_scenario`.
 - `results`: the one result model, plain typed data.
 - `bursts`: one burst between two counter snapshots, judged; what every scenario is made of.
-- `dispatch` (same-model, multi-model), `resilience` (failover, drain), `explore` (live
+- `dispatch` (same-model, multi-model), `resilience` (failover), `drain`, `explore` (live
   bursts, weight sweeps): one module per family.
 - `live`: one live deployment per notebook (`start_deployment`), for cells that keep it.
 

@@ -25,7 +25,16 @@ from ..traffic import Input, RequestRecord, asend_burst, default_inputs
 from ..verdicts import Verdict
 from .results import Burst, WorkerInfo
 
-__all__ = ["BurstSpec", "judge", "run_burst", "served_models", "serving", "status_codes", "workers_of"]
+__all__ = [
+    "BurstSpec",
+    "judge",
+    "launched",
+    "run_burst",
+    "served_models",
+    "serving",
+    "status_codes",
+    "workers_of",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +91,15 @@ def served_models(frontend_url: str) -> list[str]:
             return [m["id"] for m in response.json().get("data", [])]
     except (httpx.HTTPError, ValueError, KeyError, AttributeError) as exc:
         raise TrafficError(f"cannot list models at {url}: {exc.__class__.__name__}: {exc}") from exc
+
+
+def launched(target: Deployment | Target, *, scenario: str, changes: str = "a worker") -> Deployment:
+    """`target` as a deployment embedlab launched: the scenarios that kill or reconfigure need one."""
+    if not isinstance(target, Deployment):
+        raise ConfigError(
+            f"{scenario} changes {changes}: it needs a deployment embedlab launched, not an attached one"
+        )
+    return target
 
 
 def serving(

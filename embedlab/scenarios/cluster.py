@@ -25,7 +25,7 @@ from ..errors import ConfigError, DeploymentStoppedError
 from ..progress import LaunchProgress
 from ..traffic import BurstResult, run_sync
 from ..verdicts import Verdict
-from .bursts import serving, workers_of
+from .bursts import launched, serving, workers_of
 from .cluster_figures import (
     RATE,
     EtcdRestartParams,
@@ -298,16 +298,10 @@ def lease_ttl_sweep(
 # -- as registered scenarios: run(target, plan) -------------------------------------------------
 
 
-def _launched(target: Any, name: str) -> Deployment:
-    if not isinstance(target, Deployment):
-        raise ConfigError(f"{name} changes the cluster: it needs a deployment embedlab launched")
-    return target
-
-
 def run_partition(target: Any, plan: ScenarioPlan) -> ScenarioResult:
     params: PartitionParams = plan.params
     return partition(
-        _launched(target, "partition"),
+        launched(target, scenario="partition", changes="the cluster"),
         victim=params.victim,
         concurrency=params.concurrency,
         progress=plan.progress,
@@ -317,7 +311,7 @@ def run_partition(target: Any, plan: ScenarioPlan) -> ScenarioResult:
 def run_etcd_restart(target: Any, plan: ScenarioPlan) -> ScenarioResult:
     params: EtcdRestartParams = plan.params
     return etcd_restart(
-        _launched(target, "etcd-restart"),
+        launched(target, scenario="etcd-restart", changes="the cluster"),
         down_for=params.down_s,
         concurrency=params.concurrency,
         progress=plan.progress,

@@ -177,7 +177,7 @@ SCENARIOS: Registry[Scenario] = Registry(
             deploys=True,
         ),
         "drain": _builtin(
-            "drain", "resilience", "run_drain", "DrainParams",
+            "drain", "drain", "run_drain", "DrainParams",
             "a worker is taken out of dispatch while it keeps serving (the stack's own way): it must get "
             "nothing, and come back after", launches=True,
         ),

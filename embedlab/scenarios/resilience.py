@@ -1,7 +1,6 @@
-"""Scenarios in which a worker leaves: killed mid-burst (failover) or drained (rolling restart).
+"""A worker killed mid-burst: does the frontend stop sending to it, and how much is lost?
 
-Both need a deployment embedlab launched: they kill a process or call a worker's
-system port. A dead worker cannot be scraped, so its row in the failover table comes
+Failover needs a deployment embedlab launched: it kills a process. A dead worker cannot be scraped, so its row in the failover table comes
 from the requests attributed to it, not from its counter.
 """
 
@@ -24,7 +23,7 @@ from ..stacks import get_stack
 from ..targets import Target
 from ..traffic import RequestRecord, asend_burst, default_inputs, run_sync
 from ..verdicts import Verdict
-from .bursts import BurstSpec, judge, run_burst, served_models, serving, status_codes, workers_of
+from .bursts import launched, served_models, serving, status_codes, workers_of
 from .params import knob
 from .results import Burst, DataFigures, Event, ScenarioResult, worker_label
 
@@ -32,13 +31,9 @@ if TYPE_CHECKING:
     from .plans import ScenarioPlan
 
 __all__ = [
-    "DrainFigures",
-    "DrainParams",
     "FailoverFigures",
     "FailoverParams",
-    "drain",
     "failover",
-    "run_drain",
     "run_failover",
     "run_failover_without_retries",
 ]
@@ -56,13 +51,6 @@ class FailoverParams:
             f"{self.requests} requests at concurrency {self.concurrency}, worker {self.victim} SIGKILLed "
             f"after {self.kill_after} responses"
         )
-
-
-@dataclass(frozen=True, kw_only=True)
-class DrainParams:
-    requests: int = knob(20, "requests in the burst sent while the victim is drained", min=1)
-    concurrency: int = knob(4, "requests in flight at once", min=1)
-    victim: int = knob(1, "the index of the worker that is drained", min=0)
 
 
 @dataclass(frozen=True)
@@ -125,37 +113,6 @@ class FailoverFigures(DataFigures):
         return {"lost": f"{self.failed_requests} of {self.requests}{shown}", "out of dispatch": out}
 
 
-@dataclass(frozen=True)
-class DrainFigures(DataFigures):
-    """What drain measured: the drained worker's delta during the burst, and whether it came back."""
-
-    victim: int
-    victim_delta: float | None
-    resumed: bool
-
-    def rows(self) -> list[tuple[str, str]]:
-        return [
-            ("drained", f"worker {self.victim}"),
-            (
-                "its delta while drained",
-                "not read" if self.victim_delta is None else f"{self.victim_delta:.0f}",
-            ),
-            ("registered again after", "yes" if self.resumed else "no (left drained)"),
-        ]
-
-    def key_figures(self) -> dict[str, Any]:
-        counted = None if self.victim_delta is None else round(self.victim_delta)
-        return {"drained worker counted": counted}
-
-
-def _launched(deployment: Deployment | Target, scenario: str) -> Deployment:
-    if not isinstance(deployment, Deployment):
-        raise ConfigError(
-            f"{scenario} changes a worker: it needs a deployment embedlab launched, not an attached one"
-        )
-    return deployment
-
-
 async def _dispatchable(client: httpx.AsyncClient, deployment: Deployment, endpoint: str) -> bool:
     """Whether the frontend would still dispatch to `endpoint`."""
     health = (await client.get(deployment.health_url, timeout=2.0)).json()
@@ -182,7 +139,7 @@ def failover(
     TTLs. Elsewhere (`assert_zero_loss=False`, the default there) the same figures are
     reported, not asserted.
     """
-    deployment = _launched(deployment, "failover")
+    deployment = launched(deployment, scenario="failover")
     model, indices = serving(deployment, model)
     if victim not in indices:
         raise ConfigError(f"worker {victim} does not serve '{model}'")
@@ -335,60 +292,6 @@ def _failover_verdict(
     return (Verdict.FAILED if reasons else Verdict.PASSED), reasons
 
 
-def drain(
-    deployment: Deployment,
-    *,
-    victim: int = DrainParams.victim,
-    requests: int = DrainParams.requests,
-    concurrency: int = DrainParams.concurrency,
-    model: str | None = None,
-    resume: bool = True,
-    progress: bool = False,
-) -> ScenarioResult:
-    """Take worker `victim` out of dispatch while it keeps serving, then check it receives nothing.
-
-    Each stack drains its own way: embedlab's worker deregisters, vllm-router and
-    sglang-router remove it through their worker APIs. With `resume` it is put back
-    afterwards, so the deployment can be reused.
-    """
-    deployment = _launched(deployment, "drain")
-    model, indices = serving(deployment, model)
-    if victim not in indices:
-        raise ConfigError(f"worker {victim} does not serve '{model}'")
-    target = deployment.target()
-    spec = BurstSpec(
-        name=f"{model} (worker {victim} drained)",
-        model=model,
-        expected=frozenset(i for i in indices if i != victim),
-        requests=requests,
-        concurrency=concurrency,
-        inputs=default_inputs(requests),
-    )
-    started = time.monotonic()
-    since = len(deployment.events)
-    deployment.steering.drain(victim)  # the stack's own way (UnsupportedError where it has none)
-    try:
-        burst = run_sync(run_burst(target, spec, progress=progress))
-    finally:
-        if resume:
-            deployment.steering.resume(victim)
-    verdict, reasons = judge([burst], exact_total=True)
-    origin = burst.traffic.origin
-    events = [Event(e.at - origin, e.kind, e.detail) for e in deployment.events[since:]]
-    return ScenarioResult(
-        scenario="drain",
-        stack=deployment.spec.stack,
-        params={"requests": requests, "victim": victim, "model": model},
-        workers=workers_of(deployment),
-        bursts=[burst],
-        verdict=verdict,
-        reasons=reasons,
-        wall_seconds=time.monotonic() - started,
-        events=events,
-        figures=DrainFigures(victim=victim, victim_delta=burst.delta(victim), resumed=resume),
-    )
-
-
 # -- as registered scenarios: run(target, plan) -------------------------------------------------
 
 
@@ -406,23 +309,11 @@ def run_failover_without_retries(target: None, plan: ScenarioPlan) -> ScenarioRe
 def run_failover(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
     params: FailoverParams = plan.params
     return failover(
-        _launched(target, "failover"),
+        launched(target, scenario="failover"),
         requests=params.requests,
         concurrency=params.concurrency,
         kill_after=params.kill_after,
         victim=params.victim,
-        model=plan.models[0] if plan.models else None,
-        progress=plan.progress,
-    )
-
-
-def run_drain(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
-    params: DrainParams = plan.params
-    return drain(
-        _launched(target, "drain"),
-        victim=params.victim,
-        requests=params.requests,
-        concurrency=params.concurrency,
         model=plan.models[0] if plan.models else None,
         progress=plan.progress,
     )
