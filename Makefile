@@ -24,7 +24,9 @@ test: install routers cluster-debs test-debs
 cluster-debs:
 	@scripts/ensure-debs "on a Debian or Ubuntu machine" etcd:etcd-server ip:iproute2 haproxy:haproxy nginx:nginx
 
+# hey plays another client sharing an attached pool (tests/integration/test_attached_pool.py).
 test-debs:
+	@scripts/ensure-debs "on a Debian or Ubuntu machine" hey:hey
 ifneq ($(EMBEDLAB_ALLOW_NO_BROWSER),1)
 	@scripts/ensure-debs "or skip the browser tests on purpose: make test EMBEDLAB_ALLOW_NO_BROWSER=1" chromium:chromium
 endif

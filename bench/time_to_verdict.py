@@ -4,6 +4,10 @@ Each scenario on each stack runs in a fresh Python process (cold imports include
 the hash engine and with the tiny transformers model, and reports where the time went.
 
     .venv/bin/python bench/time_to_verdict.py [--repeat 3] [--engines hash,transformers] [--stacks embedded,dynamo,dynamo-etcd-3hosts]
+    .venv/bin/python bench/time_to_verdict.py --quiet-only   # the quiet windows' cost alone
+
+The quiet windows' cost per burst is measured on one warm deployment per stack: the
+same-model burst with its quiet windows and without, in turns, on the same inputs.
 
 `dynamo-etcd-3hosts` is Dynamo on etcd with its workers on two other hosts (network
 namespaces; as root): etcd, the namespaces and their teardown count in the wall time.
@@ -19,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -71,6 +76,48 @@ def measure(scenario: str, label: str, engine: str) -> dict[str, float]:
     return row
 
 
+def quiet_window_cost(label: str, runs: int) -> dict[str, Any]:
+    """Median wall time of one same-model burst and its check, with and without quiet windows."""
+    from embedlab import Deployment, DeploymentSpec
+    from embedlab.defaults import QUIET_WINDOW_S
+    from embedlab.scenarios.bursts import BurstSpec, judge, run_burst
+    from embedlab.scenarios.dispatch import SameModelParams
+    from embedlab.traffic import default_inputs, run_sync
+
+    stack, discovery, hosts = STACKS[label]
+    spec = DeploymentSpec.same_model("embed-model", workers=2, stack=stack, discovery=discovery, hosts=hosts)
+    times: dict[float, list[float]] = {QUIET_WINDOW_S: [], 0.0: []}
+    verdicts: set[str] = set()
+    with Deployment(spec) as dep:
+        target = dep.target()
+        for i in range(2 * runs):
+            quiet = QUIET_WINDOW_S if i % 2 == 0 else 0.0
+            burst = BurstSpec(
+                name="same-model",
+                model="embed-model",
+                expected=frozenset({0, 1}),
+                requests=SameModelParams.requests,
+                concurrency=SameModelParams.concurrency,
+                inputs=default_inputs(SameModelParams.requests),
+                quiet_s=quiet,
+            )
+            started = time.perf_counter()
+            verdict, _ = judge([run_sync(run_burst(target, burst))], exact_total=True)
+            times[quiet].append(time.perf_counter() - started)
+            verdicts.add(str(verdict))
+    with_s, without_s = (statistics.median(times[q]) for q in (QUIET_WINDOW_S, 0.0))
+    return {
+        "stack": label,
+        "runs": runs,
+        "requests": SameModelParams.requests,
+        "window_s": QUIET_WINDOW_S,
+        "with_windows_s": with_s,
+        "without_windows_s": without_s,
+        "cost_s": with_s - without_s,
+        "verdicts": sorted(verdicts),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -86,6 +133,10 @@ def main() -> int:
         default=0.3,
         help="wait until processes not ours use at most this many cores",
     )
+    parser.add_argument(
+        "--quiet-runs", type=int, default=10, help="bursts each way for the quiet windows' cost"
+    )
+    parser.add_argument("--quiet-only", action="store_true", help="measure the quiet windows' cost alone")
     args = parser.parse_args()
     load = wait_for_quiet(
         max_load=args.max_load, max_foreign_cores=args.max_foreign
@@ -95,6 +146,20 @@ def main() -> int:
         from embedlab.engines.tiny import cached_tiny_model
 
         cached_tiny_model("bert"), cached_tiny_model("qwen3")  # building models is not part of a verdict
+    quiet = []
+    for label in args.stacks.split(","):
+        row = quiet_window_cost(label, args.quiet_runs)
+        quiet.append(row)
+        print(
+            f"quiet windows on {label}: {row['with_windows_s']:.3f} s a burst with, {row['without_windows_s']:.3f} s "
+            f"without: +{row['cost_s']:.3f} s ({row['verdicts']})",
+            flush=True,
+        )
+    if args.quiet_only:
+        earlier = json.loads(args.json.read_text()) if args.json.is_file() else {}
+        earlier.update(quiet_windows=quiet, quiet_windows_machine=machine_info())
+        args.json.write_text(json.dumps(earlier, indent=2) + "\n")
+        return 0
     rows = []
     print(
         f"{'scenario':<12} {'stack':<19} {'engine':<13} {'wall s':>7} {'import':>7} {'launch+ready':>13} {'burst+check':>12} {'teardown':>9}"
@@ -136,6 +201,7 @@ def main() -> int:
         "load": {"start": load, "end": {"load_1m": round(os.getloadavg()[0], 2)}},
         "rows": rows,
         "both_hash_embedded_s": both,
+        "quiet_windows": quiet,
     }
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

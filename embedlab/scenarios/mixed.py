@@ -86,7 +86,7 @@ class ModelSplit:
     counted: float  # by its replicas' counters
     deltas: tuple[float, ...]  # per replica, in index order
     p_value: float | None
-    verdict: str  # this model's own: passed, failed or reported
+    verdict: str  # this model's own: passed, failed, reported, or inconclusive with its burst
     reasons: tuple[str, ...] = ()
 
 
@@ -231,6 +231,9 @@ def _judge_model(
             f"{elsewhere} of its responses came from another model's replica (by the frontend's header)"
         )
     verdict = Verdict.FAILED if reasons else (Verdict.REPORTED if split is Split.REPORT else Verdict.PASSED)
+    if burst.inconclusive:
+        # The counters carry traffic embedlab did not send: these figures judge nothing.
+        verdict, reasons = Verdict.INCONCLUSIVE, ["not judged: the burst is inconclusive"]
     return ModelSplit(
         burst=burst.name, model=model, replicas=tuple(replicas), sent=sent, counted=counted, deltas=tuple(deltas),
         p_value=p_value, verdict=str(verdict), reasons=tuple(reasons),
