@@ -6,18 +6,30 @@ clean deployments run 100 times per scenario. The detection and false-alarm rate
 the burst size the fairness test needs to catch a 90/10 skew, go into
 docs/verification.md and bench/results/verification_power.json.
 
-    .venv/bin/python bench/verification_power.py [--runs 50] [--clean-runs 100]
+    .venv/bin/python bench/verification_power.py [--runs 50] [--clean-runs 100] [--background-runs 20]
+
+With another client: `hey` sends one model's requests, 20 a second, to the same pool
+during every run, and the checks run twice, on one deployment, in turns: launched (the
+embedded stack names the serving worker on each response, which proves placement) and as
+an attached user sees it (the counters alone, which cannot tell that client's requests
+from the check's).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import platform
+import signal
 import statistics
+import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from scipy import stats
@@ -29,6 +41,9 @@ from embedlab.defaults import FAIRNESS_ALPHA as DEFAULT_FAIRNESS_ALPHA
 from embedlab.scenarios.dispatch import SameModelParams
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from measure import HEY  # noqa: E402
+
 MULTI_BURST = 10  # multi_model_dispatch's default requests_per_burst
 
 
@@ -94,6 +109,66 @@ def measure(case: Case, runs: int) -> None:
     case.seconds = time.monotonic() - started
 
 
+@contextlib.contextmanager
+def another_client(dep: Deployment, model: str, *, rate: int = 20) -> Iterator[None]:
+    """`hey` sending `model`'s requests at `rate` a second for as long as the block runs."""
+    body = json.dumps({"model": model, "input": "another client's request"})
+    argv = [
+        HEY,
+        "-z",
+        "3600s",
+        "-c",
+        "1",
+        "-q",
+        str(rate),
+        "-m",
+        "POST",
+        "-T",
+        "application/json",
+        "-d",
+        body,
+    ]
+    proc = subprocess.Popen(
+        [*argv, f"{dep.frontend_url}/v1/embeddings"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        yield
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+@dataclass
+class BackgroundCase:
+    label: str
+    fault: str | None
+    scenario: str
+    requests: int
+    verdicts: dict[str, Counter[str]] = field(
+        default_factory=lambda: {"launched": Counter(), "attached": Counter()}
+    )
+    proven_by_header: int = 0
+
+
+def measure_with_another_client(case: BackgroundCase, runs: int) -> None:
+    base = Case(case.label, case.fault, case.scenario, case.requests, "")
+    with Deployment(spec_for(base)) as dep:
+        # Counters only, as `embedlab scenario --frontend-url ... --system-url ...` sees it.
+        attached = replace(dep.target(), endpoints=(), stack="attached")
+        model = "model-a" if case.scenario == "multi-model" else "embed-model"
+        with another_client(dep, model):
+            for _ in range(runs):
+                for how, target in (("launched", dep), ("attached", attached)):
+                    plan = ScenarioPlan(scenario=case.scenario, params={"requests": case.requests})
+                    result = plan.run_on(target)
+                    case.verdicts[how][str(result.verdict)] += 1
+                    if how == "launched":
+                        case.proven_by_header += sum(1 for b in result.bursts if b.proven_by)
+
+
 def skew_power(n: int, skew: float = 0.9, alpha: float = DEFAULT_FAIRNESS_ALPHA) -> tuple[float, float]:
     """Exact power against a skewed split, and the false-alarm rate, of the fairness test."""
     rejects = [k for k in range(n + 1) if stats.binomtest(k, n, 0.5).pvalue < alpha]
@@ -114,6 +189,7 @@ def render(
     clean: list[Case],
     sweep: list[tuple[int, float, float, float | None]],
     args: argparse.Namespace,
+    background: list[BackgroundCase],
 ) -> str:
     total_clean = sum(len(c.outcomes) for c in clean)
     false_alarms = sum(sum(c.outcomes) for c in clean)
@@ -159,6 +235,41 @@ def render(
     lines += [
         f"| **all** | {total_clean} | {false_alarms} ({rate:.2%}) {'✅' if rate <= 0.01 else '❌'} (target ≤ 1%) |",
         "",
+        "## With another client sending to the pool",
+        "",
+        "`hey` sends one model's requests (model-a's, or the one model's), 20 a second, to the same frontend",
+        "throughout. Each run checks twice in turns: launched, where the embedded stack names the serving worker",
+        "on every response (`x-embedlab-worker`) and that header proves placement, and attached, where the",
+        "counters alone cannot tell that client's requests from the check's. *Failed* is an accusation against",
+        "the router; *inconclusive* names the traffic embedlab did not send and judges nothing.",
+        "",
+        "| fault | scenario (burst) | runs | launched: passed / failed / inconclusive | attached (counters only): passed / failed / inconclusive |",
+        "|---|---|---|---|---|",
+    ]
+    for b in background:
+        cells = [
+            " / ".join(str(b.verdicts[how].get(v, 0)) for v in ("passed", "failed", "inconclusive"))
+            for how in ("launched", "attached")
+        ]
+        runs = sum(b.verdicts["launched"].values())
+        lines.append(
+            f"| {f'`{b.fault}`' if b.fault else 'none (clean)'} | {b.scenario} ({b.requests}) | {runs} | {cells[0]} | {cells[1]} |"
+        )
+    if background:
+        clean_bg = [b for b in background if b.fault is None]
+        fault_bg = [b for b in background if b.fault is not None]
+        accused = sum(b.verdicts[h]["failed"] for b in clean_bg for h in ("launched", "attached"))
+        total = sum(sum(b.verdicts[h].values()) for b in clean_bg for h in ("launched", "attached"))
+        caught = sum(b.verdicts["launched"]["failed"] for b in fault_bg)
+        faulty = sum(sum(b.verdicts["launched"].values()) for b in fault_bg)
+        lines += [
+            "",
+            f"False alarms with the other client: {accused} of {total} clean checks failed (launched and attached"
+            f" together). Detection with it: {caught} of {faulty} faulty runs failed when launched (placement by"
+            " the header); attached, the counters alone end inconclusive and accuse nobody.",
+            "",
+        ]
+    lines += [
         "## Burst size for the fairness test",
         "",
         f"The same-model check fails a burst whose split has a two-sided binomial p-value below {DEFAULT_FAIRNESS_ALPHA:g}",
@@ -194,6 +305,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50, help="runs per fault (at least 50 for the report)")
     parser.add_argument("--clean-runs", type=int, default=100, help="runs per scenario on clean deployments")
+    parser.add_argument(
+        "--background-runs", type=int, default=20, help="runs per case with another client sending (0: none)"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "verification.md")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "verification_power.json")
     parser.add_argument(
@@ -204,7 +318,6 @@ def main() -> int:
     )
     args = parser.parse_args()
     FRONTEND["processes"] = args.frontend_processes
-    import os
 
     args.cpus = os.cpu_count()
     same = DEFAULT_SAME_MODEL_REQUESTS
@@ -240,6 +353,19 @@ def main() -> int:
             f"{'clean':>10} via {case.scenario:<11} ({case.requests:>3}): flagged  {case.rate:6.1%} of {len(case.outcomes)} in {case.seconds:.0f} s",
             flush=True,
         )
+    background = [
+        BackgroundCase("clean", None, "same-model", same),
+        BackgroundCase("clean", None, "multi-model", MULTI_BURST),
+        BackgroundCase("leak", f"leak:{1 / MULTI_BURST:g}", "multi-model", MULTI_BURST),
+        BackgroundCase("stick", "stick", "same-model", same),
+        BackgroundCase("skew", "skew:0.9", "same-model", same),
+    ]
+    if args.background_runs:
+        for b in background:
+            measure_with_another_client(b, args.background_runs)
+            print(f"{b.label:>10} via {b.scenario:<11} with another client: {dict(b.verdicts)}", flush=True)
+    else:
+        background = []
     # The burst-size sweep for skew: exact power, and a measurement at the old default.
     old = Case("skew@20", "skew:0.9", "same-model", 20, "90% to one instance")
     measure(old, args.runs)
@@ -248,7 +374,7 @@ def main() -> int:
         power, fa = skew_power(n)
         measured = old.rate if n == 20 else (cases[3].rate if n == same else None)
         sweep.append((n, power, fa, measured))
-    text = render(cases, clean, sweep, args)
+    text = render(cases, clean, sweep, args, background)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -280,6 +406,17 @@ def main() -> int:
                     {"burst": n, "power": p, "false_alarm": f, "measured": m} for n, p, f, m in sweep
                 ],
                 "smallest_burst_for_99pct": smallest_burst(),
+                "with_another_client": [
+                    {
+                        "fault": b.fault,
+                        "scenario": b.scenario,
+                        "burst": b.requests,
+                        "launched": dict(b.verdicts["launched"]),
+                        "attached": dict(b.verdicts["attached"]),
+                        "bursts_proven_by_header": b.proven_by_header,
+                    }
+                    for b in background
+                ],
                 "frontend_processes": args.frontend_processes,
             },
             indent=2,
@@ -287,6 +424,11 @@ def main() -> int:
     )
     print(text)
     failed = [c.label for c in cases if c.target is not None and c.rate < c.target]
+    failed += [
+        f"{b.label} with another client"
+        for b in background
+        if b.fault is None and b.verdicts["launched"]["failed"] + b.verdicts["attached"]["failed"]
+    ]
     false_rate = sum(sum(c.outcomes) for c in clean) / max(1, sum(len(c.outcomes) for c in clean))
     if failed or false_rate > 0.01:
         print(f"targets missed: {failed} false-alarm rate {false_rate:.2%}", file=sys.stderr)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -363,12 +363,21 @@ class DispatchCheck:
             if own:
                 await http.aclose()
 
-    def _judge(self) -> CheckResult:
-        assert self.before is not None and self.after is not None
+    def judge_attributed(self, served: Mapping[int, int]) -> CheckResult:
+        """The same judgement from per-request attribution instead of the counters' deltas:
+        worker index -> the responses that named it. For a burst whose counters also carry
+        traffic the check did not send; the rows show each worker's baseline plus its share."""
+        assert self.before is not None
+        after = [b.plus(served.get(i, 0)) for i, b in enumerate(self.before)]
+        return self._judge(after=after)
+
+    def _judge(self, *, after: Sequence[Snapshot] | None = None) -> CheckResult:
+        after = self.after if after is None else after
+        assert self.before is not None and after is not None
         self.result = evaluate(
             self.system_urls,
             self.before,
-            self.after,
+            after,
             self.expected,
             min_total_delta=self.min_total_delta,
             weights=self.weights,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -66,6 +66,12 @@ class Snapshot:
     @property
     def value(self) -> float:
         return float(sum(v for _, v in self.series))
+
+    def plus(self, count: float) -> Snapshot:
+        """This snapshot as if `count` more had been counted (on its first series): what a
+        judgement by attribution compares against the real baseline."""
+        first, *rest = self.series or (((), 0.0),)
+        return replace(self, series=((first[0], first[1] + count), *rest))
 
     def delta(self, later: Snapshot, *, worker_index: int | None = None) -> float:
         """`later - self`; a counter that went down, or a series that vanished, is a reset."""

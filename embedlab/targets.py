@@ -32,6 +32,14 @@ class Target:
     metric: MetricQuery = field(default=DEFAULT_METRIC)
     weights: tuple[float, ...] | None = None
     stack: str = "attached"
+    # Worker i's endpoint, where the stack names the serving worker on each response
+    # (`x-embedlab-worker`): placement that other clients' traffic cannot fake. Empty: none.
+    endpoints: tuple[str, ...] = ()
+
+    def index_of(self, served_by: str | None) -> int | None:
+        """The worker index a response's `x-embedlab-worker` (`<endpoint>/<instance>`) names."""
+        endpoint = (served_by or "").split("/")[0]
+        return self.endpoints.index(endpoint) if endpoint and endpoint in self.endpoints else None
 
 
 def attach(

@@ -16,12 +16,12 @@ import httpx
 
 from .. import clients
 from ..checks import DispatchCheck
-from ..defaults import QUIET_WINDOW_S
+from ..defaults import QUIET_WINDOW_S, WORKER_HEADER
 from ..deployment import Deployment
 from ..errors import ConfigError, CounterResetError, ScrapeError, TrafficError
 from ..metrics import Snapshot
 from ..targets import Target, target_of
-from ..traffic import Input, RequestRecord, asend_burst, default_inputs
+from ..traffic import BurstResult, Input, RequestRecord, asend_burst, default_inputs
 from ..verdicts import Verdict
 from .results import Burst, WorkerInfo
 
@@ -167,7 +167,14 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
             moved = {**_moved(opening, check.before), **_moved(check.after, closing)}
             if moved:
                 burst.other_traffic = moved
-                burst.inconclusive = _unsent(moved, 2 * spec.quiet_s)
+                served = _attributed(target, traffic)
+                if served is None:
+                    burst.inconclusive = _unsent(moved, 2 * spec.quiet_s)
+                else:
+                    burst.check = check.judge_attributed(served)
+                    burst.proven_by = (
+                        f"the {WORKER_HEADER} header on {sum(served.values())} of its {traffic.n} responses"
+                    )
         except CounterResetError as exc:
             burst.inconclusive = f"counter reset on worker {exc.worker_index}"
         except ScrapeError as exc:
@@ -198,6 +205,21 @@ def _moved(earlier: Sequence[Snapshot] | None, later: Sequence[Snapshot] | None)
         return {}
     deltas = {i: a.delta(b, worker_index=i) for i, (a, b) in enumerate(zip(earlier, later))}
     return {i: d for i, d in deltas.items() if d}
+
+
+def _attributed(target: Target, traffic: BurstResult) -> dict[int, int] | None:
+    """Worker index -> responses naming it (a worker's 4xx included: it counted that request
+    too), where every answered request names a known worker; None where any does not (the
+    counters alone can then judge placement). A failure that names no worker is left out:
+    the verdict fails on it anyway."""
+    served: dict[int, int] = {}
+    for record in traffic.records:
+        index = target.index_of(record.worker)
+        if index is None and (record.ok or record.worker):
+            return None
+        if index is not None:
+            served[index] = served.get(index, 0) + 1
+    return served
 
 
 def _unsent(moved: dict[int, float], seconds: float) -> str:

@@ -58,6 +58,15 @@ class Burst:
     # Worker index -> what its counter moved in the quiet windows around the burst: traffic
     # embedlab did not send. Named, never judged: the burst is then inconclusive.
     other_traffic: dict[int, float] = field(default_factory=dict)
+    # How placement was proven where the counters could not prove it ("": by the counters).
+    proven_by: str = ""
+
+    def attribution_note(self) -> str:
+        moved = ", ".join(f"worker {i} +{d:g}" for i, d in sorted(self.other_traffic.items()))
+        return (
+            f"placement proven by {self.proven_by}, not by the counters: they also counted traffic "
+            f"embedlab did not send ({moved} in the quiet windows)"
+        )
 
     def expected_count(self, index: int) -> float:
         return self.traffic.n * self.expected_shares.get(index, 0.0)
@@ -83,6 +92,7 @@ class Burst:
             "traffic": self.traffic.to_json(),
             "rule": self.rule,
             "other_traffic": {str(i): d for i, d in sorted(self.other_traffic.items())},
+            "proven_by": self.proven_by or "counters",
             "deltas": [r.delta for r in self.check.rows] if self.check else None,
         }
 
@@ -162,9 +172,9 @@ class ScenarioResult:
 
     def summary(self) -> str:
         head = f"{self.scenario} on {self.stack}: {self.verdict.upper()}"
-        if self.reasons:
-            head += " (" + "; ".join(self.reasons) + ")"
-        return head
+        # How placement was proven where the counters could not: part of what the verdict says.
+        said = [*self.reasons, *(f"{b.name}: {b.attribution_note()}" for b in self.bursts if b.proven_by)]
+        return head + (" (" + "; ".join(said) + ")" if said else "")
 
     def __str__(self) -> str:
         return self.summary()

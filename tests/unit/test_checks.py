@@ -242,3 +242,26 @@ def test_sync_context_manager_raises_with_the_table() -> None:
         with DispatchCheck(["http://w.test"], {0}, client=client) as check:
             counter.inc()
         assert check.result is not None and check.result.passed
+
+
+def test_placement_by_attribution_judges_the_responses_and_keeps_the_baseline() -> None:
+    from embedlab.metrics import DEFAULT_METRIC, Snapshot
+    from embedlab.scenarios.bursts import _attributed
+    from embedlab.targets import Target
+    from embedlab.traffic import BurstResult, RequestRecord
+
+    target = Target("http://f", ("http://w0", "http://w1"), ("a", "b"), endpoints=("ns.a.gen", "ns.b.gen"))
+    records = [
+        RequestRecord(0, "a", 0.0, 0.01, 200, "ns.a.gen/1", 1),
+        RequestRecord(1, "a", 0.0, 0.01, 404, "ns.b.gen/2", 1, "HTTP 404"),  # leaked: the wrong worker said no
+        RequestRecord(2, "a", 0.0, 0.01, 503, None, 1, "HTTP 503"),  # named no worker: failed anyway
+    ]
+    served = _attributed(target, BurstResult("a", 3, 1, records, 0.1))
+    assert served == {0: 1, 1: 1}
+    unnamed = [RequestRecord(0, "a", 0.0, 0.01, 200, None, 1)]
+    assert _attributed(target, BurstResult("a", 1, 1, unnamed, 0.1)) is None, "an answer naming no worker"
+    check = DispatchCheck(["http://w0", "http://w1"], {0}, min_total_delta=3, raise_on_failure=False)
+    check.before = [Snapshot(u, DEFAULT_METRIC, (((), 7.0),)) for u in check.system_urls]
+    result = check.judge_attributed(served)
+    assert [(r.before, r.after, r.delta) for r in result.rows] == [(7.0, 8.0, 1.0), (7.0, 8.0, 1.0)]
+    assert not result.passed and any("worker 1" in r for r in result.reasons), result.reasons
