@@ -128,7 +128,9 @@ class Deployment:
             metric=MetricQuery.parse(self.spec.metric),
             weights=tuple(w.weight for w in self.spec.workers),
             stack=self.spec.stack,
-            endpoints=tuple(map(self.endpoint, range(len(self.system_urls)))) if self.stack.names_worker else (),
+            endpoints=tuple(map(self.endpoint, range(len(self.system_urls))))
+            if self.stack.names_worker
+            else (),
         )
 
     def endpoint(self, index: int) -> str:

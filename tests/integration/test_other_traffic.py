@@ -109,4 +109,6 @@ def test_launched_a_leak_is_caught_through_another_clients_traffic(tmp_path) -> 
     with Deployment(spec, run_dir=tmp_path) as dep, another_client(dep, MODELS[1]):
         result = ScenarioPlan(scenario="multi-model").run_on(dep)
     assert result.verdict == "failed", result.summary()
-    assert any("leaked" in r for r in result.reasons) and "placement proven by" in result.summary(), result.summary()
+    assert any("leaked" in r for r in result.reasons) and "placement proven by" in result.summary(), (
+        result.summary()
+    )

@@ -253,7 +253,9 @@ def test_placement_by_attribution_judges_the_responses_and_keeps_the_baseline() 
     target = Target("http://f", ("http://w0", "http://w1"), ("a", "b"), endpoints=("ns.a.gen", "ns.b.gen"))
     records = [
         RequestRecord(0, "a", 0.0, 0.01, 200, "ns.a.gen/1", 1),
-        RequestRecord(1, "a", 0.0, 0.01, 404, "ns.b.gen/2", 1, "HTTP 404"),  # leaked: the wrong worker said no
+        RequestRecord(
+            1, "a", 0.0, 0.01, 404, "ns.b.gen/2", 1, "HTTP 404"
+        ),  # leaked: the wrong worker said no
         RequestRecord(2, "a", 0.0, 0.01, 503, None, 1, "HTTP 503"),  # named no worker: failed anyway
     ]
     served = _attributed(target, BurstResult("a", 3, 1, records, 0.1))
