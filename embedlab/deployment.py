@@ -131,6 +131,7 @@ class Deployment:
             endpoints=tuple(map(self.endpoint, range(len(self.system_urls))))
             if self.stack.names_worker
             else (),
+            router_counts=self.backend_counts if self.stack.counts_backends else None,
         )
 
     def endpoint(self, index: int) -> str:

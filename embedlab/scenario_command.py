@@ -194,6 +194,9 @@ def _run_scenario(args: argparse.Namespace) -> int:
     width = max(map(len, figures["figure"]), default=0)
     for figure, value in figures.itertuples(index=False):
         print(f"{figure:<{width}}  {value}")
+    router = result.router_counts_note()
+    if router:
+        print(f"router's own counts: {router}")
     lat = result.latency_ms()
     print(f"latency p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms; wall {result.wall_seconds:.2f} s")
     if args.json:

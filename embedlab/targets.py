@@ -8,7 +8,7 @@ scripts, another host, a Kubernetes port-forward).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,9 @@ class Target:
     # Worker i's endpoint, where the stack names the serving worker on each response
     # (`x-embedlab-worker`): placement that other clients' traffic cannot fake. Empty: none.
     endpoints: tuple[str, ...] = ()
+    # What the router's own per-worker counters say it sent (index -> count), where it keeps
+    # them: read beside the workers' counters around each burst, a second source of truth.
+    router_counts: Callable[[], dict[int, float] | None] | None = field(default=None, compare=False)
 
     def index_of(self, served_by: str | None) -> int | None:
         """The worker index a response's `x-embedlab-worker` (`<endpoint>/<instance>`) names."""

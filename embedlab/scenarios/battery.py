@@ -106,10 +106,14 @@ def cell_text(result: dict[str, Any] | None, *, error: str | None = None) -> str
     if result is None:
         return error or "no result"
     verdict = result.get("verdict")
-    own = (result.get("key_figures") or {}).get("own") or {}
+    figures = result.get("key_figures") or {}
+    own = figures.get("own") or {}
     if verdict in (Verdict.UNSUPPORTED, Verdict.INCONCLUSIVE) or not own:
-        return "; ".join(result.get("reasons") or []) or str(verdict)
-    return "; ".join(f"{label} {value}" for label, value in own.items() if value is not None)
+        text = "; ".join(result.get("reasons") or []) or str(verdict)
+    else:
+        text = "; ".join(f"{label} {value}" for label, value in own.items() if value is not None)
+    # The second source of truth, where the router keeps per-worker counts: agreeing or not.
+    return f"{text}; {figures['router_counts']}" if figures.get("router_counts") else text
 
 
 def stack_versions(stacks: Sequence[str]) -> dict[str, str]:

@@ -29,6 +29,8 @@ __all__ = [
     "BurstSpec",
     "judge",
     "launched",
+    "read_router_counts",
+    "router_moved",
     "run_burst",
     "served_models",
     "serving",
@@ -138,6 +140,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
     )
     async with clients.async_client(timeout=10.0) as scrape_client:
         opening = await _quiet_window(check, scrape_client, spec.quiet_s, first=True)
+        router_before = await read_router_counts(target)
         # The baseline is in hand before the first request of the burst leaves.
         await check.abegin(scrape_client)
         traffic = await asend_burst(
@@ -163,6 +166,12 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
         )
         try:
             burst.check = await check.aend(scrape_client)
+            router_after = await read_router_counts(target)
+            if router_before is not None and router_after is not None:
+                burst.router_deltas = {
+                    i: router_after.get(i, 0.0) - router_before.get(i, 0.0)
+                    for i in {*router_before, *router_after}
+                }
             closing = await _quiet_window(check, scrape_client, spec.quiet_s, first=False)
             moved = {**_moved(opening, check.before), **_moved(check.after, closing)}
             if moved:
@@ -205,6 +214,15 @@ def _moved(earlier: Sequence[Snapshot] | None, later: Sequence[Snapshot] | None)
         return {}
     deltas = {i: a.delta(b, worker_index=i) for i, (a, b) in enumerate(zip(earlier, later))}
     return {i: d for i, d in deltas.items() if d}
+
+
+def router_moved(before: dict[int, float], after: dict[int, float]) -> dict[int, float]:
+    return {i: after.get(i, 0.0) - before.get(i, 0.0) for i in sorted({*before, *after})}
+
+
+async def read_router_counts(target: Target) -> dict[int, float] | None:
+    """The router's own per-worker counts, where it keeps them (a blocking read, off the loop)."""
+    return None if target.router_counts is None else await asyncio.to_thread(target.router_counts)
 
 
 def _attributed(target: Target, traffic: BurstResult) -> dict[int, int] | None:

@@ -23,7 +23,15 @@ from ..stacks import get_stack
 from ..targets import Target
 from ..traffic import RequestRecord, asend_burst, default_inputs, run_sync
 from ..verdicts import Verdict
-from .bursts import launched, served_models, serving, status_codes, workers_of
+from .bursts import (
+    launched,
+    read_router_counts,
+    router_moved,
+    served_models,
+    serving,
+    status_codes,
+    workers_of,
+)
 from .params import knob
 from .results import Burst, DataFigures, Event, ScenarioResult, worker_label
 
@@ -72,6 +80,9 @@ class FailoverFigures(DataFigures):
     asserted: bool
     victim_counter_before: float
     served_by: dict[str, int]  # responses per worker, by label, where the frontend names them
+    # What the router's own counters say it sent the victim over the burst (None: it keeps
+    # none): beside the responses that named the victim, sends that died with it show.
+    router_counted_victim: float | None = None
 
     def rows(self) -> list[tuple[str, str]]:
         killed = (
@@ -101,6 +112,8 @@ class FailoverFigures(DataFigures):
         rows += [(f"served by {w}", str(n)) for w, n in sorted(self.served_by.items())] or [
             ("served by", "not named: this frontend marks no response with its worker")
         ]
+        if self.router_counted_victim is not None:
+            rows.append((f"the router counted for worker {self.victim}", f"{self.router_counted_victim:g}"))
         return rows + [("verdict", "asserted" if self.asserted else "reported, not asserted")]
 
     def key_figures(self) -> dict[str, Any]:
@@ -110,7 +123,14 @@ class FailoverFigures(DataFigures):
             if self.excluded_after_s is None
             else f"{self.excluded_after_s * 1000:.0f} ms after the kill"
         )
-        return {"lost": f"{self.failed_requests} of {self.requests}{shown}", "out of dispatch": out}
+        figures = {"lost": f"{self.failed_requests} of {self.requests}{shown}", "out of dispatch": out}
+        answered = self.served_by.get(f"worker {self.victim}")
+        if self.router_counted_victim is not None and answered is not None:
+            # Sends that died with the worker, or were retried elsewhere, count here and answered nothing.
+            figures["dead worker"] = (
+                f"router counted {self.router_counted_victim:g} sends, {answered} answered"
+            )
+        return figures
 
 
 async def _dispatchable(client: httpx.AsyncClient, deployment: Deployment, endpoint: str) -> bool:
@@ -172,6 +192,7 @@ def failover(
                 *(ascrape(urls[i], metric=target.metric, client=client) for i in survivors)
             )
             victim_before = await ascrape(urls[victim], metric=target.metric, client=client)
+            router_before = await read_router_counts(target)
 
             async def watch() -> None:
                 while state["killed"] is None:
@@ -200,9 +221,15 @@ def failover(
             after = await asyncio.gather(
                 *(ascrape(urls[i], metric=target.metric, client=client) for i in survivors)
             )
-        return traffic, before, after, victim_before, state
+            router_after = await read_router_counts(target)
+        moved = (
+            None
+            if router_before is None or router_after is None
+            else router_moved(router_before, router_after)
+        )
+        return traffic, before, after, victim_before, state, moved
 
-    traffic, before, after, victim_before, state = run_sync(run())
+    traffic, before, after, victim_before, state, router_deltas = run_sync(run())
     killed_at = state["killed"] - traffic.origin if state["killed"] is not None else None
     excluded_after = (
         state["excluded"] - state["killed"]
@@ -228,6 +255,7 @@ def failover(
         asserted=strict,
         victim_counter_before=victim_before.value,
         served_by={worker_label(workers, w): n for w, n in traffic.served_by().items()},
+        router_counted_victim=None if router_deltas is None else router_deltas.get(victim, 0.0),
     )
     events = (
         [] if killed_at is None else [Event(killed_at, "kill", f"worker {victim} {signal.Signals(sig).name}")]
@@ -240,6 +268,7 @@ def failover(
         expected=frozenset(survivors),
         traffic=traffic,
         expected_shares={i: 1 / len(survivors) for i in survivors},
+        router_deltas=router_deltas,  # the dead worker's count stands beside no counter of its own
     )
     try:
         burst.check = evaluate([urls[i] for i in survivors], before, after, set(survivors), indices=survivors)

@@ -60,6 +60,21 @@ class Burst:
     other_traffic: dict[int, float] = field(default_factory=dict)
     # How placement was proven where the counters could not prove it ("": by the counters).
     proven_by: str = ""
+    # Worker index -> what the router's own counters moved over the burst (None: it keeps none).
+    router_deltas: dict[int, float] | None = None
+
+    def router_disagreement(self) -> str | None:
+        """Where the router's own counts differ from the workers': a finding, in words."""
+        if self.router_deltas is None or self.check is None:
+            return None
+        workers = {r.index: r.delta for r in self.check.rows}
+        if all(self.router_deltas.get(i, 0.0) == d for i, d in workers.items()):
+            return None
+        shown = ", ".join(
+            f"worker {i}: router {self.router_deltas.get(i, 0.0):g}, worker {d:g}"
+            for i, d in sorted(workers.items())
+        )
+        return f"the router's own counters disagree with the workers' ({shown})"
 
     def attribution_note(self) -> str:
         moved = ", ".join(f"worker {i} +{d:g}" for i, d in sorted(self.other_traffic.items()))
@@ -93,6 +108,10 @@ class Burst:
             "rule": self.rule,
             "other_traffic": {str(i): d for i, d in sorted(self.other_traffic.items())},
             "proven_by": self.proven_by or "counters",
+            "router_deltas": None
+            if self.router_deltas is None
+            else {str(i): d for i, d in sorted(self.router_deltas.items())},
+            "router_disagrees": self.router_disagreement(),
             "deltas": [r.delta for r in self.check.rows] if self.check else None,
         }
 
@@ -225,8 +244,21 @@ class ScenarioResult:
             "deltas": {b.name: [r.delta for r in b.check.rows] if b.check else None for b in self.bursts},
             "expected": {b.name: sorted(b.expected) for b in self.bursts},
             "failed_requests": sum(len(b.traffic.failures) for b in self.bursts),
+            "router_counts": self.router_counts_note(),
             "own": self.figures.key_figures() if self.figures is not None else {},
         }
+
+    def router_counts_note(self) -> str | None:
+        """Whether the router's own per-worker counters agreed with the workers' over every
+        burst (None where it keeps none)."""
+        read = [b for b in self.bursts if b.router_deltas is not None]
+        if not read:
+            return None
+        disagreements = [f"{b.name}: {d}" for b in read if (d := b.router_disagreement())]
+        return (
+            "; ".join(disagreements)
+            or f"the router's own counters agree with the workers' over {len(read)} burst{'s' * (len(read) > 1)}"
+        )
 
     def save_json(self, path: str | Path) -> Path:
         """Write `to_json()` to `path` (parents created): what `embedlab regress` collects."""

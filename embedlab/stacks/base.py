@@ -114,6 +114,7 @@ class BaseStack(abc.ABC):
     live_weights: ClassVar[bool] = False  # weights changed while it runs: `set_weights`
     model_aware: ClassVar[bool] = True  # routes by the body's `model`: multi-model is a real check
     names_worker: ClassVar[bool] = False  # the `x-embedlab-worker` header reaches the client
+    counts_backends: ClassVar[bool] = False  # keeps per-worker counters of its own: `backend_counts`
 
     # -- what it lets the harness do --------------------------------------------------------
     drains: ClassVar[bool] = False  # a worker out of dispatch while it serves: `drain`, `resume`
@@ -258,6 +259,7 @@ class BaseStack(abc.ABC):
             "live_weights": cls.live_weights,
             "model_aware": cls.model_aware,
             "names_worker": cls.names_worker,
+            "counts_backends": cls.counts_backends,
             "drains": cls.drains,
             "retries_switch": cls.retries_switch,
             "asserts_failover": cls.asserts_failover,

@@ -77,6 +77,7 @@ class HAProxyStack(BalancerStack):
         "first": Split.REPORT,
     }
     default_policy = "roundrobin"
+    counts_backends = True  # its Prometheus exporter's per-server responses
     switches: ClassVar[dict[str, str]] = {"--retries": "3"}
     drains = True
     model_aware = True  # it reads the body's model (json_query) and picks the model's backend

@@ -55,6 +55,7 @@ class SmgStack(SglangRouterStack):
 
     name = venv = package = "smg"
     pins = ("smg==1.13.0",)
+    counts_backends = True
     policies: ClassVar[dict[str, Split]] = {
         "cache_aware": Split.REPORT,
         "round_robin": Split.EXACT,

@@ -87,6 +87,9 @@ def test_haproxy_round_robin_splits_exactly(haproxy: Deployment) -> None:
     result = run_on(haproxy, "same-model")
     assert result.verdict == "passed", result.reasons  # type: ignore[attr-defined]
     assert [result.bursts[0].delta(i) for i in (0, 1)] == [20, 20]  # type: ignore[attr-defined]
+    # Its exporter's per-server responses, read beside the workers' counters around the burst.
+    assert result.bursts[0].router_deltas == {0: 20, 1: 20}  # type: ignore[attr-defined]
+    assert result.router_counts_note() == "the router's own counters agree with the workers' over 1 burst"  # type: ignore[attr-defined]
 
 
 def test_haproxy_drains_through_its_runtime_api(haproxy: Deployment) -> None:

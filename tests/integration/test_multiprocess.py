@@ -223,7 +223,7 @@ def test_faults_and_drain_behave_as_with_one_process(tmp_path: Path) -> None:
             for i in range(20)
         }
         assert {label.split("/")[0] for label in labels} == {dep.endpoint(0), dep.endpoint(1)}
-        dep.set_weights([1.0, 1e-6])  # live weights reach every process before the call returns
+        dep.steering.set_weights([1.0, 1e-6])  # live weights reach every process before the call returns
         picked = [
             client.post(f"{dep.frontend_url}/v1/embeddings", json={"model": "m", "input": str(i)}).headers[
                 "x-embedlab-worker"

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from embedlab.engines import EngineOptions
+from embedlab.scenarios.battery import run_battery, stack_versions
 from embedlab.serve.worker import Worker, WorkerConfig
 from embedlab.stacks.routers import router_venv
 
@@ -123,55 +124,86 @@ def test_sglang_router_stops_serving_everyone_after_a_run_of_client_mistakes(tmp
     assert any("no_available_workers" in e for e in after["errors"])
 
 
-def test_the_battery_on_embedded_litellm_and_vllm_router(tmp_path: Path) -> None:
-    stacks = ("embedded", "litellm", "vllm-router")
-    proc = cli("conformance", "--stacks", ",".join(stacks), "--out", str(tmp_path / "out"), timeout=1800)
+def test_the_conformance_command_writes_the_matrix_and_its_reports(tmp_path: Path) -> None:
+    """`embedlab conformance` as a user runs it: every cell a notebook, with its report, the
+    HTML matrix, JSON, JUnit and Markdown; HAProxy's own counters read beside the workers'."""
+    stacks, checks = ("embedded", "haproxy"), ("same-model", "mixed")
+    markdown = tmp_path / "conformance.md"
+    proc = cli(
+        "conformance", "--stacks", ",".join(stacks), "--checks", ",".join(checks),
+        "--out", str(tmp_path / "out"), "--markdown", str(markdown), timeout=900,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     html = Path(proc.stdout.strip().splitlines()[-1])
     run = html.parent
     data = json.loads((run / "conformance.json").read_text())
     cells = {(c["stack"], c["check"]): c for c in data["cells"]}
-    assert len(cells) == 3 * 7 and data["stacks"] == list(stacks)
+    assert set(cells) == {(s, c) for s in stacks for c in checks} and data["stacks"] == list(stacks)
     assert all(c["text"] and (run / c["report"]).is_file() for c in data["cells"]), (
         "every cell says something, with its report"
     )
-    verdict = {k: c["verdict"] for k, c in cells.items()}
+    assert {c["verdict"] for c in data["cells"]} == {"passed"}, data["cells"]
+    assert all("the router's own counters agree" in cells[("haproxy", c)]["text"] for c in checks), cells
+    assert not any("router's own" in cells[("embedded", c)]["text"] for c in checks), "it keeps no counts"
+    suite = ET.parse(run / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("tests") == "4"
+    page = html.read_text()
+    assert page.count('<span class="verdict ') == 4 and data["versions"]["haproxy"] in page
+    table = markdown.read_text()
+    assert "| embedded |" in table and "| haproxy |" in table and "mixed" in table
+    assert processes_under(tmp_path / "out") == [], "every router and worker was stopped"
+
+
+def test_the_battery_findings_on_embedded_litellm_and_vllm_router(tmp_path: Path) -> None:
+    """The battery in this process (`run_battery`, as the router_conformance notebook runs it),
+    each stack with the checks whose findings are asserted here."""
+    asserted = {
+        "embedded": (
+            "same-model",
+            "multi-model",
+            "failover",
+            "failover-no-retries",
+            "client-mistakes",
+            "drain",
+        ),
+        "vllm-router": ("same-model", "multi-model", "failover", "failover-no-retries", "client-mistakes"),
+        "litellm": ("multi-model", "client-mistakes", "drain"),
+    }
+    cells = {}
+    for stack, checks in asserted.items():
+        matrix = run_battery(stacks=[stack], checks=checks, run_dir=str(tmp_path / stack))
+        cells |= {(c.stack, c.check): c for c in matrix.cells}
+    assert all(c.text for c in cells.values()), "every cell says something"
+    verdict = {k: c.verdict for k, c in cells.items()}
     # embedlab's own frontend meets every check it can.
     assert {
         verdict[("embedded", c)]
         for c in ("same-model", "multi-model", "failover", "client-mistakes", "drain")
-    } == {"passed"}
+    } == {"passed"}, cells
     assert verdict[("embedded", "failover-no-retries")] == "unsupported"
     # vllm-router's default, cache_aware, is reported with its skew; without IGW it ignores the model.
     assert (
         verdict[("vllm-router", "same-model")] == "reported"
-        and "judged report" in cells[("vllm-router", "same-model")]["text"]
+        and "judged report" in cells[("vllm-router", "same-model")].text
     )
     assert verdict[("vllm-router", "multi-model")] == "failed"
-    assert not cells[("vllm-router", "multi-model")]["text"].startswith(
-        "counted on another model's worker 0 of"
-    ), cells[("vllm-router", "multi-model")]
+    assert not cells[("vllm-router", "multi-model")].text.startswith("counted on another model's worker 0 of")
     # Retries hide a dead worker; without them, clients see 500s.
-    assert cells[("vllm-router", "failover")]["text"].startswith("lost 0 of 200")
-    lost = cells[("vllm-router", "failover-no-retries")]["text"]
+    assert cells[("vllm-router", "failover")].text.startswith("lost 0 of 200")
+    lost = cells[("vllm-router", "failover-no-retries")].text
     assert not lost.startswith("lost 0 of") and "HTTP 500" in lost, lost
     # Plain-text 400 and 422 for a malformed body and a missing field; LiteLLM answers OpenAI error JSON.
     assert (
         verdict[("vllm-router", "client-mistakes")] == "failed"
-        and "plain" in cells[("vllm-router", "client-mistakes")]["text"]
+        and "plain" in cells[("vllm-router", "client-mistakes")].text
     )
     assert (
         verdict[("litellm", "client-mistakes")] == "passed"
         and verdict[("litellm", "multi-model")] == "passed"
     )
-    assert (
-        verdict[("litellm", "drain")] == "unsupported" and "database" in cells[("litellm", "drain")]["text"]
-    )
-    assert data["versions"]["vllm-router"] == "vllm-router 0.1.17" and data["versions"]["litellm"].startswith(
+    assert verdict[("litellm", "drain")] == "unsupported" and "database" in cells[("litellm", "drain")].text
+    versions = stack_versions(["vllm-router", "litellm"])
+    assert versions["vllm-router"] == "vllm-router 0.1.17" and versions["litellm"].startswith(
         "litellm 1.108.7"
     )
-    suite = ET.parse(run / "junit.xml").getroot().find("testsuite")
-    assert suite is not None and suite.get("tests") == "21"
-    page = html.read_text()
-    assert page.count('<span class="verdict ') == 21 and "vllm-router 0.1.17" in page
-    assert processes_under(tmp_path / "out") == [], "every router and worker was stopped"
+    assert processes_under(tmp_path) == [], "every router and worker was stopped"

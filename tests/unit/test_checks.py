@@ -267,3 +267,22 @@ def test_placement_by_attribution_judges_the_responses_and_keeps_the_baseline() 
     result = check.judge_attributed(served)
     assert [(r.before, r.after, r.delta) for r in result.rows] == [(7.0, 8.0, 1.0), (7.0, 8.0, 1.0)]
     assert not result.passed and any("worker 1" in r for r in result.reasons), result.reasons
+
+
+def test_the_routers_own_counts_beside_the_workers_agree_or_are_a_finding() -> None:
+    from embedlab.checks import evaluate
+    from embedlab.metrics import DEFAULT_METRIC, Snapshot
+    from embedlab.scenarios.results import Burst
+    from embedlab.traffic import BurstResult
+
+    def snaps(*values: float) -> list[Snapshot]:
+        return [Snapshot(f"http://w{i}", DEFAULT_METRIC, (((), v),)) for i, v in enumerate(values)]
+
+    check = evaluate(["http://w0", "http://w1"], snaps(0, 0), snaps(20, 20), {0, 1})
+    burst = Burst("m", "m", frozenset({0, 1}), BurstResult("m", 40, 4, [], 0.1), check=check)
+    assert burst.router_disagreement() is None, "no router counts: nothing to compare"
+    burst.router_deltas = {0: 20.0, 1: 20.0}
+    assert burst.router_disagreement() is None
+    burst.router_deltas = {0: 20.0, 1: 23.0}  # e.g. retries counted twice
+    said = burst.router_disagreement()
+    assert said is not None and "worker 1: router 23, worker 20" in said
