@@ -90,6 +90,7 @@ _EXPORTS: dict[str, str] = {
     "plot": "views",
     "plot_latency": "views",
     "register_figure": "views",
+    "similarity_table": "views",
     "table": "views",
     "verdict": "views",
 }
@@ -205,6 +206,7 @@ if TYPE_CHECKING:
         plot as plot,
         plot_latency as plot_latency,
         register_figure as register_figure,
+        similarity_table as similarity_table,
         table as table,
         verdict as verdict,
     )

@@ -266,3 +266,20 @@ async def asend_burst(
 def send_burst(frontend_url: str, model: str, n: int, **options: Any) -> BurstResult:
     """`asend_burst`, from sync code (notebooks included). Same keyword options."""
     return run_sync(asend_burst(frontend_url, model, n, **options))
+
+
+def embed(
+    frontend_url: str, model: str, inputs: Sequence[str], *, timeout: float = 60.0
+) -> list[list[float]]:
+    """The vectors the deployment returns for `inputs`, in one request, in input order."""
+    url = frontend_url.rstrip("/") + "/v1/embeddings"
+    try:
+        with clients.client(timeout=timeout) as client:
+            response = client.post(
+                url, json={"model": model, "input": list(inputs), "encoding_format": "float"}
+            )
+        response.raise_for_status()
+        data = sorted(response.json()["data"], key=lambda d: d["index"])
+        return [list(map(float, d["embedding"])) for d in data]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        raise TrafficError(f"cannot embed through {url}: {exc.__class__.__name__}: {exc}") from exc

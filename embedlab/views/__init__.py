@@ -16,7 +16,7 @@ the per-burst delta bars otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,15 @@ from ..scenarios.results import ScenarioResult
 from . import figures, tables
 from .fault_figures import plot_fault_timeline, plot_timeline, plot_ttl_sweep
 from .figures import plot_convergence, plot_deltas, plot_matrix, plot_sweep
-from .tables import deployment_table, matrix_table, result_table, step_table, steps_table, sweep_table
+from .tables import (
+    deployment_table,
+    matrix_table,
+    result_table,
+    similarity_table as _similarity_table,
+    step_table,
+    steps_table,
+    sweep_table,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,6 +57,7 @@ __all__ = [
     "plot_timeline",
     "register_figure",
     "result_table",
+    "similarity_table",
     "steps_table",
     "sweep_table",
     "table",
@@ -91,6 +100,12 @@ def figures_table(result: ScenarioResult) -> pd.DataFrame:
     """The run's own figures as a two-column table: what it measured beyond the counters."""
     check_previous_cell()
     return tables.figures_table(result)
+
+
+def similarity_table(deployment: Any, sentences: Sequence[str], *, model: str | None = None) -> pd.DataFrame:
+    """Cosine similarity of `sentences`, embedded through the deployment: do its vectors mean something?"""
+    check_previous_cell()
+    return _similarity_table(deployment, sentences, model=model)
 
 
 def verdict(thing: ScenarioResult | ConformanceMatrix) -> None:

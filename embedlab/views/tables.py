@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DeploymentStoppedError
+from ..errors import ConfigError, DeploymentStoppedError
 from ..scenarios.battery import ConformanceMatrix
 from ..scenarios.explore import Step, SweepResult, cumulative_shares, weights_label
 from ..scenarios.results import ScenarioResult
+from ..targets import Target, target_of
+from ..traffic import embed
 from .frame import Table, table_of
 
 if TYPE_CHECKING:
@@ -265,3 +267,25 @@ def deployment_table(deployment: Deployment) -> Table:
         ["process", "url", "endpoint", "pid", "running", "log"],
         caption=f"run dir: {deployment.run_dir}",
     )
+
+
+def similarity_table(
+    deployment: Deployment | Target, sentences: Sequence[str], *, model: str | None = None
+) -> Table:
+    """Cosine similarity of `sentences`, embedded through the deployment's frontend: whether
+    the vectors mean something (a real model's do; the hash engine's are noise)."""
+    import numpy as np
+
+    target = target_of(deployment)
+    model = model or next((m for m in target.models if m), None)
+    if model is None:
+        raise ConfigError("name the model: this deployment did not say what its workers serve")
+    vectors = np.asarray(embed(target.frontend_url, model, sentences))
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    scores = unit @ unit.T
+    rows = [
+        {"sentence": s, **{f"{j}": float(scores[i, j]) for j in range(len(sentences))}}
+        for i, s in enumerate(sentences)
+    ]
+    caption = f"cosine similarity of {model}'s vectors, through {target.frontend_url} (column j: sentence j, from 0)"
+    return table_of(rows, ["sentence", *map(str, range(len(sentences)))], caption=caption)

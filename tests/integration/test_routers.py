@@ -148,7 +148,7 @@ def test_the_conformance_command_writes_the_matrix_and_its_reports(tmp_path: Pat
     suite = ET.parse(run / "junit.xml").getroot().find("testsuite")
     assert suite is not None and suite.get("tests") == "4"
     page = html.read_text()
-    assert page.count('<span class="verdict ') == 4 and data["versions"]["haproxy"] in page
+    assert page.count('<span class="verdict ') == 4
     table = markdown.read_text()
     assert "| embedded |" in table and "| haproxy |" in table and "mixed" in table
     assert processes_under(tmp_path / "out") == [], "every router and worker was stopped"

@@ -72,13 +72,20 @@ EXPLORE_SMALL = dict(requests=10, bursts=2, sweep_weights=[[1, 1], [4, 1]], swee
 
 
 def test_explore_notebook_sweeps_and_stops_its_deployment(tmp_path: Path, run_dir: Path) -> None:
-    # As `embedlab regress` runs it: stop_at_end stops the deployment in its own cell.
+    # As `embedlab regress` runs it: stop_at_end stops the deployment in its own cell. On the
+    # real all-MiniLM-L6-v2, whose similarities through the deployment are the documented ones.
     result_json = tmp_path / "sweep.json"
     nb = execute(
         NOTEBOOKS / "explore_routing.ipynb", tmp_path / "out.ipynb", run_dir=str(run_dir),
-        result_json=str(result_json), stop_at_end=True, **EXPLORE_SMALL,
+        result_json=str(result_json), stop_at_end=True, engine="transformers", models=["all-MiniLM-L6-v2"],
+        **EXPLORE_SMALL,
     )
     assert errors(nb) == []
+    (similarity,) = [c for c in code_cells(nb) if "similarity_table(dep" in "".join(c["source"])]
+    shown = "".join("".join(o.get("data", {}).get("text/plain", "")) for o in similarity["outputs"])
+    rows = {line.split(".")[0].split("  ")[-1].strip(): re.findall(r"\d\.\d+", line) for line in shown.splitlines()[1:]}
+    weather, stadium = rows["The weather is lovely today"], rows["He drove to the stadium"]
+    assert [round(float(v), 3) for v in (weather[1], stadium[0], stadium[1])] == [0.666, 0.105, 0.141], shown
     sweep = json.loads(result_json.read_text())
     assert sweep["verdict"] == "passed", sweep["reasons"]
     assert [p["weights"] for p in sweep["points"]] == [[1, 1], [4, 1]]
