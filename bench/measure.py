@@ -10,6 +10,7 @@ so several `hey` processes started together (one per model) are pooled exactly.
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import shutil
@@ -304,3 +305,16 @@ def worker_addresses(frontend_url: str) -> dict[str, list[str]]:
 
     models = httpx.get(f"{frontend_url}/health", timeout=5).json()["models"]
     return {model: [str(i["address"]) for i in instances] for model, instances in models.items()}
+
+
+def add_load_options(parser: argparse.ArgumentParser) -> None:
+    """`--max-load` and `--max-foreign`: how quiet the machine must be before measuring (`wait_for_quiet`)."""
+    parser.add_argument(
+        "--max-load", type=float, default=1.5, help="wait for the 1-minute load average to fall below this"
+    )
+    parser.add_argument(
+        "--max-foreign",
+        type=float,
+        default=0.3,
+        help="wait until processes not ours use at most this many cores",
+    )

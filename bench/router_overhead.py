@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from measure import (  # noqa: E402
     ForeignCpu,
     HeyResult,
+    add_load_options,
     group_cpu_seconds,
     hey,
     machine_info,
@@ -138,15 +139,7 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--paths", default=",".join(PATHS), help="a subset of " + ",".join(PATHS))
-    parser.add_argument(
-        "--max-load", type=float, default=1.5, help="wait for the 1-minute load average to fall below this"
-    )
-    parser.add_argument(
-        "--max-foreign",
-        type=float,
-        default=0.3,
-        help="wait until processes not ours use at most this many cores",
-    )
+    add_load_options(parser)
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "router_overhead.json")
     args = parser.parse_args()
     paths = [p for p in args.paths.split(",") if p]

@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from measure import (  # noqa: E402
     ForeignCpu,
     HeyResult,
+    add_load_options,
     group_cpu_seconds,
     hey_many,
     machine_info,
@@ -284,15 +285,7 @@ def main() -> int:
         "--clients", type=int, default=16, help="hey processes, at concurrency / clients each"
     )
     parser.add_argument("--settings", default=",".join(SETTINGS))
-    parser.add_argument(
-        "--max-load", type=float, default=1.5, help="wait for the 1-minute load average to fall below this"
-    )
-    parser.add_argument(
-        "--max-foreign",
-        type=float,
-        default=0.3,
-        help="wait until processes not ours use at most this many cores",
-    )
+    add_load_options(parser)
     parser.add_argument(
         "--encoding",
         choices=["float", "base64"],

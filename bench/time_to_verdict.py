@@ -28,7 +28,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from measure import machine_info, wait_for_quiet  # noqa: E402
+from measure import add_load_options, machine_info, wait_for_quiet  # noqa: E402
 
 # Runs in a fresh interpreter, so import time counts as it does for a user.
 CHILD = r"""
@@ -124,15 +124,7 @@ def main() -> int:
     parser.add_argument("--engines", default="hash,transformers")
     parser.add_argument("--stacks", default="embedded,dynamo,dynamo-etcd-3hosts")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "time_to_verdict.json")
-    parser.add_argument(
-        "--max-load", type=float, default=1.5, help="wait for the 1-minute load average to fall below this"
-    )
-    parser.add_argument(
-        "--max-foreign",
-        type=float,
-        default=0.3,
-        help="wait until processes not ours use at most this many cores",
-    )
+    add_load_options(parser)
     parser.add_argument(
         "--quiet-runs", type=int, default=10, help="bursts each way for the quiet windows' cost"
     )

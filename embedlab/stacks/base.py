@@ -29,6 +29,7 @@ from ..splits import Split
 
 __all__ = [
     "BaseStack",
+    "embedlab_worker",
     "ProcessSpec",
     "StackContext",
     "openai_models",
@@ -278,6 +279,29 @@ def router_venv(name: str) -> Path:
 
 def openai_models(client: httpx.Client, ctx: StackContext) -> set[str]:
     return {m["id"] for m in client.get(f"{ctx.frontend_url}/v1/models").json().get("data", [])}
+
+
+def embedlab_worker(
+    ctx: StackContext,
+    index: int,
+    worker: WorkerSpec,
+    system_port: int,
+    *,
+    frontend_url: str,
+    args: Sequence[str],
+) -> ProcessSpec:
+    """Worker `index` as `embedlab worker`: registering with `frontend_url` ("": with nothing,
+    for a router given its URL), with the stack's own `args`, then the engine's."""
+    argv = [ctx.python, "-m", "embedlab", "worker", "--served-model-name", worker.model]
+    argv += [
+        "--endpoint",
+        ctx.endpoint(index),
+        "--frontend-url",
+        frontend_url,
+        *args,
+        *worker_engine_args(worker),
+    ]
+    return ProcessSpec(role="worker", worker=index, argv=argv, env=system_port_env(system_port))
 
 
 def worker_engine_args(worker: WorkerSpec) -> list[str]:

@@ -11,7 +11,7 @@ from ..defaults import NAMESPACE
 from ..errors import ConfigError
 from ..specs import DeploymentSpec, WorkerSpec
 from ..splits import Split
-from .base import BaseStack, ProcessSpec, StackContext, system_port_env, worker_engine_args
+from .base import BaseStack, ProcessSpec, StackContext, embedlab_worker
 
 
 class EmbeddedStack(BaseStack):
@@ -92,28 +92,8 @@ class EmbeddedStack(BaseStack):
         return ProcessSpec(role="frontend", argv=argv + list(spec.frontend_args))
 
     def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
-        argv = [
-            ctx.python,
-            "-m",
-            "embedlab",
-            "worker",
-            "--served-model-name",
-            worker.model,
-            "--endpoint",
-            ctx.endpoint(index),
-            "--frontend-url",
-            ctx.frontend_url,
-            "--weight",
-            str(worker.weight),
-            "--register-timeout",
-            str(ctx.spec.startup_timeout),
-        ]
-        return ProcessSpec(
-            role="worker",
-            worker=index,
-            argv=argv + worker_engine_args(worker),
-            env=system_port_env(system_port),
-        )
+        own = ["--weight", str(worker.weight), "--register-timeout", str(ctx.spec.startup_timeout)]
+        return embedlab_worker(ctx, index, worker, system_port, frontend_url=ctx.frontend_url, args=own)
 
     def health_url(self, ctx: StackContext) -> str:
         return f"{ctx.frontend_url}/health"

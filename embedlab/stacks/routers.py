@@ -22,7 +22,7 @@ import httpx
 from ..errors import ConfigError, UnsupportedError
 from ..specs import DeploymentSpec, WorkerSpec
 from ..splits import Split
-from .base import BaseStack, ProcessSpec, StackContext, router_venv, system_port_env, worker_engine_args
+from .base import BaseStack, ProcessSpec, StackContext, embedlab_worker, router_venv
 
 __all__ = ["LiteLLMStack", "RouterStack", "SglangRouterStack", "VllmRouterStack", "router_venv"]
 
@@ -58,26 +58,16 @@ class RouterStack(BaseStack):
         return {}
 
     def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
-        argv = [
-            ctx.python,
-            "-m",
-            "embedlab",
-            "worker",
-            "--served-model-name",
-            worker.model,
-            "--endpoint",
-            ctx.endpoint(index),
-            "--frontend-url",
-            "",
+        # Registered with nothing: the router is given the worker's URL.
+        own = [
             "--host",
             ctx.host,
             "--port",
             str(ctx.state[WORKER_PORTS][index]),
             "--load-format",
             self.load_format,
-            *worker_engine_args(worker),
         ]
-        return ProcessSpec(role="worker", worker=index, argv=argv, env=system_port_env(system_port))
+        return embedlab_worker(ctx, index, worker, system_port, frontend_url="", args=own)
 
     def health_url(self, ctx: StackContext) -> str:
         return f"{ctx.frontend_url}/workers"
