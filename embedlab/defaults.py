@@ -16,6 +16,12 @@ HTTP_PORT_ENV = "DYN_HTTP_PORT"  # the frontend's port, as the launch scripts se
 DISCOVERY_ENV = "DYN_DISCOVERY_BACKEND"  # file or etcd: where Dynamo's processes find each other
 REQUEST_PLANE_ENV = "DYN_REQUEST_PLANE"  # tcp: no NATS needed
 DISCOVERY, REQUEST_PLANE = "file", "tcp"  # what the dynamo stack runs on unless told otherwise
+# Dynamo's canary health checks, by the names its 1.6.1 runtime reads: DYN_CANARY_WAIT_TIME_SECS
+# and DYN_HEALTH_CHECK_REQUEST_TIMEOUT_SECS, the config fields' names, are silently ignored.
+HEALTH_CHECK_ENABLED_ENV = "DYN_HEALTH_CHECK_ENABLED"
+CANARY_WAIT_ENV = "DYN_CANARY_WAIT_TIME"  # whole seconds an endpoint idles before its canary
+# The runtime never reads the payload: a worker passes it to `serve_endpoint`, or has no canary.
+HEALTH_CHECK_PAYLOAD_ENV = "DYN_HEALTH_CHECK_PAYLOAD"
 # embedlab's own.
 TOKEN_ENV = "EMBEDLAB_TOKEN"  # the registry token of a frontend reachable beyond loopback
 FRONTEND_URL_ENV = "EMBEDLAB_FRONTEND_URL"  # where a worker registers
@@ -35,6 +41,10 @@ CUDA_VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"  # one GPU per worker, set by the depl
 # -- the wire -----------------------------------------------------------------------------------
 WORKER_HEADER = "x-embedlab-worker"  # the frontend names the serving instance: <endpoint>/<instance id>
 METRIC = "dynamo_component_requests_total"  # the counter every check reads, one per worker
+CANARY_METRIC = "embedlab_canaries_total"  # canaries an embedlab dynamo worker answered
+# The input of the canary the dynamo stack sets: its payload has no `model`, which every
+# request the frontend forwards carries, so no client's request is ever taken for a canary.
+CANARY_INPUT = "embedlab-canary"
 
 # -- endpoints ----------------------------------------------------------------------------------
 NAMESPACE = "dynamo"  # the embedded stack's namespace, as in the seed's launch script
@@ -72,6 +82,8 @@ QUIET_WINDOW_S = 0.2
 # Failover watches this long for a killed worker to leave dispatch, where its stack judges
 # no lease of its own (Dynamo's file discovery forgets a dead instance only after its ~10 s TTL).
 FAILOVER_WATCH_S = 30.0
+# `canaries=True`: a worker's endpoint idle this long gets a canary (Dynamo's default: 10 s).
+CANARY_WAIT_S = 1
 # vLLM on 2 cores takes 55-75 s to start two workers side by side, more under load.
 STARTUP_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 10.0

@@ -114,6 +114,12 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
         help="bring a worker back on its host when it exits",
     )
     p.add_argument(
+        "--canaries",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help=f"dynamo: Dynamo's health-check canaries on every worker idle for {defaults.CANARY_WAIT_S} s",
+    )
+    p.add_argument(
         "--etcd-endpoints",
         default="",
         help="attach: the cluster's etcd, to list the instances it believes live",

@@ -71,6 +71,8 @@ class DeploymentSpec:
     # Host 0 is the harness's own; hosts 1..N-1 are network namespaces the run creates.
     hosts: int = 1
     discovery: str = "file"  # file (one host), or etcd, which the run starts (where the stack has it)
+    # Dynamo's canary health checks on every worker, where the stack has them (`BaseStack.canaries`).
+    canaries: bool = False
 
     def __post_init__(self) -> None:
         if not self.workers:
@@ -78,6 +80,8 @@ class DeploymentSpec:
         object.__setattr__(self, "workers", tuple(self.workers))
         if isinstance(self.hosts, bool) or not isinstance(self.hosts, int) or self.hosts < 1:
             raise ConfigError(f"hosts must be a whole number of at least 1, got {self.hosts!r}")
+        if not isinstance(self.canaries, bool):
+            raise ConfigError(f"canaries must be true or false, got {self.canaries!r}")
         if self.discovery not in DISCOVERY_BACKENDS:
             raise ConfigError(
                 f"discovery must be one of {', '.join(DISCOVERY_BACKENDS)}, got {self.discovery!r}"

@@ -40,6 +40,7 @@ def describe(caps: dict[str, Any]) -> str:
         _yes(caps["names_worker"], "names its worker", "does not name its worker"),
         _yes(caps["counts_backends"], "counts per worker", "keeps no per-worker counts"),
         _yes(caps["asserts_failover"], "failover asserted", "failover reported"),
+        _yes(caps["canaries"], "canaries", "no canaries"),
     ]
     if caps["venv"]:
         parts.append(f"venv .routers/{caps['venv']} ({' '.join(caps['pins'])})")

@@ -76,6 +76,7 @@ class ScenarioPlan:
     hosts: int = 1  # simulated hosts: 1, or more as network namespaces (dynamo on etcd, root)
     lease_ttl: float | None = None  # seconds; None: the scenario's default, else embedlab's
     restart: str | None = None  # workers: never, or on-exit (back on their host when they exit)
+    canaries: bool = False  # dynamo: Dynamo's health-check canaries on every idle worker
     etcd_endpoints: str = ""  # attach: the cluster's etcd, to list what it believes is live
     worker_models: tuple[str, ...] = ()  # attach: the model each system URL's worker serves
     worker_args: tuple[str, ...] = ()
@@ -282,6 +283,7 @@ class ScenarioPlan:
             hosts=self.hosts,
             discovery=self.discovery,
             lease_ttl=self.lease_ttl or FALLBACKS["lease_ttl"],
+            canaries=self.canaries,
         )
 
     def deployment(self, *, progress: LaunchProgress | None = None) -> Deployment:

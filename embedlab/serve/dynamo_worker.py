@@ -3,6 +3,13 @@
 The worker registers as `ModelType.Embedding` with `ModelInput.Text`, so the frontend
 passes the OpenAI request through untokenised; Dynamo itself counts
 `dynamo_component_requests_total` on this process's system port.
+
+Canaries: with `DYN_HEALTH_CHECK_ENABLED`, Dynamo's runtime sends an endpoint idle for
+`DYN_CANARY_WAIT_TIME` seconds a canary, straight to the handler through its local
+registry (not over the request plane), but only where `serve_endpoint` was handed a
+payload: the runtime itself never reads `DYN_HEALTH_CHECK_PAYLOAD`, so this worker does.
+It answers a canary like any request and counts it in `embedlab_canaries_total`, which
+Dynamo appends to the same system port's /metrics.
 """
 
 from __future__ import annotations
@@ -12,11 +19,18 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..defaults import DISCOVERY, DISCOVERY_ENV, REQUEST_PLANE, REQUEST_PLANE_ENV
+from ..defaults import (
+    CANARY_METRIC,
+    DISCOVERY,
+    DISCOVERY_ENV,
+    HEALTH_CHECK_PAYLOAD_ENV,
+    REQUEST_PLANE,
+    REQUEST_PLANE_ENV,
+)
 from ..engines import EngineOptions, InvalidInput, check_dimensions, create_engine
 from ..errors import EngineError
 from .instances import validate_endpoint
@@ -62,6 +76,57 @@ def _response(model: str, vectors: Any, prompt_tokens: int) -> dict[str, Any]:
     }
 
 
+class Canaries:
+    """The canaries this worker answers: which request is one, and how many came.
+
+    A canary is the payload itself, unchanged (Dynamo 1.6.1 adds no marker), so a request
+    equal to it is one; the dynamo stack's payload has no `model`, which every request the
+    frontend forwards carries. The count is a Prometheus collector of its own, exported at 0
+    from start-up, canaries on or off: 0 then says none came, not "unknown".
+    """
+
+    def __init__(self, payload: dict[str, Any] | None, model: str) -> None:
+        from prometheus_client import CollectorRegistry
+
+        self.payload = payload
+        self.model = model
+        self.answered = 0
+        self.registry = CollectorRegistry()
+        self.registry.register(self)
+
+    def is_canary(self, request: dict[str, Any]) -> bool:
+        return self.payload is not None and request == self.payload
+
+    def answered_one(self) -> None:
+        self.answered += 1
+        if self.answered == 1:  # one line in the worker's log for people, not one a second
+            log.warning("first canary answered: %s", self.payload)
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        family = CounterMetricFamily(
+            CANARY_METRIC.removesuffix("_total"),
+            "Dynamo canary health checks this worker answered.",
+            labels=["model"],
+        )
+        family.add_metric([self.model], self.answered)
+        yield family
+
+    def exposition(self) -> str:
+        """The text Dynamo appends to this worker's /metrics at every scrape."""
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry).decode()
+
+
+def canary_payload() -> dict[str, Any] | None:
+    """The payload in DYN_HEALTH_CHECK_PAYLOAD (JSON, or @file), read as Dynamo's own workers read it."""
+    from dynamo.health_check import load_health_check_from_env
+
+    return load_health_check_from_env(HEALTH_CHECK_PAYLOAD_ENV)
+
+
 async def run(config: DynamoWorkerConfig) -> int:
     from dynamo.llm import ModelInput, ModelType, WorkerType, register_model, unregister_model
     from dynamo.llm.exceptions import InvalidArgument
@@ -88,6 +153,8 @@ async def run(config: DynamoWorkerConfig) -> int:
         loop, os.environ.get(DISCOVERY_ENV, DISCOVERY), os.environ.get(REQUEST_PLANE_ENV, REQUEST_PLANE)
     )
     endpoint = runtime.endpoint(config.endpoint)
+    canaries = Canaries(canary_payload(), config.served_model_name)
+    endpoint.metrics.register_prometheus_expfmt_callback(canaries.exposition)
 
     # The parameter must be named `context`: Dynamo passes it by that name.
     async def handler(request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
@@ -102,6 +169,8 @@ async def run(config: DynamoWorkerConfig) -> int:
             result = await engine.embed(inputs, dimensions=dimensions)
         except (ApiError, InvalidInput) as exc:
             raise InvalidArgument(str(exc)) from None
+        if canaries.is_canary(request):  # answered: its embedding is computed
+            canaries.answered_one()
         yield _response(config.served_model_name, result.vectors, result.prompt_tokens)
 
     stopping = asyncio.Event()
@@ -158,7 +227,10 @@ async def run(config: DynamoWorkerConfig) -> int:
     try:
         await asyncio.gather(
             endpoint.serve_endpoint(
-                handler, graceful_shutdown=True, metrics_labels=[("model", config.served_model_name)]
+                handler,
+                graceful_shutdown=True,
+                metrics_labels=[("model", config.served_model_name)],
+                health_check_payload=canaries.payload,
             ),
             register(),
         )

@@ -123,6 +123,8 @@ class BaseStack(abc.ABC):
     retries_switch: ClassVar[bool] = False  # `without_retries` gives the arguments that turn them off
     no_retries_switch: ClassVar[str] = ""  # why not, in the stack's own words
     asserts_failover: ClassVar[bool] = False  # failover's loss and exclusion are asserted, not reported
+    canaries: ClassVar[bool] = False  # health-check canaries on idle workers: `canary_env`
+    no_canaries: ClassVar[str] = ""  # why not, in the stack's own words
 
     # -- where it comes from (routers) ------------------------------------------------------
     venv: ClassVar[str | None] = None  # its own venv under .routers/ (`make routers`); None: the workbench's
@@ -179,6 +181,11 @@ class BaseStack(abc.ABC):
             )
         if not self.worker_weights and any(w.weight != 1.0 for w in spec.workers):
             raise ConfigError(f"{self.display} has no per-worker weights; leave every weight at 1")
+        if spec.canaries and not self.canaries:
+            raise ConfigError(
+                (self.no_canaries or f"{self.display} sends its workers no health-check canaries")
+                + "; leave canaries off, or pick a stack that has them (`embedlab stacks` lists them)"
+            )
 
     def namespace(self, spec: DeploymentSpec) -> str:
         """The run's namespace: the spec's, else a unique one, so that two runs never share one."""
@@ -225,6 +232,10 @@ class BaseStack(abc.ABC):
         """Give worker i routing weight `weights[i]`, live; UnsupportedError where the frontend cannot."""
         raise UnsupportedError(f"{self.name} has no live weights: its workers' weights are fixed at launch")
 
+    def canary_env(self, ctx: StackContext, worker: WorkerSpec) -> dict[str, str]:
+        """The environment that gives `worker` canaries while it idles; UnsupportedError where none."""
+        raise UnsupportedError(self.no_canaries or f"{self.name} has no health-check canaries")
+
     def failover_watch_s(self, spec: DeploymentSpec) -> float:
         """How long failover watches for the dead instance to leave dispatch."""
         return FAILOVER_WATCH_S
@@ -264,6 +275,7 @@ class BaseStack(abc.ABC):
             "drains": cls.drains,
             "retries_switch": cls.retries_switch,
             "asserts_failover": cls.asserts_failover,
+            "canaries": cls.canaries,
             "venv": cls.venv,
             "pins": list(cls.pins),
             "package": cls.package,

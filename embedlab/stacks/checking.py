@@ -6,7 +6,7 @@ define the four abstract methods, keep no state on its objects (a run's goes in
 `StackContext.state`), take the arguments the harness passes to each method it overrides
 (by name, in order), and declare only what it defines (`drains` with `drain`
 and `resume`, `live_weights` with `set_weights`, `retries_switch` with `without_retries`,
-`pins` with a `venv`). Each refusal is a `ConfigError` that names the stack and what is wrong.
+`canaries` with `canary_env`, `pins` with a `venv`). Each refusal is a `ConfigError` that names the stack and what is wrong.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ _DECLARED = {
     "drains": ("drain", "resume"),
     "live_weights": ("set_weights",),
     "retries_switch": ("without_retries",),
+    "canaries": ("canary_env",),
 }
 
 

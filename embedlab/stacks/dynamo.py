@@ -9,11 +9,22 @@ addresses across several (Dynamo would bind the primary NIC by default).
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import shlex
 from typing import Any, ClassVar
 
-from ..defaults import DISCOVERY_ENV, REQUEST_PLANE, REQUEST_PLANE_ENV, SYSTEM_HOST_ENV
+from ..defaults import (
+    CANARY_INPUT,
+    CANARY_WAIT_ENV,
+    CANARY_WAIT_S,
+    DISCOVERY_ENV,
+    HEALTH_CHECK_ENABLED_ENV,
+    HEALTH_CHECK_PAYLOAD_ENV,
+    REQUEST_PLANE,
+    REQUEST_PLANE_ENV,
+    SYSTEM_HOST_ENV,
+)
 from ..errors import ConfigError
 from ..etcd import etcd_argv
 from ..hosts import Host
@@ -35,7 +46,7 @@ def dynamo_installed() -> bool:
 
 
 class DynamoStack(BaseStack):
-    """The real Dynamo frontend; on etcd, across simulated hosts; no drain API, no retries of embeddings."""
+    """The real Dynamo frontend; on etcd, across simulated hosts; canaries; no drain API, no retries of embeddings."""
 
     name = "dynamo"
     title = "Dynamo"
@@ -48,6 +59,7 @@ class DynamoStack(BaseStack):
     names_worker = False  # its workers answer over Dynamo's TCP request plane: no header of theirs
     no_drain = "Dynamo 1.6 has no API to take a worker out of dispatch while it keeps serving"
     retries_switch = True
+    canaries = True
     package = "ai-dynamo"
 
     def check(self, spec: DeploymentSpec) -> None:
@@ -157,6 +169,7 @@ class DynamoStack(BaseStack):
         env = {
             **self._host_env(ctx, host, reach=host.hub if host.namespace else ctx.host),
             **system_port_env(system_port),
+            **(self.canary_env(ctx, worker) if ctx.spec.canaries else {}),
         }
         if ETCD_PORT in ctx.state:
             # The spec's lease is the workers': how long a lost worker stays in dispatch. The
@@ -164,6 +177,13 @@ class DynamoStack(BaseStack):
             # exits at an etcd outage of about half that (measured: 10 s lease, 3 s outage).
             env["ETCD_LEASE_TTL"] = str(math.ceil(ctx.spec.lease_ttl))
         return ProcessSpec(role="worker", worker=index, argv=argv, env=env)
+
+    def canary_env(self, ctx: StackContext, worker: WorkerSpec) -> dict[str, str]:
+        env = {HEALTH_CHECK_ENABLED_ENV: "true", CANARY_WAIT_ENV: str(CANARY_WAIT_S)}
+        if worker.kind == "embedlab":
+            # Dynamo's own vLLM worker keeps its own payload, one its handler takes.
+            env[HEALTH_CHECK_PAYLOAD_ENV] = json.dumps({"input": CANARY_INPUT})
+        return env
 
     def health_url(self, ctx: StackContext) -> str:
         return f"{ctx.frontend_url}/health"

@@ -1,0 +1,161 @@
+"""`canaries=True`: a capability a stack declares, carried from the CLI, a plan and a matrix to the workers' environment."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from embedlab import (
+    BaseStack,
+    ConfigError,
+    DeploymentSpec,
+    ProcessSpec,
+    StackContext,
+    WorkerSpec,
+    load_matrix,
+)
+from embedlab.cli import build_parser
+from embedlab.defaults import (
+    CANARY_INPUT,
+    CANARY_METRIC,
+    CANARY_WAIT_ENV,
+    CANARY_WAIT_S,
+    HEALTH_CHECK_ENABLED_ENV,
+    HEALTH_CHECK_PAYLOAD_ENV,
+)
+from embedlab.hosts import Network
+from embedlab.metrics import MetricQuery, parse_snapshot
+from embedlab.scenario_command import plan_from_args
+from embedlab.serve.dynamo_worker import Canaries
+from embedlab.stack_commands import describe
+from embedlab.stacks import STACKS, get_stack, register_stack, stacks_with
+from embedlab.stacks.dynamo import DynamoStack
+
+REPO = Path(__file__).resolve().parents[2]
+QUERY = MetricQuery.parse(CANARY_METRIC)
+CANARY_KEYS = {HEALTH_CHECK_ENABLED_ENV, CANARY_WAIT_ENV, HEALTH_CHECK_PAYLOAD_ENV}
+
+
+def test_the_variables_are_the_ones_dynamo_1_6_1_reads() -> None:
+    # Measured: its runtime maps DYN_CANARY_WAIT_TIME to canary_wait_time_secs and silently
+    # drops DYN_CANARY_WAIT_TIME_SECS (the wait stays 10 s, and no canary comes in a test's time).
+    assert (HEALTH_CHECK_ENABLED_ENV, CANARY_WAIT_ENV) == ("DYN_HEALTH_CHECK_ENABLED", "DYN_CANARY_WAIT_TIME")
+    assert HEALTH_CHECK_PAYLOAD_ENV == "DYN_HEALTH_CHECK_PAYLOAD"
+
+
+def test_only_dynamo_declares_canaries_and_every_other_stack_refuses_them() -> None:
+    assert stacks_with(lambda s: s.canaries) == ["dynamo"]
+    for name in STACKS.names():
+        if name == "dynamo":
+            continue
+        spec = DeploymentSpec(
+            stack=name, canaries=True, workers=(WorkerSpec(model="m"), WorkerSpec(model="m"))
+        )
+        with pytest.raises(
+            ConfigError, match="sends its workers no health-check canaries; leave canaries off"
+        ):
+            get_stack(name).check(spec)
+        get_stack(name).check(DeploymentSpec(stack=name, workers=spec.workers))  # the same spec without: fine
+
+
+def test_canaries_must_be_a_bool() -> None:
+    with pytest.raises(ConfigError, match="canaries must be true or false, got 'yes'"):
+        DeploymentSpec(canaries="yes", workers=(WorkerSpec(model="m"),))  # type: ignore[arg-type]
+
+
+class CanariesOnPaper(BaseStack):
+    name = "paper-canaries"
+    canaries = True
+
+    def frontend(self, ctx: StackContext) -> ProcessSpec:
+        return ProcessSpec(role="frontend", argv=["true"])
+
+    def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
+        return ProcessSpec(role="worker", worker=index, argv=["true"])
+
+    def health_url(self, ctx: StackContext) -> str:
+        return f"{ctx.frontend_url}/health"
+
+    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
+        return set()
+
+
+def test_a_stack_that_declares_canaries_without_saying_how_is_refused_when_it_joins() -> None:
+    with pytest.raises(ConfigError, match="declares canaries but does not define canary_env"):
+        register_stack("paper-canaries", CanariesOnPaper)
+    assert "paper-canaries" not in STACKS.names()
+
+
+def _context(spec: DeploymentSpec, tmp_path: Path) -> StackContext:
+    ports: Iterator[int] = iter(range(3000, 3100))
+    return StackContext(
+        spec=spec,
+        run_dir=tmp_path,
+        host="127.0.0.1",
+        frontend_port=next(ports),
+        namespace="ns",
+        hosts=tuple(Network.local().hosts),
+        reserve=lambda: next(ports),
+        system_ports=tuple(next(ports) for _ in spec.workers),
+    )
+
+
+def _worker_env(tmp_path: Path, *, canaries: bool, kind: str = "embedlab") -> dict[str, str]:
+    spec = DeploymentSpec(stack="dynamo", canaries=canaries, workers=(WorkerSpec(model="m", kind=kind),))
+    ctx = _context(spec, tmp_path)
+    return DynamoStack().worker(ctx, 0, spec.workers[0], ctx.system_ports[0]).env
+
+
+def test_dynamo_workers_get_the_canary_settings_only_when_asked(tmp_path: Path) -> None:
+    on = _worker_env(tmp_path, canaries=True)
+    assert on[HEALTH_CHECK_ENABLED_ENV] == "true" and on[CANARY_WAIT_ENV] == str(CANARY_WAIT_S)
+    assert json.loads(on[HEALTH_CHECK_PAYLOAD_ENV]) == {"input": CANARY_INPUT}
+    assert not CANARY_KEYS & set(_worker_env(tmp_path, canaries=False))
+    # Dynamo's own vLLM worker has a payload of its own, one its handler takes.
+    vllm = _worker_env(tmp_path, canaries=True, kind="dynamo-vllm")
+    assert HEALTH_CHECK_PAYLOAD_ENV not in vllm and vllm[HEALTH_CHECK_ENABLED_ENV] == "true"
+
+
+def test_the_cli_option_reaches_the_deployment_spec() -> None:
+    def spec_of(*argv: str) -> DeploymentSpec:
+        return plan_from_args(build_parser().parse_args(["scenario", "mixed", *argv])).deployment_spec()
+
+    assert spec_of("--stack", "dynamo", "--canaries").canaries is True
+    assert spec_of("--stack", "dynamo").canaries is False
+    with pytest.raises(ConfigError, match="the embedded frontend sends its workers no health-check canaries"):
+        spec_of("--stack", "embedded", "--canaries")
+
+
+def test_a_matrix_takes_canaries_and_refuses_them_on_a_stack_without(tmp_path: Path) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text(
+        'notebooks = ["same_model_load_balance", "mixed_traffic"]\n[[params]]\nstack = "dynamo"\ncanaries = true\n'
+    )
+    matrix = load_matrix(path, notebook_dir=REPO / "notebooks")
+    assert [job.params["canaries"] for job in matrix.jobs] == [True, True]
+    path.write_text('scenarios = ["same-model"]\n[[params]]\nstack = "embedded"\ncanaries = true\n')
+    with pytest.raises(ConfigError, match="no health-check canaries"):
+        load_matrix(path, notebook_dir=REPO / "notebooks")
+
+
+def test_embedlab_stacks_says_which_stack_has_canaries() -> None:
+    assert "; canaries;" in describe(DynamoStack.capabilities())
+    assert "; no canaries;" in describe(get_stack("embedded").capabilities())
+
+
+def test_the_worker_counts_only_the_payload_it_registered_as_a_canary() -> None:
+    payload = {"input": CANARY_INPUT}
+    counted = Canaries(payload, "m")
+    assert counted.is_canary(dict(payload))
+    # A client's request through the frontend always names its model: never a canary.
+    assert not counted.is_canary({"model": "m", "input": CANARY_INPUT})
+    assert not Canaries(None, "m").is_canary(payload), "no payload registered: no canaries to count"
+    read = parse_snapshot(counted.exposition(), url="worker", query=QUERY)
+    assert read.value == 0 and read.series[0][0] == (("model", "m"),)
+    counted.answered_one()
+    counted.answered_one()
+    assert parse_snapshot(counted.exposition(), url="worker", query=QUERY).value == 2
