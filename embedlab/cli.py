@@ -178,14 +178,15 @@ def _run_conformance(args: argparse.Namespace) -> int:
     print(f"{len(run.matrix.cells)} cells: {counts}")
     if args.markdown:
         from .jsonio import load_json
-        from .pages import conformance_markdown
+        from .pages import write_conformance_markdown
 
         command = (
             "embedlab conformance " + " ".join(sys.argv[2:])
             if sys.argv[1:2] == ["conformance"]
             else "embedlab conformance"
         )
-        args.markdown.write_text(conformance_markdown(load_json(run.json), command=command))
+        # The sections other generators appended to the page (the 16-replica split) are kept.
+        write_conformance_markdown(args.markdown, load_json(run.json), command=command)
     print(run.html)
     return 0 if run.complete else EXIT_FAILED
 
