@@ -20,6 +20,15 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
+from render_scale import (  # noqa: E402
+    NOTES as SCALE_VERDICT_NOTES,
+    TEXT as SCALE_VERDICT_TEXT,  # noqa: E402
+    plot_scale_verdict,
+    scale_verdict_section,
+    split16_markdown,
+)
+
+from embedlab.pages import replace_appendix  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -1021,6 +1030,7 @@ for `apt-get install hey` where it is missing):
 | router overhead | `make bench-router` (= `make bench` then `.venv/bin/python bench/router_overhead.py`) | `bench/results/router_overhead.json` |
 | scale | `make bench-scale` (= `make bench` then `.venv/bin/python bench/scale.py`) | `bench/results/scale.json` |
 | time to verdict | `make bench-verdict` (= `make bench` then `.venv/bin/python bench/time_to_verdict.py`) | `bench/results/time_to_verdict.json` |
+| time to verdict, 2 to 64 workers; 16-replica splits | `make bench` then `.venv/bin/python bench/scale_verdict.py --mixed` (root for the 4-host rows) | `bench/results/scale_verdict.json` |
 | lease TTL sweep | `make bench-ttl` (= `make bench` then `.venv/bin/python bench/ttl_sweep.py`; root) | `bench/results/ttl_sweep.json` |
 | GPU short inputs | on an H200 machine, `hey` on the PATH: `python bench/gpu_serving.py --out bench/results/gpu_short_inputs.json` | `bench/results/gpu_short_inputs.json` |
 | frontend processes, 16 cores | on the H200 machine: `python bench/scale.py --settings frontend=1,frontend=2,frontend=4 --requests 40000 --concurrency 256 --encoding base64 --max-load 1000 --max-foreign 16 --json bench/results/scale_frontend_16cores.json` | `bench/results/scale_frontend_16cores.json` |
@@ -1065,6 +1075,17 @@ def main() -> int:
             FRONTEND_SCALE_TEXT,
         ),
         ("time_to_verdict", "Time to verdict", verdict_section, VERDICT_TEXT),
+        (
+            "scale_verdict",
+            "Time to verdict and scrape time, 2 to 64 workers",
+            partial(
+                scale_verdict_section,
+                table=table,
+                met=met,
+                plot=partial(plot_scale_verdict, plt=plt, save=save),
+            ),
+            SCALE_VERDICT_TEXT,
+        ),
         ("ttl_sweep", "Lease TTL against time out of dispatch, on etcd across hosts", ttl_section, TTL_TEXT),
         (
             "gpu_short_inputs",
@@ -1111,6 +1132,7 @@ def main() -> int:
             "gpu_short_inputs": "gpu_short_inputs.png",
             "gpu_h200x2": "gpu_serving.png",
             "ttl_sweep": "ttl_sweep.png",
+            "scale_verdict": "scale_verdict.png",
         }.get(name)
         if img:
             section.append(f"![{title}](img/{img})\n")
@@ -1125,6 +1147,7 @@ def main() -> int:
     sections.append(VERIFICATION_TEXT)
     DOCS.mkdir(exist_ok=True)
     (DOCS / "benchmarks.md").write_text("\n".join(sections).rstrip() + "\n")
+    write_conformance_split()
     print(f"wrote {DOCS / 'benchmarks.md'} and {len(list(IMG.glob('*.png')))} plots in {IMG}")
     return 0
 
@@ -1360,6 +1383,20 @@ per worker (the next section, 16 cores) the workers do not share cores, the ques
 the frontend's alone, and there the target is met.
 """,
 }
+
+
+NOTES["scale_verdict"] = SCALE_VERDICT_NOTES
+
+
+def write_conformance_split() -> None:
+    """docs/conformance.md's 16-replica split, below the matrix `embedlab conformance --markdown`
+    writes (which keeps it when it rewrites the matrix)."""
+    data = load("scale_verdict")
+    page = DOCS / "conformance.md"
+    if data is None or not data.get("split16") or not page.exists():
+        return
+    page.write_text(replace_appendix(page.read_text(), split16_markdown(data, table=table)))
+    print(f"wrote the 16-replica split into {page}")
 
 
 def scale_numbers(data: dict[str, Any]) -> str:

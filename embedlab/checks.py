@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from . import clients
 from .errors import CheckFailedError, ConfigError
-from .metrics import DEFAULT_METRIC, MetricQuery, Snapshot, ascrape, scrape
+from .metrics import DEFAULT_METRIC, MetricQuery, Snapshot, ascrape_all, scrape, scrape_all
 from .stats import binom_two_sided, chisquare_p
 
 if TYPE_CHECKING:
@@ -252,7 +251,7 @@ class DispatchCheck:
     require_all: bool = True  # every expected worker must move
     raise_on_failure: bool = True
     timeout: float = 5.0
-    client: httpx.Client | None = None  # for the sync path; None: a fresh client per scrape round
+    client: httpx.Client | None = None  # for the sync path, one worker after another; None: all at once
     result: CheckResult | None = field(default=None, init=False)
     before: list[Snapshot] | None = field(default=None, init=False)
     after: list[Snapshot] | None = field(default=None, init=False)
@@ -280,15 +279,12 @@ class DispatchCheck:
 
     def _scrape_sync(self) -> list[Snapshot]:
         if self.client is not None:
+            # The caller's own sync client (a transport it controls): one worker after the other.
             return [
                 scrape(u, metric=self.metric, client=self.client, worker_index=i)
                 for i, u in enumerate(self.system_urls)
             ]
-        with clients.client(timeout=self.timeout) as client:
-            return [
-                scrape(u, metric=self.metric, client=client, worker_index=i)
-                for i, u in enumerate(self.system_urls)
-            ]
+        return scrape_all(self.system_urls, metric=self.metric, timeout=self.timeout)
 
     def end(self) -> CheckResult:
         """Take the deltas (after `settle_seconds`) and judge them."""
@@ -344,24 +340,8 @@ class DispatchCheck:
             self.result.raise_for_failure()
 
     async def _scrape_all(self, client: httpx.AsyncClient | None) -> list[Snapshot]:
-        own = client is None
-        http = client or clients.async_client(timeout=self.timeout)
-        try:
-            found = await asyncio.gather(
-                *(
-                    ascrape(u, metric=self.metric, client=http, worker_index=i)
-                    for i, u in enumerate(self.system_urls)
-                ),
-                return_exceptions=True,
-            )
-            # The first worker by index that failed, not the first failure to arrive: the same error every run.
-            for item in found:
-                if isinstance(item, BaseException):
-                    raise item
-            return list(found)  # type: ignore[arg-type]
-        finally:
-            if own:
-                await http.aclose()
+        # All workers at once; the first failure by index is raised (the same error every run).
+        return await ascrape_all(self.system_urls, metric=self.metric, client=client, timeout=self.timeout)
 
     def judge_attributed(self, served: Mapping[int, int]) -> CheckResult:
         """The same judgement from per-request attribution instead of the counters' deltas:

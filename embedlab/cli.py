@@ -178,14 +178,15 @@ def _run_conformance(args: argparse.Namespace) -> int:
     print(f"{len(run.matrix.cells)} cells: {counts}")
     if args.markdown:
         from .jsonio import load_json
-        from .pages import conformance_markdown
+        from .pages import write_conformance_markdown
 
         command = (
             "embedlab conformance " + " ".join(sys.argv[2:])
             if sys.argv[1:2] == ["conformance"]
             else "embedlab conformance"
         )
-        args.markdown.write_text(conformance_markdown(load_json(run.json), command=command))
+        # The sections other generators appended to the page (the 16-replica split) are kept.
+        write_conformance_markdown(args.markdown, load_json(run.json), command=command)
     print(run.html)
     return 0 if run.complete else EXIT_FAILED
 
@@ -209,7 +210,38 @@ DESCRIPTION = (
 EPILOG = "exit codes: 0 passed (or figures reported, not asserted), 1 a check failed, 2 could not run, 130 interrupted"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; or, where `command` is a serving one (`worker`, `frontend`, ...),
+    the serving commands alone.
+
+    Building the harness's subcommands imports the scenarios, the stacks and httpx (with the
+    rich and click that httpx's own CLI pulls in): 0.2 s of CPU in every worker process,
+    which a pool of 64 pays on 2 cores before it answers anything.
+    """
+    serving = _new_parser(SERVING)
+    if command is not None and command in _names(serving):
+        return serving
+    return _new_parser(SUBCOMMANDS)
+
+
+def _names(parser: argparse.ArgumentParser) -> set[str]:
+    return {name for action in parser._subparsers._group_actions for name in action.choices}  # type: ignore[union-attr, attr-defined]
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names: its first word that is neither an option nor a --plugin's value."""
+    words = iter(argv)
+    for word in words:
+        if word == "--plugin":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def _new_parser(
+    commands: Sequence[Callable[[argparse._SubParsersAction], None]],  # type: ignore[type-arg]
+) -> argparse.ArgumentParser:
     parser = _Parser(prog="embedlab", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument(
         "--plugin",
@@ -219,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"import MODULE first: the scenarios, stacks and engines it registers (repeat; also ${defaults.PLUGINS_ENV})",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in SUBCOMMANDS:
+    for add in commands:
         add(sub)
     return parser
 
@@ -234,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EmbedlabError as exc:
         print(f"embedlab: error: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
-    parser = build_parser()
+    parser = build_parser(command=_command_of(argv))
     args = parser.parse_args(argv)
     run: Command = args.run
     try:

@@ -79,6 +79,9 @@ FAIRNESS_ALPHA = 0.001  # a same-model split with a p-value below this does not 
 # The quiet window before a burst's first request and after its last response (settled): no
 # request of embedlab's is in flight, so a counter that moves there counts someone else's.
 QUIET_WINDOW_S = 0.2
+# Scrapes of one snapshot in flight at once: every worker of a 64-worker pool together, and a
+# bound on the sockets (one per worker, kept alive) that a far larger pool would hold open.
+SCRAPE_CONCURRENCY = 64
 # Failover watches this long for a killed worker to leave dispatch, where its stack judges
 # no lease of its own (Dynamo's file discovery forgets a dead instance only after its ~10 s TTL).
 FAILOVER_WATCH_S = 30.0

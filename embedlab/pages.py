@@ -15,7 +15,15 @@ from .report import VERDICT_CSS, escape, short, verdict_badge
 from .verdicts import Verdict
 from .wording import counted
 
-__all__ = ["compare_runs", "conformance_markdown", "write_conformance", "write_index"]
+__all__ = [
+    "APPENDIX_MARKER",
+    "compare_runs",
+    "conformance_markdown",
+    "replace_appendix",
+    "write_conformance",
+    "write_conformance_markdown",
+    "write_index",
+]
 
 LATENCY_CHANGE = 0.25  # a latency percentile that moves by more than this share is flagged
 
@@ -309,3 +317,28 @@ def conformance_markdown(matrix: Mapping[str, Any], *, command: str) -> str:
         ]
         lines.append(f"| {stack} | {matrix.get('versions', {}).get(stack, '')} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
+
+
+# Where docs/conformance.md's matrix ends and sections that other generators write begin
+# (bench/render_docs.py's 16-replica split, from a benchmark's JSON): `embedlab conformance
+# --markdown` rewrites the matrix and keeps them; each of them rewrites only its part.
+APPENDIX_MARKER = "<!-- appended by other generators (bench/render_docs.py); kept by embedlab conformance -->"
+
+
+def write_conformance_markdown(path: Path, matrix: Mapping[str, Any], *, command: str) -> Path:
+    """The matrix as Markdown at `path`, keeping what follows `APPENDIX_MARKER` in the page there."""
+    kept = ""
+    if path.exists():
+        text = path.read_text()
+        at = text.find(APPENDIX_MARKER)
+        kept = text[at:] if at >= 0 else ""
+    page = conformance_markdown(matrix, command=command)
+    path.write_text(page + ("\n" + kept if kept else ""))
+    return path
+
+
+def replace_appendix(page: str, section: str) -> str:
+    """`page` with what follows its `APPENDIX_MARKER` (or nothing, where it has none) replaced by `section`."""
+    at = page.find(APPENDIX_MARKER)
+    head = (page[:at] if at >= 0 else page).rstrip() + "\n"
+    return f"{head}\n{APPENDIX_MARKER}\n\n{section.strip()}\n"

@@ -7,16 +7,16 @@ to show.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from . import clients
+from .clients import run_sync  # here since it was first defined here: callers import it from traffic
 from .defaults import WORKER_HEADER
 from .errors import ConfigError, TrafficError
 from .progress import Bar
@@ -24,7 +24,6 @@ from .progress import Bar
 if TYPE_CHECKING:
     import pandas as pd
 
-T = TypeVar("T")
 Input = str | list[str] | list[int] | list[list[int]]
 
 _WORDS = "the quick brown fox jumps over the lazy dog while embeddings route across workers".split()
@@ -36,16 +35,6 @@ def default_inputs(n: int, *, seed: int = 0, words: int = 8) -> list[str]:
 
     rng = random.Random(seed)
     return [f"request {i}: " + " ".join(rng.choice(_WORDS) for _ in range(words)) for i in range(n)]
-
-
-def run_sync(coro: Awaitable[T]) -> T:
-    """Run a coroutine from sync code, also inside Jupyter, whose event loop is already running."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)  # type: ignore[arg-type]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,7 +138,8 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
         require_all=spec.require_all,
         raise_on_failure=False,
     )
-    async with clients.async_client(timeout=10.0) as scrape_client:
+    # One keep-alive connection per worker, shared by the burst's four snapshots.
+    async with clients.scrape_client(timeout=10.0) as scrape_client:
         opening = await _quiet_window(check, scrape_client, spec.quiet_s, first=True)
         router_before = await read_router_counts(target)
         # The baseline is in hand before the first request of the burst leaves.

@@ -18,7 +18,7 @@ from .. import clients
 from ..checks import evaluate
 from ..deployment import Deployment
 from ..errors import ConfigError, CounterResetError
-from ..metrics import ascrape
+from ..metrics import ascrape, ascrape_all
 from ..stacks import get_stack
 from ..targets import Target
 from ..traffic import RequestRecord, asend_burst, default_inputs, run_sync
@@ -187,9 +187,9 @@ def failover(
                 deployment.outages.kill_worker(victim, sig)
                 state["killed"] = time.perf_counter()
 
-        async with clients.async_client(timeout=5.0) as client:
-            before = await asyncio.gather(
-                *(ascrape(urls[i], metric=target.metric, client=client) for i in survivors)
+        async with clients.scrape_client(timeout=5.0) as client:
+            before = await ascrape_all(
+                [urls[i] for i in survivors], metric=target.metric, client=client, indices=survivors
             )
             victim_before = await ascrape(urls[victim], metric=target.metric, client=client)
             router_before = await read_router_counts(target)
@@ -218,8 +218,8 @@ def failover(
                 on_response=on_response,
             )
             await watcher
-            after = await asyncio.gather(
-                *(ascrape(urls[i], metric=target.metric, client=client) for i in survivors)
+            after = await ascrape_all(
+                [urls[i] for i in survivors], metric=target.metric, client=client, indices=survivors
             )
             router_after = await read_router_counts(target)
         moved = (

@@ -51,7 +51,8 @@ class Watch:
 
     async def run(self) -> None:
         target = self.deployment.target()
-        async with clients.async_client(timeout=POLL_S * 0.9) as client:
+        # A keep-alive connection per worker: every poll reads them all.
+        async with clients.scrape_client(timeout=POLL_S * 0.9) as client:
             while not self.done.is_set():
                 at = time.perf_counter() - self.origin
                 values = await asyncio.gather(

@@ -18,6 +18,7 @@ from embedlab.hosts import Network
 from embedlab.stacks import (
     STACKS,
     battery_stacks,
+    dynamo,
     get_stack,
     register_stack,
     router_venvs,
@@ -261,3 +262,16 @@ def test_a_plugin_module_that_does_not_import_is_one_line_naming_it() -> None:
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert "cannot import plugin 'tests.plugins.no_such_module' (EMBEDLAB_PLUGINS)" in line, line
+
+
+def test_dynamo_on_file_discovery_refuses_a_pool_past_the_inotify_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limit = tmp_path / "max_user_instances"
+    limit.write_text("128\n")
+    monkeypatch.setattr(dynamo, "INOTIFY_LIMIT", limit)
+    stack = dynamo.DynamoStack()
+    stack.check(DeploymentSpec.same_model(workers=31, stack="dynamo"))  # 125 instances fit
+    with pytest.raises(ConfigError, match=r"needs 129 inotify instances for 32 workers.*discovery='etcd'"):
+        stack.check(DeploymentSpec.same_model(workers=32, stack="dynamo"))
+    stack.check(DeploymentSpec.same_model(workers=64, stack="dynamo", discovery="etcd"))  # no inotify

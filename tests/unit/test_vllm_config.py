@@ -125,7 +125,9 @@ def test_the_default_matrix_runs_both_scenarios_on_two_vllm_workers() -> None:
     from embedlab.engines.models import ModelDefaults, resolve_model_path, serving_defaults
 
     minilm = resolve_model_path("all-MiniLM-L6-v2")
-    assert (minilm / "modules.json").is_file() and serving_defaults(minilm) == ModelDefaults(pooling="mean", normalize=True)
+    assert (minilm / "modules.json").is_file() and serving_defaults(minilm) == ModelDefaults(
+        pooling="mean", normalize=True
+    )
 
 
 def test_the_models_own_position_limit(tiny_models: dict[str, Path], tmp_path: Path) -> None:
