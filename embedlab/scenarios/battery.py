@@ -123,6 +123,9 @@ def stack_versions(stacks: Sequence[str]) -> dict[str, str]:
         cls = stack_class(stack)
         package = cls.package
         if package is None:
+            own = cls().frontend_version()
+            if own is not None:
+                found[stack] = own
             continue
         venv = cls().venv_dir()
         python = venv / "bin" / "python" if venv is not None else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -76,6 +77,16 @@ class BalancerStack(RouterStack):
             f"the {self.name} stack needs Debian's {self.deb}: `make test` and `make run` install it "
             f"(or apt-get install -y {self.deb})"
         )
+
+    def frontend_version(self) -> str | None:
+        """`haproxy -v` / `nginx -v`, first line: a Debian binary has no Python package to ask."""
+        try:
+            proc = subprocess.run([self._binary(), "-v"], capture_output=True, text=True, timeout=10)
+        except (ConfigError, OSError, subprocess.SubprocessError):
+            return None
+        line = (proc.stdout or proc.stderr).strip().splitlines()[:1]
+        found = re.search(r"(\d+\.\d+\.\d+)", line[0]) if line else None
+        return f"{self.name} {found.group(1)}" if found else None
 
     def check(self, spec: DeploymentSpec) -> None:
         super().check(spec)

@@ -240,6 +240,10 @@ class BaseStack(abc.ABC):
         """How long failover watches for the dead instance to leave dispatch."""
         return FAILOVER_WATCH_S
 
+    def frontend_version(self) -> str | None:
+        """The frontend's own version where no Python `package` names it (None: ask the package)."""
+        return None
+
     def backend_counts(self, client: httpx.Client, ctx: StackContext) -> dict[int, float] | None:
         """Requests the router says it sent to each worker (by index) since it started, from its own
         per-backend counters; None where it keeps none. The second source of truth beside the

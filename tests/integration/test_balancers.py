@@ -277,3 +277,10 @@ def test_haproxy_drains_through_an_abstract_socket_when_the_run_dir_is_too_deep(
     assert result.verdict == "passed", result.reasons
     assert "stats socket abns@embedlab-haproxy-" in (run_dir / "haproxy" / "haproxy.cfg").read_text()
     assert not list(run_dir.rglob("*.sock")) and processes_under(run_dir) == []
+
+
+def test_the_debian_balancers_report_their_own_versions() -> None:
+    from embedlab.scenarios.battery import stack_versions
+
+    versions = stack_versions(["haproxy", "nginx"])
+    assert versions["haproxy"].startswith("haproxy 2.") and versions["nginx"].startswith("nginx 1."), versions
