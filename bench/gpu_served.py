@@ -61,11 +61,12 @@ def group_pids(pgid: int) -> list[int]:
     return found
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float | None:
+    """User and system CPU of a live process; None once it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
+        return None
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
@@ -182,8 +183,7 @@ def step(
 ) -> dict[str, Any]:
     """One load step and its profile."""
     groups = roles(dep, extra)
-    cpu0 = {role: sum(cpu_seconds(p) for p in pids) for role, pids in groups.items()}
-    each0 = {p: cpu_seconds(p) for pids in groups.values() for p in pids}
+    each0 = {p: cpu_seconds(p) or 0.0 for pids in groups.values() for p in pids}
     hist0 = batch_sizes(system_url)
     busy0, total0 = machine_jiffies()
     with GpuBusy() as gpu:
@@ -194,10 +194,15 @@ def step(
     requests = max(1, int(result["requests"]))
     cpu = {}
     for role, pids in groups.items():
-        spent = sum(cpu_seconds(p) for p in pids) - cpu0[role]
-        busiest = max((cpu_seconds(p) - each0[p]) for p in pids) / wall if wall else 0.0
+        # a process that exited during the step (an idle compile worker) took its CPU time
+        # with it: it counts as spending nothing, never as a negative figure
+        now = {p: cpu_seconds(p) for p in pids}
+        each = [now[p] - each0[p] for p in pids if now[p] is not None]
+        spent = sum(each)
+        busiest = max(each, default=0.0) / wall if wall else 0.0
         cpu[role] = {
             "processes": len(pids),
+            "exited": sum(now[p] is None for p in pids),
             "ms_per_request": 1000 * spent / requests,
             "cores": spent / wall if wall else 0.0,
             "busiest_process_cores": busiest,

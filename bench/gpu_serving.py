@@ -464,7 +464,10 @@ def parity(
         torch.cuda.empty_cache()
     want = want + want
     cos = [float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(served, want)]
-    floor = 0.9999 if dtype == "bfloat16" else 0.99999
+    # fp32 is where the path must be exact (graphs, padding, pooling: 0.9999999 on an H200).
+    # In bf16 the reference and the served forward each round at 2**-8, in kernels chosen by
+    # batch shape: 0.99986 eager, 0.99982 compiled there. vLLM's HF parity tests allow 1e-2.
+    floor = 0.999 if dtype == "bfloat16" else 0.99999
     return {
         "lengths": lengths,
         "min_cosine": min(cos),

@@ -810,10 +810,15 @@ def gpu_short_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, s
             f"--max-batch-tokens {setup['max_batch_tokens']} --engine-arg pipeline_min={setup['pipeline_min']}`; "
             f"up in {served['startup_s']['total']:.0f} s, all {len(setup['api_processes'])} at once on the one GPU. "
             f"Served vectors against an unpadded forward, {len(parity['cosines'])} vectors of {min(parity['lengths'])} "
-            f"to {max(parity['lengths'])} tokens: min cosine {parity['min_cosine']:.6f} (floor {parity['floor']}). "
+            f"to {max(parity['lengths'])} tokens: min cosine {parity['min_cosine']:.6f} "
+            f"(floor {parity['floor']}, {'passed' if parity['passed'] else '**below it**'}). "
             f"The {setup['api_processes'][0]}-ingest-process worker against the 1-process worker, {same['requests']} "
             f"texts one at a time: {same['identical']} identical vectors, largest difference {same['max_abs_diff']:g}."
         )
+    notes = {k: v for k, v in (data.get("annotation") or {}).items() if k in ("parity", "cpu_profile")}
+    if notes:
+        parts.append("\n**Found in this run, after it:**\n")
+        parts.extend(f"- *{k.replace('_', ' ')}:* {v}" for k, v in notes.items())
     cpu = load("cpu_path")
     if cpu:
         parts.append(
@@ -1207,7 +1212,7 @@ namespaces, its teardown their deletion.
 """
 
 GPU_SHORT_TEXT = """
-Run on the one-GPU machine from a copy of this branch's tree (commit aa40c67), its JSON
+Run on the one-GPU machine from a copy of main's clean tree (commit 724ed7e), its JSON
 copied back; every figure below comes from that one call. The model has random weights
 and Qwen3-Embedding-0.6B's shapes (bf16, LAST pooling, normalised). Four transformers
 workers share the GPU behind one embedded frontend of 6 routing processes
@@ -1263,50 +1268,42 @@ NOTES: dict[str, str] = {
     "gpu_short_inputs": """
 **What bounds each figure.**
 
-- *13 tokens, one input per request* (19,414 seq/s at c=512 in the matrix; 17,072 to 19,155
-  in the three rounds, against sentence-transformers' 6,350 to 8,196, median 2.27x): the GPU
-  and the ingest processes together. The GPU is 92% busy on batches of 108 on average (the
-  128-row graph), and the 6 ingest processes spend 0.275 ms of CPU per request, 5.3 cores,
-  the busiest 0.95 of one. Past the frontend the worker answers the same 19,431, so the
-  frontend is not the bound: its 6 processes spend 0.22 ms per request, none above 0.75 of a
-  core. The rows scale with the processes until the GPU is nearly full: 1 ingest process
-  2,553 seq/s (the single-process worker, one core at 0.40 ms per request: the old ceiling),
-  2 processes 8,039, 4 processes 15,832, 6 processes 19,414; 1 frontend process 8,076 (its
-  one core full at 0.12 ms per request), 2 processes 12,340 (both full), 4 processes 19,250.
-  The engine process itself spends 0.03 ms per request, 0.55 of a core.
+- *13 tokens, one input per request* (19,648 seq/s at c=768 in the matrix, 19,260 at c=512;
+  18,227 to 19,654 in the three rounds, against sentence-transformers' 7,314 to 9,045,
+  median 2.07x): the GPU and the ingest processes together. The GPU is 91% busy on batches
+  of 150 on average, and the 6 ingest processes spend 0.283 ms of CPU per request, 5.6
+  cores, the busiest 0.96 of one. Past the frontend the worker answers 18,008, no more, so
+  the frontend is not the bound: its 6 processes spend 0.22 ms per request, none above 0.76
+  of a core. The rows scale with the processes until the GPU is nearly full: 1 ingest
+  process 3,010 seq/s (the single-process worker, one core at 0.34 ms per request: the old
+  ceiling), 2 processes 8,232, 4 processes 17,146, 6 processes 19,648; 1 frontend process
+  5,398 (its one core full at 0.19 ms per request), 2 processes 10,540 (both full), 4
+  processes 19,534. The engine process itself spends 0.03 ms per request, 0.58 of a core.
 - *The device between forwards.* With `pipeline_min=64` a partial batch of 64 or more is
   queued behind the forward in flight instead of waiting for the device to go idle, so the
   host's work between two forwards (delivering one batch's vectors, filling and launching
   the next) overlaps the device's. A forward's wait for the device blocks in the driver
   (a blocking CUDA event): the default spinning wait held a core of the engine process for
   as long as the GPU was busy.
-- *c=768 and c=1024 below c=512* (17,505 and 18,322, p99 about 470 ms): the GPU's busy share
-  falls to 80-83% as batches grow to 158 and 210; the long tail was not isolated.
-- *c=1 p50, 13 tokens: 5.3 ms in the full run, missed there* (goal 4 ms); *2.9 ms after the
-  fix, direct to the worker*. The single-process worker on the same GPU, through the same
-  frontend, answered in 2.9 ms in the full call; the 6-ingest worker took 5.3 ms through
-  the frontend and past it alike, so the added time was the ingest hop. A diagnostic call
-  (`bench/gpu_c1_after_load.py`) isolated when it happened: three compiled workers (6
-  ingest processes with and without `pipeline_min`, and 1 process) answered c=1 in 2.5 to
-  2.7 ms p50 each, twice over; after 3 s of c=512 against the first of them, both 6-ingest
-  workers answered in 5.2 to 5.3 ms, the one that took none of that load included: the
-  period of the channel's 5 ms fallback poll. The cause: the consumer cleared the doorbell
-  flag *before* reading the socket, so a byte rung in between was read by the same recv
-  and the flag stayed set with no byte behind it; from then on every message skipped its
-  byte and waited for the poll. The consumer now clears it after its read (and the poll
-  clears a flag it finds set); `tests/unit/test_multiprocess_parts.py` reproduces the
-  interleaving and fails against the old order. The same diagnostic after the fix
-  (`bench/results/gpu_c1_after_load.txt`, one H200): 2.9 / 2.9 / 2.8 ms p50 before the
-  load, 17,971 req/s at c=512 on the first worker, then **2.9 / 2.9 / 2.8 ms after it**
-  (p90 3.1). The full matrix (through the frontend, which adds about 0.3 ms at c=1) was not
-  run again on the fixed code: the device time was spent.
-- *16 inputs per request* (20,617 seq/s at c=64): the GPU, 93% busy.
-- *128 tokens* (4,023 seq/s at 16 inputs per request, 2.35x the best plain batched forward,
-  1,711 at batch 1024; 3,429 at 1 input per request and c=256): the GPU, 96-98% busy on
+- *c=1024 below c=768* (18,042, p99 489 ms): the GPU's busy share falls to 82% as batches
+  grow to 192; the long tail was not isolated.
+- *c=1 p50, 13 tokens: 3.1 ms through the frontend* (p99 3.7; goal 4 ms) to the 6-ingest
+  worker, 2.9 ms to the 1-process worker through the same frontend, 2.8 ms straight to the
+  6-ingest worker, that row measured after every loaded row of the matrix. The full run
+  before this one missed the goal at 5.3 ms: after a saturating load, every message on the
+  ingest channel waited for its 5 ms fallback poll. The consumer cleared the doorbell flag
+  *before* reading the socket, so a byte rung in between was read by the same recv and the
+  flag stayed set with no byte behind it. It now clears the flag after its read (and the
+  poll clears a flag it finds set); `tests/unit/test_multiprocess_parts.py` reproduces the
+  interleaving and fails against the old order. `bench/gpu_c1_after_load.py` isolated it
+  (`bench/results/gpu_c1_after_load.txt`: 2.9 ms before and after 3 s of c=512 once fixed).
+- *16 inputs per request* (22,114 seq/s at c=64): the GPU, 93% busy.
+- *128 tokens* (3,984 seq/s at 16 inputs per request, 2.33x the best plain batched forward,
+  1,713 at batch 1024; 3,187 at 1 input per request and c=256): the GPU, 94-95% busy on
   compiled graphs, whose fused elementwise kernels the eager forward lacks.
 - *sentence-transformers* on 13-token texts: eager launching and its own per-batch CPU
-  (tokenizing, sorting, a copy to the host). Its batch-1024 figure moved between 6,350 and
-  8,547 seq/s within this one call, which is why the ratio is taken round by round.
+  (tokenizing, sorting, a copy to the host). Its batch-1024 figure moved between 7,314 and
+  9,045 seq/s within this one call, which is why the ratio is taken round by round.
 """,
     "scale_frontend_16cores": """
 **What bounds it.** One routing process answers 7,564 requests/s at 0.131 ms of CPU per
