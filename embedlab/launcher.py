@@ -138,13 +138,19 @@ class Launcher:
             ctx.system_url(index),
         )
 
+        joined = False
+
         def ready() -> bool:
+            nonlocal joined
             if cancelled is not None and cancelled.is_set():
                 raise ServerStartError(
                     f"{proc.name}: the deployment is stopping", name=proc.name, log_path=proc.log_path
                 )
             if client.get(f"{system_url}/health").status_code != 200:
                 return False
+            if not joined:
+                dep.stack.join(client, dep.context, index)
+                joined = True
             listed = dep.stack.listed_models(client, dep.context)
             if listed is not None and model not in listed:
                 return False

@@ -199,6 +199,11 @@ class BaseStack(abc.ABC):
         """Processes the frontend and workers need up first (etcd), each with its `ready_url`."""
         return []
 
+    def join(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+        """Tell the frontend of worker `index`, which answers now (started or started again), where
+        workers join through the frontend's own API rather than registering themselves."""
+        return None
+
     def listed_models(self, client: httpx.Client, ctx: StackContext) -> set[str] | None:
         """The models the frontend lists (/v1/models), or None where it lists none of its own."""
         return openai_models(client, ctx)

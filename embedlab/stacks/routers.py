@@ -88,7 +88,7 @@ class RouterStack(BaseStack):
         """Frontend arguments that switch the router's retries off."""
         return ("--disable-retries",)
 
-    def _rust_router_argv(self, ctx: StackContext, head: list[str]) -> list[str]:
+    def _rust_router_argv(self, ctx: StackContext, head: list[str], *, worker_urls: bool = True) -> list[str]:
         # Both default their metrics to 0.0.0.0:29000: two at once would collide, so every run has its own.
         port = ctx.reserve()
         ctx.state["metrics_url"] = f"http://{ctx.host}:{port}/metrics"  # the router's own counters
@@ -102,15 +102,25 @@ class RouterStack(BaseStack):
             ctx.host,
             "--prometheus-port",
             str(port),
-            "--worker-urls",
-            *self.worker_urls(ctx),
+            *(["--worker-urls", *self.worker_urls(ctx)] if worker_urls else []),
             "--policy",
             str(self.policy(ctx.spec.router_mode)),
         ]
 
 
+def several_models(spec: DeploymentSpec) -> bool:
+    return len(set(spec.models)) > 1
+
+
 class VllmRouterStack(RouterStack):
-    """vllm-router: the port opens once every worker answers /health; `/workers` lists them."""
+    """vllm-router: the port opens once every worker answers /health; `/workers` lists them.
+
+    One model's pool runs in its regular mode, which ignores the body's `model`. A pool of
+    several models runs in its inference-gateway mode (`--enable-igw`, "multi-model
+    support"): it starts with no worker, each worker joins through `POST /workers` with its
+    `model_id`, and a request goes only to the workers of its model, each model with a
+    policy of its own.
+    """
 
     name = venv = package = "vllm-router"
     pins = ("vllm-router==0.1.17",)
@@ -125,14 +135,16 @@ class VllmRouterStack(RouterStack):
     }
     default_policy = "cache_aware"
     load_format = "vllm"
-    model_aware = False  # without --enable-igw it ignores the body's model
+    model_aware = True  # by --enable-igw, for a pool of several models
     drains = True
 
     def frontend(self, ctx: StackContext) -> ProcessSpec:
-        argv = self._rust_router_argv(ctx, [self._binary("bin/vllm-router")])
+        igw = several_models(ctx.spec)
+        argv = self._rust_router_argv(ctx, [self._binary("bin/vllm-router")], worker_urls=not igw)
         # Recheck the workers every second at start: its default, 30 s, costs 30 s when a
         # worker is not up at the first look.
         argv += [
+            *(["--enable-igw"] if igw else []),
             "--worker-startup-check-interval",
             "1",
             "--worker-startup-timeout-secs",
@@ -151,10 +163,30 @@ class VllmRouterStack(RouterStack):
         url = self.worker_urls(ctx)[index]
         client.delete(f"{ctx.frontend_url}/workers/{quote(url, safe='')}").raise_for_status()
 
+    def _worker_json(self, ctx: StackContext, index: int) -> dict[str, str]:
+        url = self.worker_urls(ctx)[index]
+        if several_models(ctx.spec):
+            return {"url": url, "model_id": ctx.spec.workers[index].model, "worker_type": "regular"}
+        return {"url": url}
+
+    def join(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+        # In the gateway mode a worker exists for it only once posted; posting one it holds
+        # replaces the entry (a worker started again joins again).
+        if several_models(ctx.spec):
+            client.post(f"{ctx.frontend_url}/workers", json=self._worker_json(ctx, index)).raise_for_status()
+
     def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        client.post(
-            f"{ctx.frontend_url}/workers", json={"url": self.worker_urls(ctx)[index]}
-        ).raise_for_status()
+        client.post(f"{ctx.frontend_url}/workers", json=self._worker_json(ctx, index)).raise_for_status()
+
+
+# What sglang-router 0.3.2 was seen to do with `--enable-igw` on a machine without internet.
+SGLANG_IGW_OFFLINE = (
+    "sglang-router 0.3.2 routes by the body's 'model' only in its inference-gateway mode "
+    "(--enable-igw), and that mode does not start without internet: it panics loading the Harmony "
+    "vocabulary for its gRPC router ('Failed to load Harmony encoding: error downloading or loading "
+    "vocab file'). Its regular mode ignores the body's 'model'. smg, its successor, routes by model "
+    "in its regular mode (--stack smg)"
+)
 
 
 class SglangRouterStack(RouterStack):
@@ -171,8 +203,13 @@ class SglangRouterStack(RouterStack):
     }
     default_policy = "cache_aware"
     load_format = "sglang"
-    model_aware = False  # without --enable-igw it ignores the body's model
+    model_aware = False  # its gateway mode cannot start offline: SGLANG_IGW_OFFLINE
     drains = True
+
+    def prepare(self, ctx: StackContext) -> dict[str, str]:
+        if not self.model_aware and several_models(ctx.spec):
+            raise UnsupportedError(SGLANG_IGW_OFFLINE)
+        return super().prepare(ctx)
 
     def frontend(self, ctx: StackContext) -> ProcessSpec:
         argv = self._rust_router_argv(ctx, [self._binary("bin/python"), "-m", "sglang_router.launch_router"])

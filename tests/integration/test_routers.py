@@ -124,6 +124,46 @@ def test_sglang_router_stops_serving_everyone_after_a_run_of_client_mistakes(tmp
     assert any("no_available_workers" in e for e in after["errors"])
 
 
+def test_vllm_routers_gateway_mode_shares_one_round_robin_across_models(tmp_path: Path) -> None:
+    """Two models with two replicas each, sent in turn one at a time: in its gateway mode
+    vllm-router routes by model, but one round-robin position serves every model, so each
+    model's requests all land on one of its replicas (Dynamo #8551 is the same kind of bug)."""
+    out = tmp_path / "r.json"
+    proc = cli(
+        "scenario",
+        "mixed",
+        "--stack",
+        "vllm-router",
+        "--models",
+        "A,B",
+        "--workers",
+        "2",
+        "--router-mode",
+        "round_robin",
+        "--patterns",
+        "alternate",
+        "--concurrency",
+        "1",
+        "--json",
+        str(out),
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "round-robin split 40/0 is not even" in proc.stdout or "0/40 is not even" in proc.stdout
+    (burst,) = json.loads(out.read_text())["bursts"]
+    # Nothing crossed models, and the replica that got nothing is a different one for each.
+    assert sorted([burst["deltas"][:2], burst["deltas"][2:]]) == [[0, 40], [40, 0]], burst["deltas"]
+    assert processes_under(tmp_path / "run") == []
+
+
+def test_sglang_router_cannot_route_two_models_offline(tmp_path: Path) -> None:
+    proc = cli("scenario", "multi-model", "--stack", "sglang-router", "--run-dir", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("multi-model on sglang-router: UNSUPPORTED") and "--enable-igw" in last
+
+
 def test_the_conformance_command_writes_the_matrix_and_its_reports(tmp_path: Path) -> None:
     """`embedlab conformance` as a user runs it: every cell a notebook, with its report, the
     HTML matrix, JSON, JUnit and Markdown; HAProxy's own counters read beside the workers'."""
@@ -186,8 +226,9 @@ def test_the_battery_findings_on_embedded_litellm_and_vllm_router(tmp_path: Path
         verdict[("vllm-router", "same-model")] == "reported"
         and "judged report" in cells[("vllm-router", "same-model")].text
     )
-    assert verdict[("vllm-router", "multi-model")] == "failed"
-    assert not cells[("vllm-router", "multi-model")].text.startswith("counted on another model's worker 0 of")
+    # Two models put it in its gateway mode (--enable-igw), workers joining with their model.
+    assert verdict[("vllm-router", "multi-model")] == "passed"
+    assert cells[("vllm-router", "multi-model")].text.startswith("counted on another model's worker 0 of 20")
     # Retries hide a dead worker; without them, clients see 500s.
     assert cells[("vllm-router", "failover")].text.startswith("lost 0 of 200")
     lost = cells[("vllm-router", "failover-no-retries")].text
