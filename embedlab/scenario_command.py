@@ -15,6 +15,7 @@ from typing import Any
 
 from . import defaults
 from .serve_commands import positive_float
+from .specs import DISCOVERY_BACKENDS
 
 __all__ = ["add_scenario"]
 
@@ -91,7 +92,7 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", default="", help="comma-separated worker weights, model by model")
     p.add_argument(
         "--discovery",
-        choices=["file", "etcd"],
+        choices=DISCOVERY_BACKENDS,
         default=defaults.DISCOVERY,
         help="dynamo: file, or etcd (the run starts one)",
     )

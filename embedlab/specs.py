@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .defaults import LEASE_TTL_S, METRIC, STACK, STARTUP_TIMEOUT_S
+from .defaults import DISCOVERY, LEASE_TTL_S, METRIC, STACK, STARTUP_TIMEOUT_S
 from .errors import ConfigError
 
 RESTART_POLICIES = ("never", "on-exit")
@@ -70,7 +70,7 @@ class DeploymentSpec:
     env: tuple[tuple[str, str], ...] = field(default=())
     # Host 0 is the harness's own; hosts 1..N-1 are network namespaces the run creates.
     hosts: int = 1
-    discovery: str = "file"  # file (one host), or etcd, which the run starts (where the stack has it)
+    discovery: str = DISCOVERY  # file (one host), or etcd, which the run starts (where the stack has it)
     # Dynamo's canary health checks on every worker, where the stack has them (`BaseStack.canaries`).
     canaries: bool = False
 

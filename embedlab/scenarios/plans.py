@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cellguard import check_previous_cell
-from ..defaults import LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
+from ..defaults import DISCOVERY, LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
 from ..deployment import Deployment
 from ..engines import ENGINES
 from ..engines.models import model_names, resolve_model_path
@@ -72,7 +72,7 @@ class ScenarioPlan:
     metric: str = METRIC
     run_dir: str = ""
     startup_timeout: float = STARTUP_TIMEOUT_S
-    discovery: str = "file"  # dynamo: file, or etcd (the run starts one)
+    discovery: str = DISCOVERY  # dynamo: file, or etcd (the run starts one)
     hosts: int = 1  # simulated hosts: 1, or more as network namespaces (dynamo on etcd, root)
     lease_ttl: float | None = None  # seconds; None: the scenario's default, else embedlab's
     restart: str | None = None  # workers: never, or on-exit (back on their host when they exit)

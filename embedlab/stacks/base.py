@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ..defaults import FAILOVER_WATCH_S, ROUTERS_ENV, SYSTEM_PORT_ENV, worker_endpoint
+from ..defaults import DISCOVERY, FAILOVER_WATCH_S, ROUTERS_ENV, SYSTEM_PORT_ENV, worker_endpoint
 from ..errors import ConfigError, UnsupportedError
 from ..hosts import Host, can_make_namespaces
 from ..specs import DeploymentSpec, WorkerSpec
@@ -105,7 +105,7 @@ class BaseStack(abc.ABC):
     title: ClassVar[str] = ""  # how messages name it; default "the <name> stack"
 
     # -- where it runs ------------------------------------------------------------------
-    discoveries: ClassVar[tuple[str, ...]] = ("file",)  # the `DeploymentSpec.discovery` values it runs on
+    discoveries: ClassVar[tuple[str, ...]] = (DISCOVERY,)  # the `DeploymentSpec.discovery` values it runs on
     multi_host: ClassVar[bool] = False  # workers across simulated hosts (`hosts > 1`)
 
     # -- how it routes --------------------------------------------------------------------

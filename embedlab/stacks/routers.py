@@ -4,7 +4,8 @@ Each router runs from a venv of its own under `.routers/<venv>` (built by `make 
 from the class's own `pins`, or under `$EMBEDLAB_ROUTERS`), since their pins must not
 touch the workbench's. The workers are `embedlab worker`s that register with nothing:
 each listens on a port the run reserves (`prepare`, kept in the run's `StackContext.state`),
-and the router is given their URLs. What the routers probe on a worker (`/health`,
+and the router is given their URLs (in vllm-router's gateway mode, for several
+models, each joins through its API instead: `join`). What the routers probe on a worker (`/health`,
 `/v1/models`, `/get_server_info`, `/get_load`) the worker answers; `/get_load`'s shape is
 the router's (`load_format`).
 
