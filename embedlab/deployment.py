@@ -29,7 +29,7 @@ from .defaults import HOST, STOP_TIMEOUT_S, TOKEN_ENV
 from .errors import ConfigError, DeploymentStoppedError
 from .events import DeploymentEvent, EventLog
 from .hosts import Network
-from .launcher import Launcher, stop_all
+from .launcher import Launcher, delete_scratch, keep_scratch, stop_all
 from .launching import default_run_dir
 from .metrics import MetricQuery
 from .outages import Outages
@@ -229,6 +229,7 @@ class Deployment:
             hosts=tuple(self.network.hosts),
             reserve=self._reserve,
             system_ports=tuple(self._reserve() for _ in spec.workers),
+            on_scratch=keep_scratch,
         )
         self._launcher = Launcher(self, report=self._report, prepared=self.stack.prepare(self._ctx))
         self._launcher.start_all()
@@ -263,7 +264,8 @@ class Deployment:
         return port
 
     def stop(self) -> None:
-        """Stop every process (workers, then the frontend, then services), then delete the hosts.
+        """Stop every process (workers, then the frontend, then services), then delete what they
+        used (`StackContext.scratch`: configs, etcd's data, state folders) and the hosts; the logs stay.
 
         Safe to call more than once. The workers are stopped together (their SIGTERMs go out
         in reverse order of start, then all are awaited), so teardown takes one worker's
@@ -273,6 +275,8 @@ class Deployment:
         if self._supervisor is not None:
             self._supervisor.join(timeout=STOP_TIMEOUT_S)
         errors = stop_all(self)
+        if self._ctx is not None:
+            errors += delete_scratch(self._ctx)
         try:
             self.network.destroy()
         except Exception as exc:

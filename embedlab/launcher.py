@@ -12,8 +12,10 @@ settings); this module runs them, on the deployment's own process lists.
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import httpx
@@ -25,20 +27,19 @@ from .defaults import (
     STATE_DIR_ENV,
     STOP_TIMEOUT_S,
     SYSTEM_PORT_ENV,
+    VLLM_CACHE_ENV,
     VLLM_STOP_TIMEOUT_S,
 )
 from .errors import DeploymentStoppedError, ServerStartError
 from .launching import gpu_for, visible_gpus, vllm_worker_env
-from .process import ManagedProcess, stop_together
+from .process import ManagedProcess, register_cleanup, stop_together, unregister_cleanup
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from .progress import LaunchReport
     from .specs import DeploymentSpec
     from .stacks import BaseStack, ProcessSpec, StackContext
 
-__all__ = ["Launcher", "stop_all"]
+__all__ = ["Launcher", "delete_scratch", "keep_scratch", "stop_all"]
 
 
 class Launchable(Protocol):
@@ -102,12 +103,15 @@ class Launcher:
 
     def launch(self, pspec: ProcessSpec, *, gpu: str | None = None) -> ManagedProcess:
         """Start `pspec` with the run's environment, its own on top, on its host; its log in the run dir."""
-        run_dir = self._dep.run_dir
+        run_dir, ctx = self._dep.run_dir, self._dep.context
         env = {k: v for k, v in self.env.items() if not (pspec.unset and k.startswith(pspec.unset))}
-        env.update({**pspec.env, STATE_DIR_ENV: str(run_dir / f"{pspec.file_stem}-state")})
+        state_dir = ctx.scratch(run_dir / f"{pspec.file_stem}-state")
+        env.update({**pspec.env, STATE_DIR_ENV: str(state_dir)})
         stop_timeout = STOP_TIMEOUT_S
         if pspec.worker is not None and self._dep.spec.workers[pspec.worker].runs_vllm:
             env.update(vllm_worker_env(pspec.worker, run_dir=run_dir, env=env, on_gpu=bool(gpu)))
+            if Path(env[VLLM_CACHE_ENV]).parent == run_dir:  # the run's own, not one the user keeps
+                ctx.scratch(Path(env[VLLM_CACHE_ENV]))
             stop_timeout = VLLM_STOP_TIMEOUT_S
         if gpu is not None:
             env[CUDA_VISIBLE_ENV] = gpu
@@ -203,4 +207,29 @@ def stop_all(deployment: Launchable) -> list[BaseException]:
             stop_together(group)
         except Exception as exc:  # keep stopping the rest
             errors.append(exc)
+    return errors
+
+
+def _removal(path: Path) -> tuple[str, ...]:
+    return ("rm", "-rf", "--", str(path))
+
+
+def keep_scratch(path: Path) -> None:
+    """Before a run makes `path` (`StackContext.scratch`): delete it should the harness die."""
+    register_cleanup(_removal(path))
+
+
+def delete_scratch(ctx: StackContext) -> list[BaseException]:
+    """Delete what the run's processes used, once they have stopped; returns what failed."""
+    errors: list[BaseException] = []
+    for path in reversed(ctx.scratch_paths):
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            errors.append(exc)
+            continue
+        unregister_cleanup(_removal(path))
     return errors

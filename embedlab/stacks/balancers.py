@@ -111,7 +111,7 @@ class BalancerStack(RouterStack):
         return values
 
     def prepare(self, ctx: StackContext) -> dict[str, str]:
-        self.conf_dir(ctx).mkdir(parents=True, exist_ok=True)
+        ctx.scratch(self.conf_dir(ctx)).mkdir(parents=True, exist_ok=True)
         return super().prepare(ctx)
 
     def conf_dir(self, ctx: StackContext) -> Path:

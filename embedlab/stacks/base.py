@@ -80,6 +80,16 @@ class StackContext:
     system_ports: tuple[int, ...] = ()
     python: str = sys.executable
     state: dict[str, Any] = field(default_factory=dict)
+    scratch_paths: list[Path] = field(default_factory=list)
+    on_scratch: Callable[[Path], None] = lambda path: None  # the deployment's: delete it if the harness dies
+
+    def scratch(self, path: Path) -> Path:
+        """`path`, a file or folder the run's processes use (a config file, etcd's data), which
+        the deployment deletes once they have stopped: of a run, only its logs stay behind."""
+        if path not in self.scratch_paths:
+            self.on_scratch(path)
+            self.scratch_paths.append(path)
+        return path
 
     def host_of(self, index: int) -> Host:
         """The host worker `index` runs on."""

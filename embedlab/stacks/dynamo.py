@@ -134,7 +134,7 @@ class DynamoStack(BaseStack):
         if not dynamo_installed():
             raise ConfigError("the dynamo stack needs ai-dynamo: run `make dynamo` (see the README)")
         # The frontend leaves a tmp*.json behind in $TMPDIR at every start: keep it in the run.
-        tmp = ctx.run_dir / "tmp"
+        tmp = ctx.scratch(ctx.run_dir / "tmp")
         tmp.mkdir(parents=True, exist_ok=True)
         env = {
             DISCOVERY_ENV: ctx.spec.discovery,
@@ -151,7 +151,7 @@ class DynamoStack(BaseStack):
                 held = inotify_in_use()  # about 10 ms for a hundred processes
                 if inotify_needed(workers) > limit - held:
                     raise ConfigError(_inotify_refusal(workers, limit, held))
-            kv = ctx.run_dir / "dynamo-kv"
+            kv = ctx.scratch(ctx.run_dir / "dynamo-kv")
             kv.mkdir(parents=True, exist_ok=False)  # fresh per run: stale records block other models
             env["DYN_FILE_KV"] = str(kv)
         else:
@@ -168,7 +168,10 @@ class DynamoStack(BaseStack):
         # Loopback for host 0's own processes; the hub address for the other hosts.
         listen = [ctx.host] + ([ctx.hosts[0].address] if len(ctx.hosts) > 1 else [])
         argv = etcd_argv(
-            data_dir=ctx.run_dir / "etcd", client_port=port, peer_port=ctx.reserve(), hosts=listen
+            data_dir=ctx.scratch(ctx.run_dir / "etcd"),
+            client_port=port,
+            peer_port=ctx.reserve(),
+            hosts=listen,
         )
         # etcd reads ETCD_* from its environment, and ETCD_NAME beside --name is fatal.
         return [

@@ -278,7 +278,7 @@ class LiteLLMStack(RouterStack):
             },
             "litellm_settings": {"telemetry": False},
         }
-        path = ctx.run_dir / "litellm.yaml"
+        path = ctx.scratch(ctx.run_dir / "litellm.yaml")
         path.write_text(json.dumps(config, indent=2))  # YAML reads JSON
         argv = [
             self._binary("bin/litellm"),

@@ -273,10 +273,15 @@ def test_smg_counts_every_send_so_a_dead_worker_gets_the_refused_ones(tmp_path: 
 def test_haproxy_drains_through_an_abstract_socket_when_the_run_dir_is_too_deep(tmp_path: Path) -> None:
     _needs("haproxy")
     run_dir = tmp_path / ("d" * 90) / "run"  # <run_dir>/haproxy/admin.sock would pass 107 bytes
-    result = run_scenario(ScenarioPlan(scenario="drain", stack="haproxy", run_dir=str(run_dir)))
+    plan = ScenarioPlan(scenario="drain", stack="haproxy", run_dir=str(run_dir))
+    with plan.deployment() as dep:
+        config = (run_dir / "haproxy" / "haproxy.cfg").read_text()
+        result = plan.run_on(dep)
     assert result.verdict == "passed", result.reasons
-    assert "stats socket abns@embedlab-haproxy-" in (run_dir / "haproxy" / "haproxy.cfg").read_text()
-    assert not list(run_dir.rglob("*.sock")) and processes_under(run_dir) == []
+    assert "stats socket abns@embedlab-haproxy-" in config
+    # The config folder went with the run: only the logs stay.
+    assert [p.name for p in run_dir.iterdir()] and all(p.suffix == ".log" for p in run_dir.rglob("*"))
+    assert processes_under(run_dir) == []
 
 
 def test_the_debian_balancers_report_their_own_versions() -> None:

@@ -56,6 +56,10 @@ def etcds_under(run_dir: Path) -> list[int]:
     return found
 
 
+def not_logs(run_dir: Path) -> list[Path]:
+    return [p for p in run_dir.rglob("*") if not (p.is_file() and p.suffix == ".log")]
+
+
 def wait_until(check, timeout: float) -> bool:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -112,6 +116,8 @@ def test_dispatch_scenarios_pass_on_etcd_across_three_hosts_and_leave_nothing(
     assert (run_dir / "etcd.log").is_file()
     assert namespaces() == before and loopback_addresses() == lo_before
     assert processes_under(run_dir) == [] and etcds_under(run_dir) == []
+    # Of the run only its logs stay: etcd's data dir, the state folders and tmp are gone.
+    assert not_logs(run_dir) == [] and not (run_dir / "etcd").exists()
 
 
 def test_partition_mid_traffic_is_reported_and_the_cluster_recovers(tmp_path: Path) -> None:
@@ -201,6 +207,9 @@ def test_a_killed_harness_leaves_no_namespace_address_or_etcd(how: str, tmp_path
         assert wait_gone(started.pids, timeout=30) == [], "a process of the run survived"
         assert wait_until(lambda: not (made & namespaces()), 20), f"namespaces left: {made & namespaces()}"
         assert wait_until(lambda: hub not in loopback_addresses(), 20), f"{hub} is still on lo"
+        run_dir = tmp_path / "run"
+        assert wait_until(lambda: not (run_dir / "etcd").exists(), 20), "etcd's data dir is left"
+        assert not_logs(run_dir) == [], not_logs(run_dir)
 
 
 def test_restart_policy_brings_a_worker_back_and_a_straddling_burst_is_inconclusive(tmp_path: Path) -> None:
