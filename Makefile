@@ -50,8 +50,11 @@ $(VENV)/.stamp-models: pyproject.toml $(VENV)/.stamp-base
 # this venv's Python, registered for the user (~/.local/share/jupyter/kernels/embedlab),
 # where a JupyterLab from any install finds it. Registered on every run: it is quick,
 # and it points the kernel back here if another checkout's `make install` took it.
+# ipykernel stages the spec in a temp dir of its own and leaves that dir behind: give it one
+# that goes afterwards.
 kernel: $(VENV)/.stamp-base
-	$(BIN)/python -m ipykernel install --user --name embedlab --display-name "Python (embedlab)"
+	@stage=$$(mktemp -d) && TMPDIR=$$stage $(BIN)/python -m ipykernel install --user --name embedlab \
+		--display-name "Python (embedlab)"; rc=$$?; rm -rf "$$stage"; exit $$rc
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
