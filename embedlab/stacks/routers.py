@@ -119,8 +119,8 @@ class VllmRouterStack(RouterStack):
     One model's pool runs in its regular mode, which ignores the body's `model`. A pool of
     several models runs in its inference-gateway mode (`--enable-igw`, "multi-model
     support"): it starts with no worker, each worker joins through `POST /workers` with its
-    `model_id`, and a request goes only to the workers of its model, each model with a
-    policy of its own.
+    `model_id`, and a request goes only to the workers of its model. Its log assigns each
+    model a policy, yet one round-robin position serves them all (the README's finding).
     """
 
     name = venv = package = "vllm-router"
