@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from embedlab import (
-    BaseStack,
     ConfigError,
     DeploymentSpec,
-    ProcessSpec,
     StackContext,
     WorkerSpec,
     load_matrix,
@@ -27,13 +23,14 @@ from embedlab.defaults import (
     HEALTH_CHECK_ENABLED_ENV,
     HEALTH_CHECK_PAYLOAD_ENV,
 )
-from embedlab.hosts import Network
 from embedlab.metrics import MetricQuery, parse_snapshot
 from embedlab.scenario_command import plan_from_args
 from embedlab.serve.dynamo_worker import Canaries
 from embedlab.stack_commands import describe
 from embedlab.stacks import STACKS, get_stack, register_stack, stacks_with
 from embedlab.stacks.dynamo import DynamoStack
+
+from .stub_stacks import Minimal, context_for
 
 REPO = Path(__file__).resolve().parents[2]
 QUERY = MetricQuery.parse(CANARY_METRIC)
@@ -67,21 +64,9 @@ def test_canaries_must_be_a_bool() -> None:
         DeploymentSpec(canaries="yes", workers=(WorkerSpec(model="m"),))  # type: ignore[arg-type]
 
 
-class CanariesOnPaper(BaseStack):
+class CanariesOnPaper(Minimal):
     name = "paper-canaries"
     canaries = True
-
-    def frontend(self, ctx: StackContext) -> ProcessSpec:
-        return ProcessSpec(role="frontend", argv=["true"])
-
-    def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
-        return ProcessSpec(role="worker", worker=index, argv=["true"])
-
-    def health_url(self, ctx: StackContext) -> str:
-        return f"{ctx.frontend_url}/health"
-
-    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
-        return set()
 
 
 def test_a_stack_that_declares_canaries_without_saying_how_is_refused_when_it_joins() -> None:
@@ -91,17 +76,7 @@ def test_a_stack_that_declares_canaries_without_saying_how_is_refused_when_it_jo
 
 
 def _context(spec: DeploymentSpec, tmp_path: Path) -> StackContext:
-    ports: Iterator[int] = iter(range(3000, 3100))
-    return StackContext(
-        spec=spec,
-        run_dir=tmp_path,
-        host="127.0.0.1",
-        frontend_port=next(ports),
-        namespace="ns",
-        hosts=tuple(Network.local().hosts),
-        reserve=lambda: next(ports),
-        system_ports=tuple(next(ports) for _ in spec.workers),
-    )
+    return context_for(spec, tmp_path, iter(range(3000, 3100)))
 
 
 def _worker_env(tmp_path: Path, *, canaries: bool, kind: str = "embedlab") -> dict[str, str]:

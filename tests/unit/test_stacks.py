@@ -14,7 +14,6 @@ import pytest
 
 import embedlab
 from embedlab import BaseStack, ConfigError, DeploymentSpec, ProcessSpec, StackContext, WorkerSpec
-from embedlab.hosts import Network
 from embedlab.stacks import (
     STACKS,
     battery_stacks,
@@ -27,6 +26,8 @@ from embedlab.stacks import (
 )
 from embedlab.stacks.routers import VllmRouterStack
 
+from .stub_stacks import Minimal, context_for
+
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = Path(embedlab.__file__).parent
 
@@ -37,22 +38,6 @@ def registered() -> Iterator[list[str]]:
     yield names
     for name in names:
         STACKS.unregister(name)
-
-
-class Minimal(BaseStack):
-    name = "minimal"
-
-    def frontend(self, ctx: StackContext) -> ProcessSpec:
-        return ProcessSpec(role="frontend", argv=["true"])
-
-    def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
-        return ProcessSpec(role="worker", worker=index, argv=["true"])
-
-    def health_url(self, ctx: StackContext) -> str:
-        return f"{ctx.frontend_url}/health"
-
-    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
-        return set()
 
 
 def test_a_minimal_stack_joins_with_the_defaults(registered: list[str]) -> None:
@@ -155,24 +140,11 @@ def test_every_builtin_stack_passes_its_own_check_and_declares_its_router_pins()
     assert stacks_with(lambda s: s.asserts_failover) == ["embedded"]
 
 
-def _context(spec: DeploymentSpec, tmp_path: Path, ports: Iterator[int]) -> StackContext:
-    return StackContext(
-        spec=spec,
-        run_dir=tmp_path,
-        host="127.0.0.1",
-        frontend_port=next(ports),
-        namespace="ns",
-        hosts=tuple(Network.local().hosts),
-        reserve=lambda: next(ports),
-        system_ports=tuple(next(ports) for _ in spec.workers),
-    )
-
-
 def test_a_stack_object_keeps_no_state_of_its_own_between_runs(tmp_path: Path) -> None:
     stack = VllmRouterStack()
     spec = DeploymentSpec(stack="vllm-router", workers=(WorkerSpec(model="m"), WorkerSpec(model="m")))
-    first = _context(spec, tmp_path, iter(range(1000, 1100)))
-    second = _context(spec, tmp_path, iter(range(2000, 2100)))
+    first = context_for(spec, tmp_path, iter(range(1000, 1100)))
+    second = context_for(spec, tmp_path, iter(range(2000, 2100)))
     stack.prepare(first)
     stack.prepare(second)
     assert vars(stack) == {}, "per-run state lives in StackContext.state"
