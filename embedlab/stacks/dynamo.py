@@ -133,7 +133,8 @@ class DynamoStack(BaseStack):
     def prepare(self, ctx: StackContext) -> dict[str, str]:
         if not dynamo_installed():
             raise ConfigError("the dynamo stack needs ai-dynamo: run `make dynamo` (see the README)")
-        # The frontend leaves a tmp*.json behind in $TMPDIR at every start: keep it in the run.
+        # The frontend leaves a tmp*.json behind in $TMPDIR at every start: keep it in the run,
+        # which deletes it when it stops.
         tmp = ctx.scratch(ctx.run_dir / "tmp")
         tmp.mkdir(parents=True, exist_ok=True)
         env = {
