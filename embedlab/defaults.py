@@ -36,6 +36,9 @@ ROUTERS_ENV = "EMBEDLAB_ROUTERS"  # the routers' venvs (default: .routers/ of th
 # plugin without packaging. The CLI's --plugin adds to it, so every process it starts (a
 # worker, a notebook's kernel) imports them too.
 PLUGINS_ENV = "EMBEDLAB_PLUGINS"
+# Python's safe-path mode (its -P), on in every Python process embedlab starts: the folder a
+# user runs from is never on their sys.path (`plugins.child_env`).
+SAFE_PATH_ENV = "PYTHONSAFEPATH"
 CUDA_VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"  # one GPU per worker, set by the deployment
 
 # -- the wire -----------------------------------------------------------------------------------
@@ -90,6 +93,16 @@ CANARY_WAIT_S = 1
 # vLLM on 2 cores takes 55-75 s to start two workers side by side, more under load.
 STARTUP_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 10.0
+# The restart policy (`restart="on-exit"`): the first wait before a worker that exited starts
+# again, doubled for each restart already in the window, up to the cap; once RESTART_LIMIT
+# restarts fall within RESTART_WINDOW_S, the next exit is the last (the deployment gives up
+# on it). Kubernetes backs a crash loop off from 10 s to 5 min and systemd stops after 5
+# starts in 10 s; a worker whose lease lapsed in a fault must be back within a scenario's
+# recovery wait (30 s), so the first waits here are shorter.
+RESTART_BACKOFF_S = 0.5
+RESTART_BACKOFF_MAX_S = 30.0
+RESTART_LIMIT = 5
+RESTART_WINDOW_S = 120.0
 CELL_TIMEOUT_S = 600.0  # `embedlab regress`: what any one notebook cell may take
 # The Jupyter kernel every notebook names and `embedlab regress` runs: the project's venv,
 # registered for the user by `make install` so that any JupyterLab finds it.

@@ -19,7 +19,9 @@ class DeploymentEvent:
     """A fault the harness caused or a restart it made, at `time.perf_counter()` time `at`."""
 
     at: float
-    kind: str  # "partition", "heal", "kill host", "kill worker", "etcd stopped", "etcd ready", "exit", "restart", ...
+    # "partition", "heal", "kill host", "kill worker", "etcd stopped", "etcd ready", and the
+    # restart policy's "exit", "restarting", "restart", "restart failed", "gave up"; ...
+    kind: str
     detail: str = ""
 
 

@@ -32,6 +32,7 @@ from .defaults import (
 )
 from .errors import DeploymentStoppedError, ServerStartError
 from .launching import gpu_for, visible_gpus, vllm_worker_env
+from .plugins import child_env
 from .process import ManagedProcess, register_cleanup, stop_together, unregister_cleanup
 
 if TYPE_CHECKING:
@@ -69,7 +70,8 @@ class Launcher:
     def __init__(self, deployment: Launchable, *, report: LaunchReport, prepared: Mapping[str, str]) -> None:
         self._dep = deployment
         self._report = report
-        self.env = {**os.environ, **prepared, **dict(deployment.spec.env)}
+        # Safe-path mode and absolute plugin paths: no process of the run imports from its folder.
+        self.env = child_env({**os.environ, **prepared, **dict(deployment.spec.env)})
         # The user's own overrides must not leak in and point processes at other ports.
         for name in (SYSTEM_PORT_ENV, HTTP_PORT_ENV, CUDA_VISIBLE_ENV):
             self.env.pop(name, None)

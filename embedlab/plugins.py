@@ -10,7 +10,9 @@ through an entry-point group, as pytest and papermill plugins do: the entry poin
 is the registered name, its value what it registers. Modules named in `EMBEDLAB_PLUGINS`
 (comma-separated; `embedlab --plugin MODULE` adds to it) are imported before any registry
 first answers, in every process, and register what they define as they are imported:
-plugins without packaging.
+plugins without packaging. The processes embedlab starts run in Python's safe-path mode
+(`child_env`), so the folder they run in is not on their path: a plugin there is named by
+its file (`EMBEDLAB_PLUGINS=my_scenario.py`), which they are given by absolute path.
 
 A registry may check what joins it (`check(name, loaded)`, as pluggy holds a plugin
 against its hook specs): a class given at run time is checked when it is registered, a
@@ -29,19 +31,47 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from .defaults import PLUGINS_ENV
+from .defaults import PLUGINS_ENV, SAFE_PATH_ENV
 from .errors import ConfigError
 
-__all__ = ["Registry", "load_plugins", "plugin_modules", "resolve"]
+__all__ = ["Registry", "child_env", "load_plugins", "plugin_modules", "resolve"]
 
 _IMPORTED: set[str] = set()
 
 T = TypeVar("T")
 
 
-def plugin_modules() -> list[str]:
+def plugin_modules(env: Mapping[str, str] = os.environ) -> list[str]:
     """The modules `EMBEDLAB_PLUGINS` names, in order."""
-    return [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
+    return [m.strip() for m in env.get(PLUGINS_ENV, "").split(",") if m.strip()]
+
+
+def child_env(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` for a Python process embedlab starts, which imports embedlab and its plugins and
+    nothing from the folder it runs in.
+
+    `python -m` puts the current folder first on `sys.path`: a stray `json.py`, `attr.py` or
+    `http.py` where the user works would be imported by every worker in place of the
+    standard library's, and each would fail to start. Safe-path mode (`PYTHONSAFEPATH`,
+    Python's -P) keeps the folder off the path; set in the environment, it also reaches
+    what those processes start in turn (a worker's ingest processes, vLLM's engine, a
+    router's own Python). What the folder used to give is named explicitly instead: each
+    plugin file of `EMBEDLAB_PLUGINS` by its absolute path, and embedlab's own checkout in
+    `PYTHONPATH` when this process found it only by running there.
+    """
+    out = {**env, SAFE_PATH_ENV: "1"}
+    named = plugin_modules(env)
+    if named:
+        out[PLUGINS_ENV] = ",".join(str(Path(m).resolve()) if m.endswith(".py") else m for m in named)
+    root = str(Path(__file__).resolve().parents[1])
+    try:
+        here = str(Path.cwd().resolve())
+    except OSError:  # the folder was deleted under us: nothing is found through it
+        here = None
+    path = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if here == root and root not in path:
+        out["PYTHONPATH"] = os.pathsep.join([root, *path])
+    return out
 
 
 def load_plugins(modules: Sequence[str] | None = None) -> None:
@@ -60,7 +90,17 @@ def load_plugins(modules: Sequence[str] | None = None) -> None:
             _import(module)
         except (ImportError, OSError) as exc:
             _IMPORTED.discard(module)
-            raise ConfigError(f"cannot import plugin {module!r} ({PLUGINS_ENV}): {exc}") from exc
+            raise ConfigError(
+                f"cannot import plugin {module!r} ({PLUGINS_ENV}): {exc}{_hint(module)}"
+            ) from exc
+
+
+def _hint(module: str) -> str:
+    """For a module that lies in the current folder, which safe-path mode keeps off `sys.path`."""
+    local = Path(*module.split(".")).with_suffix(".py")
+    if not sys.flags.safe_path or module.endswith(".py") or not local.is_file():
+        return ""
+    return f"; the folder it lies in is not on this process's path: name the file, {PLUGINS_ENV}={local.resolve()}"
 
 
 def _import(module: str) -> None:

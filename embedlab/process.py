@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .defaults import PORT_DIR_ENV, STOP_TIMEOUT_S
 from .errors import ReadinessTimeoutError, ServerExitedError, ServerStopError
+from .plugins import child_env
 
 _PR_SET_PDEATHSIG = 1
 _live: weakref.WeakSet[ManagedProcess] = weakref.WeakSet()
@@ -54,6 +55,7 @@ class _Watchdog:
         # Its own session, so a Ctrl-C aimed at the harness's terminal group spares it.
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "embedlab.watchdog", str(os.getpid()), str(self._path)],
+            env=child_env(os.environ),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

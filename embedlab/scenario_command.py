@@ -115,6 +115,19 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
         help="bring a worker back on its host when it exits",
     )
     p.add_argument(
+        "--restart-limit",
+        type=int,
+        default=None,
+        help=f"on-exit: restarts within {defaults.RESTART_WINDOW_S:g} s before a worker is given up on "
+        f"(default: {defaults.RESTART_LIMIT})",
+    )
+    p.add_argument(
+        "--restart-backoff",
+        type=float,
+        default=None,
+        help=f"on-exit: seconds before a restart, doubled for each recent one (default: {defaults.RESTART_BACKOFF_S:g})",
+    )
+    p.add_argument(
         "--canaries",
         action=argparse.BooleanOptionalAction,
         default=False,

@@ -10,7 +10,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .defaults import DISCOVERY, LEASE_TTL_S, METRIC, STACK, STARTUP_TIMEOUT_S
+from .defaults import (
+    DISCOVERY,
+    LEASE_TTL_S,
+    METRIC,
+    RESTART_BACKOFF_S,
+    RESTART_LIMIT,
+    RESTART_WINDOW_S,
+    STACK,
+    STARTUP_TIMEOUT_S,
+)
 from .errors import ConfigError
 
 RESTART_POLICIES = ("never", "on-exit")
@@ -33,6 +42,11 @@ class WorkerSpec:
     kind: str = "embedlab"  # or "dynamo-vllm": Dynamo's own `python -m dynamo.vllm --embedding-worker`
     host: int | None = None  # the simulated host it runs on; None: spread round-robin (see DeploymentSpec)
     restart: str = "never"  # or "on-exit": the deployment starts it again, on its host, whenever it exits
+    # on-exit: the wait before a restart (seconds), doubled for each restart in the window; and
+    # at most `restart_limit` restarts within `restart_window` seconds: its next exit is "gave up".
+    restart_backoff: float = RESTART_BACKOFF_S
+    restart_limit: int = RESTART_LIMIT
+    restart_window: float = RESTART_WINDOW_S
 
     @property
     def runs_vllm(self) -> bool:
@@ -50,6 +64,15 @@ class WorkerSpec:
             raise ConfigError(f"endpoint must be 'namespace.component.endpoint', got {self.endpoint!r}")
         if self.restart not in RESTART_POLICIES:
             raise ConfigError(f"restart must be one of {', '.join(RESTART_POLICIES)}, got {self.restart!r}")
+        limit = self.restart_limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"restart_limit must be a whole number of at least 1, got {limit!r}")
+        if not self.restart_backoff >= 0:
+            raise ConfigError(f"restart_backoff must be 0 or more seconds, got {self.restart_backoff!r}")
+        if not self.restart_window > 0:
+            raise ConfigError(
+                f"restart_window must be a positive number of seconds, got {self.restart_window!r}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,6 +13,12 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
+# Safe-path mode: no Python started from here imports from the current folder (a stray
+# json.py there), so without a venv this checkout goes on the path by name.
+export PYTHONSAFEPATH=1
+if [ -z "${EMBEDLAB:-}" ] && [ ! -x "$here/.venv/bin/embedlab" ]; then
+  export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+fi
 EMBEDLAB=${EMBEDLAB:-$( [ -x "$here/.venv/bin/embedlab" ] && echo "$here/.venv/bin/embedlab" || echo "python3 -m embedlab" )}
 
 models=()

@@ -13,6 +13,7 @@ cell the same way.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -23,6 +24,7 @@ from typing import Any
 from ..cellguard import check_previous_cell
 from ..errors import ConfigError
 from ..jsonio import write_json
+from ..plugins import child_env
 from ..stacks import STACKS, battery_stacks, stack_class
 from ..verdicts import Verdict
 from ..wording import counted
@@ -132,9 +134,11 @@ def stack_versions(stacks: Sequence[str]) -> dict[str, str]:
         try:
             if python is not None and python.exists():
                 code = f"import importlib.metadata as m; print(m.version({package!r}))"
-                found[stack] = (
-                    f"{package} {subprocess.run([str(python), '-c', code], capture_output=True, text=True, timeout=60).stdout.strip()}"
+                argv = [str(python), "-c", code]
+                done = subprocess.run(
+                    argv, capture_output=True, text=True, timeout=60, env=child_env(os.environ)
                 )
+                found[stack] = f"{package} {done.stdout.strip()}"
             else:
                 found[stack] = f"{package} {metadata.version(package)}"
         except (OSError, subprocess.SubprocessError, metadata.PackageNotFoundError):

@@ -17,7 +17,7 @@ from ..defaults import DISCOVERY, LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
 from ..deployment import Deployment
 from ..engines import ENGINES
 from ..engines.models import model_names, resolve_model_path
-from ..errors import ConfigError, UnsupportedError
+from ..errors import ConfigError, EmbedlabError, UnsupportedError
 from ..etcd import discovered
 from ..metrics import MetricQuery
 from ..progress import LaunchProgress
@@ -27,7 +27,7 @@ from ..targets import Target, attach
 from ..verdicts import Verdict
 from .params import describe_params, knobs
 from .registry import Scenario, get_scenario
-from .results import ScenarioResult
+from .results import ScenarioResult, given_up
 
 __all__ = ["ScenarioPlan", "check_knob_names", "run_scenario"]
 
@@ -76,6 +76,8 @@ class ScenarioPlan:
     hosts: int = 1  # simulated hosts: 1, or more as network namespaces (dynamo on etcd, root)
     lease_ttl: float | None = None  # seconds; None: the scenario's default, else embedlab's
     restart: str | None = None  # workers: never, or on-exit (back on their host when they exit)
+    restart_limit: int | None = None  # on-exit: restarts in a window before a worker is given up on
+    restart_backoff: float | None = None  # on-exit: seconds before a restart, doubling; None: WorkerSpec's
     canaries: bool = False  # dynamo: Dynamo's health-check canaries on every idle worker
     etcd_endpoints: str = ""  # attach: the cluster's etcd, to list what it believes is live
     worker_models: tuple[str, ...] = ()  # attach: the model each system URL's worker serves
@@ -258,6 +260,7 @@ class ScenarioPlan:
             max_model_len=self.max_model_len,
             extra_args=self.worker_args,
             restart=self.restart or FALLBACKS["restart"],
+            **{k: v for k in ("restart_limit", "restart_backoff") if (v := getattr(self, k)) is not None},
         )
         if self.definition.layout == "pool":
             models, paths = models[:1], paths[:1]
@@ -332,15 +335,7 @@ class ScenarioPlan:
 
     def _unsupported(self, exc: UnsupportedError) -> ScenarioResult:
         """The stack cannot do what the check needs: a verdict of its own, with the stack's reason."""
-        return ScenarioResult(
-            scenario=self.scenario,
-            stack=self.stack,
-            params={},
-            workers=[],
-            bursts=[],
-            verdict=Verdict.UNSUPPORTED,
-            reasons=[str(exc)],
-        )
+        return ScenarioResult.without_run(self.scenario, self.stack, Verdict.UNSUPPORTED, str(exc))
 
 
 def check_knob_names(scenario: Scenario) -> None:
@@ -395,6 +390,11 @@ def run_scenario(
             result = plan.run_on(deployment)
     except UnsupportedError as exc:  # the stack cannot launch it at all (nginx with two models to route)
         return plan.resolved()._unsupported(exc)
+    except EmbedlabError as exc:  # a worker given up on fails the next scrape: the cause is known
+        if not given_up(deployment.events):
+            raise
+        result = ScenarioResult.without_run(plan.scenario, plan.stack, Verdict.FAILED, str(exc))
     result.startup_seconds = dict(deployment.startup_seconds)
     result.run_dir = str(deployment.run_dir)
+    result.note_given_up(deployment.events)
     return result

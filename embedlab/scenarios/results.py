@@ -6,13 +6,15 @@ beyond the one-line `summary()`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..checks import CheckResult
+from ..events import DeploymentEvent
 from ..jsonio import write_json
+from ..supervisor import GAVE_UP
 from ..traffic import BurstResult, latency_ms
 from ..verdicts import Verdict
 
@@ -23,6 +25,7 @@ __all__ = [
     "Figures",
     "ScenarioResult",
     "WorkerInfo",
+    "given_up",
     "worker_label",
 ]
 
@@ -125,6 +128,11 @@ class Event:
     detail: str = ""
 
 
+def given_up(events: Iterable[DeploymentEvent]) -> list[str]:
+    """What the restart policy recorded of each worker it gave up on, its log's last lines included."""
+    return [e.detail for e in events if e.kind == GAVE_UP]
+
+
 def worker_label(workers: Sequence[WorkerInfo], served_by: str | None) -> str:
     """`worker N` for an `x-embedlab-worker` value (`<endpoint>/<instance>`), by the endpoint."""
     endpoint = (served_by or "").split("/")[0]
@@ -179,6 +187,27 @@ class ScenarioResult:
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
+
+    @classmethod
+    def without_run(cls, scenario: str, stack: str, verdict: Verdict, reason: str) -> ScenarioResult:
+        """A verdict the scenario measured nothing for; `reason` says why."""
+        return cls(
+            scenario=scenario,
+            stack=stack,
+            params={},
+            workers=[],
+            bursts=[],
+            verdict=verdict,
+            reasons=[reason],
+        )
+
+    def note_given_up(self, events: Iterable[DeploymentEvent]) -> None:
+        """Each worker its deployment's restart policy gave up on is a reason, first, and the run
+        cannot pass: it lost that worker for good."""
+        lost = given_up(events)
+        self.reasons = [*(f"the restart policy gave up on {detail}" for detail in lost), *self.reasons]
+        if lost and self.verdict in (Verdict.PASSED, Verdict.REPORTED):
+            self.verdict = Verdict.FAILED
 
     @property
     def passed(self) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..engines import InvalidInput
 from ..errors import EngineError
+from ..plugins import child_env
 from . import messages
 from .channel import Channel, create_memory
 from .http import reuseport_socket
@@ -125,6 +126,7 @@ class IngestPool:
             child = subprocess.Popen(
                 [sys.executable, "-m", INGEST_MODULE, settings.to_json()],
                 stdin=subprocess.DEVNULL,
+                env=child_env(os.environ),
                 pass_fds=(self.board.fd, spec_fd, memory, theirs.fileno()),
             )
         finally:

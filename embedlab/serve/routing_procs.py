@@ -43,6 +43,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from ..defaults import TOKEN_ENV
 from ..errors import ConfigError
+from ..plugins import child_env
 from .frames import REPLICA_MODULE, Calls, ReplicaSettings, read_frame, write_frame
 from .frontend import Frontend, FrontendConfig
 from .frontend_metrics import Merged, export, merge, propagation_histogram
@@ -126,7 +127,7 @@ class Owner:
             log_level=logging.getLevelName(logging.getLogger().level),
             config={**self.config.settings(), "port": port},
         )
-        env = dict(os.environ)
+        env = child_env(os.environ)
         if self.config.token:
             env[TOKEN_ENV] = self.config.token
         try:

@@ -234,7 +234,7 @@ def test_restart_policy_brings_a_worker_back_and_a_straddling_burst_is_inconclus
     )
     assert after.passed, after.summary()
     kinds = [e.kind for e in dep.events]
-    assert kinds[:3] == ["kill worker", "exit", "restart"], kinds
+    assert kinds[:4] == ["kill worker", "exit", "restarting", "restart"], kinds
 
 
 def test_attach_lists_what_etcd_believes_is_live(tmp_path: Path) -> None:
