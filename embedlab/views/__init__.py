@@ -166,7 +166,9 @@ def _plot(thing: Any) -> Figure:
 def _(result: ScenarioResult) -> Figure:
     own = getattr(result.figures, "plot", None)
     if callable(own):
-        return own(result)  # type: ignore[no-any-return]
+        from .inline import adopt
+
+        return adopt(own(result))
     draw = next((f for kind, f in FIGURES.items() if isinstance(result.figures, kind)), plot_deltas)
     return draw(result)
 
