@@ -108,6 +108,8 @@ REGRESS_EPILOG = (
 
 
 def _run_regress(args: argparse.Namespace) -> int:
+    import shlex
+
     from .regression import regress
 
     run = regress(
@@ -117,6 +119,7 @@ def _run_regress(args: argparse.Namespace) -> int:
         show_code=args.show_code,
         only=args.only,
         progress=lambda line: print(line, flush=True),
+        command=shlex.join(["embedlab", *args.argv]),
     )
     counts = ", ".join(
         f"{sum(o.verdict == v for o in run.outcomes)} {v}" for v in sorted({o.verdict for o in run.outcomes})
@@ -268,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CANNOT_RUN
     parser = build_parser(command=_command_of(argv))
     args = parser.parse_args(argv)
+    args.argv = argv  # as typed: what a report says ran it
     run: Command = args.run
     try:
         return run(args)

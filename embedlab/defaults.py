@@ -108,6 +108,9 @@ CELL_TIMEOUT_S = 600.0  # `embedlab regress`: what any one notebook cell may tak
 # registered for the user by `make install` so that any JupyterLab finds it.
 KERNEL_NAME = "embedlab"
 KERNEL_DISPLAY_NAME = "Python (embedlab)"
+# Where a figure's description rides in a notebook output's metadata (`metadata["image/png"]`):
+# written by the kernel that draws it, read by the report that gives it as the image's alt.
+IMAGE_ALT_KEY = "alt"
 # After SIGTERM, vLLM's Worker process spends seconds finalising its heap; a SIGKILL of
 # the group before it is done would leave its shared-memory buffers in /dev/shm.
 VLLM_STOP_TIMEOUT_S = 30.0

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .report import VERDICT_CSS, escape, short, verdict_badge
+from .report import VERDICT_CSS, ReportImage, escape, short, shown_time, verdict_badge
 from .verdicts import Verdict
 from .wording import counted
 
@@ -98,7 +98,7 @@ def write_index(
     results: Mapping[str, Any],
     *,
     previous: Mapping[str, Any] | None = None,
-    figures: Mapping[str, Sequence[str]] | None = None,
+    figures: Mapping[str, Sequence[ReportImage]] | None = None,
 ) -> Path:
     """The run's front page: summary table, changes since `previous`, and every figure inline."""
     scenarios = results.get("scenarios", [])
@@ -116,9 +116,10 @@ def write_index(
         '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>embedlab regress {escape(results.get('run_id', ''))}: {overall.upper()}</title><style>{_CSS}</style></head><body>",
         f'<h1>embedlab regress <span class="verdict {overall}">{heading}</span></h1>',
-        f'<p class="meta">run <code>{escape(results.get("run_id", ""))}</code> &middot; started {escape(results.get("started_at", ""))}'
+        f'<p class="meta">run <code>{escape(results.get("run_id", ""))}</code> &middot; started {escape(shown_time(results.get("started_at")))}'
         f" &middot; wall {results.get('wall_seconds', 0):.1f} s &middot; {counted(len(scenarios), 'run')}: {escape(tally)}"
         f" &middot; matrix <code>{escape(results.get('matrix', ''))}</code></p>",
+        _command_line(results),
         _history_section(results, previous),
         _summary_table(scenarios),
         "<h2>Figures</h2>",
@@ -127,6 +128,24 @@ def write_index(
     ]
     path.write_text("\n".join(parts))
     return path
+
+
+def _command_line(results: Mapping[str, Any]) -> str:
+    """The command that made the run, and which jobs a `-k` filter kept."""
+    only = results.get("only") or []
+    command = results.get("command")
+    if not command and not only:
+        return ""
+    chosen = ""
+    if only:
+        total = results.get("matrix_jobs")
+        of = f" of the matrix's {total}" if isinstance(total, int) else ""
+        chosen = (
+            f" &middot; <strong>filtered</strong>: only the {counted(len(results.get('scenarios', [])), 'job')}{of}"
+            f" whose name contains {' or '.join(f'<code>{escape(k)}</code>' for k in only)}"
+        )
+    ran = f"command <code>{escape(command)}</code>" if command else ""
+    return f'<p class="meta command">{ran}{chosen}</p>'
 
 
 def _summary_table(scenarios: Sequence[Mapping[str, Any]]) -> str:
@@ -145,7 +164,7 @@ def _summary_table(scenarios: Sequence[Mapping[str, Any]]) -> str:
         rows.append(
             f'<tr><td><a href="#{escape(s["name"])}">{escape(s["notebook"])}</a><br><span class="muted">{escape(s["slug"])}</span></td>'
             f'<td class="params">{_params_html(s.get("params", {}))}</td>'
-            f'<td>{verdict_badge(s["verdict"])}</td><td class="figs">{_figures_text(s.get("figures") or {})}</td>'
+            f'<td>{verdict_badge(s["verdict"])}{_seconds(s)}</td><td class="figs">{_figures_text(s.get("figures") or {})}</td>'
             f"<td>{' &middot; '.join(links)}</td></tr>"
         )
     return (
@@ -154,14 +173,16 @@ def _summary_table(scenarios: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def _scenario_section(s: Mapping[str, Any], pngs: Sequence[str]) -> str:
+def _seconds(s: Mapping[str, Any]) -> str:
+    seconds = s.get("seconds")
+    return f'<br><span class="muted">{seconds:.1f} s</span>' if isinstance(seconds, (int, float)) else ""
+
+
+def _scenario_section(s: Mapping[str, Any], pngs: Sequence[ReportImage]) -> str:
     reasons = s.get("reasons") or ([s["error"]] if s.get("error") else [])
     style = "reason reported" if s["verdict"] == Verdict.REPORTED else "reason"
     images = (
-        "".join(
-            f'<img alt="{escape(s["name"])} figure {i + 1}" src="data:image/png;base64,{png}">'
-            for i, png in enumerate(pngs)
-        )
+        "".join(png.tag() for png in pngs)
         or '<p class="muted">no figures: the notebook stopped before drawing them (see its report)</p>'
     )
     report = f' &middot; <a href="{escape(s["report_html"])}">full report</a>' if s.get("report_html") else ""

@@ -36,6 +36,7 @@ from typing import Any
 from .defaults import CELL_TIMEOUT_S, KERNEL_NAME
 from .errors import ConfigError, NotebookRunError
 from .matrix import Job, Matrix, load_matrix, notebook_parameters, shown_path
+from .report import ReportImage
 from .verdicts import Verdict
 from .wording import counted
 
@@ -67,7 +68,7 @@ class Outcome:
     logs: Path
     result: dict[str, Any] | None = None
     error: str | None = None
-    figures: list[str] = field(default_factory=list)  # base64 PNGs, for index.html
+    figures: list[ReportImage] = field(default_factory=list)  # for index.html
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
@@ -154,7 +155,9 @@ def _ipc_kernel_manager() -> type:
     return IpcKernelManager
 
 
-def run_job(job: Job, run_dir: Path, *, timeout: float = CELL_TIMEOUT_S, show_code: bool = False) -> Outcome:
+def run_job(
+    job: Job, run_dir: Path, *, timeout: float = CELL_TIMEOUT_S, show_code: bool = False, command: str = ""
+) -> Outcome:
     """Execute one notebook with papermill, then export its report; never raises for a failed notebook."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -197,6 +200,8 @@ def run_job(job: Job, run_dir: Path, *, timeout: float = CELL_TIMEOUT_S, show_co
             "verdict": verdict,
             "params": job.params,
             "summary": error or (result or {}).get("verdict", ""),
+            "seconds": seconds,  # the date is papermill's, in the notebook
+            "command": command,
         }
         try:
             html = export_html(
@@ -229,13 +234,15 @@ def run_jobs(
     say: Callable[[str], None] = lambda line: None,
     name: Callable[[Job], str] = lambda job: job.name,
     after: Callable[[Outcome], str] = lambda outcome: f"in {outcome.seconds:.1f} s",
+    command: str = "",
 ) -> list[Outcome]:
     """Every job in turn into `run_dir`, a line to `say` as each starts and ends (`name` names a
-    job, `after` adds to its last line); `embedlab regress` and `embedlab conformance` both run so."""
+    job, `after` adds to its last line, `command` heads each report); `embedlab regress` and
+    `embedlab conformance` both run so."""
     outcomes = []
     for number, job in enumerate(jobs, 1):
         say(f"[{number}/{len(jobs)}] {name(job)}: running")
-        outcome = run_job(job, run_dir, timeout=timeout, show_code=show_code)
+        outcome = run_job(job, run_dir, timeout=timeout, show_code=show_code, command=command)
         outcomes.append(outcome)
         say(f"[{number}/{len(jobs)}] {name(job)}: {outcome.verdict.upper()} {after(outcome)}")
     return outcomes
@@ -298,17 +305,19 @@ def regress(
     show_code: bool = False,
     only: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
+    command: str = "",
 ) -> RegressRun:
     """Run every job of `matrix` (default: the packaged default matrix) into a new folder under `out`.
 
     `timeout` bounds each cell, in seconds. `only` keeps the jobs whose name contains one
     of its strings (as `embedlab regress -k`). `progress`, when given, gets one line as each
-    notebook starts and one as it ends.
+    notebook starts and one as it ends. `command`, the command line that ran it (the CLI's
+    own), heads every report and the index.
     """
     from .pages import write_index
     from .report import load_results, write_json, write_junit
 
-    plan = load_matrix(matrix).only(only)
+    plan = (full := load_matrix(matrix)).only(only)
     check_kernel()  # before anything runs: otherwise every notebook fails the same way
     out = Path(out)
     run_id, run_dir = new_run_dir(out)
@@ -318,7 +327,7 @@ def regress(
     t0 = time.monotonic()
     say(f"embedlab regress: {counted(len(plan.jobs), 'notebook run')} from {plan.path} -> {run_dir}")
 
-    outcomes = run_jobs(plan.jobs, run_dir, timeout=timeout, show_code=show_code, say=say)
+    outcomes = run_jobs(plan.jobs, run_dir, timeout=timeout, show_code=show_code, say=say, command=command)
 
     wall = time.monotonic() - t0
     results = {
@@ -327,6 +336,9 @@ def regress(
         "started_ts": started_at.timestamp(),
         "wall_seconds": round(wall, 2),
         "matrix": shown_path(plan.path),
+        "command": command,
+        "only": list(only),  # the -k filters; empty: every job of the matrix ran
+        "matrix_jobs": len(full.jobs),
         "passed": all(o.passed for o in outcomes),
         "counts": {str(v): sum(o.verdict == v for o in outcomes) for v in Verdict},
         "previous_run": str(previous.parent.name) if previous else None,

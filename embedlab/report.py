@@ -11,20 +11,25 @@ from __future__ import annotations
 import html
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .defaults import IMAGE_ALT_KEY
 from .jsonio import load_json as load_results, write_json
 from .verdicts import Verdict
 
 __all__ = [
     "VERDICT_COLOURS",
     "VERDICT_CSS",
+    "ReportImage",
     "escape",
     "export_html",
     "load_results",
     "notebook_figures",
+    "report_title",
+    "shown_time",
     "short",
     "verdict_badge",
     "write_json",
@@ -60,6 +65,9 @@ _TEMPLATE = (
   border: 1px solid #ccc; background: #fafafa; }
 .embedlab-banner .verdict { font-weight: 700; padding: 2px 8px; border-radius: 4px; color: #fff; }
 .embedlab-banner .params { font-family: monospace; font-size: 12px; color: #444; margin-top: 6px; }
+.embedlab-banner h1 { font-size: 20px; margin: 0 0 6px 0; }
+.embedlab-banner .meta { font-size: 13px; color: #444; margin-top: 6px; }
+.embedlab-banner code { font-size: 12px; background: #eee; padding: 1px 4px; border-radius: 3px; }
 """
     + VERDICT_CSS
     + """</style>{%- endblock extra_css -%}
@@ -67,6 +75,23 @@ _TEMPLATE = (
 {{ super() }}
 {{ resources.embedlab_banner }}
 {%- endblock body_header -%}
+"""
+    # The lab template's image, with the description the kernel drew it with as its alt
+    # (`export_html` gives one to every image): nbconvert's own stand-in says nothing.
+    + """{% block data_png scoped %}
+<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
+<img src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}"
+alt="{{ output | get_metadata('"""
+    + IMAGE_ALT_KEY
+    + """', 'image/png') | escape_html }}"
+{%- set width=output | get_metadata('width', 'image/png') -%}
+{%- if width is not none %} width={{ width | escape_html }}{%- endif %}
+{%- set height=output | get_metadata('height', 'image/png') -%}
+{%- if height is not none %} height={{ height | escape_html }}{%- endif %}
+{%- if output | get_metadata('needs_background', 'image/png') == 'light' %} class="jp-needs-light-background"{%- endif %}
+>
+</div>
+{%- endblock data_png %}
 """
 )
 
@@ -77,7 +102,14 @@ _TEMPLATE = (
 def export_html(
     notebook: Path, target: Path, *, show_code: bool = False, banner: Mapping[str, Any] | None = None
 ) -> Path:
-    """The executed notebook as one HTML page: outputs (and code, if `show_code`), no network."""
+    """The executed notebook as one HTML page: outputs (and code, if `show_code`), no network.
+
+    Its title (the page's and its heading) is the notebook and its parameter set; `banner`
+    adds the verdict, the date and run time, the command that ran it and the parameters.
+    Where `banner` leaves the date or the run time out, papermill's record in the notebook
+    gives them. Every image has an alt text: the figure's own description, else the heading
+    of the section it is in.
+    """
     import jinja2
     import nbformat
     from nbconvert import HTMLExporter
@@ -90,42 +122,116 @@ def export_html(
         exclude_output_prompt=True,
     )
     nb = nbformat.read(notebook, as_version=4)
-    body, _ = exporter.from_notebook_node(nb, resources={"embedlab_banner": _banner(banner or {}, target)})
+    facts = {**_papermill_facts(nb), **{k: v for k, v in (banner or {}).items() if v not in (None, "")}}
+    title = str(facts.get("title") or report_title(Path(notebook).stem))
+    nb.metadata["title"] = title  # the page's <title>; the file keeps its own metadata
+    for output, alt in _images(nb):
+        output.setdefault("metadata", {}).setdefault("image/png", {})[IMAGE_ALT_KEY] = alt
+    body, _ = exporter.from_notebook_node(nb, resources={"embedlab_banner": _banner(title, facts, target)})
     target.write_text(body)
     return target
 
 
-def _banner(banner: Mapping[str, Any], target: Path) -> str:
-    if not banner:
+def report_title(name: str) -> str:
+    """`same_model_load_balance--embedded-hash` as a title: `same_model_load_balance — embedded-hash`."""
+    return " — ".join(part for part in name.split("--") if part)
+
+
+def shown_time(stamp: str | None) -> str:
+    """An ISO time as people read it, in UTC: `2026-12-01 14:03:05 UTC` ("" for none)."""
+    from datetime import UTC, datetime
+
+    if not stamp:
         return ""
+    try:
+        when = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return str(stamp)
+    when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _papermill_facts(nb: Any) -> dict[str, Any]:
+    """When the notebook ran and for how long, as papermill recorded it in the notebook."""
+    record = nb.metadata.get("papermill") or {}
+    return {"started_at": record.get("start_time"), "seconds": record.get("duration")}
+
+
+def _banner(title: str, banner: Mapping[str, Any], target: Path) -> str:
+    ran = [
+        f"ran {escape(shown_time(banner.get('started_at')))}" if banner.get("started_at") else "",
+        f"in {float(banner['seconds']):.1f} s" if isinstance(banner.get("seconds"), (int, float)) else "",
+        f"by <code>{escape(banner['command'])}</code>" if banner.get("command") else "",
+    ]
+    meta = " ".join(part for part in ran if part)
+    head = f"<h1>{escape(title)}</h1>" + (f'<div class="meta">{meta}</div>' if meta else "")
+    if "verdict" not in banner:
+        return f'<div class="embedlab-banner">{head}</div>'
     status = str(banner.get("verdict", ""))
     params = " ".join(f"{k}={short(v)}" for k, v in (banner.get("params") or {}).items())
     summary = str(banner.get("summary") or "")
     index = target.parent / "index.html"
     return (
-        f'<div class="embedlab-banner"><span class="verdict {escape(status)}">{escape(status.upper())}</span> '
-        f"<strong>{escape(banner.get('name', ''))}</strong>"
+        f'<div class="embedlab-banner">{head}<div><span class="verdict {escape(status)}">{escape(status.upper())}</span>'
         + (f" &middot; {escape(summary)}" if summary and summary.lower() != status else "")
-        + f' &middot; <a href="{escape(index.name)}">all scenarios</a>'
+        + f' &middot; <a href="{escape(index.name)}">all scenarios</a></div>'
         + (f'<div class="params">{escape(params)}</div>' if params else "")
         + "</div>"
     )
 
 
-def notebook_figures(notebook: Path) -> list[str]:
-    """Base64 PNGs from the executed notebook's cells tagged `report-figure`, in order."""
-    nb = json.loads(Path(notebook).read_text())
+@dataclass(frozen=True)
+class ReportImage:
+    """One figure of an executed notebook: its base64 PNG, its description and its CSS size."""
+
+    png: str
+    alt: str
+    width: int | None = None
+    height: int | None = None
+
+    def tag(self) -> str:
+        """The figure as an <img>, at its CSS size: a 2x PNG drawn at its pixel size would be twice as big."""
+        size = "".join(
+            f' {name}="{value}"' for name, value in (("width", self.width), ("height", self.height)) if value
+        )
+        return f'<img alt="{escape(self.alt)}"{size} src="data:image/png;base64,{self.png}">'
+
+
+def notebook_figures(notebook: Path) -> list[ReportImage]:
+    """The PNGs of the executed notebook's cells tagged `report-figure`, in order."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
     found = []
-    for cell in nb.get("cells", []):
-        if FIGURE_TAG not in cell.get("metadata", {}).get("tags", []):
+    for output, alt in _images(nb, tag=FIGURE_TAG):
+        size = output.get("metadata", {}).get("image/png", {})
+        found.append(
+            ReportImage(
+                png="".join(output["data"]["image/png"]).replace("\n", ""),
+                alt=alt,
+                width=size.get("width"),
+                height=size.get("height"),
+            )
+        )
+    return found
+
+
+def _images(nb: Any, *, tag: str | None = None) -> Iterator[tuple[Any, str]]:
+    """Each PNG output (of the cells tagged `tag`, where given) and its alt text: the description
+    the figure carries, else the heading of the section it is in, else the notebook's title."""
+    heading = str(nb.metadata.get("title") or "")
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            found = [line.lstrip("#").strip() for line in cell.source.splitlines() if line.startswith("#")]
+            heading = found[-1] if found else heading
+            continue
+        if tag is not None and tag not in cell.get("metadata", {}).get("tags", []):
             continue
         for output in cell.get("outputs", []):
-            png = output.get("data", {}).get("image/png")
-            if png:
-                found.append(
-                    "".join(png).replace("\n", "") if isinstance(png, list) else png.replace("\n", "")
-                )
-    return found
+            if "image/png" not in output.get("data", {}):
+                continue
+            own = output.get("metadata", {}).get("image/png", {}).get(IMAGE_ALT_KEY)
+            yield output, str(own or (f"Figure: {heading}" if heading else "Figure"))
 
 
 # -- junit ----------------------------------------------------------------------------------------

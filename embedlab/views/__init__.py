@@ -11,7 +11,9 @@ Each of these refuses, in a notebook, to run right after a cell that failed
 
 Views import results, never the other way round. A result's main figure is chosen by the
 type of its `figures` (`register_figure`), or drawn by them (a `plot(result)` method),
-the per-burst delta bars otherwise.
+the per-burst delta bars otherwise. A notebook shows every figure as a PNG drawn at 2x,
+with alt text from its titles, axes and legends (`embedlab.views.inline`), and every table
+in a box that scrolls when the table is wider than the page (`embedlab.views.frame`).
 """
 
 from __future__ import annotations
@@ -166,7 +168,9 @@ def _plot(thing: Any) -> Figure:
 def _(result: ScenarioResult) -> Figure:
     own = getattr(result.figures, "plot", None)
     if callable(own):
-        return own(result)  # type: ignore[no-any-return]
+        from .inline import adopt
+
+        return adopt(own(result))
     draw = next((f for kind, f in FIGURES.items() if isinstance(result.figures, kind)), plot_deltas)
     return draw(result)
 

@@ -10,7 +10,7 @@ import numpy as np
 from ..scenarios.cluster_figures import FaultFigures, TtlSweepFigures
 from ..scenarios.resilience import FailoverFigures
 from ..scenarios.results import Burst, ScenarioResult
-from .figures import BAD, OBSERVED, figure, legend_outside, served_by
+from .figures import BAD, OBSERVED, figure, legend_outside, new_figure, served_by
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -93,9 +93,7 @@ def _per_host_counts(result: ScenarioResult) -> dict[int, tuple[list[float], lis
 def plot_fault_timeline(result: ScenarioResult) -> Figure:
     """Top: requests counted per host through the fault (a gap: the host could not be read).
     Bottom: every request's latency, failed ones in red. The fault is shaded, events marked."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10.0, 5.2), layout="constrained")
+    fig = new_figure(10.0, 5.2)
     counts, latency = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [1.3, 1]})
     for host, (xs, ys) in _per_host_counts(result).items():
         on_host = [w.label for w in result.workers if w.host == host]

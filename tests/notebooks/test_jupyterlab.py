@@ -371,6 +371,11 @@ def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
     wait_settled(page)
     assert "same-model on embedded: PASSED" in outputs(last), outputs(last)
     shot(page, tmp_path, page.locator(".jp-Notebook"), "jupyterlab-7-good-run-all.png")
+    # The figure is drawn at 2x and shown at its own size (or narrower, to fit), as in the report.
+    image = cell(page, "plot(result)").locator(".jp-OutputArea-output img")
+    sizes = image.evaluate("i => ({natural: i.naturalWidth, size: Number(i.getAttribute('width')), shown: i.width})")
+    assert sizes["natural"] // 2 == sizes["size"] and 300 < sizes["shown"] <= sizes["size"], sizes
+    wide_table_scrolls_in_its_box(page, cell(page, "table(result)"), tmp_path)
 
     params, plan = cell(page, "# embedded or dynamo"), cell(page, "ScenarioPlan.from_params(")
     source = params.locator(".cm-content").inner_text()
@@ -402,3 +407,28 @@ def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
     assert lab.deployment_pids() == set(), "nothing launched from the earlier plan"
     page.locator(".jp-Notebook").screenshot(path=str(tmp_path / "jupyterlab-8-bad-run-all.png"))
     keep_screenshot(tmp_path / "jupyterlab-8-bad-run-all.png")
+
+
+def wide_table_scrolls_in_its_box(page: Any, table_cell: Any, tmp_path: Path) -> None:
+    """Issue 28: in a window narrower than the per-worker table, the table scrolls inside its
+    own box, which stays within its output, and its last column (`endpoint`) can be scrolled
+    into view; it is not cut at the output's right edge."""
+    page.set_viewport_size({"width": 720, "height": 1000})
+    box = table_cell.locator(".embedlab-table > div")
+    box.scroll_into_view_if_needed()
+    wide = page.wait_for_function(
+        """el => {
+            if (el.scrollWidth <= el.clientWidth) return null;  // until JupyterLab has laid out the narrower window
+            const output = el.closest('.jp-OutputArea-output').getBoundingClientRect();
+            const right = el.getBoundingClientRect().right;
+            el.scrollLeft = el.scrollWidth;
+            const last = [...el.querySelectorAll('th')].pop();
+            return {scroll: el.scrollWidth, client: el.clientWidth, right, output: output.right,
+                    window: window.innerWidth, last: last.innerText, last_right: last.getBoundingClientRect().right};
+        }""",
+        arg=box.element_handle(),
+    ).json_value()
+    assert wide["right"] <= wide["output"] + 1 and wide["right"] <= wide["window"], wide
+    assert wide["last"] == "endpoint" and wide["last_right"] <= wide["right"] + 1, wide
+    shot(page, tmp_path, table_cell, "jupyterlab-7b-wide-table-scrolled.png")
+    page.set_viewport_size({"width": 1400, "height": 1000})

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import xml.etree.ElementTree as ET
+from html import escape, unescape
 from pathlib import Path
 
 import nbformat
@@ -13,6 +15,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from embedlab import Deployment, DeploymentSpec
 from embedlab.report import export_html
+from embedlab.views.inline import png_size
 
 from .conftest import index_path, run_regress
 
@@ -43,6 +46,26 @@ def test_regress_writes_every_artifact(regress_run) -> None:  # type: ignore[no-
     results = json.loads((run / "results.json").read_text())
     assert results["passed"] is True and (results["counts"]["passed"], results["counts"]["reported"]) == (3, 1)
     by_name = {s["name"]: s for s in results["scenarios"]}
+    # The command as typed, and no -k filter: every job of the matrix ran.
+    assert results["command"].startswith("embedlab regress --matrix ") and results["command"].endswith(" --timeout 300")
+    assert (results["only"], results["matrix_jobs"]) == ([], 4)
+    for name, scenario in by_name.items():
+        notebook, slug = name.split("--")
+        html = (run / f"{name}.html").read_text()
+        assert f"<title>{notebook} — {slug}</title>" in html and f"<h1>{notebook} — {slug}</h1>" in html
+        ran = re.search(r'<div class="meta">ran (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC) in ([\d.]+) s by <code>(.*?)</code>', html)
+        assert ran and abs(float(ran.group(2)) - scenario["seconds"]) <= 0.051, html[:3000]  # the same run time
+        assert ran.group(3) == escape(results["command"])
+        # Every figure says what it shows, in the kernel's own words, and is drawn at 2x.
+        assert "No description has been provided" not in html
+        figures = [dict(re.findall(r'(\w+)="([^"]*)"', tag)) for tag in re.findall(r"<img\b[^>]*>", html)]
+        assert len(figures) == 2, f"{name}: the deltas and the latency"
+        for image in figures:
+            alt = unescape(image["alt"])
+            assert len(alt) > 30 and ("x: " in alt or "y: " in alt), alt
+            png = base64.b64decode(image["src"].removeprefix("data:image/png;base64,"))
+            assert png_size(png)[0] // 2 == int(image["width"]), (name, image["width"], "drawn at 2x")
+        assert '<div class="embedlab-table">' in html and "overflow-x: auto" in html
     assert set(by_name) == set(EXPECTED_RUNS)
     same = by_name["same_model_load_balance--embedded-hash"]["figures"]
     assert same["verdict"] == "passed"
@@ -73,6 +96,8 @@ def test_regress_writes_every_artifact(regress_run) -> None:  # type: ignore[no-
     assert f"{lost} of 120 requests failed" in (reported.findtext("system-out") or "")
 
     page = index.read_text()
+    assert f"command <code>{escape(results['command'])}</code>" in page and "filtered" not in page
+    assert "No description has been provided" not in page and 'alt="same-model on embedded: PASSED. ' in page
     assert "ALL PASSED" not in page and "NO FAILURES &middot; 1 REPORTED, NOT ASSERTED" in page and "No earlier run" in page
     assert f"{lost} failed request" in page, "a lost request shows among the key figures"
     assert page.count('src="data:image/png;base64,') == 8, "two figures per run, inline"
@@ -141,10 +166,14 @@ def test_a_hung_cell_is_cut_by_the_timeout_and_reported(tmp_path: Path) -> None:
     )
     nbformat.write(hang, tmp_path / "hang.ipynb")
     (tmp_path / "m.toml").write_text('notebooks = ["hang.ipynb"]\n[[params]]\nname = "forever"\n')
-    proc = run_regress("--matrix", tmp_path / "m.toml", "--out", tmp_path / "out", "--timeout", "3", timeout=120)
+    proc = run_regress("-k", "forever", "--matrix", tmp_path / "m.toml", "--out", tmp_path / "out", "--timeout", "3", timeout=120)
     assert proc.returncode == 1
     run = index_path(proc).parent
-    (scenario,) = json.loads((run / "results.json").read_text())["scenarios"]
+    results = json.loads((run / "results.json").read_text())
+    (scenario,) = results["scenarios"]
+    # The filter chose what ran, and the index says so.
+    assert results["only"] == ["forever"] and results["command"].startswith("embedlab regress -k forever --matrix ")
+    assert "only the 1 job of the matrix's 1 whose name contains <code>forever</code>" in (run / "index.html").read_text()
     assert scenario["verdict"] == "error" and "timed out" in scenario["error"].lower(), scenario["error"]
     assert (run / "hang--forever.ipynb").is_file() and (run / "hang--forever.html").is_file()
     assert "ERROR" in (run / "index.html").read_text()
