@@ -132,10 +132,11 @@ def stopping_on_signals() -> Iterator[Stop]:
 def off_main_thread(call: Callable[[], Any]) -> Any:
     """`call()` on a thread of its own; its result or its exception here.
 
-    nbclient adds SIGINT and SIGTERM handlers to the main thread's event loop for every
-    notebook (and never removes them): there, a Ctrl-C only shut that notebook's kernel
-    down, and the run went on with the next notebook. Off the main thread it adds none.
-    Daemon: after a third signal the process need not wait for it.
+    nbclient adds SIGINT and SIGTERM handlers to the running event loop for every notebook
+    (and never removes them), which on the main thread would replace `Stop`'s while a
+    notebook runs. asyncio takes signal handlers on the main thread only, so off it nbclient
+    adds none, and the main thread, waiting in `join()`, runs `Stop`. Daemon: after a
+    third signal the process need not wait for it.
     """
     box: dict[str, Any] = {}
 

@@ -19,6 +19,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -96,7 +97,7 @@ def wait_for(what: str, check: Callable[[], bool], *, proc: subprocess.Popen[str
         time.sleep(0.1)
 
 
-def results_of(run: Path) -> dict:  # type: ignore[type-arg]
+def results_of(run: Path) -> dict[str, Any]:
     try:
         return json.loads((run / "results.json").read_text())
     except (OSError, ValueError):
@@ -134,15 +135,18 @@ def start_halting_run(matrix: Path, out: Path) -> tuple[subprocess.Popen[str], P
     return proc, run, descendants_of(proc.pid) + processes_under(run / "logs")
 
 
+class _Hrefs(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.found += [v for k, v in attrs if k == "href" and v and not v.startswith("#")]
+
+
 def links(page: Path) -> list[str]:
-    class Hrefs(HTMLParser):
-        found: list[str] = []
-
-        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-            self.found += [v for k, v in attrs if k == "href" and v and not v.startswith("#")]
-
-    parser = Hrefs()
-    parser.found = []
+    """The page's links to files, read by an HTML parser (the page must parse)."""
+    parser = _Hrefs()
     parser.feed(page.read_text())
     parser.close()
     return parser.found
