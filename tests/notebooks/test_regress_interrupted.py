@@ -200,7 +200,7 @@ def test_a_sigkilled_regress_keeps_what_it_finished_and_history_skips_it(
         assert "its process ended before it finished" in (run / "index.html").read_text()
         assert kernel_files(out, proc.pid) == []
     finally:
-        kill_all(started)
+        kill_all(wait_gone(started, timeout=60))  # a watchdog still at work is let finish
 
     after = run_regress("--matrix", matrices["completing"], "--out", out, timeout=300)
     assert after.returncode == 0, after.stdout + after.stderr[-3000:]
@@ -238,7 +238,7 @@ def test_ctrl_c_or_sigterm_stops_the_notebook_and_keeps_what_finished(
         assert wait_gone(started, timeout=60) == []
         assert kernel_files(out, proc.pid) == []
     finally:
-        kill_all(started)
+        kill_all(wait_gone(started, timeout=60))  # a watchdog still at work is let finish
 
 
 def test_two_runs_into_one_folder_at_once_both_keep_their_runs_and_one_index(
