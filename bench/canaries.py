@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from embedlab import Deployment, DeploymentSpec, send_burst
 from embedlab.clients import client
 from embedlab.defaults import CANARY_METRIC, CANARY_WAIT_S, METRIC
+from embedlab.jsonio import write_text_atomic
 from embedlab.metrics import metrics_url
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,7 +131,7 @@ def main() -> int:
         "wall_s": round(time.monotonic() - started, 1),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    write_text_atomic(args.json, json.dumps(result, indent=2) + "\n")
     return 0
 
 

@@ -124,7 +124,9 @@ def main() -> int:
             flush=True,
         )
     if args.out:
-        args.out.write_text(json.dumps({"rounds": args.rounds, "rows": rows}, indent=2))
+        from embedlab.jsonio import write_text_atomic
+
+        write_text_atomic(args.out, json.dumps({"rounds": args.rounds, "rows": rows}, indent=2))
     return 0
 
 

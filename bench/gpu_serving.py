@@ -48,6 +48,7 @@ from gpu_served import ExtraFrontend, log, step, text_bodies, wait_listed  # noq
 
 from embedlab import Deployment, DeploymentSpec, WorkerSpec  # noqa: E402
 from embedlab.engines.tiny import build_tiny_model  # noqa: E402
+from embedlab.jsonio import write_text_atomic  # noqa: E402
 from embedlab.ports import reserve_port  # noqa: E402
 from embedlab.serve.openai import decode_embedding  # noqa: E402
 
@@ -574,7 +575,7 @@ def main() -> int:
     def save() -> None:
         report["wall_s"] = time.time() - started
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2, default=str))
+        write_text_atomic(args.out, json.dumps(report, indent=2, default=str))
 
     def stage(name: str, run: Callable[[], Any]) -> Any:
         log(f"== {name} ({time.time() - started:.0f} s in)")

@@ -13,6 +13,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from render_scale import (  # noqa: E402
     split16_markdown,
 )
 
+from embedlab.jsonio import write_bytes_atomic, write_text_atomic  # noqa: E402
 from embedlab.pages import replace_appendix  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1014,7 +1016,9 @@ def frontend_scale_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, s
 
 def save(fig: Any, name: str) -> None:
     IMG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMG / name, dpi=DPI)
+    image = BytesIO()  # rendered whole, then renamed into place: never half a PNG in docs/img
+    fig.savefig(image, dpi=DPI, format="png")
+    write_bytes_atomic(IMG / name, image.getvalue())
     plt.close(fig)
 
 
@@ -1151,7 +1155,7 @@ def main() -> int:
     sections += body
     sections.append(VERIFICATION_TEXT)
     DOCS.mkdir(exist_ok=True)
-    (DOCS / "benchmarks.md").write_text("\n".join(sections).rstrip() + "\n")
+    write_text_atomic(DOCS / "benchmarks.md", "\n".join(sections).rstrip() + "\n")
     write_conformance_split()
     print(f"wrote {DOCS / 'benchmarks.md'} and {len(list(IMG.glob('*.png')))} plots in {IMG}")
     return 0
@@ -1392,7 +1396,7 @@ def write_conformance_split() -> None:
     page = DOCS / "conformance.md"
     if data is None or not data.get("split16") or not page.exists():
         return
-    page.write_text(replace_appendix(page.read_text(), split16_markdown(data, table=table)))
+    write_text_atomic(page, replace_appendix(page.read_text(), split16_markdown(data, table=table)))
     print(f"wrote the 16-replica split into {page}")
 
 

@@ -52,6 +52,7 @@ from measure import (  # noqa: E402
 )
 
 from embedlab import Deployment, DeploymentSpec, ManagedProcess  # noqa: E402
+from embedlab.jsonio import write_text_atomic  # noqa: E402
 
 # Not the public API: the LiteLLM proxy runs beside the deployment, as a process this
 # benchmark starts itself, on ports reserved the way the harness reserves its own.
@@ -245,7 +246,7 @@ def main() -> int:
     report = build_report(rows, concurrencies, args, loads)
     print_table(report)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
     print(f"\nwrote {args.json.relative_to(REPO) if args.json.is_relative_to(REPO) else args.json}")
     return 0 if report["targets"].get("met", False) else 1  # type: ignore[union-attr]
 

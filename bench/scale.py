@@ -52,6 +52,7 @@ from measure import (  # noqa: E402
 )
 
 from embedlab import Deployment, DeploymentSpec  # noqa: E402
+from embedlab.jsonio import write_text_atomic  # noqa: E402
 
 # Not the public API: the frontend's own registry and policies, timed without HTTP around them.
 from embedlab.serve.instances import InstanceTable  # noqa: E402
@@ -426,7 +427,7 @@ def main() -> int:
                 f"{t['value']:.2f} ({t['target']}) {'met' if t['met'] else 'MISSED'}"
             )
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0 if targets["met"] else 1
 

@@ -45,6 +45,7 @@ from embedlab.checks import fairness_p_value  # noqa: E402
 from embedlab.clients import scrape_client  # noqa: E402
 from embedlab.errors import ConfigError, EmbedlabError  # noqa: E402
 from embedlab.hosts import can_make_namespaces  # noqa: E402
+from embedlab.jsonio import write_text_atomic  # noqa: E402
 from embedlab.metrics import ascrape_all  # noqa: E402
 from embedlab.stacks import stack_class  # noqa: E402
 
@@ -371,7 +372,7 @@ def main() -> int:
         "wall_s": round(time.monotonic() - t0, 1),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.json} in {report['wall_s']:.0f} s")
     return 0
 

@@ -44,6 +44,7 @@ from embedlab import Deployment, DeploymentSpec  # noqa: E402
 
 # The frontend's body limit, read where it is defined once (not part of the public API).
 from embedlab.defaults import MAX_BODY_BYTES as DEFAULT_MAX_BODY  # noqa: E402
+from embedlab.jsonio import write_text_atomic  # noqa: E402
 
 MODEL = "soak-model"
 RSS_LIMIT = 0.10
@@ -416,7 +417,7 @@ def main() -> int:
                 "platform": platform.platform(),
             },
         }
-        args.json.write_text(json.dumps(result, indent=2))
+        write_text_atomic(args.json, json.dumps(result, indent=2))
     return 0 if passed else 1
 
 

@@ -30,6 +30,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from measure import add_load_options, machine_info, wait_for_quiet  # noqa: E402
 
+from embedlab.jsonio import write_text_atomic  # noqa: E402
+
 # Runs in a fresh interpreter, so import time counts as it does for a user.
 CHILD = r"""
 import json, sys, time
@@ -150,7 +152,7 @@ def main() -> int:
     if args.quiet_only:
         earlier = json.loads(args.json.read_text()) if args.json.is_file() else {}
         earlier.update(quiet_windows=quiet, quiet_windows_machine=machine_info())
-        args.json.write_text(json.dumps(earlier, indent=2) + "\n")
+        write_text_atomic(args.json, json.dumps(earlier, indent=2) + "\n")
         return 0
     rows = []
     print(
@@ -195,7 +197,7 @@ def main() -> int:
         "both_hash_embedded_s": both,
         "quiet_windows": quiet,
     }
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
     return 0
 
 

@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from measure import machine_info, wait_for_quiet  # noqa: E402
 
 from embedlab import ScenarioPlan, run_scenario  # noqa: E402
+from embedlab.jsonio import write_text_atomic  # noqa: E402
 
 
 def main() -> int:
@@ -87,7 +88,7 @@ def main() -> int:
         "wall_s": round(time.monotonic() - started, 1),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
     return 0
 
 

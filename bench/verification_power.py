@@ -38,6 +38,7 @@ from embedlab import Deployment, DeploymentSpec, ScenarioPlan, ScenarioResult
 
 # Not in the public API: the named defaults themselves, which this benchmark reports on.
 from embedlab.defaults import FAIRNESS_ALPHA as DEFAULT_FAIRNESS_ALPHA
+from embedlab.jsonio import write_text_atomic
 from embedlab.scenarios.dispatch import SameModelParams
 
 REPO = Path(__file__).resolve().parents[1]
@@ -376,9 +377,10 @@ def main() -> int:
         sweep.append((n, power, fa, measured))
     text = render(cases, clean, sweep, args, background)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    write_text_atomic(args.out, text)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
+    write_text_atomic(
+        args.json,
         json.dumps(
             {
                 "faults": [
@@ -420,7 +422,7 @@ def main() -> int:
                 "frontend_processes": args.frontend_processes,
             },
             indent=2,
-        )
+        ),
     )
     print(text)
     failed = [c.label for c in cases if c.target is not None and c.rate < c.target]

@@ -1,7 +1,7 @@
 """`embedlab ...`: parse, call one library function, map errors to exit codes.
 
 Exit codes: 0 success or passed, 1 a check failed, 2 could not run (bad arguments,
-a start failure, an unreachable URL), 130 interrupted.
+a start failure, an unreachable URL), 130 interrupted (143 by SIGTERM, where a run catches it).
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ models, workers, weights, requests, concurrency, seed, ... An unknown notebook, 
 or parameter, or a value the scenario cannot take, is one error line and exit 2."""
 REGRESS_EPILOG = (
     "examples: embedlab regress -k same_model -k drain; embedlab regress --matrix my.toml --out runs/. "
-    "Exit codes: 0 every run passed (or reported), 1 a run failed, 2 could not run."
+    "Exit codes: 0 every run passed (or reported), 1 a run failed, 2 could not run, "
+    "130 interrupted by Ctrl-C (143 by SIGTERM): the notebooks that finished keep their reports."
 )
 
 
@@ -275,9 +276,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Command = args.run
     try:
         return run(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("embedlab: interrupted", file=sys.stderr)
-        return 130
+        # 128 + the signal, as a shell reports it: 130 for Ctrl-C, 143 for the SIGTERM a run
+        # caught (`regression.RunInterrupted` carries it; not imported here, for the workers' sake).
+        return 128 + int(getattr(exc, "signum", 2))
     except CheckFailedError as exc:
         print(f"embedlab: FAILED: {str(exc).splitlines()[0]}", file=sys.stderr)
         return EXIT_FAILED

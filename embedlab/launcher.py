@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .specs import DeploymentSpec
     from .stacks import BaseStack, ProcessSpec, StackContext
 
-__all__ = ["Launcher", "delete_scratch", "keep_scratch", "stop_all"]
+__all__ = ["Launcher", "delete_scratch", "drop_scratch", "keep_scratch", "stop_all"]
 
 
 class Launchable(Protocol):
@@ -221,17 +221,21 @@ def keep_scratch(path: Path) -> None:
     register_cleanup(_removal(path))
 
 
+def drop_scratch(path: Path) -> None:
+    """Delete `path` (kept by `keep_scratch`); once it is gone, the watchdog forgets it."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+    unregister_cleanup(_removal(path))
+
+
 def delete_scratch(ctx: StackContext) -> list[BaseException]:
     """Delete what the run's processes used, once they have stopped; returns what failed."""
     errors: list[BaseException] = []
     for path in reversed(ctx.scratch_paths):
         try:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
+            drop_scratch(path)
         except OSError as exc:
             errors.append(exc)
-            continue
-        unregister_cleanup(_removal(path))
     return errors

@@ -1,6 +1,7 @@
 """The run folders' front pages: index.html (every run, its key figures and figures, and what
 changed since the last run in the folder) and conformance.html (the stack x check matrix), and
-the matrix as Markdown for docs/conformance.md.
+the matrix as Markdown for docs/conformance.md. The outputs folder's index.html, its runs, is
+`embedlab.runfiles`.
 
 Every page is self-contained: figures are inline PNGs and nothing loads from the network.
 """
@@ -11,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .jsonio import write_text_atomic
 from .report import VERDICT_CSS, ReportImage, escape, short, shown_time, verdict_badge
-from .verdicts import Verdict
+from .verdicts import RunStatus, Verdict
 from .wording import counted
 
 __all__ = [
@@ -89,6 +91,7 @@ th { background: #f3f3f3; }
 .scenario .row { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
 .scenario img { max-width: 100%; margin: 8px 0; border: 1px solid #eee; }
 .reason { color: #c62828; font-size: 13px; } .reason.reported { color: #37474f; }
+.verdict.running, .verdict.interrupted { background: #ef6c00; }
 """
 )
 
@@ -105,7 +108,13 @@ def write_index(
     counts = results.get("counts", {})
     tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "nothing ran"
     reported = counts.get(Verdict.REPORTED, 0)
-    if not results.get("passed"):
+    status = results.get("status", RunStatus.COMPLETE)
+    if status != RunStatus.COMPLETE:
+        overall = RunStatus(status)
+        heading = (
+            f"{status.upper()} &middot; {len(scenarios)} OF {results.get('planned', len(scenarios))} FINISHED"
+        )
+    elif not results.get("passed"):
         overall, heading = Verdict.FAILED, "FAILED"
     elif reported:
         overall, heading = Verdict.REPORTED, f"NO FAILURES &middot; {reported} REPORTED, NOT ASSERTED"
@@ -120,14 +129,30 @@ def write_index(
         f" &middot; wall {results.get('wall_seconds', 0):.1f} s &middot; {counted(len(scenarios), 'run')}: {escape(tally)}"
         f" &middot; matrix <code>{escape(results.get('matrix', ''))}</code></p>",
         _command_line(results),
+        _unfinished(results),
         _history_section(results, previous),
         _summary_table(scenarios),
         "<h2>Figures</h2>",
         *(_scenario_section(s, (figures or {}).get(s["name"], ())) for s in scenarios),
         "</body></html>",
     ]
-    path.write_text("\n".join(parts))
-    return path
+    return write_text_atomic(path, "\n".join(parts))
+
+
+def _unfinished(results: Mapping[str, Any]) -> str:
+    """Where a run stopped, or had got to: the notebooks that did not run (yet)."""
+    names = [job["name"] for job in results.get("unfinished") or []]
+    if not names:
+        return ""
+    status = results.get("status")
+    why = (
+        f"interrupted by {results['interrupted_by']}"
+        if results.get("interrupted_by")
+        else "its process ended before it finished"
+        if status == RunStatus.INTERRUPTED
+        else "still running"
+    )
+    return f'<p class="meta">{escape(why)}; not run: {escape(", ".join(names))}</p>'
 
 
 def _command_line(results: Mapping[str, Any]) -> str:
@@ -194,8 +219,18 @@ def _scenario_section(s: Mapping[str, Any], pngs: Sequence[ReportImage]) -> str:
 
 
 def _history_section(results: Mapping[str, Any], previous: Mapping[str, Any] | None) -> str:
+    passed_over = results.get("not_compared") or []
+    skipped = (
+        f'<p class="muted">Not compared: {counted(len(passed_over), "newer run")} that did not complete '
+        f"({escape(', '.join(passed_over))}).</p>"
+        if passed_over
+        else ""
+    )
     if previous is None:
-        return '<h2>Changes</h2><p class="muted">No earlier run in this outputs folder to compare with.</p>'
+        return (
+            '<h2>Changes</h2><p class="muted">No earlier run in this outputs folder to compare with.</p>'
+            + skipped
+        )
     rows = []
     for row in compare_runs(previous, results):
         verdict = (
@@ -222,7 +257,8 @@ def _history_section(results: Mapping[str, Any], previous: Mapping[str, Any] | N
     return (
         f"<h2>Changes since run <code>{escape(previous.get('run_id', '?'))}</code></h2>"
         f'<p class="meta">{counted(flips, "verdict flip")}; latency changes over {LATENCY_CHANGE:.0%} are flagged.</p>'
-        "<table><tr><th>scenario</th><th>verdict</th><th>p-values (before &rarr; now)</th><th>latency (before &rarr; now)</th></tr>"
+        + skipped
+        + "<table><tr><th>scenario</th><th>verdict</th><th>p-values (before &rarr; now)</th><th>latency (before &rarr; now)</th></tr>"
         + "".join(rows)
         + "</table>"
     )
@@ -310,8 +346,7 @@ def write_conformance(path: Path, matrix: Mapping[str, Any]) -> Path:
         f'<table class="matrix"><tr><th>stack</th>{head}</tr>{"".join(rows)}</table>',
         "</body></html>",
     ]
-    path.write_text("\n".join(page))
-    return path
+    return write_text_atomic(path, "\n".join(page))
 
 
 def conformance_markdown(matrix: Mapping[str, Any], *, command: str) -> str:
@@ -354,8 +389,7 @@ def write_conformance_markdown(path: Path, matrix: Mapping[str, Any], *, command
         at = text.find(APPENDIX_MARKER)
         kept = text[at:] if at >= 0 else ""
     page = conformance_markdown(matrix, command=command)
-    path.write_text(page + ("\n" + kept if kept else ""))
-    return path
+    return write_text_atomic(path, page + ("\n" + kept if kept else ""))
 
 
 def replace_appendix(page: str, section: str) -> str:

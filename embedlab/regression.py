@@ -13,39 +13,51 @@ One run writes one folder, `<out>/<run-id>/`:
     junit.xml                         one testcase per notebook and parameter set
     index.html                        summary table with figures inline, changes since the last run
 
+and `<out>/index.html` lists every run in `<out>`, newest first.
+
 A failed notebook never stops the run: papermill writes the executed notebook before it
 raises, and its report is exported like any other, so the evidence survives.
+
+A stopped run keeps what it finished: its files are rewritten whole after every notebook,
+with the run's status, running, interrupted or complete (`embedlab.runfiles`, which also
+says what a SIGKILL leaves). Ctrl-C (SIGINT) or SIGTERM interrupts the running notebook's
+cell (`embedlab.kernels`); the run then writes "interrupted" and exits 130 (143). Only a
+complete run is history: the next run compares with the newest complete one.
 
 The matrix (which notebooks and scenarios, with which parameters) is `embedlab.matrix`.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import secrets
+import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .defaults import CELL_TIMEOUT_S, KERNEL_NAME
 from .errors import ConfigError, NotebookRunError
+from .kernels import Stop, Stopped, ipc_kernel_manager, kernel_folder, off_main_thread, stopping_on_signals
 from .matrix import Job, Matrix, load_matrix, notebook_parameters, shown_path
+from .process import register_cleanup, unregister_cleanup
 from .report import ReportImage
-from .verdicts import Verdict
+from .runfiles import RunFiles, history, latest_results, mark_command, new_run_dir
+from .verdicts import RunStatus, Verdict
 from .wording import counted
 
 __all__ = [
     "Matrix",
     "Outcome",
     "RegressRun",
+    "RunInterrupted",
     "check_kernel",
+    "latest_results",
     "load_matrix",
+    "new_run_dir",
     "regress",
     "run_job",
     "run_jobs",
@@ -137,28 +149,19 @@ def check_kernel(name: str = KERNEL_NAME) -> None:
         )
 
 
-@functools.cache
-def _ipc_kernel_manager() -> type:
-    """A kernel manager whose kernel talks over Unix sockets instead of loopback TCP.
-
-    The kernel then opens no port at all, and ipykernel's warning about unencrypted TCP,
-    printed once per notebook, does not apply.
-    """
-    from jupyter_client.manager import AsyncKernelManager
-    from traitlets import default
-
-    class IpcKernelManager(AsyncKernelManager):
-        @default("transport")
-        def _default_transport(self) -> str:
-            return "ipc"
-
-    return IpcKernelManager
-
-
 def run_job(
-    job: Job, run_dir: Path, *, timeout: float = CELL_TIMEOUT_S, show_code: bool = False, command: str = ""
+    job: Job,
+    run_dir: Path,
+    *,
+    timeout: float = CELL_TIMEOUT_S,
+    show_code: bool = False,
+    stop: Stop | None = None,
+    command: str = "",
 ) -> Outcome:
-    """Execute one notebook with papermill, then export its report; never raises for a failed notebook."""
+    """Execute one notebook with papermill, then export its report; never raises for a failed notebook.
+
+    With `stop` (`run_jobs`'), a notebook that a signal cut short raises `kernels.Stopped`: it did not finish.
+    """
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -174,26 +177,35 @@ def run_job(
         params["stop_at_end"] = True
     started = time.monotonic()
     error = None
+    stop = stop or Stop()
     try:
-        papermill.execute_notebook(
-            str(job.notebook),
-            str(notebook_out),
-            parameters=params,
-            kernel_name=KERNEL_NAME,
-            progress_bar=False,
-            execution_timeout=timeout,
-            cwd=str(run_dir.resolve()),
-            kernel_manager_class=_ipc_kernel_manager(),
-        )
+        with kernel_folder() as sockets:
+            off_main_thread(
+                lambda: papermill.execute_notebook(
+                    str(job.notebook),
+                    str(notebook_out),
+                    parameters=params,
+                    kernel_name=KERNEL_NAME,
+                    progress_bar=False,
+                    execution_timeout=timeout,
+                    cwd=str(run_dir.resolve()),
+                    kernel_manager_class=ipc_kernel_manager(sockets, stop.kernel_started),
+                    on_cell_start=stop.before_cell,
+                )
+            )
     except PapermillExecutionError as exc:
         error = f"{exc.ename}: {_first_line(exc.evalue)} (cell {exc.exec_count})"
     except Exception as exc:  # a dead kernel, a cell timeout: record it, keep running the matrix
         error = f"{exc.__class__.__name__}: {_first_line(str(exc))}"
+    finally:
+        stop.kernel_started(None)
+    if error is not None and stop.signum is not None:
+        raise Stopped(error)
     seconds = time.monotonic() - started
     result = json.loads(result_json.read_text()) if result_json.is_file() else None
     verdict = _verdict(error, result)
     html = None
-    figures: list[str] = []
+    figures: list[ReportImage] = []
     if notebook_out.is_file():
         banner = {
             "name": job.name,
@@ -235,17 +247,44 @@ def run_jobs(
     name: Callable[[Job], str] = lambda job: job.name,
     after: Callable[[Outcome], str] = lambda outcome: f"in {outcome.seconds:.1f} s",
     command: str = "",
+    on_outcome: Callable[[Outcome], None] = lambda outcome: None,
 ) -> list[Outcome]:
     """Every job in turn into `run_dir`, a line to `say` as each starts and ends (`name` names a
-    job, `after` adds to its last line, `command` heads each report); `embedlab regress` and
-    `embedlab conformance` both run so."""
-    outcomes = []
-    for number, job in enumerate(jobs, 1):
-        say(f"[{number}/{len(jobs)}] {name(job)}: running")
-        outcome = run_job(job, run_dir, timeout=timeout, show_code=show_code, command=command)
-        outcomes.append(outcome)
-        say(f"[{number}/{len(jobs)}] {name(job)}: {outcome.verdict.upper()} {after(outcome)}")
+    job, `after` adds to its last line, `command` heads each report), `on_outcome` called as
+    each ends; `embedlab regress` and `embedlab conformance` both run so.
+
+    SIGINT or SIGTERM (on the main thread) stops the run (`kernels.Stop`): the jobs that had
+    finished come with `RunInterrupted`; the one it cut short is not among them.
+    """
+    outcomes: list[Outcome] = []
+    with stopping_on_signals() as stop:
+        for number, job in enumerate(jobs, 1):
+            if stop.signum is not None:
+                break
+            say(f"[{number}/{len(jobs)}] {name(job)}: running")
+            try:
+                outcome = run_job(
+                    job, run_dir, timeout=timeout, show_code=show_code, stop=stop, command=command
+                )
+            except Stopped:
+                say(f"[{number}/{len(jobs)}] {name(job)}: interrupted")
+                break
+            outcomes.append(outcome)
+            say(f"[{number}/{len(jobs)}] {name(job)}: {outcome.verdict.upper()} {after(outcome)}")
+            on_outcome(outcome)
+    if stop.signum is not None and len(outcomes) < len(jobs):
+        raise RunInterrupted(outcomes=outcomes, signum=stop.signum)
     return outcomes
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A signal stopped `run_jobs` before its last job: `outcomes` are the jobs that finished."""
+
+    def __init__(self, *, outcomes: list[Outcome], signum: int) -> None:
+        self.outcomes = outcomes
+        self.signum = signum
+        self.signal = signal.Signals(signum).name
+        super().__init__(f"interrupted by {self.signal} after {counted(len(outcomes), 'finished job')}")
 
 
 def _verdict(error: str | None, result: dict[str, Any] | None) -> Verdict:
@@ -313,81 +352,62 @@ def regress(
     of its strings (as `embedlab regress -k`). `progress`, when given, gets one line as each
     notebook starts and one as it ends. `command`, the command line that ran it (the CLI's
     own), heads every report and the index.
-    """
-    from .pages import write_index
-    from .report import load_results, write_json, write_junit
 
+    The run's files are written after every notebook (see the module's docstring). A
+    signal that stops it raises `RunInterrupted` (a `KeyboardInterrupt`) once they say
+    "interrupted".
+    """
     plan = (full := load_matrix(matrix)).only(only)
     check_kernel()  # before anything runs: otherwise every notebook fails the same way
     out = Path(out)
     run_id, run_dir = new_run_dir(out)
-    previous = latest_results(out, exclude=run_dir)
+    previous, passed_over = history(out, exclude=run_dir)
     say = progress or (lambda line: None)
-    started_at = datetime.now(UTC)
-    t0 = time.monotonic()
-    say(f"embedlab regress: {counted(len(plan.jobs), 'notebook run')} from {plan.path} -> {run_dir}")
-
-    outcomes = run_jobs(plan.jobs, run_dir, timeout=timeout, show_code=show_code, say=say, command=command)
-
-    wall = time.monotonic() - t0
-    results = {
-        "run_id": run_id,
-        "started_at": started_at.isoformat(timespec="seconds"),
-        "started_ts": started_at.timestamp(),
-        "wall_seconds": round(wall, 2),
-        "matrix": shown_path(plan.path),
-        "command": command,
-        "only": list(only),  # the -k filters; empty: every job of the matrix ran
-        "matrix_jobs": len(full.jobs),
-        "passed": all(o.passed for o in outcomes),
-        "counts": {str(v): sum(o.verdict == v for o in outcomes) for v in Verdict},
-        "previous_run": str(previous.parent.name) if previous else None,
-        "scenarios": [o.to_json(run_dir) for o in outcomes],
-    }
-    results_json = write_json(run_dir / "results.json", results)
-    junit_xml = write_junit(run_dir / "junit.xml", results)
-    index_html = write_index(
-        run_dir / "index.html",
-        results,
-        previous=load_results(previous) if previous else None,
-        figures={o.job.name: o.figures for o in outcomes},
+    run = RunFiles(
+        run_id=run_id,
+        run_dir=run_dir,
+        matrix=shown_path(plan.path),
+        jobs=plan.jobs,
+        previous=previous,
+        not_compared=passed_over,
+        command=command,
+        only=tuple(only),
+        matrix_jobs=len(full.jobs),
     )
+    say(f"embedlab regress: {counted(len(plan.jobs), 'notebook run')} from {plan.path} -> {run_dir}")
+    # Registered before the first "running" is written: a SIGKILL at any moment after it
+    # leaves a run that says "interrupted" once the watchdog has run this.
+    mark = mark_command(run_dir)
+    register_cleanup(mark)
+    try:
+        run.write(RunStatus.RUNNING)
+        outcomes = run_jobs(
+            plan.jobs,
+            run_dir,
+            timeout=timeout,
+            show_code=show_code,
+            say=say,
+            on_outcome=run.finished,
+            command=command,
+        )
+    except BaseException as exc:
+        stopped_by = exc.signal if isinstance(exc, RunInterrupted) else None
+        run.write(RunStatus.INTERRUPTED, interrupted_by=stopped_by)
+        unregister_cleanup(mark)
+        say(
+            f"embedlab regress: interrupted{f' by {stopped_by}' if stopped_by else ''} after "
+            f"{len(run.outcomes)} of {counted(len(plan.jobs), 'notebook run')}; what finished: {run.index_html}"
+        )
+        raise
+    run.write(RunStatus.COMPLETE)
+    unregister_cleanup(mark)
     return RegressRun(
         run_id=run_id,
         run_dir=run_dir,
         outcomes=outcomes,
-        wall_seconds=wall,
-        index_html=index_html,
-        results_json=results_json,
-        junit_xml=junit_xml,
+        wall_seconds=run.wall_seconds,
+        index_html=run.index_html,
+        results_json=run.results_json,
+        junit_xml=run.junit_xml,
         previous=previous,
     )
-
-
-def new_run_dir(out: Path) -> tuple[str, Path]:
-    # Time first so folders sort by age; the suffix keeps two runs in one second apart.
-    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-    run_dir = out / run_id
-    run_dir.mkdir(parents=True)
-    return run_id, run_dir
-
-
-def latest_results(out: Path, *, exclude: Path | None = None) -> Path | None:
-    """The newest earlier run's results.json in `out`, judged by its own start time."""
-    found: list[tuple[float, Path]] = []
-    for candidate in _children(out):
-        path = candidate / "results.json"
-        if candidate == exclude or not path.is_file():
-            continue
-        try:
-            found.append((float(json.loads(path.read_text()).get("started_ts", 0.0)), path))
-        except (OSError, ValueError):
-            continue  # a half-written or foreign file is not history
-    return max(found)[1] if found else None
-
-
-def _children(folder: Path) -> Iterable[Path]:
-    try:
-        return [p for p in folder.iterdir() if p.is_dir()]
-    except OSError:
-        return []

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .defaults import IMAGE_ALT_KEY
-from .jsonio import load_json as load_results, write_json
+from .jsonio import load_json as load_results, write_bytes_atomic, write_json, write_text_atomic
 from .verdicts import Verdict
 
 __all__ = [
@@ -128,8 +128,7 @@ def export_html(
     for output, alt in _images(nb):
         output.setdefault("metadata", {}).setdefault("image/png", {})[IMAGE_ALT_KEY] = alt
     body, _ = exporter.from_notebook_node(nb, resources={"embedlab_banner": _banner(title, facts, target)})
-    target.write_text(body)
-    return target
+    return write_text_atomic(target, body)
 
 
 def report_title(name: str) -> str:
@@ -240,12 +239,14 @@ def _images(nb: Any, *, tag: str | None = None) -> Iterator[tuple[Any, str]]:
 def write_junit(path: Path, results: Mapping[str, Any]) -> Path:
     """One testcase per notebook and parameter set; a failed verdict is a <failure>, a crash an <error>."""
     scenarios = results.get("scenarios", [])
+    unfinished = results.get("unfinished") or []  # a run stopped before them: skipped cases
     suite = ET.Element(
         "testsuite",
         name="embedlab.regress",
-        tests=str(len(scenarios)),
+        tests=str(len(scenarios) + len(unfinished)),
         failures=str(sum(s["verdict"] in (Verdict.FAILED, Verdict.INCONCLUSIVE) for s in scenarios)),
         errors=str(sum(s["verdict"] == Verdict.ERROR for s in scenarios)),
+        skipped=str(len(unfinished)),
         time=f"{results.get('wall_seconds', 0):.2f}",
         timestamp=str(results.get("started_at", "")),
     )
@@ -271,11 +272,15 @@ def write_junit(path: Path, results: Mapping[str, Any]) -> Path:
                 *(f"  {r}" for r in s.get("reasons") or []),
             ]
         ET.SubElement(case, "system-out").text = "\n".join(out)
+    for job in unfinished:
+        case = ET.SubElement(
+            suite, "testcase", classname=f"embedlab.regress.{job['notebook']}", name=job["slug"], time="0"
+        )
+        ET.SubElement(case, "skipped", message=f"not run: the run is {results.get('status')}")
     root = ET.Element("testsuites")
     root.append(suite)
     ET.indent(root)
-    path.write_bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True))
-    return path
+    return write_bytes_atomic(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
 
 
 def verdict_badge(status: str | None) -> str:

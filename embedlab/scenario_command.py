@@ -222,6 +222,12 @@ def _run_scenario(args: argparse.Namespace) -> int:
     if args.json:
         result.save_json(args.json)
     if args.plot:
-        plot(result).savefig(args.plot, dpi=100)
+        from io import BytesIO
+
+        from .jsonio import write_bytes_atomic
+
+        image = BytesIO()  # rendered whole first: the file then appears at once (write_bytes_atomic)
+        plot(result).savefig(image, dpi=100, format=args.plot.suffix[1:] or "png")
+        write_bytes_atomic(args.plot, image.getvalue())
     print(result.summary())
     return 0 if result.ok else EXIT_FAILED

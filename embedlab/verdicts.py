@@ -9,13 +9,19 @@
 
 Only `passed` is green anywhere. `reported` is not a failure either: it exits 0 and
 counts as a passing JUnit test case, but every view shows it under its own name.
+
+A whole `embedlab regress` run has a status beside its runs' verdicts (`RunStatus`):
+
+    running       its process is still running notebooks
+    interrupted   it stopped before its last notebook (a signal; or its process is gone)
+    complete      every notebook ran
 """
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["Verdict"]
+__all__ = ["RunStatus", "Verdict"]
 
 
 class Verdict(enum.StrEnum):
@@ -41,3 +47,11 @@ class Verdict(enum.StrEnum):
             if candidate in verdicts:
                 return candidate
         return cls.PASSED
+
+
+class RunStatus(enum.StrEnum):
+    """Where a whole regress run stands: only a complete run is history to compare with."""
+
+    RUNNING = "running"
+    INTERRUPTED = "interrupted"
+    COMPLETE = "complete"

@@ -22,13 +22,6 @@ def test_the_import_contracts_hold() -> None:
     assert "Contracts: 2 kept, 0 broken." in proc.stdout, proc.stdout[-2000:]
 
 
-def test_no_module_grows_past_400_lines() -> None:
-    """Counted on ruff-formatted code (the next test keeps it formatted): no long lines to meet it by."""
-    sizes = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
-    too_long = {name: n for name, n in sizes.items() if n > 400}
-    assert not too_long, f"split these by job: {too_long}"
-
-
 def test_ruff_check_and_format_are_clean() -> None:
     """The style is ruff's, configured in pyproject.toml, for the package, the tests and the benchmarks."""
     ruff = Path(sys.executable).parent / "ruff"
