@@ -23,7 +23,7 @@ from ..metrics import MetricQuery
 from ..progress import LaunchProgress
 from ..specs import DeploymentSpec, WorkerSpec
 from ..stacks import STACKS, get_stack
-from ..targets import Target, attach
+from ..targets import Target, attach, check_system_urls
 from ..verdicts import Verdict
 from .params import describe_params, knobs
 from .registry import Scenario, get_scenario
@@ -136,8 +136,11 @@ class ScenarioPlan:
             raise ConfigError(f"replicas must be whole numbers of at least 1, got {list(self.replicas)}")
         if self.replicas and self.workers is not None:
             raise ConfigError(
-                "give replicas (one count per model) or workers (the same count for each), not both"
+                f"workers = {self.workers} and replicas = {list(self.replicas)} both say how many workers to "
+                "launch: set workers = None to use replicas (one count per model), or replicas = [] to use "
+                "workers (the same count for each); on the command line, leave out --workers or --replicas"
             )
+        check_system_urls(self.system_urls)
         if self.worker_models and len(self.worker_models) != len(self.system_urls):
             raise ConfigError(
                 f"{len(self.system_urls)} system URLs but {len(self.worker_models)} worker models: one per worker"
@@ -328,6 +331,8 @@ class ScenarioPlan:
             )
         # A scenario built on another (a custom one on same_model_load_balance) reports under its own name.
         result.scenario = plan.scenario
+        if not result.engine and not plan.attached:
+            result.engine = plan.engine  # a result with no workers of its own (one that launched several)
         return result
 
     def _unsupported(self, exc: UnsupportedError) -> ScenarioResult:
@@ -340,6 +345,7 @@ class ScenarioPlan:
             bursts=[],
             verdict=Verdict.UNSUPPORTED,
             reasons=[str(exc)],
+            engine="" if self.attached else self.engine,
         )
 
 

@@ -37,6 +37,7 @@ class WorkerInfo:
     weight: float = 1.0
     endpoint: str | None = None
     host: int = 0  # the simulated host it runs on
+    engine: str | None = None  # what computes its embeddings (hash, transformers, ...); None: attached
 
     @property
     def label(self) -> str:
@@ -176,9 +177,19 @@ class ScenarioResult:
     discovered: list[dict[str, Any]] = field(default_factory=list)
     startup_seconds: dict[str, float] = field(default_factory=dict)
     run_dir: str | None = None
+    # What ran behind the stack: the workers' engine ("hash"; "hash+vllm" for a mix); "": not
+    # known (attached). Left empty, it is read from the workers.
+    engine: str = ""
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
+        if not self.engine:
+            self.engine = "+".join(dict.fromkeys(w.engine for w in self.workers if w.engine))
+
+    @property
+    def where(self) -> str:
+        """What it ran on, for people: `embedded (hash)`, or `attached`."""
+        return f"{self.stack} ({self.engine})" if self.engine else self.stack
 
     @property
     def passed(self) -> bool:
@@ -190,7 +201,7 @@ class ScenarioResult:
         return self.verdict.ok
 
     def summary(self) -> str:
-        head = f"{self.scenario} on {self.stack}: {self.verdict.upper()}"
+        head = f"{self.scenario} on {self.where}: {self.verdict.upper()}"
         # How placement was proven where the counters could not: part of what the verdict says.
         said = [*self.reasons, *(f"{b.name}: {b.attribution_note()}" for b in self.bursts if b.proven_by)]
         return head + (" (" + "; ".join(said) + ")" if said else "")
@@ -213,6 +224,7 @@ class ScenarioResult:
         return {
             "scenario": self.scenario,
             "stack": self.stack,
+            "engine": self.engine,
             "verdict": self.verdict,
             "passed": self.passed,
             "ok": self.ok,

@@ -149,7 +149,7 @@ def test_cli_exit_codes_for_failure_and_cannot_run(tmp_path) -> None:  # type: i
 def test_cli_drain_passes_on_embedded(tmp_path) -> None:  # type: ignore[no-untyped-def]
     proc = run_cli("scenario", "drain", "--stack", "embedded", "--run-dir", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1] == "drain on embedded: PASSED"
+    assert proc.stdout.strip().splitlines()[-1] == "drain on embedded (hash): PASSED"
     assert "drained" in proc.stdout and "its delta while drained  0" in proc.stdout
 
 

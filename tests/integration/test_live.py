@@ -143,4 +143,4 @@ def test_the_cli_shows_the_launch_when_asked(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "frontend ready after" in proc.stderr and "all 3 processes ready in" in proc.stderr, proc.stderr
     assert "40 of 40 requests for 'embed-model' sent in" in proc.stderr, proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == "same-model on embedded: PASSED"
+    assert proc.stdout.strip().splitlines()[-1] == "same-model on embedded (hash): PASSED"

@@ -369,7 +369,7 @@ def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
     run_all(page)
     wait_executed(page, last, after=None)
     wait_settled(page)
-    assert "same-model on embedded: PASSED" in outputs(last), outputs(last)
+    assert "same-model on embedded (hash): PASSED" in outputs(last), outputs(last)
     shot(page, tmp_path, page.locator(".jp-Notebook"), "jupyterlab-7-good-run-all.png")
 
     params, plan = cell(page, "# embedded or dynamo"), cell(page, "ScenarioPlan.from_params(")

@@ -49,7 +49,7 @@ def test_multi_model_by_hand_with_the_papermill_command(cwd: str, tmp_path: Path
     nb = read(out)
     assert errors(nb) == []
     printed = "".join(o.get("text", "") for c in code_cells(nb) for o in c["outputs"])
-    assert "multi-model on embedded: PASSED" in printed
+    assert "multi-model on embedded (hash): PASSED" in printed
     launch = launch_output(nb, "run_scenario(plan")
     assert "frontend ready after" in launch and "all 3 processes ready in" in launch, launch
     assert_torn_down(run_dir)
@@ -150,7 +150,7 @@ def test_failover_notebook(stack: str, tmp_path: Path, run_dir: Path) -> None:
         # Dynamo decides its failover; the notebook shows the figures and asserts nothing.
         assert result["verdict"] == "reported" and result["figures"]["asserted"] is False, result["reasons"]
     last = "".join(code_cells(nb)[-1]["outputs"][-1]["text"]).strip()
-    assert last.startswith(f"failover on {stack}: {result['verdict'].upper()}"), last
+    assert last.startswith(f"failover on {stack} (hash): {result['verdict'].upper()}"), last
     assert any(images(c) for c in tagged(nb, "report-figure")), "the timeline figure is missing"
     assert_torn_down(run_dir)
 
