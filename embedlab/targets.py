@@ -59,9 +59,7 @@ def attach(
     """
     if not system_urls:
         raise ConfigError("attach needs at least one system URL (one per worker)")
-    check_system_urls(system_urls)
-    if models is not None and len(models) != len(system_urls):
-        raise ConfigError(f"{len(system_urls)} system URLs but {len(models)} models")
+    check_system_urls(system_urls, models=models)
     query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
     return Target(
         frontend_url=frontend_url.rstrip("/"),
@@ -72,9 +70,14 @@ def attach(
     )
 
 
-def check_system_urls(system_urls: Sequence[str]) -> None:
-    """Refuse a worker listed twice: its counter would be read as two workers', each one's
-    delta the whole of it, and a check over them would judge a pool that does not exist."""
+def check_system_urls(
+    system_urls: Sequence[str], *, models: Sequence[str | None] | None = None, what: str = "models"
+) -> None:
+    """Refuse a worker listed twice (its counter would be read as two workers', each one's
+    delta the whole of it, and a check over them would judge a pool that does not exist),
+    and `models`, where given, that do not name one model per system URL."""
+    if models is not None and len(models) != len(system_urls):
+        raise ConfigError(f"{len(system_urls)} system URLs but {len(models)} {what}: one per worker")
     workers: dict[str, list[int]] = {}
     for index, url in enumerate(system_urls):
         workers.setdefault(url.rstrip("/"), []).append(index)

@@ -12,11 +12,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..checks import StillChance, still_chance
 from ..defaults import FAIRNESS_ALPHA
 from ..deployment import Deployment
 from ..errors import ConfigError
 from ..splits import Split
+from ..stats import StillChance, still_chance
 from ..targets import Target, target_of
 from ..traffic import Input, RequestRecord, default_inputs, run_sync
 from ..verdicts import Verdict

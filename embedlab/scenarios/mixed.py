@@ -23,11 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..checks import fairness_p_value, still_chance
+from ..checks import fairness_p_value
 from ..defaults import FAIRNESS_ALPHA
 from ..deployment import Deployment
 from ..errors import ConfigError
 from ..splits import Split
+from ..stats import still_chance
 from ..targets import Target, target_of
 from ..traffic import default_inputs, run_sync
 from ..verdicts import Verdict

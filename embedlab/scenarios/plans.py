@@ -136,15 +136,10 @@ class ScenarioPlan:
             raise ConfigError(f"replicas must be whole numbers of at least 1, got {list(self.replicas)}")
         if self.replicas and self.workers is not None:
             raise ConfigError(
-                f"workers = {self.workers} and replicas = {list(self.replicas)} both say how many workers to "
-                "launch: set workers = None to use replicas (one count per model), or replicas = [] to use "
-                "workers (the same count for each); on the command line, leave out --workers or --replicas"
+                f"workers = {self.workers} and replicas = {list(self.replicas)} both count the workers: set workers "
+                "= None to use replicas, or replicas = [] to use workers (command line: leave out one of the two)"
             )
-        check_system_urls(self.system_urls)
-        if self.worker_models and len(self.worker_models) != len(self.system_urls):
-            raise ConfigError(
-                f"{len(self.system_urls)} system URLs but {len(self.worker_models)} worker models: one per worker"
-            )
+        check_system_urls(self.system_urls, models=self.worker_models or None, what="worker models")
         if self.worker_models and self.models and set(self.models) != set(self.worker_models):
             raise ConfigError(
                 f"the workers serve {', '.join(dict.fromkeys(self.worker_models))}, but models names "
@@ -329,10 +324,9 @@ class ScenarioPlan:
             raise ConfigError(
                 f"scenario {plan.scenario!r} returned {type(result).__name__}, not a ScenarioResult"
             )
-        # A scenario built on another (a custom one on same_model_load_balance) reports under its own name.
+        # Its own name (a custom scenario built on same_model_load_balance); the plan's engine if it has no workers.
         result.scenario = plan.scenario
-        if not result.engine and not plan.attached:
-            result.engine = plan.engine  # a result with no workers of its own (one that launched several)
+        result.engine = result.engine or ("" if plan.attached else plan.engine)
         return result
 
     def _unsupported(self, exc: UnsupportedError) -> ScenarioResult:

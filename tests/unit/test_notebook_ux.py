@@ -218,9 +218,8 @@ def test_workers_and_replicas_both_set_say_which_to_clear() -> None:
     with pytest.raises(ConfigError) as err:
         ScenarioPlan.from_params(scenario="mixed", workers=2, replicas=[3, 1])
     assert str(err.value) == (
-        "workers = 2 and replicas = [3, 1] both say how many workers to launch: set workers = None to use "
-        "replicas (one count per model), or replicas = [] to use workers (the same count for each); on the "
-        "command line, leave out --workers or --replicas"
+        "workers = 2 and replicas = [3, 1] both count the workers: set workers = None to use replicas, "
+        "or replicas = [] to use workers (command line: leave out one of the two)"
     )
 
 
@@ -285,7 +284,7 @@ def test_worker_models_must_name_one_model_per_system_url() -> None:
             ],
             "2 system URLs but 3 worker models: one per worker",
         ),
-        (["--workers", "2", "--replicas", "3,1"], "leave out --workers or --replicas"),
+        (["--workers", "2", "--replicas", "3,1"], "workers = 2 and replicas = [3, 1] both count the workers"),
     ],
 )
 def test_the_cli_refuses_a_wrong_attach_in_one_line_with_exit_2(args: list[str], message: str) -> None:
