@@ -97,7 +97,7 @@ def _stop(key: str) -> str:
     what = ", ".join(p.name for p in running if p not in previous.workers)
     what = f"{what} and {workers} worker{'' if workers == 1 else 's'}" if what else f"{workers} workers"
     return (
-        f"stopped the deployment this notebook started before ({what}, run dir {previous.run_dir}) "
+        f"stopped the deployment this notebook started ({what}, run dir {previous.run_dir}) "
         f"in {time.monotonic() - started:.1f} s"
     )
 

@@ -294,7 +294,7 @@ def test_explore_notebook_in_jupyterlab(lab: LabServer, page: Any, tmp_path: Pat
     run(page, start)
     assert "all 3 processes ready in" in outputs(start), outputs(start)
     # ...and says what it stopped.
-    assert "stopped the deployment this notebook started before (frontend and 2 workers" in outputs(start)
+    assert "stopped the deployment this notebook started (frontend and 2 workers" in outputs(start)
     replaced = lab.deployment_pids()
     assert len(replaced) >= 3 and not replaced & deployment, (deployment, replaced)
     assert wait_gone(sorted(deployment)) == [], "the first deployment outlived a second Start"
