@@ -108,7 +108,7 @@ def test_cli_scenarios_print_the_table_and_verdict(stack: str, tmp_path) -> None
         "scenario", "multi-model", "--stack", stack, "--json", str(out), "--run-dir", str(tmp_path / "run")
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "multi-model on " + stack + ": PASSED" in proc.stdout
+    assert f"multi-model on {stack} (hash): PASSED" in proc.stdout
     assert "serves" in proc.stdout and "delta" in proc.stdout
     assert json.loads(out.read_text())["verdict"] == "passed"
 
