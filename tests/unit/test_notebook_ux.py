@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -297,3 +298,17 @@ def test_the_cli_refuses_a_wrong_attach_in_one_line_with_exit_2(args: list[str],
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("embedlab scenario: error: ") and message in line, line
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "scenario, default",
+    [("mixed", "2 of each model"), ("multi-model", "1 of each model"), ("same-model", "2, or one")],
+)
+def test_the_cli_help_gives_the_scenarios_own_workers_default(scenario: str, default: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "embedlab", "scenario", scenario, "--help"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "500"},
+    )  # fmt: skip
+    text = " ".join(proc.stdout.split())
+    assert f"--workers WORKERS replicas of each model (default: {default}" in text, text
+    assert "in place of --workers (give one of the two)" in text
