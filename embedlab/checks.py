@@ -33,9 +33,16 @@ class WorkerRow:
     after: float
     delta: float
     expected: bool
+    # Whether the check asserts this worker's part: False for an expected worker that may stay
+    # still (a correct router leaves one still too often at this burst's size).
+    asserted: bool = True
 
     @property
-    def ok(self) -> bool:
+    def ok(self) -> bool | None:
+        """Moved if expected, still if not; None where the check asserts nothing of it (it stayed
+        still, and was allowed to)."""
+        if self.expected and self.delta <= 0 and not self.asserted:
+            return None
         return (self.delta > 0) == self.expected
 
 
@@ -59,8 +66,8 @@ class CheckResult:
     def table_text(self) -> str:
         lines = [f"{'worker':>6} {'before':>10} {'after':>10} {'delta':>8} {'expected':>9}  {'':2} url"]
         for r in self.rows:
-            mark = "ok" if r.ok else "!!"
-            expect = "moves" if r.expected else "stays"
+            mark = {True: "ok", False: "!!", None: "--"}[r.ok]
+            expect = ("moves" if r.asserted else "may move") if r.expected else "stays"
             lines.append(
                 f"{r.index:>6} {r.before:>10g} {r.after:>10g} {r.delta:>+8g} {expect:>9}  {mark:2} {r.url}"
             )
@@ -117,6 +124,7 @@ class CheckResult:
                     "after": r.after,
                     "delta": r.delta,
                     "expected": r.expected,
+                    "asserted": r.asserted,
                 }
                 for r in self.rows
             ],
@@ -145,16 +153,6 @@ def fairness_p_value(observed: Sequence[float], weights: Sequence[float]) -> flo
     return chisquare_p(observed, [s * total for s in share])
 
 
-def still_chance(weights: Sequence[float], requests: int) -> float:
-    """An upper bound on the chance that a correct router leaves some worker with nothing.
-
-    Under weighted-random routing worker i stays still with probability (1 - share_i)^n;
-    the sum over workers (the union bound) never understates the chance that any does.
-    """
-    total = float(sum(weights))
-    return min(1.0, sum((1.0 - w / total) ** requests for w in weights)) if total > 0 else 1.0
-
-
 def evaluate(
     urls: Sequence[str],
     before: Sequence[Snapshot],
@@ -166,15 +164,22 @@ def evaluate(
     fairness_alpha: float | None = None,
     indices: Sequence[int] | None = None,
     require_all: bool = True,
+    must_move: Iterable[int] | None = None,
 ) -> CheckResult:
     """The pure part of a check: two snapshot lists in, a verdict out.
 
     `indices` names the workers when only some of a deployment's are judged (a dead
     worker cannot be scraped); by default they are 0..n-1. Without `require_all`, an
     expected worker may stay still (a policy that picks one, reported, not asserted); a
-    leak onto a worker outside the set still fails.
+    leak onto a worker outside the set still fails. `must_move` names the expected workers
+    that must move where only some must (a pool of several models, each judged by its own
+    odds of leaving a replica still); it takes the place of `require_all`.
     """
     expected_set = frozenset(expected)
+    if must_move is not None:
+        required = expected_set & frozenset(must_move)
+    else:
+        required = expected_set if require_all else frozenset()
     indices = list(indices) if indices is not None else list(range(len(urls)))
     rows = []
     for index, url, b, a in zip(indices, urls, before, after):
@@ -187,6 +192,7 @@ def evaluate(
                 after=a.value,
                 delta=delta,
                 expected=index in expected_set,
+                asserted=index not in expected_set or index in required,
             )
         )
     by_index = {r.index: r for r in rows}
@@ -195,7 +201,7 @@ def evaluate(
     reasons: list[str] = []
     if moved != expected_set:
         unexpected = sorted(moved - expected_set)
-        silent = sorted(expected_set - moved) if require_all else []
+        silent = sorted(required - moved)
         if unexpected:
             reasons.append(
                 "traffic leaked onto " + ", ".join(f"worker {i} (+{by_index[i].delta:g})" for i in unexpected)
@@ -249,6 +255,7 @@ class DispatchCheck:
     weights: Sequence[float] | None = None
     fairness_alpha: float | None = None
     require_all: bool = True  # every expected worker must move
+    must_move: Iterable[int] | None = None  # in place of require_all: those that must move
     raise_on_failure: bool = True
     timeout: float = 5.0
     client: httpx.Client | None = None  # for the sync path, one worker after another; None: all at once
@@ -363,5 +370,6 @@ class DispatchCheck:
             weights=self.weights,
             fairness_alpha=self.fairness_alpha,
             require_all=self.require_all,
+            must_move=self.must_move,
         )
         return self.result

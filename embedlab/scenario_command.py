@@ -39,7 +39,7 @@ def add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         scenario = SCENARIOS.get(name)
         check_knob_names(scenario)
         q = names.add_parser(name, help=scenario.help, description=f"{name}: {scenario.help}.")
-        _add_plan_options(q)
+        _add_plan_options(q, scenario)
         own = q.add_argument_group(f"{name}'s own knobs")
         q.set_defaults(run=_run_scenario, knobs=[_add_knob(own, k) for k in _knobs(scenario)])
 
@@ -64,7 +64,7 @@ def _add_knob(group: argparse._ArgumentGroup, knob: Any) -> str:
     return knob.name
 
 
-def _add_plan_options(p: argparse.ArgumentParser) -> None:
+def _add_plan_options(p: argparse.ArgumentParser, scenario: Any) -> None:
     from .engines import ENGINES
     from .stacks import STACKS
 
@@ -81,13 +81,12 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
         "(default: tiny local models)",
     )
     p.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        help="replicas of each model (default: 2 of one model, 1 of each of several)",
+        "--workers", type=int, default=None, help=f"replicas of each model (default: {_workers(scenario)})"
     )
     p.add_argument(
-        "--replicas", default="", help="comma-separated replicas per model, in place of --workers: 4,2"
+        "--replicas",
+        default="",
+        help="comma-separated replicas per model, in place of --workers (give one of the two): 4,2",
     )
     p.add_argument("--weights", default="", help="comma-separated worker weights, model by model")
     p.add_argument(
@@ -180,6 +179,13 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="show the launch and a bar per burst, on stderr (default: the launch alone, on a terminal)",
     )
+
+
+def _workers(scenario: Any) -> str:
+    """What a plan without --workers launches for `scenario`, in words (as `ScenarioPlan.resolved`)."""
+    if "workers" in scenario.deployment:
+        return f"{scenario.deployment['workers']} of each model"
+    return "1 of each model" if scenario.layout == "per-model" else "2, or one per --weights entry"
 
 
 def plan_from_args(args: argparse.Namespace) -> Any:

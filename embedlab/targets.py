@@ -15,7 +15,7 @@ from typing import Any
 from .errors import ConfigError
 from .metrics import DEFAULT_METRIC, MetricQuery
 
-__all__ = ["Target", "attach", "target_of"]
+__all__ = ["Target", "attach", "check_system_urls", "target_of"]
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,7 @@ def attach(
     """
     if not system_urls:
         raise ConfigError("attach needs at least one system URL (one per worker)")
-    if models is not None and len(models) != len(system_urls):
-        raise ConfigError(f"{len(system_urls)} system URLs but {len(models)} models")
+    check_system_urls(system_urls, models=models)
     query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
     return Target(
         frontend_url=frontend_url.rstrip("/"),
@@ -69,6 +68,25 @@ def attach(
         metric=query,
         weights=tuple(weights) if weights else None,
     )
+
+
+def check_system_urls(
+    system_urls: Sequence[str], *, models: Sequence[str | None] | None = None, what: str = "models"
+) -> None:
+    """Refuse a worker listed twice (its counter would be read as two workers', each one's
+    delta the whole of it, and a check over them would judge a pool that does not exist),
+    and `models`, where given, that do not name one model per system URL."""
+    if models is not None and len(models) != len(system_urls):
+        raise ConfigError(f"{len(system_urls)} system URLs but {len(models)} {what}: one per worker")
+    workers: dict[str, list[int]] = {}
+    for index, url in enumerate(system_urls):
+        workers.setdefault(url.rstrip("/"), []).append(index)
+    twice = {url: at for url, at in workers.items() if len(at) > 1}
+    if twice:
+        shown = "; ".join(
+            f"{url} as workers {', '.join(map(str, at[:-1]))} and {at[-1]}" for url, at in twice.items()
+        )
+        raise ConfigError(f"a system URL is given more than once ({shown}): give each worker's once")
 
 
 def target_of(deployment: Any) -> Target:

@@ -20,6 +20,7 @@ from ..defaults import QUIET_WINDOW_S, WORKER_HEADER
 from ..deployment import Deployment
 from ..errors import ConfigError, CounterResetError, ScrapeError, TrafficError
 from ..metrics import Snapshot
+from ..specs import WorkerSpec
 from ..targets import Target, target_of
 from ..traffic import BurstResult, Input, RequestRecord, asend_burst, default_inputs
 from ..verdicts import Verdict
@@ -59,6 +60,7 @@ class BurstSpec:
     settle_seconds: float = 0.0
     timeout: float = 60.0
     require_all: bool = True  # every expected worker must move
+    must_move: frozenset[int] | None = None  # in place of require_all: those that must move
     rule: str = ""  # what the burst asserts, in words, for tables and reports
     models: Sequence[str] | None = None  # one per request, for a burst that interleaves models
     quiet_s: float = QUIET_WINDOW_S  # each quiet window's length; 0: none
@@ -78,9 +80,15 @@ def workers_of(deployment: Deployment | Target) -> list[WorkerInfo]:
             weight=weights[i],
             endpoint=deployment.endpoint(i) if launched else None,
             host=deployment.host_of(i) if launched else 0,
+            engine=_engine(deployment.spec.workers[i]) if launched else None,
         )
         for i, (url, model) in enumerate(zip(target.system_urls, target.models))
     ]
+
+
+def _engine(spec: WorkerSpec) -> str:
+    """What computes a worker's embeddings: its engine, or the worker kind that brings its own."""
+    return spec.engine if spec.kind == "embedlab" else spec.kind
 
 
 def served_models(frontend_url: str) -> list[str]:
@@ -136,6 +144,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
         weights=spec.weights,
         fairness_alpha=spec.fairness_alpha,
         require_all=spec.require_all,
+        must_move=spec.must_move,
         raise_on_failure=False,
     )
     # One keep-alive connection per worker, shared by the burst's four snapshots.

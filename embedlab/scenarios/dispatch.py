@@ -12,11 +12,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..checks import still_chance
 from ..defaults import FAIRNESS_ALPHA
 from ..deployment import Deployment
 from ..errors import ConfigError
 from ..splits import Split
+from ..stats import StillChance, still_chance
 from ..targets import Target, target_of
 from ..traffic import Input, RequestRecord, default_inputs, run_sync
 from ..verdicts import Verdict
@@ -130,8 +130,8 @@ def same_model_load_balance(
         list(weights) if weights is not None else list(target.weights or [1.0] * len(target.system_urls))
     )
     alpha = FAIRNESS_ALPHA if fairness_alpha is None else fairness_alpha
-    still = still_chance([weights[i] for i in indices], requests) if split is Split.WEIGHTS else 0.0
-    all_move = split is Split.EXACT or (split is Split.WEIGHTS and still < alpha)
+    still = still_chance([weights[i] for i in indices], requests) if split is Split.WEIGHTS else None
+    all_move = split is Split.EXACT or (still is not None and still.value < alpha)
     params = {
         "requests": requests,
         "concurrency": concurrency,
@@ -181,15 +181,15 @@ def same_model_load_balance(
 
 
 def _same_model_rule(
-    split: Split, *, all_move: bool, still: float, alpha: float | None, requests: int
+    split: Split, *, all_move: bool, still: StillChance | None, alpha: float | None, requests: int
 ) -> str:
     """What the burst asserts, in words: the table and the report show it beside the figures."""
     parts = ["the counters account for every request sent"]
     if all_move:
         parts.insert(0, "every worker moves")
-    elif split is Split.WEIGHTS:
+    elif still is not None:
         parts.append(
-            f"a still worker is not asserted (a correct router leaves one still {still:.1%} of the time "
+            f"a still worker is not asserted (a correct router leaves one still {still.of_the_time()} "
             f"at {requests} requests)"
         )
     if split is Split.WEIGHTS and alpha is not None:
@@ -237,7 +237,7 @@ def multi_model_dispatch(
             model=model,
             expected=frozenset(replicas[model]),
             # Several replicas of a model: each must move only where a correct router rarely leaves one still.
-            require_all=still_chance([weights[i] for i in replicas[model]], requests_per_burst)
+            require_all=still_chance([weights[i] for i in replicas[model]], requests_per_burst).value
             < FAIRNESS_ALPHA,
             requests=requests_per_burst,
             concurrency=concurrency,

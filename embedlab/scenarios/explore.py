@@ -193,7 +193,7 @@ class SweepResult(ScenarioResult):
 
     def summary(self) -> str:
         settings = len(self.points)
-        head = f"weight sweep on {self.stack} ({settings} weight setting{'' if settings == 1 else 's'}): {self.verdict.upper()}"
+        head = f"weight sweep on {self.where}, {settings} weight setting{'' if settings == 1 else 's'}: {self.verdict.upper()}"
         return head + (" (" + "; ".join(self.reasons) + ")" if self.reasons else "")
 
 

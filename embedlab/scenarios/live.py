@@ -63,15 +63,25 @@ def live_deployment(*, key: str = "notebook") -> Deployment | None:
     return _LIVE.get(key)
 
 
-def stop_deployment(*, key: str = "notebook", when: bool = True) -> str:
+def stop_deployment(*, key: str = "notebook", when: bool = True) -> None:
     """Stop the deployment in slot `key`, if any, and if `when`; safe to call more than once.
 
     An explore notebook's last cell is `stop_deployment(when=stop_at_end)`: papermill runs
-    set `stop_at_end`, people leave it False and keep their deployment. Returns what it
-    stopped, in a line for people ("" when nothing was running there).
+    set `stop_at_end`, people leave it False and keep their deployment. Prints what it
+    stopped, or that the deployment keeps running, in a line; returns nothing (a notebook
+    cell would show a returned line quoted, and `''` where there was nothing to say).
     """
     check_previous_cell()
-    return _stop(key) if when else ""
+    if when:
+        stopped = _stop(key)
+        if stopped:
+            print(stopped)
+        return
+    live = _LIVE.get(key)
+    if live is not None and any(p.alive() for p in live.processes):
+        print(
+            f"the deployment keeps running (run dir {live.run_dir}): stop_deployment() or dep.stop() stops it"
+        )
 
 
 def _stop(key: str) -> str:
@@ -87,7 +97,7 @@ def _stop(key: str) -> str:
     what = ", ".join(p.name for p in running if p not in previous.workers)
     what = f"{what} and {workers} worker{'' if workers == 1 else 's'}" if what else f"{workers} workers"
     return (
-        f"stopped the deployment this notebook started before ({what}, run dir {previous.run_dir}) "
+        f"stopped the deployment this notebook started ({what}, run dir {previous.run_dir}) "
         f"in {time.monotonic() - started:.1f} s"
     )
 

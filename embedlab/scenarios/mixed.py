@@ -23,11 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..checks import fairness_p_value, still_chance
+from ..checks import fairness_p_value
 from ..defaults import FAIRNESS_ALPHA
 from ..deployment import Deployment
 from ..errors import ConfigError
 from ..splits import Split
+from ..stats import still_chance
 from ..targets import Target, target_of
 from ..traffic import default_inputs, run_sync
 from ..verdicts import Verdict
@@ -147,6 +148,17 @@ def mixed_traffic(
     workers = workers_of(deployment)
     started = time.monotonic()
     bursts, splits = [], []
+    # A model's replicas must each move where a correct router rarely leaves one still.
+    still = {m: still_chance([weights[i] for i in pool[m]], requests) for m in models}
+    loose = [m for m in models if split is Split.REPORT or still[m].value >= FAIRNESS_ALPHA]
+    must_move = frozenset(i for m in models if m not in loose for i in pool[m])
+    if split is Split.REPORT:
+        moves = "a still replica is not asserted (the policy decides)"
+    else:
+        moves = "every replica moves" + "".join(
+            f" (not asserted for {m}: a correct router leaves one of its replicas still {still[m].of_the_time()})"
+            for m in loose
+        )
     for pattern in patterns:
         order = send_order(models, requests, pattern, seed=order_seed)
         spec = BurstSpec(
@@ -157,8 +169,9 @@ def mixed_traffic(
             concurrency=concurrency,
             inputs=default_inputs(len(order)),
             models=order,
-            require_all=False,  # judged per model below, where a still replica is allowed for
-            rule=f"{pattern} send order: per model, every replica moves, its replicas count exactly its "
+            require_all=False,
+            must_move=must_move,
+            rule=f"{pattern} send order: per model, {moves}, its replicas count exactly its "
             f"requests, and its split fits its weights ({split})",
         )
         burst = run_sync(run_burst(target, spec, progress=progress))
@@ -170,7 +183,9 @@ def mixed_traffic(
         }
         bursts.append(burst)
         if burst.check is not None:
-            splits += [_judge_model(burst, m, pool[m], weights, sent[m], split, workers) for m in models]
+            splits += [
+                _judge_model(burst, m, pool[m], weights, sent[m], split, workers, must_move) for m in models
+            ]
     verdict, reasons = judge(bursts, exact_total=True)
     if verdict == Verdict.PASSED:
         failed = [s for s in splits if s.verdict == Verdict.FAILED]
@@ -206,6 +221,7 @@ def _judge_model(
     sent: int,
     split: Split,
     workers: list[WorkerInfo],
+    must_move: frozenset[int],
 ) -> ModelSplit:
     deltas = [burst.delta(i) or 0.0 for i in replicas]
     counted = sum(deltas)
@@ -214,10 +230,9 @@ def _judge_model(
     if counted != sent and answered == sent:
         reasons.append(f"its replicas counted {counted:g} for {sent} requests sent")
     own = [weights[i] for i in replicas]
-    if split is not Split.REPORT and still_chance(own, sent) < FAIRNESS_ALPHA:
-        silent = [i for i, d in zip(replicas, deltas) if d <= 0]
-        if silent:
-            reasons.append("no traffic reached " + ", ".join(f"worker {i}" for i in silent))
+    silent = [i for i, d in zip(replicas, deltas) if d <= 0 and i in must_move]
+    if silent:
+        reasons.append("no traffic reached " + ", ".join(f"worker {i}" for i in silent))
     p_value = fairness_p_value(deltas, own) if len(replicas) > 1 else None
     if split is Split.WEIGHTS and p_value is not None and p_value < FAIRNESS_ALPHA:
         reasons.append(

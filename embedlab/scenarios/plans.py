@@ -23,7 +23,7 @@ from ..metrics import MetricQuery
 from ..progress import LaunchProgress
 from ..specs import DeploymentSpec, WorkerSpec
 from ..stacks import STACKS, get_stack
-from ..targets import Target, attach
+from ..targets import Target, attach, check_system_urls
 from ..verdicts import Verdict
 from .params import describe_params, knobs
 from .registry import Scenario, get_scenario
@@ -138,12 +138,10 @@ class ScenarioPlan:
             raise ConfigError(f"replicas must be whole numbers of at least 1, got {list(self.replicas)}")
         if self.replicas and self.workers is not None:
             raise ConfigError(
-                "give replicas (one count per model) or workers (the same count for each), not both"
+                f"workers = {self.workers} and replicas = {list(self.replicas)} both count the workers: set workers "
+                "= None to use replicas, or replicas = [] to use workers (command line: leave out one of the two)"
             )
-        if self.worker_models and len(self.worker_models) != len(self.system_urls):
-            raise ConfigError(
-                f"{len(self.system_urls)} system URLs but {len(self.worker_models)} worker models: one per worker"
-            )
+        check_system_urls(self.system_urls, models=self.worker_models or None, what="worker models")
         if self.worker_models and self.models and set(self.models) != set(self.worker_models):
             raise ConfigError(
                 f"the workers serve {', '.join(dict.fromkeys(self.worker_models))}, but models names "
@@ -329,13 +327,20 @@ class ScenarioPlan:
             raise ConfigError(
                 f"scenario {plan.scenario!r} returned {type(result).__name__}, not a ScenarioResult"
             )
-        # A scenario built on another (a custom one on same_model_load_balance) reports under its own name.
+        # Its own name (a custom scenario built on same_model_load_balance); the plan's engine if it has no workers.
         result.scenario = plan.scenario
+        result.engine = result.engine or ("" if plan.attached else plan.engine)
         return result
 
     def _unsupported(self, exc: UnsupportedError) -> ScenarioResult:
         """The stack cannot do what the check needs: a verdict of its own, with the stack's reason."""
-        return ScenarioResult.without_run(self.scenario, self.stack, Verdict.UNSUPPORTED, str(exc))
+        return ScenarioResult.without_run(
+            self.scenario,
+            self.stack,
+            Verdict.UNSUPPORTED,
+            str(exc),
+            engine="" if self.attached else self.engine,
+        )
 
 
 def check_knob_names(scenario: Scenario) -> None:
@@ -393,7 +398,9 @@ def run_scenario(
     except EmbedlabError as exc:  # a worker given up on fails the next scrape: the cause is known
         if not given_up(deployment.events):
             raise
-        result = ScenarioResult.without_run(plan.scenario, plan.stack, Verdict.FAILED, str(exc))
+        result = ScenarioResult.without_run(
+            plan.scenario, plan.stack, Verdict.FAILED, str(exc), engine=plan.resolved().engine
+        )
     result.startup_seconds = dict(deployment.startup_seconds)
     result.run_dir = str(deployment.run_dir)
     result.note_given_up(deployment.events)

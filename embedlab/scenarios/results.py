@@ -40,6 +40,7 @@ class WorkerInfo:
     weight: float = 1.0
     endpoint: str | None = None
     host: int = 0  # the simulated host it runs on
+    engine: str | None = None  # what computes its embeddings (hash, transformers, ...); None: attached
 
     @property
     def label(self) -> str:
@@ -184,12 +185,24 @@ class ScenarioResult:
     discovered: list[dict[str, Any]] = field(default_factory=list)
     startup_seconds: dict[str, float] = field(default_factory=dict)
     run_dir: str | None = None
+    # What ran behind the stack: the workers' engine ("hash"; "hash+vllm" for a mix); "": not
+    # known (attached). Left empty, it is read from the workers.
+    engine: str = ""
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
+        if not self.engine:
+            self.engine = "+".join(dict.fromkeys(w.engine for w in self.workers if w.engine))
+
+    @property
+    def where(self) -> str:
+        """What it ran on, for people: `embedded (hash)`, or `attached`."""
+        return f"{self.stack} ({self.engine})" if self.engine else self.stack
 
     @classmethod
-    def without_run(cls, scenario: str, stack: str, verdict: Verdict, reason: str) -> ScenarioResult:
+    def without_run(
+        cls, scenario: str, stack: str, verdict: Verdict, reason: str, *, engine: str = ""
+    ) -> ScenarioResult:
         """A verdict the scenario measured nothing for; `reason` says why."""
         return cls(
             scenario=scenario,
@@ -199,6 +212,7 @@ class ScenarioResult:
             bursts=[],
             verdict=verdict,
             reasons=[reason],
+            engine=engine,
         )
 
     def note_given_up(self, events: Iterable[DeploymentEvent]) -> None:
@@ -219,7 +233,7 @@ class ScenarioResult:
         return self.verdict.ok
 
     def summary(self) -> str:
-        head = f"{self.scenario} on {self.stack}: {self.verdict.upper()}"
+        head = f"{self.scenario} on {self.where}: {self.verdict.upper()}"
         # How placement was proven where the counters could not: part of what the verdict says.
         said = [*self.reasons, *(f"{b.name}: {b.attribution_note()}" for b in self.bursts if b.proven_by)]
         return head + (" (" + "; ".join(said) + ")" if said else "")
@@ -242,6 +256,7 @@ class ScenarioResult:
         return {
             "scenario": self.scenario,
             "stack": self.stack,
+            "engine": self.engine,
             "verdict": self.verdict,
             "passed": self.passed,
             "ok": self.ok,

@@ -111,17 +111,18 @@ def similarity_table(deployment: Any, sentences: Sequence[str], *, model: str | 
 
 
 def verdict(thing: ScenarioResult | ConformanceMatrix) -> None:
-    """A notebook's last cell: print the verdict's one line; raise `CheckFailedError` unless it is ok.
+    """A notebook's last cell: the verdict's one line, printed where it is ok, else raised.
 
     Ok is a pass, figures reported but not asserted, or a check the stack cannot take (for
-    a battery: every cell ran to a verdict). The error is the same line, so a papermill run
-    and `embedlab regress` fail on it.
+    a battery: every cell ran to a verdict). Otherwise the line is a `CheckFailedError`'s
+    message, which a notebook shows as that line alone, so a papermill run and `embedlab
+    regress` fail on it; it is not printed as well, or the cell would show it twice.
     """
     check_previous_cell()
     summary = thing.summary()
-    print(summary)
     if not thing.ok:
         raise CheckFailedError(summary)
+    print(summary)
 
 
 @singledispatch

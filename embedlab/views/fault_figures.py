@@ -62,7 +62,7 @@ def plot_timeline(result: ScenarioResult) -> Figure:
     ax.set_xlabel("time since burst start (s)")
     ax.set_ylabel("responses (cumulative)")
     legend_outside(ax)
-    fig.suptitle(f"{result.scenario} on {result.stack}: {result.verdict.upper()}", fontsize=10)
+    fig.suptitle(f"{result.scenario} on {result.where}: {result.verdict.upper()}", fontsize=10)
     return fig
 
 
@@ -133,8 +133,8 @@ def plot_fault_timeline(result: ScenarioResult) -> Figure:
     latency.set_xlabel("seconds since the traffic began (request start)")
     legend_outside(counts)
     legend_outside(latency)
-    title = fault.fault if fault is not None else result.scenario
-    fig.suptitle(f"{result.scenario} on {result.stack} ({title}): {result.verdict.upper()}", fontsize=10)
+    title = f" ({fault.fault})" if fault is not None and fault.fault != result.scenario else ""
+    fig.suptitle(f"{result.scenario}{title} on {result.where}: {result.verdict.upper()}", fontsize=10)
     return fig
 
 
@@ -167,5 +167,5 @@ def plot_ttl_sweep(result: ScenarioResult) -> Figure:
         right.text(k, p.failed_requests, str(p.failed_requests), ha="center", va="bottom", fontsize=8)
     right.set_xlabel("lease TTL (s)")
     right.set_ylabel("failed requests")
-    fig.suptitle(f"lease TTL sweep on {result.stack}: {result.verdict.upper()} (not asserted)", fontsize=10)
+    fig.suptitle(f"lease TTL sweep on {result.where}: {result.verdict.upper()} (not asserted)", fontsize=10)
     return fig

@@ -80,7 +80,13 @@ def plot_deltas(result: ScenarioResult) -> Figure:
     fig, axes = figure(9.6 if shares else max(6.0, 3.6 * n + 1.6), 3.4, n + int(shares))
     workers = [w.index for w in result.workers]
     x = np.arange(len(workers))
+    # One y scale for every burst's panel: bursts are compared side by side.
+    top = max(
+        [1.0, *(v for b in result.bursts for i in workers for v in (b.delta(i) or 0.0, b.expected_count(i)))]
+    )
     for ax, burst in zip(axes, result.bursts):
+        if ax is not axes[0]:
+            ax.sharey(axes[0])
         observed = [burst.delta(i) or 0.0 for i in workers]
         expected = [burst.expected_count(i) for i in workers]
         colors = [
@@ -88,7 +94,6 @@ def plot_deltas(result: ScenarioResult) -> Figure:
         ]
         ax.bar(x - 0.2, expected, 0.4, color=EXPECTED, label="expected")
         ax.bar(x + 0.2, observed, 0.4, color=colors, label="observed")
-        top = max([*observed, *expected, 1.0])
         for k, i in enumerate(workers):
             if i not in burst.expected:
                 ax.axvspan(k - 0.5, k + 0.5, color="#f2f2f2", zorder=0)
@@ -99,15 +104,18 @@ def plot_deltas(result: ScenarioResult) -> Figure:
         verdict = (
             "inconclusive" if burst.inconclusive else ("ok" if burst.check and burst.check.passed else "FAIL")
         )
-        title = f"burst '{burst.model}': {verdict}"
+        title = f"burst '{burst.name}': {verdict}"
+        if burst.model not in burst.name:  # a burst named for its send order: which models it sent
+            title += f"\n{burst.model.replace('+', ', ')}"
         if burst.check and burst.check.p_value is not None:
             title += f"\np = {burst.check.p_value:.3g}"
         ax.set_title(title, fontsize=9)
-        ax.set_ylabel("requests counted (delta)")
+        if ax is axes[0]:
+            ax.set_ylabel("requests counted (delta)")
     legend_outside(axes[n - 1])
     if shares:
         _plot_share_ranges(axes[-1], result, tested[0])
-    fig.suptitle(f"{result.scenario} on {result.stack}: {result.verdict.upper()}", fontsize=10)
+    fig.suptitle(f"{result.scenario} on {result.where}: {result.verdict.upper()}", fontsize=10)
     return fig
 
 
@@ -321,7 +329,7 @@ def plot_sweep(sweep: SweepResult) -> Figure:
     scatter.set_ylabel("observed share (from the counters)")
     legend_outside(scatter)
     scatter.set_title("expected against observed", fontsize=9)
-    fig.suptitle(f"weight sweep on {sweep.stack}: {sweep.verdict.upper()}", fontsize=10)
+    fig.suptitle(f"weight sweep on {sweep.where}: {sweep.verdict.upper()}", fontsize=10)
     return fig
 
 

@@ -107,7 +107,7 @@ def test_dispatch_scenarios_pass_on_etcd_across_three_hosts_and_leave_nothing(
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1] == f"{scenario} on dynamo: PASSED"
+    assert proc.stdout.strip().splitlines()[-1] == f"{scenario} on dynamo (hash): PASSED"
     result = json.loads(out.read_text())
     # One worker on each of hosts 1 and 2, scraped across their links, on the run's own addresses.
     assert [w["host"] for w in result["workers"]] == [1, 2]

@@ -46,7 +46,7 @@ def test_the_readme_guide_runs_as_written_from_a_file_outside_the_package(tmp_pa
     (tmp_path / "my_scenarios.py").write_text(code)
     proc = run([sys.executable, "my_scenarios.py"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1] == "one-hot-query on embedded: PASSED"
+    assert proc.stdout.strip().splitlines()[-1] == "one-hot-query on embedded (hash): PASSED"
 
 
 def test_the_readme_commands_load_the_file_with_embedlab_plugins(tmp_path: Path) -> None:
@@ -130,7 +130,7 @@ def test_an_installed_entry_point_makes_the_scenario_known_to_the_cli(tmp_path: 
         env=env,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1] == "one-hot-query on embedded: PASSED"
+    assert proc.stdout.strip().splitlines()[-1] == "one-hot-query on embedded (hash): PASSED"
     # The burst the command line asked for, not the module's default of 40.
     assert json.loads(out.read_text())["bursts"][0]["traffic"]["n"] == 20
 

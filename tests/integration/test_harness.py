@@ -108,7 +108,7 @@ def test_cli_scenarios_print_the_table_and_verdict(stack: str, tmp_path) -> None
         "scenario", "multi-model", "--stack", stack, "--json", str(out), "--run-dir", str(tmp_path / "run")
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "multi-model on " + stack + ": PASSED" in proc.stdout
+    assert f"multi-model on {stack} (hash): PASSED" in proc.stdout
     assert "serves" in proc.stdout and "delta" in proc.stdout
     assert json.loads(out.read_text())["verdict"] == "passed"
 
@@ -149,7 +149,7 @@ def test_cli_exit_codes_for_failure_and_cannot_run(tmp_path) -> None:  # type: i
 def test_cli_drain_passes_on_embedded(tmp_path) -> None:  # type: ignore[no-untyped-def]
     proc = run_cli("scenario", "drain", "--stack", "embedded", "--run-dir", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1] == "drain on embedded: PASSED"
+    assert proc.stdout.strip().splitlines()[-1] == "drain on embedded (hash): PASSED"
     assert "drained" in proc.stdout and "its delta while drained  0" in proc.stdout
 
 

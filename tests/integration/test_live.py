@@ -60,6 +60,29 @@ def test_a_second_start_stops_the_first_deployment(slot: str, tmp_path: Path) ->
     assert processes_under(tmp_path / "run") == []
 
 
+def test_the_stop_cell_says_what_it_did_in_a_line_and_returns_nothing(
+    slot: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The explore notebook's last cell, `stop_deployment(when=stop_at_end)`: a returned string
+    would show quoted under the cell (`''` where nothing was stopped)."""
+    plan = ScenarioPlan.from_params(scenario="same-model", run_dir=str(tmp_path / "run"))
+    dep = start_deployment(plan, key=slot, progress=False)
+    pids = deployment_pids(dep)
+    assert stop_deployment(key=slot, when=False) is None  # type: ignore[func-returns-value]
+    assert capsys.readouterr().out == (
+        f"the deployment keeps running (run dir {dep.run_dir}): stop_deployment() or dep.stop() stops it\n"
+    )
+    assert all(p.alive() for p in dep.processes)
+    assert stop_deployment(key=slot) is None  # type: ignore[func-returns-value]
+    assert_groups_gone(pids)
+    assert capsys.readouterr().out.startswith(
+        f"stopped the deployment this notebook started (frontend and 2 workers, run dir {dep.run_dir}) in "
+    )
+    stop_deployment(key=slot)  # nothing left to stop: nothing to say
+    stop_deployment(key=slot, when=False)
+    assert capsys.readouterr().out == ""
+
+
 def test_a_burst_on_a_stopped_deployment_is_one_clear_error(tmp_path: Path) -> None:
     with Deployment(DeploymentSpec.same_model("m", workers=2), run_dir=tmp_path) as dep:
         explorer = Explorer(dep)
@@ -143,4 +166,4 @@ def test_the_cli_shows_the_launch_when_asked(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "frontend ready after" in proc.stderr and "all 3 processes ready in" in proc.stderr, proc.stderr
     assert "40 of 40 requests for 'embed-model' sent in" in proc.stderr, proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == "same-model on embedded: PASSED"
+    assert proc.stdout.strip().splitlines()[-1] == "same-model on embedded (hash): PASSED"

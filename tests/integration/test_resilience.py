@@ -65,9 +65,9 @@ def test_failover_on_dynamo_is_reported_not_asserted_and_says_so(tmp_path) -> No
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     last = proc.stdout.strip().splitlines()[-1]
-    assert last.startswith("failover on dynamo: REPORTED (") and "PASSED" not in proc.stdout, proc.stdout[
-        -2000:
-    ]
+    assert last.startswith("failover on dynamo (hash): REPORTED (") and "PASSED" not in proc.stdout, (
+        proc.stdout[-2000:]
+    )
     result = json.loads(out.read_text())
     assert (result["verdict"], result["passed"], result["ok"]) == ("reported", False, True)
     failed = result["figures"]["failed_requests"]

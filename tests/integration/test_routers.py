@@ -93,7 +93,7 @@ def test_round_robin_on_vllm_router_splits_exactly(tmp_path: Path) -> None:
         str(tmp_path / "run"),
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1] == "same-model on vllm-router: PASSED"
+    assert proc.stdout.strip().splitlines()[-1] == "same-model on vllm-router (hash): PASSED"
     assert json.loads(out.read_text())["bursts"][0]["deltas"] == [20, 20]
     assert processes_under(tmp_path / "run") == []
 
@@ -101,7 +101,7 @@ def test_round_robin_on_vllm_router_splits_exactly(tmp_path: Path) -> None:
 def test_multi_model_through_litellm_reaches_only_each_models_worker(tmp_path: Path) -> None:
     proc = cli("scenario", "multi-model", "--stack", "litellm", "--run-dir", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1] == "multi-model on litellm: PASSED"
+    assert proc.stdout.strip().splitlines()[-1] == "multi-model on litellm (hash): PASSED"
 
 
 def test_sglang_router_stops_serving_everyone_after_a_run_of_client_mistakes(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def test_same_model_over_32_workers_passes_and_leaves_nothing(tmp_path: Path, ex
     )
     took = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] == "same-model on embedded: PASSED"
+    assert proc.stdout.strip().splitlines()[-1] == "same-model on embedded (hash): PASSED"
     result = json.loads(out.read_text())
     deltas = result["bursts"][0]["deltas"]
     requests = int(extra[1]) if extra else 40

@@ -294,7 +294,7 @@ def test_explore_notebook_in_jupyterlab(lab: LabServer, page: Any, tmp_path: Pat
     run(page, start)
     assert "all 3 processes ready in" in outputs(start), outputs(start)
     # ...and says what it stopped.
-    assert "stopped the deployment this notebook started before (frontend and 2 workers" in outputs(start)
+    assert "stopped the deployment this notebook started (frontend and 2 workers" in outputs(start)
     replaced = lab.deployment_pids()
     assert len(replaced) >= 3 and not replaced & deployment, (deployment, replaced)
     assert wait_gone(sorted(deployment)) == [], "the first deployment outlived a second Start"
@@ -369,7 +369,7 @@ def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
     run_all(page)
     wait_executed(page, last, after=None)
     wait_settled(page)
-    assert "same-model on embedded: PASSED" in outputs(last), outputs(last)
+    assert "same-model on embedded (hash): PASSED" in outputs(last), outputs(last)
     shot(page, tmp_path, page.locator(".jp-Notebook"), "jupyterlab-7-good-run-all.png")
     # The figure is drawn at 2x and shown at its own size (or narrower, to fit), as in the report.
     image = cell(page, "plot(result)").locator(".jp-OutputArea-output img")

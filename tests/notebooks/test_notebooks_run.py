@@ -49,9 +49,29 @@ def test_multi_model_by_hand_with_the_papermill_command(cwd: str, tmp_path: Path
     nb = read(out)
     assert errors(nb) == []
     printed = "".join(o.get("text", "") for c in code_cells(nb) for o in c["outputs"])
-    assert "multi-model on embedded: PASSED" in printed
+    assert "multi-model on embedded (hash): PASSED" in printed
     launch = launch_output(nb, "run_scenario(plan")
     assert "frontend ready after" in launch and "all 3 processes ready in" in launch, launch
+    assert_torn_down(run_dir)
+
+
+def test_mixed_notebook_takes_replicas_as_its_cell_says(tmp_path: Path, run_dir: Path) -> None:
+    """Issue 28: `replicas = [3, 1]` alone (workers left at None) launches 3 + 1 workers, and
+    each of model-a's replicas expects a third of its 40 requests, shown as 13.333."""
+    result_json = tmp_path / "result.json"
+    nb = execute(
+        NOTEBOOKS / "mixed_traffic.ipynb", tmp_path / "out.ipynb", replicas=[3, 1], run_dir=str(run_dir),
+        result_json=str(result_json),
+    )
+    assert errors(nb) == []
+    result = json.loads(result_json.read_text())
+    assert [w["model"] for w in result["workers"]] == ["model-a"] * 3 + ["model-b"], result["workers"]
+    (cell,) = [c for c in code_cells(nb) if "".join(c["source"]) == "table(result)"]
+    (shown,) = [o["data"]["text/html"] for o in cell["outputs"] if "text/html" in o.get("data", {})]
+    assert shown.count(">13.333<") == 6 and ">13.300<" not in shown
+    assert [len(images(c)) for c in tagged(nb, "report-figure")] == [1, 1]
+    last = "".join(code_cells(nb)[-1]["outputs"][-1]["text"]).strip()
+    assert last == "mixed on embedded (hash): PASSED", last
     assert_torn_down(run_dir)
 
 
@@ -150,7 +170,7 @@ def test_failover_notebook(stack: str, tmp_path: Path, run_dir: Path) -> None:
         # Dynamo decides its failover; the notebook shows the figures and asserts nothing.
         assert result["verdict"] == "reported" and result["figures"]["asserted"] is False, result["reasons"]
     last = "".join(code_cells(nb)[-1]["outputs"][-1]["text"]).strip()
-    assert last.startswith(f"failover on {stack}: {result['verdict'].upper()}"), last
+    assert last.startswith(f"failover on {stack} (hash): {result['verdict'].upper()}"), last
     assert any(images(c) for c in tagged(nb, "report-figure")), "the timeline figure is missing"
     assert_torn_down(run_dir)
 

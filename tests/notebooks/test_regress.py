@@ -139,6 +139,10 @@ def test_regress_fails_for_real_keeps_the_report_and_shows_the_flip(regress_run,
     raised = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert [o.ename for o in raised] == ["CheckFailedError"]  # verdict(result), an AssertionError too
     assert "traffic leaked onto worker 1" in raised[0].evalue
+    # The verdict cell shows its line once: as the error, not printed above it as well.
+    verdict_cell = [c for c in nb.cells if c.cell_type == "code"][-1]
+    assert [o.output_type for o in verdict_cell.outputs] == ["error"], verdict_cell.outputs
+    assert raised[0].traceback == [f"\x1b[0;31mCheckFailedError\x1b[0m: {raised[0].evalue}"]
     html = report.read_text()
     assert "FAILED" in html and "traffic leaked onto worker 1" in html and "data:image/png;base64," in html
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -66,7 +67,10 @@ def test_the_plan_takes_what_can_work() -> None:
     assert plan.resolved().workers == 3
     # Attached plans launch nothing, so their launch counts are not checked.
     ScenarioPlan.from_params(
-        scenario="same-model", frontend_url="http://h:1", system_urls=["http://h:2"] * 3, weights=[1, 1]
+        scenario="same-model",
+        frontend_url="http://h:1",
+        system_urls=["http://h:2", "http://h:3", "http://h:4"],
+        weights=[1, 1],
     )
 
 
@@ -199,3 +203,112 @@ def test_launch_progress_counts_processes_launched_after_a_first_wait() -> None:
         "worker 0 ready after 0.8 s (listed)",
         "all 3 processes ready in 1.2 s",
     ]
+
+
+def test_replicas_alone_override_the_scenarios_workers_default() -> None:
+    # The mixed notebook's cell: workers = None (the scenario's 2 each) unless replicas says.
+    plan = ScenarioPlan.from_params(scenario="mixed", workers=None, replicas=[3, 1])
+    assert [w.model for w in plan.deployment_spec().workers] == ["model-a"] * 3 + ["model-b"]
+    plan = ScenarioPlan.from_params(scenario="mixed", workers=None, replicas=[])
+    assert [w.model for w in plan.deployment_spec().workers] == ["model-a", "model-a", "model-b", "model-b"]
+    plan = ScenarioPlan.from_params(scenario="mixed", workers=3)
+    assert len(plan.deployment_spec().workers) == 6
+
+
+def test_workers_and_replicas_both_set_say_which_to_clear() -> None:
+    with pytest.raises(ConfigError) as err:
+        ScenarioPlan.from_params(scenario="mixed", workers=2, replicas=[3, 1])
+    assert str(err.value) == (
+        "workers = 2 and replicas = [3, 1] both count the workers: set workers = None to use replicas, "
+        "or replicas = [] to use workers (command line: leave out one of the two)"
+    )
+
+
+def test_the_mixed_notebook_takes_replicas_as_its_comment_says(tmp_path: Path) -> None:
+    """The parameters cell with only `replicas` changed is a plan, as papermill would hand it (a matrix too)."""
+    from embedlab.matrix import load_matrix
+
+    (tmp_path / "m.toml").write_text(
+        'notebooks = ["mixed_traffic"]\n[[params]]\nname = "r"\nreplicas = [3, 1]\n'
+    )
+    (job,) = load_matrix(tmp_path / "m.toml").jobs
+    assert job.params == {"replicas": [3, 1]}
+    (tmp_path / "both.toml").write_text(
+        'notebooks = ["mixed_traffic"]\n[[params]]\nworkers = 2\nreplicas = [3, 1]\n'
+    )
+    with pytest.raises(ConfigError, match=r"set workers = None to use replicas"):
+        load_matrix(tmp_path / "both.toml")
+
+
+@pytest.mark.parametrize(
+    "urls, message",
+    [
+        (
+            ["http://h:2", "http://h:2"],
+            r"a system URL is given more than once \(http://h:2 as workers 0 and 1\)",
+        ),
+        (["http://h:2", "http://h:3", "http://h:2/"], r"\(http://h:2 as workers 0 and 2\)"),
+    ],
+)
+def test_a_worker_given_twice_is_refused_by_attach_and_by_the_plan(urls: list[str], message: str) -> None:
+    from embedlab import attach
+
+    with pytest.raises(ConfigError, match=message):
+        attach("http://h:1", urls)
+    with pytest.raises(ConfigError, match=message):
+        ScenarioPlan.from_params(scenario="same-model", frontend_url="http://h:1", system_urls=urls)
+
+
+def test_worker_models_must_name_one_model_per_system_url() -> None:
+    with pytest.raises(ConfigError, match="^2 system URLs but 3 worker models: one per worker"):
+        ScenarioPlan.from_params(
+            scenario="mixed", frontend_url="http://h:1", system_urls=["http://h:2", "http://h:3"],
+            worker_models=["a", "a", "b"],
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--system-url", "http://127.0.0.1:9/", "--system-url", "http://127.0.0.1:9"],
+            "a system URL is given more than once (http://127.0.0.1:9 as workers 0 and 1)",
+        ),
+        (
+            [
+                "--system-url",
+                "http://127.0.0.1:9",
+                "--system-url",
+                "http://127.0.0.1:10",
+                "--worker-models",
+                "a,b,b",
+            ],
+            "2 system URLs but 3 worker models: one per worker",
+        ),
+        (["--workers", "2", "--replicas", "3,1"], "workers = 2 and replicas = [3, 1] both count the workers"),
+    ],
+)
+def test_the_cli_refuses_a_wrong_attach_in_one_line_with_exit_2(args: list[str], message: str) -> None:
+    attach = ["--frontend-url", "http://127.0.0.1:9"] if "--system-url" in args else []
+    proc = subprocess.run(
+        [sys.executable, "-m", "embedlab", "scenario", "mixed", *attach, *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("embedlab scenario: error: ") and message in line, line
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "scenario, default",
+    [("mixed", "2 of each model"), ("multi-model", "1 of each model"), ("same-model", "2, or one")],
+)
+def test_the_cli_help_gives_the_scenarios_own_workers_default(scenario: str, default: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "embedlab", "scenario", scenario, "--help"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "500"},
+    )  # fmt: skip
+    text = " ".join(proc.stdout.split())
+    assert f"--workers WORKERS replicas of each model (default: {default}" in text, text
+    assert "in place of --workers (give one of the two)" in text

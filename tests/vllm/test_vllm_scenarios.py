@@ -51,7 +51,7 @@ def test_same_model_scenario_from_the_cli_with_default_tiny_models(
         timeout=STARTUP_TIMEOUT + 120,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "same-model on embedded: PASSED" in proc.stdout
+    assert "same-model on embedded (vllm): PASSED" in proc.stdout
     result = json.loads(result_json.read_text())
     assert [w["model"] for w in result["workers"]] == ["tiny-bert", "tiny-bert"], result["workers"]
     # Both workers really ran vLLM on the tiny BERT, with its MEAN pooling.
