@@ -11,8 +11,9 @@
 
 The method and its simulated figures: docs/busy-method.md.
 
-This package is pure: it imports only embedlab's base layer (errors, verdicts), embedlab.stats,
-and numpy (a core dependency; scipy is not, and is not used here).
+This package is pure: it imports only embedlab's base layer (errors, defaults, verdicts),
+embedlab.stats, and numpy (a core dependency; scipy is a dev dependency only, and is not used
+here). It sits on its own floor of the import contract, just above stats.
 """
 
 from __future__ import annotations

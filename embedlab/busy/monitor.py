@@ -167,13 +167,13 @@ class BusyMonitor:
         if replicas:
             idle = all(decision.moved[u] for u in replicas)
             skews = all(decision.skews_ruled_out[u] for u in replicas)
-            rel_low = min(decision.low[u] / units[u].expected for u in replicas)
-            rel_high = max(decision.high[u] / units[u].expected for u in replicas)
-            span = (
-                f"every replica's share lies within {_times(rel_low)} to {_times(rel_high)} its weight's"
-                if not math.isnan(rel_low)
-                else "no replica's share fits"
-            )
+            empty = [units[u].name for u in replicas if math.isnan(decision.low[u])]
+            if empty:
+                span = f"no share fits {', '.join(empty)}"
+            else:
+                low = min(decision.low[u] / units[u].expected for u in replicas)
+                high = max(decision.high[u] / units[u].expected for u in replicas)
+                span = f"every replica's share lies within {_times(low)} to {_times(high)} its weight's"
             skew = f"a {self.engine.skew:g}/{1 - self.engine.skew:.2g} skew between two replicas"
             parts.append(
                 f"an idle replica is {'' if idle else 'not yet '}ruled out, {skew} is "

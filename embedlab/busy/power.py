@@ -32,9 +32,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ..defaults import FAIRNESS_ALPHA
 from ..errors import ConfigError
+
+# stats keeps its regularised gamma private; the chi-square critical values and powers need it too.
 from ..stats import _gamma_q, binom_acceptance
-from .constants import ALPHA, POWER, SKEW
+from .constants import POWER, SKEW
 
 __all__ = ["LeakPower", "QuietPower", "leak_power", "quiet_power", "required_requests", "still_probability"]
 
@@ -212,7 +215,7 @@ def quiet_power(
     n: int,
     weights: Sequence[float],
     *,
-    alpha: float = ALPHA,
+    alpha: float = FAIRNESS_ALPHA,
     skew: float = SKEW,
     power: float = POWER,
     smallest: bool = True,
@@ -245,7 +248,7 @@ def quiet_power(
 
 
 def required_requests(
-    weights: Sequence[float], *, alpha: float = ALPHA, skew: float = SKEW, power: float = POWER
+    weights: Sequence[float], *, alpha: float = FAIRNESS_ALPHA, skew: float = SKEW, power: float = POWER
 ) -> QuietPower:
     """The smallest same-model burst over `weights` whose "every replica moved" can be asserted
     (a correct router leaves one still with probability below `alpha`) and that catches an idle

@@ -1,10 +1,11 @@
 """The busy check on simulated pools: false alarms, detection and time to verdict (the design evidence).
 
 Another client sends 0.5x, 1x or 4x the check's rate (40 req/s, 0.25 s windows), steady, bursty
-(1 s at 3x, 2 s silent) or ramping, through the same router. A correct router must be accused in
-at most 1 % of checks (shown by a Clopper-Pearson bound); leak:0.1, stick and skew:0.9 must be
-caught in at least 99 % at 1x; a faulty router must never pass. docs/busy-method.md tabulates
-the same cells with more runs (bench/busy_power.py).
+(1 s at 3x, 2 s silent) or ramping, through the same router: 3,060 clean checks and 2,400 faulty
+ones in all. A correct router must be accused in at most 1 % of checks (shown by a
+Clopper-Pearson bound); leak:0.1, stick and skew:0.9 must be caught in at least 99 % at 1x; a
+faulty router must never pass. docs/busy-method.md tabulates the same cells with more runs
+(bench/busy_power.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ FAULTS = {
     "multi-model 2x1, leak:0.1": Pool.multi_model(2, fault="leak:0.1"),
     "mixed 2x2, leak:0.1": Pool.multi_model(2, 2, fault="leak:0.1"),
 }
-RUNS = {"same-model 2": 200, "multi-model 2x1": 200, "mixed 2x2": 150}
+RUNS = {"same-model 2": 150, "multi-model 2x1": 150, "mixed 2x2": 120}
 
 
 def _upper(k: int, n: int) -> float:
@@ -65,7 +66,7 @@ def test_a_correct_router_is_accused_in_at_most_1_percent_of_checks(name: str, c
 def test_over_every_clean_cell_the_false_alarm_rate_is_shown_below_1_percent(clean) -> None:
     sims = [sim for cells in clean.values() for _, sim in cells]
     k, n = sum(s.count(Verdict.FAILED) for s in sims), sum(s.runs for s in sims)
-    assert n >= 4000 and _upper(k, n) <= 0.01, (k, n, _upper(k, n))
+    assert n >= 3000 and _upper(k, n) <= 0.01, (k, n, _upper(k, n))
 
 
 @pytest.mark.parametrize("name", list(FAULTS))
