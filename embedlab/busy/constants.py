@@ -1,0 +1,34 @@
+"""The busy-pool check's defaults, named once (the lead moves them to embedlab/defaults.py).
+
+Each says why it is what it is; the figures behind them are in docs/busy-method.md.
+"""
+
+from __future__ import annotations
+
+# The longest a busy-pool check runs before it ends inconclusive, saying what it could rule out.
+BUDGET_S = 60.0
+# One window of the schedule. Under steady Poisson traffic the check's power depends on its rate
+# times the budget, not on the window; but each block at most doubles the evidence (a sign-flip),
+# and a burst edge inside a pair is noise, so shorter windows decide sooner: simulated at 40 req/s
+# and 1x bursty traffic, 0.5 s windows passed a correct 2-replica pool 51 % of the time within
+# 60 s, 0.25 s windows 99 % (median 22 s; docs/busy-method.md). Below 0.25 s a 64-worker
+# snapshot and the check's own latency take too large a part of each window.
+WINDOW_S = 0.25
+# The check's rate while it sends: at 40 req/s a 0.25 s window carries 10 requests.
+RATE_PER_S = 40.0
+# Requests of a window are sent in its first part and answered before its end, so none is in
+# flight at the snapshot that closes it (a request that is would count in the next window).
+SEND_FRACTION = 0.7
+# Family-wise error of one busy check (split over its tests by Bonferroni): a correct router is
+# accused with at most this probability, whatever the other clients do; the same level as the
+# quiet pool's fairness test (embedlab.defaults.FAIRNESS_ALPHA).
+ALPHA = 0.001
+# The faults a passing check must have ruled out (issue 30): an idle replica, a 0.9/0.1 skew
+# between two replicas, and (with two models or more) a leak of one request in ten.
+SKEW = 0.9
+LEAK = 0.1
+# The quiet pool's target: each of those faults caught with at least this probability.
+POWER = 0.99
+# More requests than this share still in flight at a window's end, and the check ends
+# inconclusive: the counts of the following windows carry them.
+LATE_TOLERANCE = 0.01

@@ -1,0 +1,113 @@
+"""BusyMonitor over window records: the verdicts, their evidence and their words."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from embedlab.busy import BusyMonitor, BusyVerdict, ProvenBy, Schedule, WindowRecord
+from embedlab.busy.simulate import Pool
+from embedlab.errors import ConfigError
+from embedlab.verdicts import Verdict
+
+
+def _run(
+    pool: Pool, *, seed: int = 0, background: float = 10.0, late_every: int = 0, budget_s: float = 60.0
+) -> BusyVerdict:
+    """One check, window by window, as the burst path will drive it: the schedule says what to send,
+    the pool's router places it, another client adds Poisson traffic to every worker."""
+    rng = np.random.default_rng(seed)
+    served = pool.served
+    schedule = (
+        Schedule.same_model(served[0], requests=10, seed=seed)
+        if len(served) == 1
+        else Schedule.per_model(served, requests=10, seed=seed)
+    )
+    monitor = BusyMonitor(schedule, pool.models, pool.weights or None, budget_s=budget_s)
+    routing = pool.routing()
+    for window in schedule.windows():
+        deltas = rng.poisson(background / len(pool.models), len(pool.models)).astype(float)
+        for m, model in enumerate(served):
+            deltas += rng.multinomial(window.arm.dose(model), routing[m])
+        late = int(bool(late_every) and window.index % late_every == 0)
+        monitor.add(
+            WindowRecord(index=window.index, deltas=tuple(deltas), sent=dict(window.arm.requests), late=late)
+        )
+        verdict = monitor.verdict()
+        if verdict is not None:
+            return verdict
+    raise AssertionError("unreachable: the budget ends every check")
+
+
+def test_a_correct_same_model_pool_passes_and_says_what_it_ruled_out() -> None:
+    verdict = _run(Pool.same_model(2))
+    assert verdict.verdict is Verdict.PASSED, verdict.summary()
+    assert verdict.proven_by is ProvenBy.SCHEDULE and verdict.seconds < 60
+    assert (
+        "an idle replica is ruled out" in verdict.power
+        and "0.9/0.1 skew between two replicas is ruled out" in verdict.power
+    )
+    assert [r.unit for r in verdict.replicas] == ["worker 0", "worker 1"]
+    assert all(r.moved and r.fits and r.low < 0.5 < r.high for r in verdict.replicas)
+    assert verdict.placement[0].fits and verdict.confidence == pytest.approx(0.999)
+    assert "randomized blocks of 2 windows of 0.25 s (seed 0)" in verdict.how
+
+
+def test_a_stuck_router_fails_naming_the_replica_left_out() -> None:
+    verdict = _run(Pool.same_model(2, fault="stick"))
+    assert verdict.verdict is Verdict.FAILED
+    assert len(verdict.reasons) == 1 and verdict.reasons[0].startswith("worker 1 took"), verdict.reasons
+    assert "not its 50 %" in verdict.reasons[0]
+    # It stops at the first share ruled out: the idle replica's; the busy one has moved.
+    assert not verdict.replicas[1].fits and not verdict.replicas[1].moved and verdict.replicas[0].moved
+
+
+def test_unequal_weights_set_each_replica_s_expected_share() -> None:
+    verdict = _run(Pool.same_model(3, weights=(1, 1, 2)))
+    assert [r.expected for r in verdict.replicas] == [0.25, 0.25, 0.5]
+    assert verdict.verdict is Verdict.PASSED, verdict.summary()
+
+
+def test_a_leak_between_two_models_fails_and_a_clean_pool_bounds_the_leak() -> None:
+    leaky = _run(Pool.multi_model(2, fault="leak:0.1"))
+    assert (
+        leaky.verdict is Verdict.FAILED and "was counted on its replicas, not all of it" in leaky.reasons[0]
+    )
+    clean = _run(Pool.multi_model(2), seed=1, background=4.0)
+    assert clean.verdict is Verdict.PASSED, clean.summary()
+    assert "of 'm0' or of 'm1' landed on other models' replicas" in clean.power
+    assert clean.placement[0].low >= 0.9 and not clean.replicas
+
+
+def test_at_its_budget_an_undecided_check_is_inconclusive_and_says_what_it_could_rule_out() -> None:
+    verdict = _run(Pool.same_model(2), background=400.0, budget_s=10.0)
+    assert verdict.verdict is Verdict.INCONCLUSIVE and verdict.seconds == 10.0
+    assert "does not yet rule out every fault" in verdict.reasons[0]
+    assert "not yet ruled out" in verdict.power
+
+
+def test_requests_answered_after_their_window_block_any_decision() -> None:
+    verdict = _run(Pool.same_model(2), late_every=5)
+    assert verdict.verdict is Verdict.INCONCLUSIVE and "still in flight" in verdict.reasons[0]
+
+
+def test_the_verdict_is_plain_data() -> None:
+    verdict = _run(Pool.same_model(2))
+    data = json.loads(json.dumps(verdict.to_json()))
+    assert data["verdict"] == "passed" and data["proven_by"] == ProvenBy.SCHEDULE.value
+    assert [r["unit"] for r in data["replicas"]] == ["worker 0", "worker 1"]
+    with pytest.raises(AttributeError):
+        verdict.verdict = Verdict.FAILED  # type: ignore[misc]
+
+
+def test_records_out_of_order_or_of_the_wrong_size_are_refused() -> None:
+    monitor = BusyMonitor(Schedule.same_model("m", requests=10, seed=0), ["m", "m"])
+    with pytest.raises(ConfigError):
+        monitor.add(WindowRecord(index=1, deltas=(0.0, 0.0)))
+    with pytest.raises(ConfigError):
+        monitor.add(WindowRecord(index=0, deltas=(0.0,)))
+    assert monitor.verdict() is None and monitor.verdict(final=True).verdict is Verdict.INCONCLUSIVE
+    with pytest.raises(ConfigError):
+        BusyMonitor(Schedule.same_model("x", requests=10, seed=0), ["m", "m"])
