@@ -72,6 +72,8 @@ ROLES: dict[str, str] = {
 }
 PARAMETERS_ROLE = "the parameters cell"
 OTHER_ROLE = "the cell that made it"
+# Which failed cell to name first: the one further up a notebook.
+_UPSTREAM = [PARAMETERS_ROLE, *dict.fromkeys(ROLES.values()), OTHER_ROLE]
 
 # `name =` or `name: type =` at the start of a line, for a cell that does not parse.
 _ASSIGNED_LINE = re.compile(r"([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")
@@ -260,6 +262,7 @@ class Ledger:
         self._replaced: dict[Birth, Failure] = {}  # the first failure that would have replaced each
         self._stale_names: dict[str, Failure] = {}  # set by a failed parameters cell, until set again
         self._last_made: dict[str, int] = {}  # kind -> the cell run that last made one
+        self._failures: list[Failure] = []  # those that failed themselves (not refused), in order
         self.running: _Running | None = None
 
     # The shell's events.
@@ -296,6 +299,8 @@ class Ledger:
         )
         root = None if refused_for is None else (refused_for.root or refused_for)
         failure = Failure(running.seq, role, cell, _summary(error), kinds, names, root)
+        if root is None:
+            self._failures.append(failure)
         for birth in replaced:
             self._replaced.setdefault(birth, failure)
         for name in names:
@@ -324,29 +329,47 @@ class Ledger:
     def stale(self, things: Iterable[Any], namespace: Mapping[str, Any]) -> Stale | None:
         """Why a call on `things`, in the running cell, must be refused; None when it may run.
 
-        It names the first failure not yet put right: the one a refusal was for, else the
-        refused cell; where each is put right, the cell that makes the stale object again."""
+        Of the failures behind it, it names the most upstream one not yet put right (the
+        parameters cell before the plan cell before the run cell), at that cell's latest
+        failed execution; else a cell refused for it, not run since; else, every failure
+        being put right, the cell that makes the stale object again."""
         causes: list[tuple[Failure, str, str | None]] = []
         if self.running is not None:
             for name in sorted(self.running.code.reads & self._stale_names.keys()):
                 causes.append((self._stale_names[name], f"`{name}`", None))
         for thing in things:
             birth = self.birth(thing)
-            failure = self._stale_by(birth) if birth is not None else None
-            if failure is not None and birth is not None:
-                causes.append((failure, _called(thing, birth.kind, namespace), birth.kind))
+            if birth is not None:
+                what = _called(thing, birth.kind, namespace)
+                causes += [(failure, what, birth.kind) for failure in self._stale_by(birth)]
         if not causes:
             return None
-        causes.sort(key=lambda c: c[0].seq)
+        found = [(self._origin(f), f, what, kind) for f, what, kind in causes]
+        standing = [(origin, what) for origin, _, what, _ in found if not self._put_right(origin)]
+        refused = [(f, what) for _, f, what, _ in found if f.root is not None and not self._put_right(f)]
+        if standing:
+            origin, what = min(standing, key=_upstream_latest)
+            stale, chain = Stale(origin, what), origin
+        elif refused:
+            failure, what = min(refused, key=_upstream_latest)
+            stale, chain = Stale(failure, what, refused=self._origin(failure)), failure
+        else:
+            origin, _, what, kind = min(found, key=lambda c: c[0].seq)
+            stale, chain = Stale(origin, what, rerun=ROLES.get(kind or "", OTHER_ROLE)), origin
         if self.running is not None:
-            self.running.refused_for = causes[0][0]
-        for failure, what, _ in causes:
-            if failure.root is not None and not self._put_right(failure.root):
-                return Stale(failure.root, what)
-            if not self._put_right(failure):
-                return Stale(failure, what, refused=failure.root)
-        failure, what, kind = causes[0]
-        return Stale(failure.root or failure, what, rerun=ROLES.get(kind or "", OTHER_ROLE))
+            self.running.refused_for = chain  # if this cell ends refused, its failure passes this on
+        return stale
+
+    def _origin(self, failure: Failure) -> Failure:
+        """The failure that `failure` comes down to: the one it was refused for, or itself; and
+        of that cell, the latest failed execution (the same role, setting the same things)."""
+        origin = failure.root or failure
+        for later in reversed(self._failures):
+            if later.seq <= origin.seq:
+                break
+            if later.role == origin.role and (later.kinds & origin.kinds or later.names & origin.names):
+                return later
+        return origin
 
     def _put_right(self, failure: Failure) -> bool:
         """Whether, since `failure`, cells that succeeded set its values and made again what it
@@ -355,15 +378,15 @@ class Ledger:
             self._last_made.get(kind, 0) > failure.seq for kind in failure.kinds
         )
 
-    def _stale_by(self, birth: Birth) -> Failure | None:
-        """The earliest failure that left `birth`, or anything it was made from, stale."""
+    def _stale_by(self, birth: Birth) -> list[Failure]:
+        """The failures that left `birth`, or anything it was made from, stale."""
         causes = []
         for b in birth.lineage():
             if b in self._replaced:
                 causes.append(self._replaced[b])
             # Made from a value a failed parameters cell would have changed (and still has not).
             causes += [self._stale_names[n] for n in b.reads & self._stale_names.keys()]
-        return min(causes, key=lambda f: f.seq, default=None)
+        return causes
 
     def _held(self, names: Iterable[str], namespace: Mapping[str, Any]) -> list[Birth]:
         births = (self.birth(namespace[n]) for n in names if n in namespace)
@@ -373,6 +396,10 @@ class Ledger:
         entry = self._births.get(key)
         if entry is not None and entry[0] is ref:
             del self._births[key]
+
+
+def _upstream_latest(cause: tuple[Failure, str]) -> tuple[int, int]:
+    return _UPSTREAM.index(cause[0].role), -cause[0].seq
 
 
 def _summary(error: BaseException) -> str:

@@ -119,6 +119,26 @@ def test_after_a_failed_plan_cell_the_result_is_refused_naming_that_cell(shell: 
     )
 
 
+def test_a_second_run_all_that_fails_names_its_own_plan_cell_not_the_first_ones(shell: Any) -> None:
+    good_run(shell)
+    bad = PARAMS.replace('"hash"', '"nonsense"')
+    assert run(shell, bad).success and not run(shell, PLAN).success
+    refusal(run(shell, RUN))  # the first Run All's run cell was refused; the second's is aborted
+    assert run(shell, bad).success
+    again = run(shell, PLAN)
+    for code in (RUN, TABLE):
+        assert refusal(run(shell, code)).cell == f"In [{again.execution_count}]", code
+
+
+def test_the_cell_named_is_the_one_furthest_up(shell: Any) -> None:
+    good_run(shell)
+    assert not run(shell, "result = run(plan, fail='worker 0 exited')").success
+    run(shell, PARAMS.replace('"hash"', '"nonsense"'))
+    failed = run(shell, PLAN)
+    refused = refusal(run(shell, TABLE))  # the run cell failed first, but the plan cell is the one to fix
+    assert (refused.role, refused.cell) == ("the plan cell", f"In [{failed.execution_count}]")
+
+
 def test_fixing_the_plan_leaves_the_result_stale_until_the_run_cell_runs_again(shell: Any) -> None:
     good_run(shell)
     run(shell, PARAMS.replace('"hash"', '"nonsense"'))
