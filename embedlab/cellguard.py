@@ -18,14 +18,17 @@ names that cell read. It is **stale** once a cell that would have replaced it fa
 - or it was made from a stale object (a result from a stale plan, an explorer from a
   stale deployment).
 
-Every notebook-facing call (`guarded`) refuses a stale argument with
-`EarlierCellFailedError`, which names the failed cell by its role and execution ("the plan
-cell (In [3]) failed (ConfigError: ...)") and says to fix and re-run it; so does a call in
-a cell that reads a name a failed parameters cell left behind. A failure anywhere else (a
-typo, one's own code, a figure that broke) makes nothing stale, and a refused cell passes
-on the failure it was refused for, so the chain of a Run All keeps naming the first
-failure. A failed verdict (`CheckFailedError`) is a verdict on this run, not a broken run.
-Once a cell that succeeds makes the object again, the new one is fresh.
+Every notebook-facing call (`guarded`, `check_fresh`) refuses a stale argument with
+`EarlierCellFailedError`, and so does a call in a cell that reads a name a failed
+parameters cell left behind. A failure anywhere else (a typo, one's own code, a figure
+that broke) makes nothing stale. A refused cell passes on the failure it was refused for,
+so every refusal down a Run All names the same cell: by its role and its latest failed
+execution ("the plan cell (In [3]) failed (ConfigError: ...)"), the one furthest up the
+notebook where several failed, and with what to do: fix that cell and run it again; run
+a refused cell again once what it was refused for is put right; or, once every failure
+is put right, run again the cell that makes the stale object. A failed verdict
+(`CheckFailedError`) is a verdict on this run, not a broken run. Once a cell that
+succeeds makes the object again, the new one is fresh.
 
 The rule is all in `Ledger` (no IPython in it). The shell's `pre_run_cell` and
 `post_run_cell` events feed it: `load_ipython_extension` registers them, and the first
