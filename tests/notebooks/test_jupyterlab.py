@@ -46,6 +46,8 @@ ENGINE = "transformers"
 # One step on a loaded 2-core machine: a launch, or Run All of the whole notebook.
 WAIT_MS = int(os.environ.get("EMBEDLAB_BROWSER_WAIT_MS", 240_000))
 # JupyterLab's own chatter would float toasts over the cells; none of it is under test.
+# A cell of one's own below the notebook's, showing the good run's table.
+MINE = "table(result)  # mine"
 SETTINGS = {"@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False}}
 
 
@@ -210,6 +212,11 @@ def error_text(cell: Any) -> str:
     return (error.text_content() or "").strip()
 
 
+def has_error(cell: Any) -> bool:
+    """Whether the cell shows an error now (no waiting: `error_text` waits for one to appear)."""
+    return cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count() > 0
+
+
 def add_cell_below(page: Any, above: Any, source: str) -> Any:
     """Insert a code cell below `above` holding `source` (JupyterLab's keys: Escape, B, Enter)."""
     above.locator(".cm-content").click()
@@ -322,7 +329,7 @@ def test_explore_notebook_in_jupyterlab(lab: LabServer, page: Any, tmp_path: Pat
     assert "NameError" in error_text(typo), error_text(typo)
     mine = add_cell_below(page, typo, "table(explorer)")
     run(page, mine)
-    assert mine.locator(".jp-OutputArea-output table").count() == 1 and not error_text(mine), outputs(mine)
+    assert mine.locator(".jp-OutputArea-output table").count() == 1 and not has_error(mine), outputs(mine)
     shown = outputs(mine)
     assert "per worker, in order: worker 0 / worker 1" in shown and "3:1" in shown, shown
     shot_cells(page, tmp_path, [typo, mine], "jupyterlab-3b-typo-then-explorer-table.png")
@@ -413,20 +420,27 @@ def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
     typo = add_cell_below(page, last, "tabel(result)")
     run(page, typo)
     assert "NameError: name 'tabel' is not defined" in error_text(typo), error_text(typo)
-    mine = add_cell_below(page, typo, "table(result)")
+    mine = add_cell_below(page, typo, MINE)
     for _ in range(2):
         run(page, mine)
-        assert mine.locator(".jp-OutputArea-output table").count() == 1 and not error_text(mine), outputs(mine)
-        assert "worker 1" in outputs(mine), outputs(mine)
+        assert mine.locator(".jp-OutputArea-output table").count() == 1 and not has_error(mine), outputs(mine)
+        assert mine.locator(".jp-OutputArea-output table tbody tr").count() == 2, "one row per worker"
     shot_cells(page, tmp_path, [typo, mine], "jupyterlab-7b-typo-then-table.png")
     delete_cell(page, typo)
+    mine = cell(page, MINE)  # a place further up now
     run(page, mine)
-    assert mine.locator(".jp-OutputArea-output table").count() == 1 and not error_text(mine), outputs(mine)
+    assert mine.locator(".jp-OutputArea-output table").count() == 1 and not has_error(mine), outputs(mine)
     shot(page, tmp_path, mine, "jupyterlab-7c-table-after-typo-deleted.png")
     # That cell stays: the Run All below must refuse it too, as every cell below the plan cell.
 
     params, plan = cell(page, "# embedded or dynamo"), cell(page, "ScenarioPlan.from_params(")
+    # Run All left the page at its end; a cell out of view has no innerText until it is drawn.
+    params.scroll_into_view_if_needed()
+    page.wait_for_function(
+        "el => el.innerText.includes('engine = ')", arg=params.locator(".cm-content").element_handle()
+    )
     source = params.locator(".cm-content").inner_text()
+    assert 'engine = "hash"' in source, source
     replace_source(page, params, source.replace('engine = "hash"', 'engine = "nonsense"'))
     before = execution_count(plan)
     run_all(page)
@@ -442,7 +456,7 @@ def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
     below = [code.nth(i) for i in range(index + 1, code.count())]
     assert below, "cells below the plan cell"
     sources = [c.locator(".cm-content").text_content() or "" for c in below]
-    assert "table(result)" in sources, "one's own cell, added below"
+    assert MINE in sources, "one's own cell, added below"
     failed_at = execution_count(plan)
     for later in below:
         shown = outputs(later).strip()
@@ -458,5 +472,17 @@ def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
                 "is still what an earlier run left: fix that cell and run it again, then this one"
             ), line
     assert lab.deployment_pids() == set(), "nothing launched from the earlier plan"
+    shot_cells(page, tmp_path, [plan, below[0]], "jupyterlab-8a-bad-plan-then-run-cell.png")
+    # Run All may have aborted that cell: run by hand, it refuses the earlier run's result, in one line.
+    mine = cell(page, MINE)
+    run(page, mine)
+    assert error_text(mine).splitlines() == [
+        f"EarlierCellFailedError: the plan cell (In [{failed_at}]) failed (ConfigError: unknown engine 'nonsense'; "
+        "choose from hash, transformers, vllm), so `result` is still what an earlier run left: fix that cell "
+        "and run it again, then this one"
+    ], error_text(mine)
+    assert mine.locator(".jp-OutputArea-output table").count() == 0
+    shot(page, tmp_path, mine, "jupyterlab-8b-table-refused-after-bad-plan.png")
+    cell(page, MINE).scroll_into_view_if_needed()  # the notebook's end: the last refusals, one's own cell's too
     page.locator(".jp-Notebook").screenshot(path=str(tmp_path / "jupyterlab-8-bad-run-all.png"))
     keep_screenshot(tmp_path / "jupyterlab-8-bad-run-all.png")
