@@ -126,19 +126,19 @@ def load_ipython_extension(shell: Any) -> None:
     following = weakref.ref(shell)  # the hooks must not keep the shell alive through _FOLLOWED
 
     def pre_run_cell(info: Any) -> None:
-        shell = following()
-        if shell is not None:
-            ledger.begin(_source(info), shell.user_ns)
+        live = following()
+        if live is not None:
+            ledger.begin(_source(info), live.user_ns)
 
     def post_run_cell(result: Any) -> None:
-        shell = following()
-        if shell is None or result is None:  # result None: the kernel's own coroutine failed, no cell ran
+        live = following()
+        if live is None or result is None:  # result None: the kernel's own coroutine failed, no cell ran
             ledger.running = None
             return
         if ledger.running is None:
-            ledger.begin(_source(result.info), shell.user_ns)
+            ledger.begin(_source(result.info), live.user_ns)
         error = result.error_before_exec or result.error_in_exec
-        ledger.end(cell=f"In [{result.execution_count}]", error=error, namespace=shell.user_ns)
+        ledger.end(cell=f"In [{result.execution_count}]", error=error, namespace=live.user_ns)
 
     shell.events.register("pre_run_cell", pre_run_cell)
     shell.events.register("post_run_cell", post_run_cell)
@@ -159,9 +159,8 @@ def _active() -> tuple[Any, Ledger] | None:
     if shell is None:
         return None
     if shell not in _FOLLOWED:
-        load_ipython_extension(
-            shell
-        )  # this very cell's end is seen: the shell triggers every hook it has then
+        # Loaded mid-cell, it still sees this cell end: the shell triggers the hooks it has then.
+        load_ipython_extension(shell)
     ledger = _FOLLOWED[shell][0]
     if ledger.running is None:
         # The cell that loaded it (its start was before the hooks), or one the shell runs silently.

@@ -229,6 +229,19 @@ def test_a_failed_verdict_is_a_verdict_not_a_broken_run(shell: Any) -> None:
     assert run(shell, TABLE).success  # its figures are this run's: a table of them may follow
 
 
+def test_the_extension_loads_once_and_unloads() -> None:
+    ip = InteractiveShell.instance()
+    try:
+        hooks = len(ip.events.callbacks["post_run_cell"])
+        for _ in range(2):
+            assert run(ip, "%load_ext embedlab.cellguard").success
+        assert len(ip.events.callbacks["post_run_cell"]) == hooks + 1
+        assert run(ip, "%unload_ext embedlab.cellguard").success
+        assert len(ip.events.callbacks["post_run_cell"]) == hooks
+    finally:
+        InteractiveShell.clear_instance()
+
+
 # -- the rule's parts, without a shell ------------------------------------------------------------------
 
 
