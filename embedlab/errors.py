@@ -16,7 +16,7 @@
     ├── DrainError                  a drain or resume the frontend did not take up in time (carries the worker)
     ├── TrafficError                a burst whose responses were wrong
     ├── DeploymentStoppedError      a deployment used after it stopped, or whose frontend exited: start a new one
-    ├── EarlierCellFailedError      a notebook cell ran right after a failed one: fix that one first
+    ├── EarlierCellFailedError      a notebook cell was given what an earlier run left: fix the failed cell
     ├── CheckFailedError            a dispatch check did not hold (carries the table)
     ├── UnsupportedError            the stack cannot do what was asked (a router without a drain API)
     ├── EngineError                 an engine could not load or run its model
@@ -222,19 +222,35 @@ class DeploymentStoppedError(EmbedlabError):
 
 
 class EarlierCellFailedError(EmbedlabError):
-    """A notebook cell ran right after another cell failed (Run All went on past the error).
+    """A notebook cell was given what an earlier run left, because a cell that would have
+    replaced it failed (Run All went on past the error, or it was not run again since).
 
-    Its plan, deployment or result would be the previous run's, so it shows none of them.
-    `cell` is the cell that failed first (`In [7]`), `error` its error's first line.
+    It shows none of it. `role` says what the failed cell does ("the plan cell"), `cell`
+    which execution failed (`In [3]`), `error` that error's first line, and `stale` what it
+    left behind ("`result`"). `refused`: that cell did not fail itself, it was refused for a
+    failure since put right (`error` names that one). `rerun`: the failure is put right,
+    and this cell (its role) is what is left to run again.
     """
 
-    def __init__(self, *, cell: str, error: str) -> None:
-        super().__init__(
-            f"{cell} failed ({error}), so this cell would show what an earlier run left; "
-            f"fix {cell} and run it again, then the cells after it"
-        )
+    def __init__(
+        self, *, role: str, cell: str, error: str, stale: str, refused: bool = False, rerun: str | None = None
+    ) -> None:
+        left = f"{stale} is still what an earlier run left"
+        if refused:
+            message = f"{role} ({cell}) was refused ({error}), so {left}: run that cell again, then this one"
+        elif rerun is not None:
+            message = f"{role} ({cell}) failed ({error}) and has run since, but {left}: run {rerun} again, then this one"
+        else:
+            message = (
+                f"{role} ({cell}) failed ({error}), so {left}: fix that cell and run it again, then this one"
+            )
+        super().__init__(message)
+        self.role = role
         self.cell = cell
         self.error = error
+        self.stale = stale
+        self.refused = refused
+        self.rerun = rerun
 
 
 class CheckFailedError(EmbedlabError, AssertionError):

@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..cellguard import check_previous_cell
+from ..cellguard import guarded
 from ..errors import ConfigError
 from ..jsonio import write_json
 from ..plugins import child_env
@@ -154,6 +154,7 @@ def check_battery(*, stacks: Sequence[str], checks: Sequence[str]) -> None:
             raise ConfigError(f"unknown {kind}s {unknown}; choose from {', '.join(known.names())}")
 
 
+@guarded("matrix")
 def run_battery(
     *, stacks: Sequence[str] | None = None, checks: Sequence[str] = BATTERY, run_dir: str = ""
 ) -> ConformanceMatrix:
@@ -163,7 +164,6 @@ def run_battery(
     An unknown stack or check is a `ConfigError` before anything runs; a cell that breaks
     while it runs is recorded (verdict `error`) and the battery goes on.
     """
-    check_previous_cell()
     stacks = battery_stacks() if stacks is None else stacks
     check_battery(stacks=stacks, checks=checks)
     cells = []

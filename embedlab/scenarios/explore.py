@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..cellguard import check_previous_cell
+from ..cellguard import check_fresh, guarded, made
 from ..defaults import FAIRNESS_ALPHA
 from ..errors import ConfigError
 from ..stacks import stack_class, stacks_with
@@ -233,7 +233,7 @@ class Explorer:
         """`model`: the model to send (default: the one the workers serve); `fairness_alpha`:
         the p-value below which a burst's split counts as not fitting the weights;
         `progress`: a bar per burst."""
-        check_previous_cell()
+        check_fresh(deployment)
         self.deployment = deployment
         self.model = model
         self.concurrency = concurrency
@@ -241,6 +241,7 @@ class Explorer:
         self.progress = progress
         self.steps: list[Step] = []
         self.phase = 0
+        made(self, "explorer", parents=(deployment,))
 
     @property
     def weights(self) -> tuple[float, ...]:
@@ -248,16 +249,16 @@ class Explorer:
 
     def set_weights(self, weights: Sequence[float]) -> None:
         """Change every worker's weight live; the convergence plot restarts from here."""
-        check_previous_cell()
+        check_fresh(self)
         weight_shares(weights)  # reject zero or negative weights before the frontend does
         changed = tuple(float(w) for w in weights) != self.weights
         self.deployment.steering.set_weights([float(w) for w in weights])
         if changed:
             self.phase += 1
 
+    @guarded("step")
     def burst(self, requests: int = 20, *, repeat: int = 1) -> Step:
         """Send `repeat` bursts of `requests` each, judging each; returns the last one."""
-        check_previous_cell()
         if repeat < 1:
             raise ConfigError(f"repeat must be at least 1, got {repeat}")
         for _ in range(repeat):
@@ -266,6 +267,7 @@ class Explorer:
             self.steps.append(replace(step, cumulative_shares=tuple(cumulative_shares(in_phase)[-1])))
         return self.steps[-1]
 
+    @guarded("sweep")
     def sweep(self, weight_sets: Sequence[Sequence[float]], *, requests: int = 40) -> SweepResult:
         """For each weight vector: set it live, send one burst, compare the split with the weights.
 
@@ -273,7 +275,6 @@ class Explorer:
         bursts a user sends after it run under the weights they chose, in the same phase.
         The sweep's bursts are its own: `steps` (and `table(explorer)`) never show them.
         """
-        check_previous_cell()
         if not weight_sets:
             raise ConfigError("a sweep needs at least one weight vector")
         for weights in weight_sets:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..cellguard import check_previous_cell
+from ..cellguard import check_fresh, guarded
 from ..deployment import Deployment
 from ..errors import ConfigError
 from ..progress import LaunchProgress
@@ -27,6 +27,7 @@ __all__ = ["live_deployment", "start_deployment", "stop_deployment"]
 _LIVE: dict[str, Deployment] = {}
 
 
+@guarded("deployment")
 def start_deployment(
     what: ScenarioPlan | DeploymentSpec, *, key: str = "notebook", progress: bool = True
 ) -> Deployment:
@@ -36,7 +37,6 @@ def start_deployment(
     its own. `progress` shows the launch (which process, what it waits for, the time so
     far). A start that fails stops what it had started and raises; the slot is left empty.
     """
-    check_previous_cell()
     if isinstance(what, ScenarioPlan):
         if what.attached:
             raise ConfigError("this plan attaches to a running deployment; it has nothing to start")
@@ -71,7 +71,9 @@ def stop_deployment(*, key: str = "notebook", when: bool = True) -> None:
     stopped, or that the deployment keeps running, in a line; returns nothing (a notebook
     cell would show a returned line quoted, and `''` where there was nothing to say).
     """
-    check_previous_cell()
+    # Stopping a stale deployment is refused as any call on it is: the last cell of a Run All
+    # whose plan cell failed fails too, and does not end the notebook as if all went well.
+    check_fresh(_LIVE.get(key))
     if when:
         stopped = _stop(key)
         if stopped:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..cellguard import check_previous_cell
+from ..cellguard import guarded
 from ..defaults import DISCOVERY, LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
 from ..deployment import Deployment
 from ..engines import ENGINES
@@ -162,11 +162,11 @@ class ScenarioPlan:
             )
 
     @classmethod
+    @guarded("plan")  # in a notebook: refuses values a failed parameters cell left
     def from_params(cls, **values: Any) -> ScenarioPlan:
         """Build from flat values (a notebook's parameters cell, a matrix's set): the plan's own
         fields, and the scenario's knobs by name (or in a `params` mapping). A name that is
         neither is an error, never a silent no-op."""
-        check_previous_cell()  # a failed parameters cell must not leave its old values in use
         plan_fields = {f.name for f in fields(cls)} - {"params"}
         given = values.pop("params", None) or {}
         if not isinstance(given, Mapping):
@@ -361,6 +361,7 @@ def _model_path(model: str) -> Path:
     return resolve_model_path(model)
 
 
+@guarded("result")
 def run_scenario(
     plan: ScenarioPlan,
     *,
@@ -373,7 +374,6 @@ def run_scenario(
     `progress` (or the plan's own) shows the launch and a bar per burst; `launch_progress`
     (default: as `progress`) the launch alone.
     """
-    check_previous_cell()
     if progress:
         plan = replace(plan, progress=True)
     if plan.attached:

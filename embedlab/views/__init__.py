@@ -6,8 +6,8 @@
     table(deployment)                 # its processes: URLs, endpoints, pids, logs
     verdict(result)                   # the last cell: the verdict's line, raising unless ok
 
-Each of these refuses, in a notebook, to run right after a cell that failed
-(`embedlab.cellguard`): what it would show is an earlier run's.
+Each of these refuses, in a notebook, what a failed cell left stale (`embedlab.cellguard`):
+a result, deployment or explorer that a failed plan, run or Start cell would have replaced.
 
 Views import results, never the other way round. A result's main figure is chosen by the
 type of its `figures` (`register_figure`), or drawn by them (a `plot(result)` method),
@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
-from ..cellguard import check_previous_cell
+from ..cellguard import check_fresh
 from ..deployment import Deployment
 from ..errors import CheckFailedError
 from ..scenarios.battery import ConformanceMatrix
@@ -82,31 +82,31 @@ def register_figure(kind: type, figure: Callable[[ScenarioResult], Figure]) -> N
 
 def table(thing: Any) -> pd.DataFrame:
     """The table of a result, a sweep, an explorer's bursts, a battery or a deployment."""
-    check_previous_cell()
+    check_fresh(thing)
     return _table(thing)
 
 
 def plot(thing: Any) -> Figure:
     """The main figure of a result, a sweep, an explorer's bursts or a battery."""
-    check_previous_cell()
+    check_fresh(thing)
     return _plot(thing)
 
 
 def plot_latency(result: ScenarioResult) -> Figure:
     """Latency over the run, coloured by serving worker, and its distribution per burst."""
-    check_previous_cell()
+    check_fresh(result)
     return figures.plot_latency(result)
 
 
 def figures_table(result: ScenarioResult) -> pd.DataFrame:
     """The run's own figures as a two-column table: what it measured beyond the counters."""
-    check_previous_cell()
+    check_fresh(result)
     return tables.figures_table(result)
 
 
 def similarity_table(deployment: Any, sentences: Sequence[str], *, model: str | None = None) -> pd.DataFrame:
     """Cosine similarity of `sentences`, embedded through the deployment: do its vectors mean something?"""
-    check_previous_cell()
+    check_fresh(deployment)
     return _similarity_table(deployment, sentences, model=model)
 
 
@@ -118,7 +118,7 @@ def verdict(thing: ScenarioResult | ConformanceMatrix) -> None:
     message, which a notebook shows as that line alone, so a papermill run and `embedlab
     regress` fail on it; it is not printed as well, or the cell would show it twice.
     """
-    check_previous_cell()
+    check_fresh(thing)
     summary = thing.summary()
     if not thing.ok:
         raise CheckFailedError(summary)

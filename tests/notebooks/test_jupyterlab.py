@@ -1,9 +1,12 @@
 """explore_routing.ipynb in a real JupyterLab, under headless Chromium: the first minutes of a user.
 
 Run All shows the launch as it happens and keeps the deployment up; a burst cell re-runs
-and passes; a second Start replaces the deployment (proved by PID); a burst after a stop
-is one line that says to run Start again; a bad engine in the parameters is one line at
-the plan cell, and `%tb verbose` still shows the full traceback.
+and passes; a typo in a cell of one's own leaves `table(explorer)` showing; a second Start
+replaces the deployment (proved by PID); a burst after a stop is one line that says to run
+Start again; a bad engine in the parameters is one line at the plan cell, and `%tb verbose`
+still shows the full traceback. In same_model_load_balance.ipynb, a typo after a good Run
+All leaves `table(result)` showing, also once the typo's cell is deleted; after a bad
+parameter, Run All shows nothing of the earlier run below the plan cell.
 
 JupyterLab is the venv's, on 127.0.0.1 with a token and a free port, serving a temp folder
 that holds a copy of the notebook (the committed one is never touched). It runs as a
@@ -43,6 +46,8 @@ ENGINE = "transformers"
 # One step on a loaded 2-core machine: a launch, or Run All of the whole notebook.
 WAIT_MS = int(os.environ.get("EMBEDLAB_BROWSER_WAIT_MS", 240_000))
 # JupyterLab's own chatter would float toasts over the cells; none of it is under test.
+# A cell of one's own below the notebook's, showing the good run's table.
+MINE = "table(result)  # mine"
 SETTINGS = {"@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False}}
 
 
@@ -207,6 +212,11 @@ def error_text(cell: Any) -> str:
     return (error.text_content() or "").strip()
 
 
+def has_error(cell: Any) -> bool:
+    """Whether the cell shows an error now (no waiting: `error_text` waits for one to appear)."""
+    return cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count() > 0
+
+
 def add_cell_below(page: Any, above: Any, source: str) -> Any:
     """Insert a code cell below `above` holding `source` (JupyterLab's keys: Escape, B, Enter)."""
     above.locator(".cm-content").click()
@@ -227,6 +237,29 @@ def replace_source(page: Any, cell: Any, source: str) -> None:
     cell.locator(".cm-content").click()
     page.keyboard.press("Control+a")
     page.keyboard.insert_text(source)
+
+
+def delete_cell(page: Any, cell: Any) -> None:
+    """Delete `cell` as a user does (JupyterLab's keys: Escape, D, D)."""
+    count = page.locator(".jp-Notebook .jp-Cell").count()
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("d")
+    page.keyboard.press("d")
+    page.wait_for_function(
+        "n => document.querySelectorAll('.jp-Notebook .jp-Cell').length === n - 1", arg=count
+    )
+
+
+def shot_cells(page: Any, tmp_path: Path, cells: list[Any], name: str) -> None:
+    """One screenshot of several neighbouring cells, kept in outputs/screenshots/."""
+    cells[0].scroll_into_view_if_needed()
+    boxes = [c.bounding_box() for c in cells]
+    top, left = min(b["y"] for b in boxes), min(b["x"] for b in boxes)
+    bottom, right = max(b["y"] + b["height"] for b in boxes), max(b["x"] + b["width"] for b in boxes)
+    path = tmp_path / name
+    page.screenshot(path=str(path), clip={"x": left, "y": top, "width": right - left, "height": bottom - top})
+    keep_screenshot(path)
 
 
 def shot(page: Any, tmp_path: Path, target: Any, name: str) -> None:
@@ -289,6 +322,17 @@ def test_explore_notebook_in_jupyterlab(lab: LabServer, page: Any, tmp_path: Pat
     )
     assert lab.deployment_pids() == deployment
     shot(page, tmp_path, burst, "jupyterlab-3-burst-after-run-all.png")
+
+    # A typo in a cell of one's own makes nothing stale: the explorer's bursts still show.
+    typo = add_cell_below(page, burst, "tabel(explorer)")
+    run(page, typo)
+    assert "NameError" in error_text(typo), error_text(typo)
+    mine = add_cell_below(page, typo, "table(explorer)")
+    run(page, mine)
+    assert mine.locator(".jp-OutputArea-output table").count() == 1 and not has_error(mine), outputs(mine)
+    shown = outputs(mine)
+    assert "per worker, in order: worker 0 / worker 1" in shown and "3:1" in shown, shown
+    shot_cells(page, tmp_path, [typo, mine], "jupyterlab-3b-typo-then-explorer-table.png")
 
     # Start again: the old deployment is stopped first, never leaked.
     run(page, start)
@@ -377,8 +421,31 @@ def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
     assert sizes["natural"] // 2 == sizes["size"] and 300 < sizes["shown"] <= sizes["size"], sizes
     wide_table_scrolls_in_its_box(page, cell(page, "table(result)"), tmp_path)
 
+    # A typo in a new cell, then the table of the good run: it shows, again, and once the typo is gone.
+    typo = add_cell_below(page, last, "tabel(result)")
+    run(page, typo)
+    assert "NameError: name 'tabel' is not defined" in error_text(typo), error_text(typo)
+    mine = add_cell_below(page, typo, MINE)
+    for _ in range(2):
+        run(page, mine)
+        assert mine.locator(".jp-OutputArea-output table").count() == 1 and not has_error(mine), outputs(mine)
+        assert mine.locator(".jp-OutputArea-output table tbody tr").count() == 2, "one row per worker"
+    shot_cells(page, tmp_path, [typo, mine], "jupyterlab-7b-typo-then-table.png")
+    delete_cell(page, typo)
+    mine = cell(page, MINE)  # a place further up now
+    run(page, mine)
+    assert mine.locator(".jp-OutputArea-output table").count() == 1 and not has_error(mine), outputs(mine)
+    shot(page, tmp_path, mine, "jupyterlab-7c-table-after-typo-deleted.png")
+    # That cell stays: the Run All below must refuse it too, as every cell below the plan cell.
+
     params, plan = cell(page, "# embedded or dynamo"), cell(page, "ScenarioPlan.from_params(")
+    # Run All left the page at its end; a cell out of view has no innerText until it is drawn.
+    params.scroll_into_view_if_needed()
+    page.wait_for_function(
+        "el => el.innerText.includes('engine = ')", arg=params.locator(".cm-content").element_handle()
+    )
     source = params.locator(".cm-content").inner_text()
+    assert 'engine = "hash"' in source, source
     replace_source(page, params, source.replace('engine = "hash"', 'engine = "nonsense"'))
     before = execution_count(plan)
     run_all(page)
@@ -393,6 +460,9 @@ def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
     )
     below = [code.nth(i) for i in range(index + 1, code.count())]
     assert below, "cells below the plan cell"
+    sources = [c.locator(".cm-content").text_content() or "" for c in below]
+    assert MINE in sources, "one's own cell, added below"
+    failed_at = execution_count(plan)
     for later in below:
         shown = outputs(later).strip()
         assert "PASSED" not in shown and "FAILED" not in shown.replace("failed (ConfigError", ""), shown
@@ -400,11 +470,25 @@ def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
         assert later.locator(".jp-OutputArea-output table").count() == 0, "a table of the earlier run"
         if shown:  # ran, and refused in one line; otherwise aborted, with nothing shown
             (line,) = error_text(later).splitlines()
-            assert (
-                line.startswith("EarlierCellFailedError: In [")
-                and "failed (ConfigError: unknown engine" in line
+            assert line.startswith(
+                f"EarlierCellFailedError: the plan cell (In [{failed_at}]) failed (ConfigError: unknown engine"
+            ), line
+            assert line.endswith(
+                "is still what an earlier run left: fix that cell and run it again, then this one"
             ), line
     assert lab.deployment_pids() == set(), "nothing launched from the earlier plan"
+    shot_cells(page, tmp_path, [plan, below[0]], "jupyterlab-8a-bad-plan-then-run-cell.png")
+    # Run All may have aborted that cell: run by hand, it refuses the earlier run's result, in one line.
+    mine = cell(page, MINE)
+    run(page, mine)
+    assert error_text(mine).splitlines() == [
+        f"EarlierCellFailedError: the plan cell (In [{failed_at}]) failed (ConfigError: unknown engine 'nonsense'; "
+        "choose from hash, transformers, vllm), so `result` is still what an earlier run left: fix that cell "
+        "and run it again, then this one"
+    ], error_text(mine)
+    assert mine.locator(".jp-OutputArea-output table").count() == 0
+    shot(page, tmp_path, mine, "jupyterlab-8b-table-refused-after-bad-plan.png")
+    cell(page, MINE).scroll_into_view_if_needed()  # the notebook's end: the last refusals, one's own cell's too
     page.locator(".jp-Notebook").screenshot(path=str(tmp_path / "jupyterlab-8-bad-run-all.png"))
     keep_screenshot(tmp_path / "jupyterlab-8-bad-run-all.png")
 

@@ -7,7 +7,8 @@ scenario notebook runs once with good, cheap parameters (so a plan, a result and
 deployment of that run are bound in the kernel), then three times more with a bad
 parameter, every cell sent 0, 20 and 50 ms apart with its cell id in the metadata, as
 JupyterLab sends it. After the failing cell nothing may show anything: each later cell is
-aborted, or fails with the one line of `EarlierCellFailedError` naming the failed cell.
+aborted, or fails with the one line of `EarlierCellFailedError` naming the failed cell by
+its role and its own `In [N]`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Kernel:
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=120)
+        self.counts: list[int | None] = []  # the execution count of each cell the last run_all sent
 
     def send(self, code: str, cell_id: str) -> str:
         content = {
@@ -62,9 +64,9 @@ class Kernel:
         self.client.shell_channel.send(msg)
         return msg["header"]["msg_id"]
 
-    def collect(self, ids: list[str], *, timeout: float) -> tuple[dict[str, str], dict[str, list[dict[str, Any]]]]:
-        """Every reply's status and every iopub output, by request, until all replies are in."""
-        statuses: dict[str, str] = {}
+    def collect(self, ids: list[str], *, timeout: float) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+        """Every reply's content and every iopub output, by request, until all replies are in."""
+        statuses: dict[str, dict[str, Any]] = {}
         outputs: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
         idle: set[str] = set()
         deadline = time.monotonic() + timeout
@@ -77,7 +79,7 @@ class Kernel:
                         continue
                     kind = msg["header"]["msg_type"]
                     if get == "reply":
-                        statuses[parent] = msg["content"]["status"]
+                        statuses[parent] = msg["content"]
                     elif kind == "status" and msg["content"]["execution_state"] == "idle":
                         idle.add(parent)
                     elif kind in ("stream", "display_data", "execute_result", "error", "update_display_data"):
@@ -87,13 +89,15 @@ class Kernel:
         return statuses, outputs
 
     def run_all(self, cells: list[tuple[str, str]], *, gap: float | None, timeout: float = 240) -> list[tuple[str, list[dict[str, Any]]]]:
-        """Send every cell; `gap` None waits for each reply first (a careful user, or papermill)."""
+        """Send every cell; `gap` None waits for each reply first (a careful user, or papermill).
+        Returns each cell's reply status and outputs; `self.counts` holds their execution counts."""
         if gap is None:
-            found = []
+            found, self.counts = [], []
             for code, cell_id in cells:
                 msg_id = self.send(code, cell_id)
                 statuses, outputs = self.collect([msg_id], timeout=timeout)
-                found.append((statuses[msg_id], outputs[msg_id]))
+                found.append((statuses[msg_id]["status"], outputs[msg_id]))
+                self.counts.append(statuses[msg_id].get("execution_count"))
             return found
         ids = []
         for code, cell_id in cells:
@@ -101,7 +105,8 @@ class Kernel:
             if gap:
                 time.sleep(gap)
         statuses, outputs = self.collect(ids, timeout=timeout)
-        return [(statuses[i], outputs[i]) for i in ids]
+        self.counts = [statuses[i].get("execution_count") for i in ids]
+        return [(statuses[i]["status"], outputs[i]) for i in ids]
 
     def close(self) -> None:
         self.client.stop_channels()
@@ -154,6 +159,8 @@ def test_run_all_after_a_good_run_never_shows_a_verdict_below_the_failed_cell(no
             assert statuses[0] == "ok" and statuses[1] == "error", (gap, statuses)
             failed = next(o for o in replies[1][1] if o["type"] == "error")
             assert failed["ename"] == "ConfigError", failed
+            # Each refusal names the plan (or battery) cell by its role and this very execution.
+            failed_cell = f" cell (In [{kernel.counts[1]}]) failed (ConfigError: "
             for number, (status, outputs) in enumerate(replies[2:], start=2):
                 shown = [o for o in outputs if o["type"] != "error"]
                 assert not shown, f"gap {gap * 1000:.0f} ms: cell {number} ran and showed {[text_of(o) for o in shown]}"
@@ -163,7 +170,7 @@ def test_run_all_after_a_good_run_never_shows_a_verdict_below_the_failed_cell(no
                 (error,) = [o for o in outputs if o["type"] == "error"]
                 assert error["ename"] == "EarlierCellFailedError", (gap, number, error)
                 (line,) = error["traceback"]  # one line, naming the cell that failed first
-                assert "failed (ConfigError: " in line and "fix In [" in line, line
+                assert failed_cell in line and "fix that cell and run it again" in line, line
                 assert not any(w in line for w in VERDICT_WORDS), line
     finally:
         kernel.close()
