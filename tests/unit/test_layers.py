@@ -40,12 +40,12 @@ def test_a_serving_command_imports_nothing_of_the_harness() -> None:
     """`embedlab worker ...` parses with the serving commands alone: no scenarios, stacks or httpx
     (0.2 s of CPU in every worker a pool starts)."""
     code = (
-        "import sys; from embedlab.cli import build_parser, _command_of\n"
+        "import sys; from embedlab.cli.entry import build_parser, _command_of\n"
         "argv = ['--plugin', 'x', 'worker', '--served-model-name', 'm', '--endpoint', 'a.b.c']\n"
         "assert _command_of(argv) == 'worker'\n"
         "build_parser(command='worker').parse_args(argv[2:])\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('httpx', 'rich', 'pandas')"
-        " or m.startswith(('embedlab.scenarios', 'embedlab.stacks', 'embedlab.deployment'))))\n"
+        " or m.startswith(('embedlab.scenarios', 'embedlab.stacks', 'embedlab.cluster.deployment'))))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,0 +1,91 @@
+"""Stacks by name: how each one starts its frontend and workers, and what each can do.
+
+The one list of stacks. Installed packages add theirs through the `embedlab.stacks`
+entry-point group; `register_stack` adds one at run time (a module named in
+`EMBEDLAB_PLUGINS` may call it). Every class is checked against `BaseStack` when it
+joins (`checking.py`). What the rest of embedlab knows of the stacks it reads from here:
+the stacks that have a capability (`stacks_with`), conformance's default list
+(`battery_stacks`), the routers' venvs and pins (`router_venvs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..errors import ConfigError
+from ..plugins import Registry
+from .stack import BaseStack, ProcessSpec, StackContext
+from .stack_check import check_stack_class
+
+__all__ = [
+    "STACKS",
+    "BaseStack",
+    "ProcessSpec",
+    "Stack",
+    "StackContext",
+    "battery_stacks",
+    "get_stack",
+    "register_stack",
+    "router_venvs",
+    "stack_class",
+    "stacks_with",
+]
+
+Stack = BaseStack  # the type of a stack object
+
+STACKS: Registry[type[BaseStack]] = Registry(
+    "stack",
+    group="embedlab.stacks",
+    builtins={
+        "embedded": "embedlab.stacks.embedded:EmbeddedStack",
+        "dynamo": "embedlab.stacks.dynamo:DynamoStack",
+        "litellm": "embedlab.stacks.routers:LiteLLMStack",
+        "vllm-router": "embedlab.stacks.routers:VllmRouterStack",
+        "sglang-router": "embedlab.stacks.routers:SglangRouterStack",
+        "smg": "embedlab.stacks.smg:SmgStack",
+        "haproxy": "embedlab.stacks.haproxy:HAProxyStack",
+        "nginx": "embedlab.stacks.nginx:NginxStack",
+    },
+    check=check_stack_class,
+)
+
+
+def register_stack(name: str, stack: type[BaseStack] | str, *, replace: bool = False) -> None:
+    """Make `stack=NAME` launchable: `stack` is a BaseStack subclass or its "module:Class" path.
+
+    A class is checked now, a path when it is first loaded: a wrong one is a ConfigError
+    that names it.
+    """
+    STACKS.register(name, stack, replace=replace)
+
+
+def stack_class(name: str) -> type[BaseStack]:
+    return STACKS.get(name)
+
+
+def get_stack(name: str) -> BaseStack:
+    return STACKS.get(name)()
+
+
+def stacks_with(has: Callable[[type[BaseStack]], bool]) -> list[str]:
+    """The registered stacks whose class `has` what is asked (`lambda s: s.multi_host`), in order."""
+    return [name for name in STACKS.names() if has(STACKS.get(name))]
+
+
+def battery_stacks() -> list[str]:
+    """Conformance's default stacks: every registered stack that is `in_battery`."""
+    return stacks_with(lambda s: s.in_battery)
+
+
+def router_venvs() -> dict[str, tuple[str, ...]]:
+    """Each router venv `make routers` builds, with its pins: one per `venv` the stacks declare."""
+    venvs: dict[str, tuple[str, ...]] = {}
+    for name in STACKS.names():
+        cls = STACKS.get(name)
+        if cls.venv is None:
+            continue
+        if venvs.setdefault(cls.venv, cls.pins) != cls.pins:
+            raise ConfigError(
+                f"stack {name!r} pins venv {cls.venv!r} to {list(cls.pins)}, another stack to {list(venvs[cls.venv])}"
+            )
+    return venvs
