@@ -12,6 +12,7 @@ Users import from `embedlab`, never from a submodule.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -50,10 +51,11 @@ _EXPORTS: dict[str, str] = {
     "Snapshot": "evidence.metrics",
     "scrape": "evidence.metrics",
     "ManagedProcess": "cluster.process",
+    "Event": "cluster.events",
     "LaunchProgress": "progress",
-    "Matrix": "reports.regress",
+    "Matrix": "reports.matrix",
     "RegressRun": "reports.regress",
-    "load_matrix": "reports.regress",
+    "load_matrix": "reports.matrix",
     "regress": "reports.regress",
     "Explorer": "scenarios.explore",
     "ScenarioPlan": "scenarios.plan",
@@ -67,7 +69,7 @@ _EXPORTS: dict[str, str] = {
     "multi_model_dispatch": "scenarios.builtin.dispatch",
     "live_deployment": "notebook.live",
     "register_scenario": "scenarios.registry",
-    "ConformanceMatrix": "scenarios.battery",
+    "ConformanceTable": "scenarios.battery",
     "run_battery": "scenarios.battery",
     "run_scenario": "scenarios.plan",
     "same_model_load_balance": "scenarios.builtin.dispatch",
@@ -76,11 +78,12 @@ _EXPORTS: dict[str, str] = {
     "stop_deployment": "notebook.live",
     "DeploymentSpec": "cluster.spec",
     "WorkerSpec": "cluster.spec",
-    "BaseStack": "cluster.stack_registry",
-    "ProcessSpec": "cluster.stack_registry",
-    "StackContext": "cluster.stack_registry",
+    "BaseStack": "cluster.stack",
+    "ProcessSpec": "cluster.stack",
+    "StackContext": "cluster.stack",
     "register_stack": "cluster.stack_registry",
     "register_engine": "engines",
+    "Split": "evidence.split",
     "BurstResult": "evidence.traffic",
     "RequestRecord": "evidence.traffic",
     "asend_burst": "evidence.traffic",
@@ -95,10 +98,19 @@ _EXPORTS: dict[str, str] = {
     "verdict": "notebook.views",
 }
 
+# Old public name -> its new name: still importable, with a DeprecationWarning.
+_RENAMED: dict[str, str] = {
+    "ConformanceMatrix": "ConformanceTable",
+}
+
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(f"embedlab.{name} is deprecated: use embedlab.{new}", DeprecationWarning, stacklevel=2)
+        return __getattr__(new)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'embedlab' has no attribute {name!r}")
@@ -114,14 +126,15 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     # `X as X`: an explicit re-export, for type checkers (the names load lazily above).
     from .cluster.deployment import Deployment as Deployment
+    from .cluster.events import Event as Event
     from .cluster.process import ManagedProcess as ManagedProcess
     from .cluster.spec import DeploymentSpec as DeploymentSpec, WorkerSpec as WorkerSpec
-    from .cluster.stack_registry import (
+    from .cluster.stack import (
         BaseStack as BaseStack,
         ProcessSpec as ProcessSpec,
         StackContext as StackContext,
-        register_stack as register_stack,
     )
+    from .cluster.stack_registry import register_stack as register_stack
     from .engines import register_engine as register_engine
     from .errors import (
         CheckFailedError as CheckFailedError,
@@ -152,6 +165,7 @@ if TYPE_CHECKING:
         fairness_p_value as fairness_p_value,
     )
     from .evidence.metrics import MetricQuery as MetricQuery, Snapshot as Snapshot, scrape as scrape
+    from .evidence.split import Split as Split
     from .evidence.target import Target as Target, attach as attach
     from .evidence.traffic import (
         BurstResult as BurstResult,
@@ -174,13 +188,9 @@ if TYPE_CHECKING:
         verdict as verdict,
     )
     from .progress import LaunchProgress as LaunchProgress
-    from .reports.regress import (
-        Matrix as Matrix,
-        RegressRun as RegressRun,
-        load_matrix as load_matrix,
-        regress as regress,
-    )
-    from .scenarios.battery import ConformanceMatrix as ConformanceMatrix, run_battery as run_battery
+    from .reports.matrix import Matrix as Matrix, load_matrix as load_matrix
+    from .reports.regress import RegressRun as RegressRun, regress as regress
+    from .scenarios.battery import ConformanceTable as ConformanceTable, run_battery as run_battery
     from .scenarios.builtin.dispatch import (
         multi_model_dispatch as multi_model_dispatch,
         same_model_load_balance as same_model_load_balance,

@@ -41,6 +41,10 @@ PLUGINS_ENV = "EMBEDLAB_PLUGINS"
 SAFE_PATH_ENV = "PYTHONSAFEPATH"
 CUDA_VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"  # one GPU per worker, set by the deployment
 
+# -- the command line ---------------------------------------------------------------------------
+EXIT_FAILED = 1  # `embedlab ...`: a check failed (0 passed or reported; 130/143 interrupted)
+EXIT_CANNOT_RUN = 2  # bad arguments, a start failure, an unreachable URL
+
 # -- the wire -----------------------------------------------------------------------------------
 WORKER_HEADER = "x-embedlab-worker"  # the frontend names the serving instance: <endpoint>/<instance id>
 METRIC = "dynamo_component_requests_total"  # the counter every check reads, one per worker

@@ -1,4 +1,4 @@
-"""Progress people can watch: a deployment's launch, process by process, and bars that end as text.
+"""Progress people can watch: a deployment's launch, step by step, and bars that end as text.
 
     dep = Deployment(spec, progress=LaunchProgress())
     dep.start()    # which process is starting, what its readiness waits for, the time so far
@@ -19,18 +19,15 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import Any, Literal, TextIO
 
-if TYPE_CHECKING:
-    from .cluster.process import ManagedProcess
+__all__ = ["Bar", "LaunchObserver", "LaunchProgress", "LaunchStep", "StepKind", "in_notebook"]
 
-__all__ = ["Bar", "LaunchEvent", "LaunchObserver", "LaunchProgress", "LaunchReport", "in_notebook"]
-
-EventKind = Literal["starting", "waiting", "poll", "ready", "failed", "done"]
+StepKind = Literal["starting", "waiting", "poll", "ready", "failed", "done"]
 
 
 @dataclass(frozen=True)
-class LaunchEvent:
+class LaunchStep:
     """One step of a deployment's start, as `Deployment(progress=...)` reports it.
 
     - `starting`: `process` was launched; `detail` is its log file.
@@ -44,51 +41,13 @@ class LaunchEvent:
     `seconds` of `waiting`, `poll` and `ready` count from the process's launch.
     """
 
-    kind: EventKind
+    kind: StepKind
     process: str = ""
     detail: str = ""
     seconds: float = 0.0
 
 
-LaunchObserver = Callable[[LaunchEvent], None]
-
-
-class LaunchReport:
-    """A deployment's side of its launch progress: `LaunchEvent`s to `observer` while `active()`.
-
-    `active` is the deployment's "still starting": a worker restarted later (a fault, the
-    restart policy) waits silently, long after the launch's bar has closed.
-    """
-
-    def __init__(self, observer: LaunchObserver | None, *, active: Callable[[], bool]) -> None:
-        self.observer = observer
-        self.active = active
-
-    def emit(self, kind: EventKind, process: str = "", detail: str = "", seconds: float = 0.0) -> None:
-        if self.observer is not None and self.active():
-            self.observer(LaunchEvent(kind, process, detail, seconds))
-
-    def started(self, proc: ManagedProcess) -> ManagedProcess:
-        """`proc` was launched (its log is the event's detail); returns it."""
-        self.emit("starting", proc.name, str(proc.log_path))
-        return proc
-
-    def failed(self, exc: BaseException) -> None:
-        """The start failed with `exc`: its first line, for the process the report waited on."""
-        self.emit("failed", detail=(str(exc).strip().splitlines() or [type(exc).__name__])[0])
-
-    def wait(self, proc: ManagedProcess, probe: Callable[[], bool], *, timeout: float, what: str) -> float:
-        """`proc.wait_ready(probe, ...)`, reported in seconds since `proc` was launched."""
-        launched = proc.started_at or time.monotonic()
-        self.emit("waiting", proc.name, what, time.monotonic() - launched)
-        seconds = proc.wait_ready(
-            probe,
-            timeout=timeout,
-            what=what,
-            on_poll=lambda: self.emit("poll", proc.name, what, time.monotonic() - launched),
-        )
-        self.emit("ready", proc.name, what, time.monotonic() - launched)
-        return seconds
+LaunchObserver = Callable[[LaunchStep], None]
 
 
 def in_notebook() -> bool:
@@ -264,18 +223,18 @@ class LaunchProgress:
     _last_draw: float = 0.0
     _ready: list[tuple[str, float]] = field(default_factory=list)
 
-    def __call__(self, event: LaunchEvent) -> None:
+    def __call__(self, event: LaunchStep) -> None:
         handler = getattr(self, f"_on_{event.kind}", None)
         if handler is not None:
             handler(event)
 
-    def _on_starting(self, event: LaunchEvent) -> None:
+    def _on_starting(self, event: LaunchStep) -> None:
         self._started.append(event.process)
         self._unannounced.append(event.process)
         if self._bar is not None:  # launched after a first wait (etcd first, then the rest)
             self._bar.grow(1)
 
-    def _on_waiting(self, event: LaunchEvent) -> None:
+    def _on_waiting(self, event: LaunchStep) -> None:
         if self._bar is None:
             self._bar = Bar(
                 total=len(self._started),
@@ -291,7 +250,7 @@ class LaunchProgress:
         self._current, self._what = event.process, event.detail
         self._draw(event.seconds)
 
-    def _on_poll(self, event: LaunchEvent) -> None:
+    def _on_poll(self, event: LaunchStep) -> None:
         now = time.monotonic()
         if now - self._last_draw >= self.refresh_s:
             self._draw(event.seconds)
@@ -305,16 +264,16 @@ class LaunchProgress:
                 detail=f"waiting for {self._current}: ready once {self._what}",
             )
 
-    def _on_ready(self, event: LaunchEvent) -> None:
+    def _on_ready(self, event: LaunchStep) -> None:
         self._ready.append((event.process, event.seconds))
         if self._bar is not None:
             self._bar.update(1)
             self._bar.write(f"{event.process} ready after {event.seconds:.1f} s ({event.detail})")
 
-    def _on_done(self, event: LaunchEvent) -> None:
+    def _on_done(self, event: LaunchStep) -> None:
         self._finish(f"all {len(self._ready)} processes ready in {event.seconds:.1f} s")
 
-    def _on_failed(self, event: LaunchEvent) -> None:
+    def _on_failed(self, event: LaunchStep) -> None:
         who = event.process or self._current or "the launch"
         self._finish(f"{who} FAILED: {event.detail}; everything started was stopped")
 

@@ -13,15 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import defaults
-from ..wording import counted
+from ..defaults import EXIT_CANNOT_RUN, EXIT_FAILED
+from .conformance import add_conformance
+from .regress import add_regress
 from .scenario import add_scenario
-from .serve import SERVING, engine_options_from_args, positive_float
+from .serve import SERVING, engine_options_from_args
 from .stacks import STACK_COMMANDS
 
 __all__ = ["build_parser", "engine_options_from_args", "main"]
-
-EXIT_FAILED = 1
-EXIT_CANNOT_RUN = 2
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -44,165 +43,14 @@ class _Parser(argparse.ArgumentParser):
         return action
 
 
-# -- harness -------------------------------------------------------------------------------
-
-
-def _add_regress(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser(
-        "regress",
-        help="run every notebook for every parameter set of a matrix; write reports",
-        description=REGRESS_DESCRIPTION,
-        epilog=REGRESS_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--matrix", type=Path, default=None, help="a TOML matrix (default: the packaged default matrix)"
-    )
-    p.add_argument(
-        "--out", type=Path, default=Path("outputs"), help="runs go to OUT/<run-id>/ (default: outputs)"
-    )
-    p.add_argument(
-        "--timeout",
-        type=positive_float,
-        default=defaults.CELL_TIMEOUT_S,
-        help="seconds any one notebook cell may take",
-    )
-    p.add_argument("--show-code", action="store_true", help="show code cells in the HTML reports")
-    p.add_argument(
-        "-k",
-        "--only",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="run only the jobs whose name (<notebook or scenario>--<set>) contains NAME; repeat for several",
-    )
-    p.set_defaults(run=_run_regress)
-
-
-REGRESS_DESCRIPTION = """\
-Runs every notebook of a TOML matrix once per parameter set, through papermill, and writes
-OUT/<run-id>/: each executed notebook and its HTML report, results.json, junit.xml and
-index.html (with what changed since the last run in OUT). The whole matrix is checked
-before anything runs.
-
-The matrix (the default one is embedlab/reports/matrices/default.toml):
-
-  notebooks = ["same_model_load_balance", "multi_model_dispatch"]  # notebooks/<name>.ipynb
-  scenarios = ["drain"]          # registered scenarios, run through notebooks/scenario.ipynb
-  [defaults]                     # values under every parameter set
-  requests = 20
-  [[params]]                     # one parameter set; each notebook runs once per set
-  name = "embedded-hash"         # the set's name in file names and history (keep it stable)
-  stack = "embedded"
-  notebooks = ["failover"]       # a set may list its own notebooks and scenarios
-  [params.multi_model_dispatch]  # values for one notebook (or scenario) in this set only
-  models = ["a", "b"]
-
-Keys are the notebooks' parameters (their cell tagged `parameters`): stack, engine,
-models, workers, weights, requests, concurrency, seed, ... An unknown notebook, scenario
-or parameter, or a value the scenario cannot take, is one error line and exit 2."""
-REGRESS_EPILOG = (
-    "examples: embedlab regress -k same_model -k drain; embedlab regress --matrix my.toml --out runs/. "
-    "Exit codes: 0 every run passed (or reported), 1 a run failed, 2 could not run, "
-    "130 interrupted by Ctrl-C (143 by SIGTERM): the notebooks that finished keep their reports."
-)
-
-
-def _run_regress(args: argparse.Namespace) -> int:
-    import shlex
-
-    from ..reports.regress import regress
-
-    run = regress(
-        matrix=args.matrix,
-        out=args.out,
-        timeout=args.timeout,
-        show_code=args.show_code,
-        only=args.only,
-        progress=lambda line: print(line, flush=True),
-        command=shlex.join(["embedlab", *args.argv]),
-    )
-    counts = ", ".join(
-        f"{sum(o.verdict == v for o in run.outcomes)} {v}" for v in sorted({o.verdict for o in run.outcomes})
-    )
-    print(f"{counted(len(run.outcomes), 'notebook run')} in {run.wall_seconds:.0f} s: {counts}")
-    for outcome in run.failed:
-        report = outcome.html or outcome.notebook_out
-        print(f"FAILED {outcome.job.name}: {outcome.summary}\n    report: {report}", file=sys.stderr)
-    print(run.index_html)
-    return 0 if run.passed else EXIT_FAILED
-
-
-def _add_conformance(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from ..cluster.stack_registry import battery_stacks
-    from ..scenarios.battery import BATTERY
-
-    p = sub.add_parser(
-        "conformance",
-        help="run the battery of checks against every stack; write a stack x check matrix",
-        description="Each check is a registered scenario, run against each stack with its own defaults. Writes "
-        "OUT/<run-id>/conformance.html, conformance.json and junit.xml. Exits 0 when every cell ran to a "
-        "verdict (a failed check is a finding about a router, not a broken run), 1 when a cell broke.",
-    )
-    p.add_argument("--stacks", default=",".join(battery_stacks()), help="comma-separated stacks")
-    p.add_argument(
-        "--checks", default=",".join(BATTERY), help="comma-separated checks (registered scenarios)"
-    )
-    p.add_argument("--out", type=Path, default=Path("outputs"), help="runs go to OUT/<run-id>/")
-    p.add_argument(
-        "--timeout",
-        type=positive_float,
-        default=defaults.CELL_TIMEOUT_S,
-        help="seconds any one notebook cell may take",
-    )
-    p.add_argument(
-        "--markdown",
-        type=Path,
-        default=None,
-        help="also write the matrix as Markdown here (docs/conformance.md)",
-    )
-    p.set_defaults(run=_run_conformance)
-
-
-def _run_conformance(args: argparse.Namespace) -> int:
-    from ..reports.conformance import conformance
-
-    split = lambda text: [part.strip() for part in text.split(",") if part.strip()]  # noqa: E731
-    run = conformance(
-        stacks=split(args.stacks),
-        checks=split(args.checks),
-        out=args.out,
-        timeout=args.timeout,
-        progress=lambda line: print(line, flush=True),
-    )
-    counts = ", ".join(
-        f"{sum(c.verdict == v for c in run.matrix.cells)} {v}"
-        for v in sorted({c.verdict for c in run.matrix.cells})
-    )
-    print(f"{len(run.matrix.cells)} cells: {counts}")
-    if args.markdown:
-        from ..jsonio import load_json
-        from ..reports.index import write_conformance_markdown
-
-        command = (
-            "embedlab conformance " + " ".join(sys.argv[2:])
-            if sys.argv[1:2] == ["conformance"]
-            else "embedlab conformance"
-        )
-        # The sections other generators appended to the page (the 16-replica split) are kept.
-        write_conformance_markdown(args.markdown, load_json(run.json), command=command)
-    print(run.html)
-    return 0 if run.complete else EXIT_FAILED
-
-
 # -- entry point ---------------------------------------------------------------------------
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore[type-arg]
     *SERVING,
     *STACK_COMMANDS,
     add_scenario,
-    _add_regress,
-    _add_conformance,
+    add_regress,
+    add_conformance,
 ]
 
 

@@ -15,11 +15,11 @@ from typing import Any
 
 from .. import defaults
 from ..cluster.spec import DISCOVERY_BACKENDS
+from ..defaults import EXIT_FAILED
 from .serve import positive_float
 
 __all__ = ["add_scenario"]
 
-EXIT_FAILED = 1
 # What the options every scenario takes are called on the plan, where the two names differ.
 _PLAN_NAMES = {"model_path": "model_paths", "system_url": "system_urls", "worker_arg": "worker_args"}
 

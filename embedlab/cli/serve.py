@@ -80,9 +80,10 @@ def _add_frontend(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 
 def _run_frontend(args: argparse.Namespace) -> int:
-    from ..serving.frontend.app import FrontendConfig, serve_frontend, token_from_env
+    from ..serving.frontend.app import FrontendConfig, serve_frontend
     from ..serving.frontend.faults import parse_fault
     from ..serving.http import configure_logging, run_service
+    from ..serving.registration import token_from_env
 
     configure_logging(args.log_level)
     config = FrontendConfig(
@@ -235,8 +236,8 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 
 def _run_worker(args: argparse.Namespace) -> int:
-    from ..serving.frontend.app import token_from_env
     from ..serving.http import configure_logging, run_service
+    from ..serving.registration import token_from_env
     from ..serving.worker.app import WorkerConfig, serve_worker
 
     configure_logging(args.log_level)

@@ -29,8 +29,8 @@ from ..errors import ConfigError, DeploymentStoppedError
 from ..evidence import clients
 from ..evidence.metrics import MetricQuery
 from ..evidence.target import Target
-from ..progress import LaunchObserver, LaunchReport
-from .events import DeploymentEvent, EventLog
+from ..progress import LaunchObserver
+from .events import EventLog, LaunchReport
 from .hosts import Network
 from .launcher import Launcher, delete_scratch, keep_scratch, stop_all
 from .outages import Outages
@@ -38,11 +38,12 @@ from .placement import default_run_dir
 from .ports import release_port, reserve_port
 from .process import ManagedProcess
 from .spec import DeploymentSpec
-from .stack_registry import StackContext, get_stack
+from .stack import StackContext
+from .stack_registry import get_stack
 from .steering import Steering
 from .supervisor import Supervisor
 
-__all__ = ["Deployment", "DeploymentEvent", "DeploymentState"]
+__all__ = ["Deployment", "DeploymentState"]
 
 
 class DeploymentState(enum.Enum):

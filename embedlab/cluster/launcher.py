@@ -36,9 +36,9 @@ from .placement import gpu_for, visible_gpus, vllm_worker_env
 from .process import ManagedProcess, register_cleanup, stop_together, unregister_cleanup
 
 if TYPE_CHECKING:
-    from ..progress import LaunchReport
+    from .events import LaunchReport
     from .spec import DeploymentSpec
-    from .stack_registry import BaseStack, ProcessSpec, StackContext
+    from .stack import BaseStack, ProcessSpec, StackContext
 
 __all__ = ["Launcher", "delete_scratch", "drop_scratch", "keep_scratch", "stop_all"]
 

@@ -64,7 +64,7 @@ def check_stack_class(name: str, cls: object) -> None:
     """Refuse a class that cannot be a stack, with the stack's name and what is wrong."""
     if not (isinstance(cls, type) and issubclass(cls, BaseStack)):
         raise ConfigError(
-            f"stack {name!r}: {cls!r} is not a subclass of embedlab.cluster.stack_registry.BaseStack "
+            f"stack {name!r}: {cls!r} is not a subclass of embedlab.cluster.stack.BaseStack "
             "(subclass it and define frontend, worker, health_url and dispatchable_endpoints)"
         )
     missing = sorted(getattr(cls, "__abstractmethods__", ()))

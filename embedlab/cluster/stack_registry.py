@@ -1,9 +1,11 @@
-"""Stacks by name: how each one starts its frontend and workers, and what each can do.
+"""Stacks by name: the one list of stacks, and what the rest of embedlab asks of it.
 
-The one list of stacks. Installed packages add theirs through the `embedlab.stacks`
+The built-in stacks are named by "module:Class" paths into `embedlab.stacks`, imported on
+first use: the cluster never imports a concrete stack (the stacks import the cluster's
+contract, `stack.py`, as pluggy's plugins import their host's hook specs). Installed packages add theirs through the `embedlab.stacks`
 entry-point group; `register_stack` adds one at run time (a module named in
 `EMBEDLAB_PLUGINS` may call it). Every class is checked against `BaseStack` when it
-joins (`checking.py`). What the rest of embedlab knows of the stacks it reads from here:
+joins (`stack_check.py`). What the rest of embedlab knows of the stacks it reads from here:
 the stacks that have a capability (`stacks_with`), conformance's default list
 (`battery_stacks`), the routers' venvs and pins (`router_venvs`).
 """
@@ -14,15 +16,11 @@ from collections.abc import Callable
 
 from ..errors import ConfigError
 from ..plugins import Registry
-from .stack import BaseStack, ProcessSpec, StackContext
+from .stack import BaseStack
 from .stack_check import check_stack_class
 
 __all__ = [
     "STACKS",
-    "BaseStack",
-    "ProcessSpec",
-    "Stack",
-    "StackContext",
     "battery_stacks",
     "get_stack",
     "register_stack",
@@ -30,8 +28,6 @@ __all__ = [
     "stack_class",
     "stacks_with",
 ]
-
-Stack = BaseStack  # the type of a stack object
 
 STACKS: Registry[type[BaseStack]] = Registry(
     "stack",

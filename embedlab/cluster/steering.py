@@ -22,7 +22,7 @@ from ..evidence import clients
 if TYPE_CHECKING:
     from .events import EventLog
     from .spec import DeploymentSpec
-    from .stack_registry import BaseStack, StackContext
+    from .stack import BaseStack, StackContext
 
 __all__ = ["Steering"]
 

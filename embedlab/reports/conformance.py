@@ -19,7 +19,7 @@ from pathlib import Path
 from ..cluster.stack_registry import battery_stacks
 from ..defaults import CELL_TIMEOUT_S
 from ..jsonio import write_json
-from ..scenarios.battery import BATTERY, Cell, ConformanceMatrix, cell_text, check_battery, stack_versions
+from ..scenarios.battery import BATTERY, Cell, ConformanceTable, cell_text, check_battery, stack_versions
 from ..verdicts import Verdict
 from .index import write_conformance
 from .matrix import GENERIC_NOTEBOOK, Job, default_notebook_dir
@@ -32,7 +32,7 @@ __all__ = ["ConformanceRun", "conformance"]
 @dataclass(kw_only=True)
 class ConformanceRun:
     run_dir: Path
-    matrix: ConformanceMatrix
+    matrix: ConformanceTable
     outcomes: list[Outcome]
     html: Path
     json: Path
@@ -87,7 +87,7 @@ def conformance(
         )
         for o in outcomes
     ]
-    matrix = ConformanceMatrix(
+    matrix = ConformanceTable(
         stacks=list(stacks), checks=list(checks), cells=cells, versions=stack_versions(stacks)
     )
     data = {

@@ -45,18 +45,16 @@ from ..errors import ConfigError, NotebookRunError
 from ..verdicts import RunStatus, Verdict
 from ..wording import counted
 from .kernels import Stop, Stopped, ipc_kernel_manager, kernel_folder, off_main_thread, stopping_on_signals
-from .matrix import Job, Matrix, load_matrix, notebook_parameters, shown_path
+from .matrix import Job, load_matrix, notebook_parameters, shown_path
 from .run_report import ReportImage
 from .runfiles import RunFiles, history, latest_results, mark_command, new_run_dir
 
 __all__ = [
-    "Matrix",
     "Outcome",
     "RegressRun",
     "RunInterrupted",
     "check_kernel",
     "latest_results",
-    "load_matrix",
     "new_run_dir",
     "regress",
     "run_job",

@@ -35,7 +35,7 @@ __all__ = [
     "BATTERY",
     "Cell",
     "check_battery",
-    "ConformanceMatrix",
+    "ConformanceTable",
     "cell_text",
     "run_battery",
     "stack_versions",
@@ -63,7 +63,7 @@ class Cell:
 
 
 @dataclass
-class ConformanceMatrix:
+class ConformanceTable:
     stacks: list[str]
     checks: list[str]
     cells: list[Cell]
@@ -157,7 +157,7 @@ def check_battery(*, stacks: Sequence[str], checks: Sequence[str]) -> None:
 @guarded("matrix")
 def run_battery(
     *, stacks: Sequence[str] | None = None, checks: Sequence[str] = BATTERY, run_dir: str = ""
-) -> ConformanceMatrix:
+) -> ConformanceTable:
     """Every check on every stack (default: every registered stack that is `in_battery`), in this
     process (each a fresh deployment).
 
@@ -180,6 +180,6 @@ def run_battery(
                 cells.append(
                     Cell(stack, check, Verdict.ERROR, f"{exc.__class__.__name__}: {str(exc).splitlines()[0]}")
                 )
-    return ConformanceMatrix(
+    return ConformanceTable(
         stacks=list(stacks), checks=list(checks), cells=cells, versions=stack_versions(stacks)
     )

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..cluster.events import DeploymentEvent
+from ..cluster.events import Event
 from ..cluster.supervisor import GAVE_UP
 from ..evidence.counters import CheckResult
 from ..evidence.traffic import BurstResult, latency_ms
@@ -21,7 +21,6 @@ from ..verdicts import Verdict
 __all__ = [
     "Burst",
     "DataFigures",
-    "Event",
     "Figures",
     "ScenarioResult",
     "WorkerInfo",
@@ -120,16 +119,7 @@ class Burst:
         }
 
 
-@dataclass(frozen=True)
-class Event:
-    """Something the harness did or saw during a run, `at_s` seconds after the first burst began."""
-
-    at_s: float
-    kind: str  # e.g. "kill", "out of dispatch", "drain", "resume"
-    detail: str = ""
-
-
-def given_up(events: Iterable[DeploymentEvent]) -> list[str]:
+def given_up(events: Iterable[Event]) -> list[str]:
     """What the restart policy recorded of each worker it gave up on, its log's last lines included."""
     return [e.detail for e in events if e.kind == GAVE_UP]
 
@@ -215,7 +205,7 @@ class ScenarioResult:
             engine=engine,
         )
 
-    def note_given_up(self, events: Iterable[DeploymentEvent]) -> None:
+    def note_given_up(self, events: Iterable[Event]) -> None:
         """Each worker its deployment's restart policy gave up on is a reason, first, and the run
         cannot pass: it lost that worker for good."""
         lost = given_up(events)

@@ -1,1 +1,46 @@
-"""embedlab.stacks."""
+"""The concrete stacks: how each one starts its frontend and workers, and what it can do.
+
+    embedded  embedlab's own frontend and workers     dynamo   Dynamo's frontend, etcd
+    routers   vllm-router, sglang-router, litellm     smg      SGLang's model gateway
+    balancers haproxy and nginx (balancers.py, haproxy.py, nginx.py)
+
+Each is a `BaseStack` subclass (the contract is `embedlab.cluster.stack`) named in the
+registry (`embedlab.cluster.stack_registry`), which imports it only when it is asked for.
+A stack may import the cluster, the evidence and the base modules; nothing but the
+registry's "module:Class" strings and the CLI reaches a stack, and no stack knows a
+scenario. Nothing is imported here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+# The registry's names, once re-exported here: deprecated, they now live in the cluster.
+_MOVED = {
+    "BaseStack": "embedlab.cluster.stack",
+    "ProcessSpec": "embedlab.cluster.stack",
+    "StackContext": "embedlab.cluster.stack",
+    "Stack": "embedlab.cluster.stack",
+    "STACKS": "embedlab.cluster.stack_registry",
+    "battery_stacks": "embedlab.cluster.stack_registry",
+    "get_stack": "embedlab.cluster.stack_registry",
+    "register_stack": "embedlab.cluster.stack_registry",
+    "router_venvs": "embedlab.cluster.stack_registry",
+    "stack_class": "embedlab.cluster.stack_registry",
+    "stacks_with": "embedlab.cluster.stack_registry",
+}
+
+
+_PUBLIC = {"BaseStack", "ProcessSpec", "StackContext", "register_stack"}  # also `from embedlab import ...`
+
+
+def __getattr__(name: str) -> Any:
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module 'embedlab.stacks' has no attribute {name!r}")
+    new = "BaseStack" if name == "Stack" else name
+    use = f"embedlab.{new}" if new in _PUBLIC else f"{module}.{new}"
+    warnings.warn(f"embedlab.stacks.{name} is deprecated: use {use}", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(module), new)

@@ -27,7 +27,7 @@ from embedlab import (
     start_deployment,
     stop_deployment,
 )
-from embedlab.progress import LaunchEvent
+from embedlab.progress import LaunchStep
 
 from ..proctools import assert_groups_gone, deployment_pids, processes_under, wait_gone
 
@@ -110,7 +110,7 @@ def test_a_deployment_whose_frontend_died_names_it(tmp_path: Path) -> None:
 
 
 def test_the_launch_reports_each_process_as_it_gets_ready(tmp_path: Path) -> None:
-    events: list[LaunchEvent] = []
+    events: list[LaunchStep] = []
     with Deployment(DeploymentSpec.same_model("m", workers=2), run_dir=tmp_path, progress=events.append):
         pass
     steps = [(e.kind, e.process) for e in events if e.kind != "poll"]

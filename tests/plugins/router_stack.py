@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from embedlab import BaseStack, ProcessSpec, StackContext, WorkerSpec, register_stack
-from embedlab.evidence.split import Split
+from embedlab import BaseStack, ProcessSpec, Split, StackContext, WorkerSpec, register_stack
 
 NAME = "toy-router"
 PINS = ("six==1.17.0", "idna>=3")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,12 +15,13 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
 def test_the_import_contracts_hold() -> None:
-    """import-linter, configured in pyproject.toml: the layers contract and the no-cycle contract."""
+    """import-linter, configured in pyproject.toml: the packages' layers, the layers inside the
+    larger packages, and the no-cycle contract."""
     proc = subprocess.run(
         [str(LINT_IMPORTS), "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "Contracts: 2 kept, 0 broken." in proc.stdout, proc.stdout[-2000:]
+    assert re.search(r"Contracts: \d+ kept, 0 broken\.", proc.stdout), proc.stdout[-2000:]
 
 
 def test_ruff_check_and_format_are_clean() -> None:

@@ -20,7 +20,7 @@ from embedlab import (
     ScenarioPlan,
     check_explore,
 )
-from embedlab.progress import LaunchEvent
+from embedlab.progress import LaunchStep
 from embedlab.reports.regress import check_kernel
 
 
@@ -141,13 +141,13 @@ def test_launch_progress_in_a_log_is_one_line_per_step() -> None:
     log = io.StringIO()  # not a terminal, not a notebook: lines only, no bar
     progress = LaunchProgress(file=log, notebook=False)
     for event in [
-        LaunchEvent("starting", "frontend", "/run/frontend.log"),
-        LaunchEvent("starting", "worker 0", "/run/worker-0.log"),
-        LaunchEvent("waiting", "frontend", "its /health answered 200", 0.1),
-        LaunchEvent("poll", "frontend", "its /health answered 200", 0.4),
-        LaunchEvent("ready", "frontend", "its /health answered 200", 0.5),
-        LaunchEvent("waiting", "worker 0", "the frontend listed it", 0.6),
-        LaunchEvent("failed", "", "worker 0 exited with code 1 before the frontend listed it"),
+        LaunchStep("starting", "frontend", "/run/frontend.log"),
+        LaunchStep("starting", "worker 0", "/run/worker-0.log"),
+        LaunchStep("waiting", "frontend", "its /health answered 200", 0.1),
+        LaunchStep("poll", "frontend", "its /health answered 200", 0.4),
+        LaunchStep("ready", "frontend", "its /health answered 200", 0.5),
+        LaunchStep("waiting", "worker 0", "the frontend listed it", 0.6),
+        LaunchStep("failed", "", "worker 0 exited with code 1 before the frontend listed it"),
     ]:
         progress(event)
     assert log.getvalue().splitlines() == [
@@ -183,16 +183,16 @@ def test_launch_progress_counts_processes_launched_after_a_first_wait() -> None:
     log = io.StringIO()
     progress = LaunchProgress(file=log, notebook=False)
     for event in [
-        LaunchEvent("starting", "etcd"),
-        LaunchEvent("waiting", "etcd", "its /health answered 200"),
-        LaunchEvent("ready", "etcd", "its /health answered 200", 0.3),
-        LaunchEvent("starting", "frontend"),
-        LaunchEvent("starting", "worker 0"),
-        LaunchEvent("waiting", "frontend", "its /health answered 200"),
-        LaunchEvent("ready", "frontend", "its /health answered 200", 0.6),
-        LaunchEvent("waiting", "worker 0", "listed"),
-        LaunchEvent("ready", "worker 0", "listed", 0.8),
-        LaunchEvent("done", seconds=1.2),
+        LaunchStep("starting", "etcd"),
+        LaunchStep("waiting", "etcd", "its /health answered 200"),
+        LaunchStep("ready", "etcd", "its /health answered 200", 0.3),
+        LaunchStep("starting", "frontend"),
+        LaunchStep("starting", "worker 0"),
+        LaunchStep("waiting", "frontend", "its /health answered 200"),
+        LaunchStep("ready", "frontend", "its /health answered 200", 0.6),
+        LaunchStep("waiting", "worker 0", "listed"),
+        LaunchStep("ready", "worker 0", "listed", 0.8),
+        LaunchStep("done", seconds=1.2),
     ]:
         progress(event)
     assert log.getvalue().splitlines() == [

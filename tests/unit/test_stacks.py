@@ -103,7 +103,7 @@ class Stateful(Minimal):
     [
         (
             NotAStack,
-            "stack 'bad': <class '.*NotAStack'> is not a subclass of embedlab.cluster.stack_registry.BaseStack",
+            "stack 'bad': <class '.*NotAStack'> is not a subclass of embedlab.cluster.stack.BaseStack",
         ),
         (NoDispatch, "stack 'bad': NoDispatch lacks dispatchable_endpoints"),
         (

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ...cellguard import check_fresh
 from ...cluster.deployment import Deployment
 from ...errors import CheckFailedError
-from ...scenarios.battery import ConformanceMatrix
+from ...scenarios.battery import ConformanceTable
 from ...scenarios.builtin.cluster_figures import FaultFigures, TtlSweepFigures
 from ...scenarios.builtin.resilience import FailoverFigures
 from ...scenarios.explore import Explorer, Step, SweepResult
@@ -110,7 +110,7 @@ def similarity_table(deployment: Any, sentences: Sequence[str], *, model: str | 
     return _similarity_table(deployment, sentences, model=model)
 
 
-def verdict(thing: ScenarioResult | ConformanceMatrix) -> None:
+def verdict(thing: ScenarioResult | ConformanceTable) -> None:
     """A notebook's last cell: the verdict's one line, printed where it is ok, else raised.
 
     Ok is a pass, figures reported but not asserted, or a check the stack cannot take (for
@@ -145,8 +145,8 @@ def _(explorer: Explorer) -> pd.DataFrame:
     return steps_table(explorer.steps)
 
 
-@_table.register(ConformanceMatrix)
-def _(matrix: ConformanceMatrix) -> pd.DataFrame:
+@_table.register(ConformanceTable)
+def _(matrix: ConformanceTable) -> pd.DataFrame:
     return matrix_table(matrix)
 
 
@@ -186,8 +186,8 @@ def _(explorer: Explorer) -> Figure:
     return plot_convergence(explorer.steps)
 
 
-@_plot.register(ConformanceMatrix)
-def _(matrix: ConformanceMatrix) -> Figure:
+@_plot.register(ConformanceTable)
+def _(matrix: ConformanceTable) -> Figure:
     return plot_matrix(matrix)
 
 

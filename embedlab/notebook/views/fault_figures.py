@@ -40,9 +40,9 @@ def plot_timeline(result: ScenarioResult) -> Figure:
         )
     top = ax.get_ylim()[1]
     for event in result.events:
-        ax.axvline(event.at_s, color=BAD, linestyle="--", linewidth=1)
+        ax.axvline(event.at, color=BAD, linestyle="--", linewidth=1)
         ax.text(
-            event.at_s,
+            event.at,
             top * 0.95,
             f" {event.kind}: {event.detail}",
             color=BAD,
@@ -72,7 +72,7 @@ def _per_host_counts(result: ScenarioResult) -> dict[int, tuple[list[float], lis
     by_worker: dict[int, list[tuple[float, float | None]]] = {}
     samples = result.figures.samples if isinstance(result.figures, FaultFigures) else ()
     for sample in samples:
-        by_worker.setdefault(sample.worker, []).append((sample.at_s, sample.value))
+        by_worker.setdefault(sample.worker, []).append((sample.at, sample.value))
     series: dict[int, dict[float, float]] = {}
     host_of = {w.index: w.host for w in result.workers}
     for worker, points in by_worker.items():
@@ -124,10 +124,10 @@ def plot_fault_timeline(result: ScenarioResult) -> Figure:
                 alpha=0.08,
             )
         for event in result.events:
-            ax.axvline(event.at_s, color="#555555", ls=":", lw=1)
+            ax.axvline(event.at, color="#555555", ls=":", lw=1)
     top = counts.get_ylim()[1]
     for event in result.events:
-        counts.text(event.at_s, top, f" {event.kind}", rotation=90, fontsize=7, va="top", color="#555555")
+        counts.text(event.at, top, f" {event.kind}", rotation=90, fontsize=7, va="top", color="#555555")
     counts.set_ylabel("requests counted")
     latency.set_ylabel("latency (s)")
     latency.set_xlabel("seconds since the traffic began (request start)")

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...defaults import FAIRNESS_ALPHA
 from ...evidence.stats import binom_acceptance
-from ...scenarios.battery import ConformanceMatrix
+from ...scenarios.battery import ConformanceTable
 from ...scenarios.explore import Step, SweepResult, weights_label
 from ...scenarios.result import Burst, ScenarioResult
 
@@ -333,7 +333,7 @@ def plot_sweep(sweep: SweepResult) -> Figure:
     return fig
 
 
-def plot_matrix(matrix: ConformanceMatrix) -> Figure:
+def plot_matrix(matrix: ConformanceTable) -> Figure:
     """The router x check grid: each cell coloured by its verdict, with its figure in small print."""
     import textwrap
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import ConfigError, DeploymentStoppedError
 from ...evidence.target import Target, target_of
 from ...evidence.traffic import embed
-from ...scenarios.battery import ConformanceMatrix
+from ...scenarios.battery import ConformanceTable
 from ...scenarios.explore import Step, SweepResult, cumulative_shares, weights_label
 from ...scenarios.result import ScenarioResult
 from .frame import Table, table_of
@@ -115,7 +115,7 @@ def figures_table(result: ScenarioResult) -> Table:
     rows += [
         (f"in etcd: {d['path']}", f"instance {d['instance_id']} at {d['address']}") for d in result.discovered
     ]
-    rows += [(f"{e.kind} at {e.at_s:.3f} s", e.detail) for e in result.events]
+    rows += [(f"{e.kind} at {e.at:.3f} s", e.detail) for e in result.events]
     return table_of([{"figure": f, "value": v} for f, v in rows], ["figure", "value"])
 
 
@@ -206,7 +206,7 @@ def _joined(values: Sequence[float], fmt: str = "{:.3f}") -> str:
     return " / ".join("-" if v != v else fmt.format(v) for v in values)  # v != v: NaN, nothing counted yet
 
 
-def matrix_table(matrix: ConformanceMatrix) -> Table:
+def matrix_table(matrix: ConformanceTable) -> Table:
     """One row per stack, one column per check: the verdict and what happened."""
     import pandas as pd
 

@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ...cluster.deployment import Deployment
+from ...cluster.events import Event
 from ...errors import ConfigError, DeploymentStoppedError
 from ...evidence import clients
 from ...evidence.traffic import BurstResult, run_sync
 from ...progress import LaunchProgress
 from ...verdicts import Verdict
 from ..burst import launched, serving, workers_of
-from ..result import Burst, Event, ScenarioResult
+from ..result import Burst, ScenarioResult
 from .cluster_figures import (
     RATE,
     EtcdRestartParams,

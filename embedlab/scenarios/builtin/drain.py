@@ -15,7 +15,7 @@ from ...evidence.target import Target
 from ...evidence.traffic import default_inputs, run_sync
 from ..burst import BurstSpec, judge, launched, run_burst, serving, workers_of
 from ..params import knob
-from ..result import DataFigures, Event, ScenarioResult
+from ..result import DataFigures, ScenarioResult
 
 if TYPE_CHECKING:
     from ..plan import ScenarioPlan
@@ -92,7 +92,7 @@ def drain(
             deployment.steering.resume(victim)
     verdict, reasons = judge([burst], exact_total=True)
     origin = burst.traffic.origin
-    events = [Event(e.at - origin, e.kind, e.detail) for e in deployment.events[since:]]
+    events = [e.after(origin) for e in deployment.events[since:]]
     return ScenarioResult(
         scenario="drain",
         stack=deployment.spec.stack,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ...cluster.deployment import Deployment
+from ...cluster.events import Event
 from ...cluster.stack_registry import get_stack
 from ...errors import ConfigError, CounterResetError
 from ...evidence import clients
@@ -33,7 +34,7 @@ from ..burst import (
     workers_of,
 )
 from ..params import knob
-from ..result import Burst, DataFigures, Event, ScenarioResult, worker_label
+from ..result import Burst, DataFigures, ScenarioResult, worker_label
 
 if TYPE_CHECKING:
     from ..plan import ScenarioPlan

@@ -17,12 +17,12 @@ from typing import Any
 import httpx
 
 from ...cluster.deployment import Deployment
+from ...cluster.events import Event
 from ...errors import MetricsError
 from ...evidence import clients
 from ...evidence.metrics import ascrape
 from ...evidence.target import Target
 from ...evidence.traffic import BurstResult, asend_burst, default_inputs
-from ..result import Event
 from .cluster_figures import RATE, CounterSample
 
 __all__ = [
@@ -124,4 +124,4 @@ def served_between(traffic: BurstResult, start: float, end: float) -> int:
 
 
 def events_since(deployment: Deployment, origin: float, since: int) -> list[Event]:
-    return [Event(e.at - origin, e.kind, e.detail) for e in deployment.events[since:]]
+    return [e.after(origin) for e in deployment.events[since:]]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -336,7 +335,3 @@ async def serve_frontend(config: FrontendConfig, stop: asyncio.Event) -> int:
     finally:
         await frontend.close()
     return 0
-
-
-def token_from_env() -> str | None:
-    return os.environ.get(TOKEN_ENV) or None

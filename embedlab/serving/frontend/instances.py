@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ...defaults import LEASE_TTL_S
 from ...errors import ConfigError
+from ..registration import validate_endpoint
 
 
 class RegistrationConflict(Exception):
@@ -28,13 +29,6 @@ class RegistrationConflict(Exception):
 
 def endpoint_slashed(endpoint: str) -> str:
     return endpoint.replace(".", "/")
-
-
-def validate_endpoint(endpoint: str) -> str:
-    parts = endpoint.split(".")
-    if len(parts) != 3 or not all(parts):
-        raise ConfigError(f"endpoint must be 'namespace.component.endpoint', got {endpoint!r}")
-    return endpoint
 
 
 @dataclass(slots=True, eq=False)

@@ -10,7 +10,7 @@ from typing import Any
 from ...defaults import MAX_BODY_BYTES
 from ...engines import EngineOptions
 from ...errors import ConfigError
-from ..frontend.instances import validate_endpoint
+from ..registration import validate_endpoint
 
 # GET /get_load, as each router reads it (power-of-two): the two want incompatible shapes on
 # one path, so the stack that launches the worker says which.

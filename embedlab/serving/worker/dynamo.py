@@ -33,8 +33,8 @@ from ...defaults import (
 )
 from ...engines import EngineOptions, InvalidInput, check_dimensions, create_engine
 from ...errors import EngineError
-from ..frontend.instances import validate_endpoint
 from ..openai import ApiError, parse_inputs
+from ..registration import validate_endpoint
 
 log = logging.getLogger("embedlab.dynamo_worker")
 

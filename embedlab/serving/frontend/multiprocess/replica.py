@@ -19,7 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ...http import configure_logging, die_with_parent, run_service
-from ..app import Frontend, FrontendConfig, token_from_env
+from ...registration import token_from_env
+from ..app import Frontend, FrontendConfig
 from ..instances import instance_from
 from ..metrics import export
 from ..shared_routing import SharedRouting

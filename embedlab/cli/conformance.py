@@ -1,0 +1,75 @@
+"""`embedlab conformance`: the battery of checks against every stack, each cell a notebook run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .. import defaults
+from ..defaults import EXIT_FAILED
+from .serve import positive_float
+
+__all__ = ["add_conformance"]
+
+
+def add_conformance(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from ..cluster.stack_registry import battery_stacks
+    from ..scenarios.battery import BATTERY
+
+    p = sub.add_parser(
+        "conformance",
+        help="run the battery of checks against every stack; write a stack x check matrix",
+        description="Each check is a registered scenario, run against each stack with its own defaults. Writes "
+        "OUT/<run-id>/conformance.html, conformance.json and junit.xml. Exits 0 when every cell ran to a "
+        "verdict (a failed check is a finding about a router, not a broken run), 1 when a cell broke.",
+    )
+    p.add_argument("--stacks", default=",".join(battery_stacks()), help="comma-separated stacks")
+    p.add_argument(
+        "--checks", default=",".join(BATTERY), help="comma-separated checks (registered scenarios)"
+    )
+    p.add_argument("--out", type=Path, default=Path("outputs"), help="runs go to OUT/<run-id>/")
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=defaults.CELL_TIMEOUT_S,
+        help="seconds any one notebook cell may take",
+    )
+    p.add_argument(
+        "--markdown",
+        type=Path,
+        default=None,
+        help="also write the matrix as Markdown here (docs/conformance.md)",
+    )
+    p.set_defaults(run=_run_conformance)
+
+
+def _run_conformance(args: argparse.Namespace) -> int:
+    from ..reports.conformance import conformance
+
+    split = lambda text: [part.strip() for part in text.split(",") if part.strip()]  # noqa: E731
+    run = conformance(
+        stacks=split(args.stacks),
+        checks=split(args.checks),
+        out=args.out,
+        timeout=args.timeout,
+        progress=lambda line: print(line, flush=True),
+    )
+    counts = ", ".join(
+        f"{sum(c.verdict == v for c in run.matrix.cells)} {v}"
+        for v in sorted({c.verdict for c in run.matrix.cells})
+    )
+    print(f"{len(run.matrix.cells)} cells: {counts}")
+    if args.markdown:
+        from ..jsonio import load_json
+        from ..reports.index import write_conformance_markdown
+
+        command = (
+            "embedlab conformance " + " ".join(sys.argv[2:])
+            if sys.argv[1:2] == ["conformance"]
+            else "embedlab conformance"
+        )
+        # The sections other generators appended to the page (the 16-replica split) are kept.
+        write_conformance_markdown(args.markdown, load_json(run.json), command=command)
+    print(run.html)
+    return 0 if run.complete else EXIT_FAILED
