@@ -82,6 +82,7 @@ _EXPORTS: dict[str, str] = {
     "ProcessSpec": "cluster.stack",
     "StackContext": "cluster.stack",
     "register_stack": "cluster.stack_registry",
+    "stack_class": "cluster.stack_registry",
     "register_engine": "engines",
     "Split": "evidence.split",
     "BurstResult": "evidence.traffic",
@@ -134,7 +135,7 @@ if TYPE_CHECKING:
         ProcessSpec as ProcessSpec,
         StackContext as StackContext,
     )
-    from .cluster.stack_registry import register_stack as register_stack
+    from .cluster.stack_registry import register_stack as register_stack, stack_class as stack_class
     from .engines import register_engine as register_engine
     from .errors import (
         CheckFailedError as CheckFailedError,

@@ -1,4 +1,7 @@
-"""`embedlab ...`: parse, call one library function, map errors to exit codes.
+"""`embedlab ...`: the one parser, built from each command family's module; errors mapped to exit codes.
+
+The serving commands (`cli/serve.py`) are parsed alone when one of them runs, so that a
+worker process never imports the harness.
 
 Exit codes: 0 success or passed, 1 a check failed, 2 could not run (bad arguments,
 a start failure, an unreachable URL), 130 interrupted (143 by SIGTERM, where a run catches it).

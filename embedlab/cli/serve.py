@@ -1,6 +1,7 @@
 """The serving subcommands: `embedlab frontend`, `worker`, `dynamo-worker`, `make-tiny-model`.
 
-Kept apart from the harness's commands (`cli.py`), which add them to the one parser.
+Kept apart from the harness's commands: `entry.py` adds them to the one parser, and parses
+them alone when one of them runs.
 """
 
 from __future__ import annotations

@@ -1,1 +1,18 @@
-"""embedlab.cluster."""
+"""A deployment: its processes, where they run, what can happen to them; the stack contract.
+
+    spec        DeploymentSpec, WorkerSpec: what to launch, frozen and checked
+    deployment  Deployment: a stack's processes from a spec; lifecycle and addresses
+    launcher    starting and relaunching processes, waiting until each is ready
+    outages     a cluster's faults: kill, partition, heal, kill_host, restart_etcd
+    steering    drain, resume, live weights, each the stack's own way
+    supervisor  the restart policy       events     Event, EventLog; LaunchReport
+    placement   each process's run folder, GPU and vLLM settings, decided before it starts
+    stack       the stack contract: BaseStack, ProcessSpec, StackContext
+    stack_check what a stack class must be to join; stack_registry: STACKS by name
+    process, watchdog, hosts, ports, etcd: managed processes in their own groups, the
+                harness's own death, network namespaces, port reservations, etcd
+
+May import `evidence` (metrics, targets, clients), `progress` and the base modules.
+Never a concrete stack: the registry names them by "module:Class" strings, imported on
+first use. Nothing is imported here.
+"""

@@ -10,7 +10,8 @@ watches it (`embedlab.progress`); a stopped deployment raises `DeploymentStopped
 deployment over several hosts (`DeploymentSpec.hosts`) creates their network namespaces
 first and deletes them last. This module keeps a deployment's lifecycle and its addresses;
 the faults are `outages.py`'s, drains and live weights `steering.py`'s, the restart
-policy `supervisor.py`'s, and what each stack can do its own (`embedlab.stacks`).
+policy `supervisor.py`'s, and what each stack can do its own (`embedlab.stacks`, named in
+`stack_registry.py`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ then the frontend and the workers side by side (a worker registers as soon as th
 answers, so start-up costs one interpreter start, not two in a row); then each worker until
 its /health answers, the frontend lists its model and dispatches to its endpoint. A worker
 that must start again (a fault, the restart policy) comes back through `respawn_worker`,
-the one relaunch. `launching.py` decides what each process gets (its folder, GPU, vLLM
+the one relaunch. `placement.py` decides what each process gets (its folder, GPU, vLLM
 settings); this module runs them, on the deployment's own process lists.
 """
 

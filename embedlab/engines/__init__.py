@@ -4,6 +4,13 @@ The lazy import keeps a hash worker free of torch, and a transformers worker fre
 The registry is `plugins.Registry`, like stacks and scenarios: installed packages add
 engines through the `embedlab.engines` entry-point group, a module named in
 `EMBEDLAB_PLUGINS` through `register_engine` when the worker's command line imports it.
+
+    base        Engine, EngineOptions, Embeddings: what an engine is
+    hash, transformers (+ transformers_tuning, batching, cuda_graphs), vllm (+ vllm_config,
+                vllm_state): the engines; models, tiny, tiny_tokenizers: local models
+    preprocess  what a worker's ingest processes need of its engine: the id rules, the tokenizer
+
+Imports only the base modules: engines run in worker processes.
 """
 
 from __future__ import annotations

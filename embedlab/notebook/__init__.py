@@ -1,1 +1,8 @@
-"""embedlab.notebook."""
+"""What a notebook shows and keeps: live deployments, tables and figures.
+
+    live    one live deployment per notebook (`start_deployment`, `stop_deployment`)
+    views/  table(...), plot(...), verdict(...): for notebooks, the CLI and the reports
+
+May import the scenarios and everything below them; `reports` and `notebook` do not
+import each other. Nothing is imported here.
+"""

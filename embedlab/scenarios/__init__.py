@@ -1,12 +1,16 @@
-"""The scenario layer: a registry of scenarios, the plans that run them, and their results.
+"""The scenarios: what is run against a deployment, and how it is judged.
 
-- `registry`: scenarios by name, the only dispatch by name; built-ins load on first use.
-- `plans`: `ScenarioPlan` (plain values, checked when made) and `run_scenario`.
-- `results`: the one result model, plain typed data.
-- `bursts`: one burst between two counter snapshots, judged; what every scenario is made of.
-- `dispatch` (same-model, multi-model), `resilience` (failover), `drain`, `explore` (live
-  bursts, weight sweeps): one module per family.
-- `live`: one live deployment per notebook (`start_deployment`), for cells that keep it.
+    registry  scenarios by name, the only dispatch by name; built-ins load on first use
+    params    knobs: a scenario's typed, documented parameters
+    plan      ScenarioPlan (plain values, checked when made) and run_scenario
+    result    ScenarioResult, Burst, Figures: the one result model, plain typed data
+    burst     one burst between two counter snapshots, judged: what every scenario is made of
+    battery   the conformance battery: every check against every stack (ConformanceTable)
+    explore   live bursts and weight sweeps on a deployment a notebook keeps
+    builtin/  the scenarios themselves, one module per family
 
-Nothing is imported here, so that reading the registry (for `--help`) stays cheap.
+Inside, top to bottom: explore; builtin | battery; plan; burst | registry; result | params.
+May import the cluster, the evidence, the engines and the base modules; never a concrete
+stack (a stack's capabilities are read from the registry). Nothing is imported here, so
+that reading the registry (for `--help`) stays cheap.
 """

@@ -372,7 +372,7 @@ def test_explore_notebook_in_jupyterlab(lab: LabServer, page: Any, tmp_path: Pat
     tb = add_cell_below(page, plan, "%tb verbose")
     run(page, tb)
     full = error_text(tb)
-    assert "Traceback" in full and "plans.py" in full and "unknown engine 'nonsense'" in full, full
+    assert "Traceback" in full and "plan.py" in full and "unknown engine 'nonsense'" in full, full
     shot(page, tmp_path, tb, "jupyterlab-6-tb-verbose.png")
 
     lab.remember()

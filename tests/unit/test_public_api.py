@@ -36,3 +36,29 @@ def test_importing_the_package_loads_no_submodule() -> None:
     code = "import sys, embedlab; print(sorted(m for m in sys.modules if m.startswith('embedlab.')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_a_renamed_name_still_resolves_with_a_deprecation_warning() -> None:
+    import warnings
+
+    from embedlab.scenarios.battery import ConformanceTable
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = embedlab.ConformanceMatrix
+    assert old is ConformanceTable
+    assert [w.category for w in caught] == [DeprecationWarning]
+    assert "embedlab.ConformanceTable" in str(caught[0].message)
+
+
+def test_the_registrys_names_once_in_embedlab_stacks_still_resolve_with_a_warning() -> None:
+    import warnings
+
+    import embedlab.stacks
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        base, stack_class = embedlab.stacks.BaseStack, embedlab.stacks.stack_class
+    assert base is embedlab.BaseStack and stack_class is embedlab.stack_class
+    assert [w.category for w in caught] == [DeprecationWarning, DeprecationWarning]
+    assert "use embedlab.BaseStack" in str(caught[0].message)

@@ -87,7 +87,7 @@ class Frontend:
         self.registry = RegistryService(
             self.instances, token=config.token, allow_remote_workers=config.allow_remote_workers
         )
-        # Set by routing_procs.py where several processes route; None where one routes alone.
+        # Set by multiprocess/owner.py where several processes route; None where one routes alone.
         self.forward: Callable[[str, str, bytes, str], Awaitable[tuple[int, bytes]]] | None = None
         self.changed: Callable[[str], Awaitable[None]] | None = None  # the owner publishes the table
         self.changed_soon: Callable[[], None] | None = None
