@@ -51,6 +51,7 @@ def test_a_renamed_name_still_resolves_with_a_deprecation_warning() -> None:
     assert "embedlab.ConformanceTable" in str(caught[0].message)
 
 
+# move.py: keep (the old names, on purpose)
 def test_the_registrys_names_once_in_embedlab_stacks_still_resolve_with_a_warning() -> None:
     import warnings
 
@@ -62,3 +63,4 @@ def test_the_registrys_names_once_in_embedlab_stacks_still_resolve_with_a_warnin
     assert base is embedlab.BaseStack and stack_class is embedlab.stack_class
     assert [w.category for w in caught] == [DeprecationWarning, DeprecationWarning]
     assert "use embedlab.BaseStack" in str(caught[0].message)
+    # /move.py
