@@ -122,9 +122,15 @@ def assert_all_gone(
     pids: Iterable[int], groups: Iterable[int], what: str = "after teardown", *, timeout: float = 15.0
 ) -> None:
     """Every pid dead (as `alive` says) and every process group empty, within `timeout`."""
+    deadline = time.monotonic() + timeout
     survivors = wait_gone(list(pids), timeout=timeout)
     assert survivors == [], f"{what}: processes survived: {survivors}"
-    left = {g: members for g in groups if (members := group_members(g))}
+    groups = list(groups)
+    # A member not among `pids` (a grandchild) may still be exiting: wait for it as for them.
+    while (left := {g: members for g in groups if (members := group_members(g))}) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
     assert not left, f"{what}: a process group survived: {left}"
 
 
