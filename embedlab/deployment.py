@@ -178,12 +178,14 @@ class Deployment:
     def _context(self) -> StackContext:
         if self.state is DeploymentState.STOPPED:
             raise DeploymentStoppedError()
-        if self.state is DeploymentState.RUNNING and self.frontend is not None and not self.frontend.alive():
-            f = self.frontend
-            why = f"its frontend (pid {f.pid}) exited with code {f.returncode}"
-            raise DeploymentStoppedError(
-                why, log_path=f.log_path, tail=f.log_tail(10), returncode=f.returncode
-            )
+        f = self.frontend
+        if self.state is DeploymentState.RUNNING and f is not None and (f.killed or not f.alive()):
+            # A frontend this deployment SIGKILLed (`kill_host(0)`) has stopped from that moment,
+            # though the kernel reports the exit only once its last thread is gone: wait for that
+            # (bounded: SIGKILL cannot be refused), so the error carries the code.
+            code = f.wait_exit(STOP_TIMEOUT_S) if f.killed else f.returncode
+            why = f"its frontend (pid {f.pid}) exited with code {code}"
+            raise DeploymentStoppedError(why, log_path=f.log_path, tail=f.log_tail(10), returncode=code)
         if self._ctx is None:
             raise ConfigError(
                 f"the deployment is {self.state.value}; start it first (use it as a context manager)"
