@@ -22,7 +22,7 @@ from ..etcd import discovered
 from ..metrics import MetricQuery
 from ..progress import LaunchProgress
 from ..specs import DeploymentSpec, WorkerSpec
-from ..stacks import STACKS, get_stack
+from ..stacks import STACKS, WORKER_SERVERS, counter_notes, get_stack
 from ..targets import Target, attach
 from ..verdicts import Verdict
 from .params import describe_params, knobs
@@ -31,6 +31,8 @@ from .results import ScenarioResult, given_up
 
 __all__ = ["ScenarioPlan", "check_knob_names", "run_scenario"]
 
+# The model a worker server of its own serves under a name that is no known model's.
+FOREIGN_DEFAULT_MODEL = "tiny-bert"
 # What a plan field left unset (None) becomes when its scenario sets no value for it.
 FALLBACKS: dict[str, Any] = {"workers": 2, "lease_ttl": LEASE_TTL_S, "restart": "never"}
 
@@ -57,7 +59,10 @@ class ScenarioPlan:
 
     scenario: str
     stack: str = "embedded"
-    engine: str = "hash"
+    engine: str = "hash"  # embedlab's worker's engine (a worker server of its own has none)
+    worker_server: str = (
+        "embedlab"  # what each worker runs: embedlab, vllm-serve, infinity (`WORKER_SERVERS`)
+    )
     models: tuple[str, ...] = ()
     model_paths: tuple[str, ...] = ()
     workers: int | None = None  # replicas of each model; None: 2 of one model, 1 of each of several
@@ -98,6 +103,7 @@ class ScenarioPlan:
             raise ConfigError(f"unknown stack {self.stack!r}; choose from {', '.join(STACKS.names())}")
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; choose from {', '.join(ENGINES)}")
+        WORKER_SERVERS.get(self.worker_server)  # an unknown one fails here, naming the known ones
         workers = self.workers
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise ConfigError(f"workers must be a whole number of at least 1, got {workers!r}")
@@ -118,9 +124,7 @@ class ScenarioPlan:
             # stand-in model paths: tiny models are built when the plan launches, not here.
             models = plan.models or plan.default_models()
             paths = (
-                (None,) * len(models)
-                if plan.engine == "hash"
-                else (plan.model_paths or ("model-dir",)) * len(models)
+                (None,) * len(models) if plan.hashes else (plan.model_paths or ("model-dir",)) * len(models)
             )
             get_stack(plan.stack).check(plan._spec_of((models, paths[: len(models)]), workers=plan.workers))  # type: ignore[arg-type]
         if scenario.check is not None:
@@ -152,8 +156,8 @@ class ScenarioPlan:
 
     def _check_models(self) -> None:
         """Model names and paths that would fail only when the workers start."""
-        if self.engine == "hash":
-            return
+        if self.hashes or self.foreign:
+            return  # a server of its own serves a default model under any name
         models = self.models or self.default_models()
         if self.model_paths and len(self.model_paths) not in (1, len(models)):
             raise ConfigError(f"{len(models)} models but {len(self.model_paths)} model paths")
@@ -196,6 +200,16 @@ class ScenarioPlan:
     def attached(self) -> bool:
         return bool(self.frontend_url)
 
+    @property
+    def foreign(self) -> bool:
+        """The workers run a server of their own (vllm serve, Infinity), not embedlab's worker."""
+        return WORKER_SERVERS.get(self.worker_server)().foreign
+
+    @property
+    def hashes(self) -> bool:
+        """embedlab's hash workers: no model directory anywhere."""
+        return self.engine == "hash" and not self.foreign
+
     def resolved(self) -> ScenarioPlan:
         """This plan with the fields left unset filled: the scenario's values, then embedlab's."""
         defaults = self.definition.deployment
@@ -221,6 +235,8 @@ class ScenarioPlan:
         where = (
             f"attached to {plan.frontend_url}"
             if plan.attached
+            else f"on {plan.stack} with {WORKER_SERVERS.get(plan.worker_server)().display} workers"
+            if plan.foreign
             else f"on {plan.stack} with the {plan.engine} engine"
         )
         models, _ = plan.resolved_models()
@@ -229,18 +245,23 @@ class ScenarioPlan:
     def default_models(self) -> tuple[str, ...]:
         """The models a plan that names none serves: two for a per-model scenario, one otherwise."""
         per_model = self.definition.layout == "per-model"
-        if self.engine == "hash":
+        if self.hashes or self.foreign:
             return ("model-a", "model-b") if per_model else ("embed-model",)
         return ("tiny-bert", "tiny-qwen3") if per_model else ("tiny-bert",)
 
     def resolved_models(self) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
         """Model names and paths, with the defaults for this engine filled in."""
         models, paths = self.models or self.default_models(), self.model_paths
-        if self.engine == "hash":
+        if self.hashes:
             return models, (None,) * len(models)
         if paths and len(paths) not in (1, len(models)):
             raise ConfigError(f"{len(models)} models but {len(paths)} model paths")
-        if not paths:
+        if not paths and self.foreign:
+            # Any name: a known model's directory, else the tiny BERT, under that served name.
+            paths = tuple(
+                str(_model_path(m if m in model_names() else FOREIGN_DEFAULT_MODEL)) for m in models
+            )
+        elif not paths:
             paths = tuple(str(_model_path(m)) for m in models)
         else:  # a path may be a known model's name (engines.models): the workers get its directory
             paths = tuple(str(resolve_model_path(p)) for p in paths) * (len(models) if len(paths) == 1 else 1)
@@ -256,6 +277,7 @@ class ScenarioPlan:
         models, paths = resolved
         common = dict(
             engine=self.engine,
+            server=self.worker_server,
             pooling=self.pooling,
             max_model_len=self.max_model_len,
             extra_args=self.worker_args,
@@ -331,6 +353,8 @@ class ScenarioPlan:
             )
         # A scenario built on another (a custom one on same_model_load_balance) reports under its own name.
         result.scenario = plan.scenario
+        # A counter that counts inputs (or tokens) where the check counts requests: the verdict says so.
+        result.reasons += counter_notes(plan.metric)
         return result
 
     def _unsupported(self, exc: UnsupportedError) -> ScenarioResult:

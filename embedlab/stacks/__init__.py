@@ -14,11 +14,23 @@ from collections.abc import Callable
 
 from ..errors import ConfigError
 from ..plugins import Registry
+from ..specs import DeploymentSpec, WorkerSpec
 from .base import BaseStack, ProcessSpec, StackContext
 from .checking import check_stack_class
+from .worker_servers import (
+    WORKER_SERVERS,
+    WorkerServer,
+    check_servers,
+    counter_notes,
+    register_worker_server,
+    server_of,
+    server_venvs,
+    spec_metric,
+)
 
 __all__ = [
     "STACKS",
+    "WORKER_SERVERS",
     "BaseStack",
     "ProcessSpec",
     "Stack",
@@ -29,6 +41,14 @@ __all__ = [
     "router_venvs",
     "stack_class",
     "stacks_with",
+    "WorkerServer",
+    "check_servers",
+    "counter_notes",
+    "names_worker",
+    "register_worker_server",
+    "runs_vllm",
+    "server_of",
+    "spec_metric",
 ]
 
 Stack = BaseStack  # the type of a stack object
@@ -77,9 +97,20 @@ def battery_stacks() -> list[str]:
     return stacks_with(lambda s: s.in_battery)
 
 
+def names_worker(spec: DeploymentSpec) -> bool:
+    """Every worker's server sends `x-embedlab-worker` (a stack that passes it on names them)."""
+    return all(server_of(w).names_worker for w in spec.workers)
+
+
+def runs_vllm(worker: WorkerSpec) -> bool:
+    """vLLM runs in the worker: embedlab's vllm engine, or a server that is vLLM."""
+    return worker.runs_vllm or server_of(worker).runs_vllm
+
+
 def router_venvs() -> dict[str, tuple[str, ...]]:
-    """Each router venv `make routers` builds, with its pins: one per `venv` the stacks declare."""
-    venvs: dict[str, tuple[str, ...]] = {}
+    """Each venv `make routers` builds, with its pins: one per `venv` the stacks declare, and one
+    per worker server's own (Infinity's)."""
+    venvs: dict[str, tuple[str, ...]] = dict(server_venvs())
     for name in STACKS.names():
         cls = STACKS.get(name)
         if cls.venv is None:
