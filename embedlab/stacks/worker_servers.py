@@ -38,6 +38,7 @@ from ..defaults import (
     VLLM_CACHE_ENV,
     VLLM_SERVE_METRIC,
 )
+from ..engines.models import resolve_model_path
 from ..errors import ConfigError, UnsupportedError
 from ..metrics import MetricQuery
 from ..plugins import Registry
@@ -80,7 +81,8 @@ class Replica:
 
     @property
     def model_path(self) -> str:
-        return str(self.worker.model_path)
+        """The model's directory: its path, or a known model's by name (`all-MiniLM-L6-v2`)."""
+        return str(resolve_model_path(str(self.worker.model_path)))
 
 
 class WorkerServer:
