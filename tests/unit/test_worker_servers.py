@@ -285,3 +285,35 @@ def test_litellm_finds_each_servers_routes_under_its_prefix(tmp_path: Path) -> N
 
 def test_infinitys_venv_is_built_with_the_routers() -> None:
     assert router_venvs()["infinity"] == WORKER_SERVERS.get("infinity").pins
+
+
+def _run(rows: dict[str, str], started: str) -> dict[str, object]:
+    return {
+        "started_at": started,
+        "stacks": list(rows),
+        "checks": ["same-model"],
+        "versions": {r: "v" for r in rows},
+        "cells": [
+            {"stack": r, "check": "same-model", "verdict": v, "text": "split 20/20"} for r, v in rows.items()
+        ],
+    }
+
+
+def test_worker_server_rows_merge_into_their_own_section(tmp_path: Path) -> None:
+    from embedlab.conformance import write_servers_markdown
+    from embedlab.pages import APPENDIX_MARKER, write_conformance_markdown
+
+    page = tmp_path / "conformance.md"
+    page.write_text(f"# Router conformance\n\nOLD-MAIN-ROWS\n\n{APPENDIX_MARKER}\n\n## 16-replica split\n")
+    write_servers_markdown(page, _run({"haproxy+infinity": "passed"}, "t1"), command="embedlab conformance A")
+    write_servers_markdown(page, _run({"smg+vllm-serve": "reported"}, "t2"), command="embedlab conformance B")
+    text = page.read_text()
+    assert "| haproxy | infinity | v | **PASSED** split 20/20 |" in text
+    assert "| smg | vllm-serve | v | **REPORTED** split 20/20 |" in text
+    assert "`embedlab conformance A` on t1" in text and "`embedlab conformance B` on t2" in text
+    assert text.index("OLD-MAIN-ROWS") < text.index("haproxy | infinity") < text.index("16-replica split")
+    # A run of the main matrix rewrites its own rows and keeps the worker servers' section.
+    write_conformance_markdown(page, _run({"embedded": "passed"}, "t3"), command="embedlab conformance C")
+    text = page.read_text()
+    assert "OLD-MAIN-ROWS" not in text and "| embedded |" in text
+    assert "| haproxy | infinity |" in text and "16-replica split" in text
