@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from collections import Counter as Tally
 from pathlib import Path
 
@@ -270,7 +271,10 @@ def test_a_router_starts_vllm_serve_on_the_workers_system_port(tmp_path: Path) -
     assert stack.worker_urls(ctx)[1] == ctx.system_url(1)
     state = process.state_env(tmp_path / "worker-1-state", {})  # type: ignore[misc]
     assert state["TMPDIR"].startswith(str(tmp_path)) and state["VLLM_NO_USAGE_STATS"] == "1"
-    assert Path(process.env["VLLM_RPC_BASE_PATH"]).is_dir()
+    rpc = Path(process.env["VLLM_RPC_BASE_PATH"])
+    assert rpc.is_dir() and rpc in ctx.scratch_paths  # the run deletes it when it stops
+    for path in ctx.scratch_paths:
+        shutil.rmtree(path)  # a short one in the temp dir, where tmp_path is too deep for a socket
 
 
 def test_litellm_finds_each_servers_routes_under_its_prefix(tmp_path: Path) -> None:
