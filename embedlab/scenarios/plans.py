@@ -303,7 +303,9 @@ class ScenarioPlan:
             router_mode=self.router_mode,
             seed=self.seed,
             metric=self.metric,
-            startup_timeout=self.startup_timeout,
+            startup_timeout=self.startup_timeout
+            if self.startup_timeout != STARTUP_TIMEOUT_S
+            else max(STARTUP_TIMEOUT_S, WORKER_SERVERS.get(self.worker_server).startup_s),
             frontend_args=self.frontend_args,
             hosts=self.hosts,
             discovery=self.discovery,

