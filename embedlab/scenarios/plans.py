@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
 from ..cellguard import check_previous_cell
@@ -22,7 +21,7 @@ from ..etcd import discovered
 from ..metrics import MetricQuery
 from ..progress import LaunchProgress
 from ..specs import DeploymentSpec, WorkerSpec
-from ..stacks import STACKS, WORKER_SERVERS, counter_notes, get_stack
+from ..stacks import STACKS, counter_notes, get_stack, is_foreign, model_dir, startup_timeout, workers_text
 from ..targets import Target, attach
 from ..verdicts import Verdict
 from .params import describe_params, knobs
@@ -31,8 +30,6 @@ from .results import ScenarioResult, given_up
 
 __all__ = ["ScenarioPlan", "check_knob_names", "run_scenario"]
 
-# The model a worker server of its own serves under a name that is no known model's.
-FOREIGN_DEFAULT_MODEL = "tiny-bert"
 # What a plan field left unset (None) becomes when its scenario sets no value for it.
 FALLBACKS: dict[str, Any] = {"workers": 2, "lease_ttl": LEASE_TTL_S, "restart": "never"}
 
@@ -60,9 +57,7 @@ class ScenarioPlan:
     scenario: str
     stack: str = "embedded"
     engine: str = "hash"  # embedlab's worker's engine (a worker server of its own has none)
-    worker_server: str = (
-        "embedlab"  # what each worker runs: embedlab, vllm-serve, infinity (`WORKER_SERVERS`)
-    )
+    worker_server: str = "embedlab"  # what each worker runs: embedlab, vllm-serve, infinity, ...
     models: tuple[str, ...] = ()
     model_paths: tuple[str, ...] = ()
     workers: int | None = None  # replicas of each model; None: 2 of one model, 1 of each of several
@@ -103,7 +98,6 @@ class ScenarioPlan:
             raise ConfigError(f"unknown stack {self.stack!r}; choose from {', '.join(STACKS.names())}")
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; choose from {', '.join(ENGINES)}")
-        WORKER_SERVERS.get(self.worker_server)  # an unknown one fails here, naming the known ones
         workers = self.workers
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise ConfigError(f"workers must be a whole number of at least 1, got {workers!r}")
@@ -156,7 +150,7 @@ class ScenarioPlan:
 
     def _check_models(self) -> None:
         """Model names and paths that would fail only when the workers start."""
-        if self.hashes or self.foreign:
+        if self.hashes or is_foreign(self.worker_server):
             return  # a server of its own serves a default model under any name
         models = self.models or self.default_models()
         if self.model_paths and len(self.model_paths) not in (1, len(models)):
@@ -200,15 +194,8 @@ class ScenarioPlan:
     def attached(self) -> bool:
         return bool(self.frontend_url)
 
-    @property
-    def foreign(self) -> bool:
-        """The workers run a server of their own (vllm serve, Infinity), not embedlab's worker."""
-        return WORKER_SERVERS.get(self.worker_server)().foreign
-
-    @property
-    def hashes(self) -> bool:
-        """embedlab's hash workers: no model directory anywhere."""
-        return self.engine == "hash" and not self.foreign
+    # embedlab's hash workers: no model directory anywhere (an unknown worker server fails here).
+    hashes = property(lambda self: self.engine == "hash" and not is_foreign(self.worker_server))
 
     def resolved(self) -> ScenarioPlan:
         """This plan with the fields left unset filled: the scenario's values, then embedlab's."""
@@ -235,9 +222,7 @@ class ScenarioPlan:
         where = (
             f"attached to {plan.frontend_url}"
             if plan.attached
-            else f"on {plan.stack} with {WORKER_SERVERS.get(plan.worker_server)().display} workers"
-            if plan.foreign
-            else f"on {plan.stack} with the {plan.engine} engine"
+            else f"on {plan.stack} with {workers_text(plan.worker_server, plan.engine)}"
         )
         models, _ = plan.resolved_models()
         return f"{plan.scenario} {where}: {', '.join(models)}; {describe_params(plan.params)}. It proves: {plan.definition.help}"
@@ -245,7 +230,7 @@ class ScenarioPlan:
     def default_models(self) -> tuple[str, ...]:
         """The models a plan that names none serves: two for a per-model scenario, one otherwise."""
         per_model = self.definition.layout == "per-model"
-        if self.hashes or self.foreign:
+        if self.hashes or is_foreign(self.worker_server):
             return ("model-a", "model-b") if per_model else ("embed-model",)
         return ("tiny-bert", "tiny-qwen3") if per_model else ("tiny-bert",)
 
@@ -256,13 +241,8 @@ class ScenarioPlan:
             return models, (None,) * len(models)
         if paths and len(paths) not in (1, len(models)):
             raise ConfigError(f"{len(models)} models but {len(paths)} model paths")
-        if not paths and self.foreign:
-            # Any name: a known model's directory, else the tiny BERT, under that served name.
-            paths = tuple(
-                str(_model_path(m if m in model_names() else FOREIGN_DEFAULT_MODEL)) for m in models
-            )
-        elif not paths:
-            paths = tuple(str(_model_path(m)) for m in models)
+        if not paths:
+            paths = tuple(str(model_dir(m, self.worker_server)) for m in models)
         else:  # a path may be a known model's name (engines.models): the workers get its directory
             paths = tuple(str(resolve_model_path(p)) for p in paths) * (len(models) if len(paths) == 1 else 1)
         return models, paths
@@ -303,9 +283,7 @@ class ScenarioPlan:
             router_mode=self.router_mode,
             seed=self.seed,
             metric=self.metric,
-            startup_timeout=self.startup_timeout
-            if self.startup_timeout != STARTUP_TIMEOUT_S
-            else max(STARTUP_TIMEOUT_S, WORKER_SERVERS.get(self.worker_server).startup_s),
+            startup_timeout=startup_timeout(self.startup_timeout, self.worker_server),
             frontend_args=self.frontend_args,
             hosts=self.hosts,
             discovery=self.discovery,
@@ -355,8 +333,7 @@ class ScenarioPlan:
             )
         # A scenario built on another (a custom one on same_model_load_balance) reports under its own name.
         result.scenario = plan.scenario
-        # A counter that counts inputs (or tokens) where the check counts requests: the verdict says so.
-        result.reasons += counter_notes(plan.metric)
+        result.reasons += counter_notes(plan.metric)  # a counter of inputs, not requests, is named
         return result
 
     def _unsupported(self, exc: UnsupportedError) -> ScenarioResult:
@@ -372,14 +349,6 @@ def check_knob_names(scenario: Scenario) -> None:
         raise ConfigError(
             f"scenario {scenario.name!r}: its knobs {clash} are plan fields too (the deployment's); rename them"
         )
-
-
-def _model_path(model: str) -> Path:
-    if model not in model_names():
-        raise ConfigError(
-            f"model '{model}' needs a --model-path (models known by name: {', '.join(model_names())})"
-        )
-    return resolve_model_path(model)
 
 
 def run_scenario(

@@ -22,10 +22,14 @@ from .worker_servers import (
     WorkerServer,
     check_servers,
     counter_notes,
+    is_foreign,
+    model_dir,
     register_worker_server,
     server_of,
     server_venvs,
     spec_metric,
+    startup_timeout,
+    workers_text,
 )
 
 __all__ = [
@@ -44,11 +48,15 @@ __all__ = [
     "WorkerServer",
     "check_servers",
     "counter_notes",
+    "is_foreign",
     "names_worker",
     "register_worker_server",
     "runs_vllm",
+    "model_dir",
     "server_of",
     "spec_metric",
+    "startup_timeout",
+    "workers_text",
 ]
 
 Stack = BaseStack  # the type of a stack object
@@ -110,7 +118,7 @@ def runs_vllm(worker: WorkerSpec) -> bool:
 def router_venvs() -> dict[str, tuple[str, ...]]:
     """Each venv `make routers` builds, with its pins: one per `venv` the stacks declare, and one
     per worker server's own (Infinity's)."""
-    venvs: dict[str, tuple[str, ...]] = dict(server_venvs())
+    venvs: dict[str, tuple[str, ...]] = {}
     for name in STACKS.names():
         cls = STACKS.get(name)
         if cls.venv is None:
@@ -118,5 +126,10 @@ def router_venvs() -> dict[str, tuple[str, ...]]:
         if venvs.setdefault(cls.venv, cls.pins) != cls.pins:
             raise ConfigError(
                 f"stack {name!r} pins venv {cls.venv!r} to {list(cls.pins)}, another stack to {list(venvs[cls.venv])}"
+            )
+    for venv, pins in server_venvs().items():
+        if venvs.setdefault(venv, pins) != pins:
+            raise ConfigError(
+                f"a worker server pins venv {venv!r} to {list(pins)}, a stack to {list(venvs[venv])}"
             )
     return venvs
