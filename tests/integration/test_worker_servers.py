@@ -85,7 +85,13 @@ def test_infinity_counts_each_request_once_whatever_its_inputs_or_status(infinit
 
 
 def test_multi_model_on_haproxy_over_infinity_passes(infinity: Deployment) -> None:
-    plan = ScenarioPlan(scenario="multi-model", stack="haproxy", worker_server="infinity")
+    plan = ScenarioPlan(
+        scenario="multi-model",
+        stack="haproxy",
+        worker_server="infinity",
+        models=("minilm-a", "minilm-b"),
+        model_paths=("all-MiniLM-L6-v2",),
+    )
     result = plan.run_on(infinity)
     assert result.verdict == Verdict.PASSED, result.summary()
     assert infinity.target().endpoints == ()  # Infinity sends no x-embedlab-worker: counters alone
@@ -125,7 +131,13 @@ def test_vllm_serve_serves_minilm_as_sentence_transformers_does(vllm_serve: Depl
 
 @pytest.mark.vllm
 def test_same_model_on_vllm_router_over_vllm_serve_passes(vllm_serve: Deployment) -> None:
-    plan = ScenarioPlan(scenario="same-model", stack="vllm-router", worker_server="vllm-serve")
+    plan = ScenarioPlan(
+        scenario="same-model",
+        stack="vllm-router",
+        worker_server="vllm-serve",
+        models=("minilm",),
+        router_mode="round_robin",
+    )
     result = plan.run_on(vllm_serve)
     assert result.verdict == Verdict.PASSED, result.summary()
     assert [b.check.total_delta for b in result.bursts if b.check] == [b.traffic.n for b in result.bursts]
@@ -135,7 +147,14 @@ def test_same_model_on_vllm_router_over_vllm_serve_passes(vllm_serve: Deployment
 def test_a_counter_of_inputs_is_named_in_the_verdict(vllm_serve: Deployment) -> None:
     # One input a request: vLLM's own counter agrees with the requests, and the verdict still
     # says what it counts.
-    plan = ScenarioPlan(scenario="same-model", stack="vllm-router", metric="vllm:request_success_total")
+    plan = ScenarioPlan(
+        scenario="same-model",
+        stack="vllm-router",
+        worker_server="vllm-serve",
+        models=("minilm",),
+        router_mode="round_robin",
+        metric="vllm:request_success_total",
+    )
     result = plan.run_on(replace(vllm_serve.target(), metric=MetricQuery.parse(plan.metric)))
     assert result.verdict == Verdict.PASSED, result.summary()
     assert "counts each input of a request" in result.summary()

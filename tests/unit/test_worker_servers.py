@@ -321,3 +321,16 @@ def test_worker_server_rows_merge_into_their_own_section(tmp_path: Path) -> None
     text = page.read_text()
     assert "OLD-MAIN-ROWS" not in text and "| embedded |" in text
     assert "| haproxy | infinity |" in text and "16-replica split" in text
+
+
+def test_a_plan_for_a_server_of_its_own_serves_any_name_and_waits_for_it() -> None:
+    from embedlab import ScenarioPlan
+
+    plan = ScenarioPlan(scenario="mixed", stack="smg", worker_server="vllm-serve", models="A,B", workers=2)
+    spec = plan.deployment_spec()
+    assert [w.model for w in spec.workers] == ["A", "A", "B", "B"]
+    assert {w.server for w in spec.workers} == {"vllm-serve"}
+    assert len({str(w.model_path) for w in spec.workers}) == 1  # the tiny BERT under both names
+    assert spec.startup_timeout == WORKER_SERVERS.get("vllm-serve").startup_s
+    assert "with vllm serve workers" in plan.describe()
+    assert ScenarioPlan(scenario="same-model", startup_timeout=30).deployment_spec().startup_timeout == 30
