@@ -276,6 +276,12 @@ def startup_timeout(given: float, server: str) -> float:
 def check_servers(stack: BaseStack, spec: DeploymentSpec) -> None:
     """UnsupportedError, when a run starts, for a worker server `stack` cannot run or that cannot
     be launched here: in a scenario, a verdict of its own with the reason."""
+    counters = {WORKER_SERVERS.get(w.server).metric for w in spec.workers}
+    if len(counters) > 1:
+        raise ConfigError(
+            f"the workers count in different counters ({', '.join(sorted(counters))}): a check reads one, "
+            "so one deployment runs one worker server"
+        )
     for name in dict.fromkeys(w.server for w in spec.workers):
         server = WORKER_SERVERS.get(name)()
         if name not in stack.worker_servers:

@@ -250,6 +250,9 @@ def test_stacks_that_cannot_run_a_server_say_why_when_the_run_starts() -> None:
     tei = DeploymentSpec(workers=(WorkerSpec(model="m", server="tei", model_path="/m"),), stack="litellm")
     with pytest.raises(UnsupportedError, match="no PyPI or Debian package ships"):
         check_servers(get_stack("litellm"), tei)
+    both = (WorkerSpec(model="m"), WorkerSpec(model="m", server="vllm-serve", model_path="/m"))
+    with pytest.raises(ConfigError, match="one deployment runs one worker server"):
+        check_servers(get_stack("haproxy"), DeploymentSpec(workers=both, stack="haproxy"))
     with pytest.raises(ConfigError, match="unknown worker server 'nope'"):
         WORKER_SERVERS.get("nope")
 
