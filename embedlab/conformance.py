@@ -208,8 +208,9 @@ def write_servers_markdown(path: Path, matrix: dict[str, Any], *, command: str) 
     for check in matrix["checks"]:
         if check not in checks:
             checks.append(check)
-    for label in ours:
+    for label in ours:  # this run's cells replace those it ran; the row's others stay
         rows[label] = {
+            **rows.get(label, {}),
             "version": matrix.get("versions", {}).get(label, ""),
             **{
                 check: f"**{c['verdict'].upper()}** {c['text']}".replace("|", "/").replace("\n", " ")

@@ -318,6 +318,12 @@ def test_worker_server_rows_merge_into_their_own_section(tmp_path: Path) -> None
     assert "| haproxy | infinity | v | **PASSED** split 20/20 |" in text
     assert "| smg | vllm-serve | v | **REPORTED** split 20/20 |" in text
     assert "`embedlab conformance A` on t1" in text and "`embedlab conformance B` on t2" in text
+    # A later run of another check fills that check's cells of the row and keeps the rest.
+    later = _run({"haproxy+infinity": "failed"}, "t4") | {"checks": ["mixed"]}
+    later["cells"] = [{"stack": "haproxy+infinity", "check": "mixed", "verdict": "failed", "text": "leak"}]
+    write_servers_markdown(page, later, command="embedlab conformance D")
+    assert "| haproxy | infinity | v | **PASSED** split 20/20 | **FAILED** leak |" in page.read_text()
+    text = page.read_text()
     assert text.index("OLD-MAIN-ROWS") < text.index("haproxy | infinity") < text.index("16-replica split")
     # A run of the main matrix rewrites its own rows and keeps the worker servers' section.
     write_conformance_markdown(page, _run({"embedded": "passed"}, "t3"), command="embedlab conformance C")
