@@ -185,10 +185,9 @@ serve the tiny BERT under each check's model names; the verdicts come from each 
 counter, the one that counts every request once (`http_requests_total{handler="/v1/embeddings"}`
 for both, every status summed; the README's "counters of the worker servers"). No foreign
 server names its worker on a response, so placement is proven by those counters alone. A
-reduced battery: same-model, multi-model and mixed, and for `vllm serve` same-model and
-multi-model alone ("not run": a vLLM server takes a minute to start on 2 idle cores, several
-on a busy one, and each cell starts its own; mixed starts four). Rows are merged run by
-run; the runs that wrote them:
+reduced battery, same-model, multi-model and mixed: a vLLM server takes a minute to start on
+2 idle cores (several on a busy one), each cell starts its own, and mixed starts four. Rows
+are merged cell by cell, run by run; the runs that wrote them:
 """
 
 
