@@ -80,6 +80,8 @@ _EXPORTS: dict[str, str] = {
     "ProcessSpec": "stacks",
     "StackContext": "stacks",
     "register_stack": "stacks",
+    "WorkerServer": "stacks",
+    "register_worker_server": "stacks",
     "register_engine": "engines",
     "BurstResult": "traffic",
     "RequestRecord": "traffic",
@@ -191,7 +193,9 @@ if TYPE_CHECKING:
         BaseStack as BaseStack,
         ProcessSpec as ProcessSpec,
         StackContext as StackContext,
+        WorkerServer as WorkerServer,
         register_stack as register_stack,
+        register_worker_server as register_worker_server,
     )
     from .targets import Target as Target, attach as attach
     from .traffic import (

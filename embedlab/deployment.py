@@ -37,7 +37,7 @@ from .ports import release_port, reserve_port
 from .process import ManagedProcess
 from .progress import LaunchObserver, LaunchReport
 from .specs import DeploymentSpec
-from .stacks import StackContext, get_stack
+from .stacks import StackContext, check_servers, get_stack, names_worker, spec_metric
 from .steering import Steering
 from .supervisor import Supervisor
 from .targets import Target
@@ -123,13 +123,13 @@ class Deployment:
         """What the checks read: the system URLs by worker index, and the spec's counter."""
         return Target(
             frontend_url=self.frontend_url,
-            system_urls=tuple(self.system_urls),
+            system_urls=tuple(map(self._context().metrics_url, range(len(self.spec.workers)))),
             models=tuple(self.models),
-            metric=MetricQuery.parse(self.spec.metric),
+            metric=MetricQuery.parse(spec_metric(self.spec.metric, self.spec.workers)),
             weights=tuple(w.weight for w in self.spec.workers),
             stack=self.spec.stack,
             endpoints=tuple(map(self.endpoint, range(len(self.system_urls))))
-            if self.stack.names_worker
+            if self.stack.names_worker and names_worker(self.spec)
             else (),
             router_counts=self.backend_counts if self.stack.counts_backends else None,
         )
@@ -233,6 +233,7 @@ class Deployment:
             system_ports=tuple(self._reserve() for _ in spec.workers),
             on_scratch=keep_scratch,
         )
+        check_servers(self.stack, spec)  # a worker server the stack cannot run: unsupported, with why
         self._launcher = Launcher(self, report=self._report, prepared=self.stack.prepare(self._ctx))
         self._launcher.start_all()
         self.startup_seconds["total"] = time.monotonic() - started

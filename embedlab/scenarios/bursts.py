@@ -92,7 +92,7 @@ def workers_of(deployment: Deployment | Target) -> list[WorkerInfo]:
 
 def _engine(spec: WorkerSpec) -> str:
     """What computes a worker's embeddings: its engine, or the worker kind that brings its own."""
-    return spec.engine if spec.kind == "embedlab" else spec.kind
+    return spec.engine if spec.server == "embedlab" else spec.server
 
 
 def served_models(frontend_url: str) -> list[str]:

@@ -14,11 +14,27 @@ from collections.abc import Callable
 
 from ..errors import ConfigError
 from ..plugins import Registry
+from ..specs import DeploymentSpec, WorkerSpec
 from .base import BaseStack, ProcessSpec, StackContext
 from .checking import check_stack_class
+from .worker_servers import (
+    WORKER_SERVERS,
+    WorkerServer,
+    check_servers,
+    counter_notes,
+    is_foreign,
+    model_dir,
+    register_worker_server,
+    server_of,
+    server_venvs,
+    spec_metric,
+    startup_timeout,
+    workers_text,
+)
 
 __all__ = [
     "STACKS",
+    "WORKER_SERVERS",
     "BaseStack",
     "ProcessSpec",
     "Stack",
@@ -29,6 +45,18 @@ __all__ = [
     "router_venvs",
     "stack_class",
     "stacks_with",
+    "WorkerServer",
+    "check_servers",
+    "counter_notes",
+    "is_foreign",
+    "names_worker",
+    "register_worker_server",
+    "runs_vllm",
+    "model_dir",
+    "server_of",
+    "spec_metric",
+    "startup_timeout",
+    "workers_text",
 ]
 
 Stack = BaseStack  # the type of a stack object
@@ -77,8 +105,19 @@ def battery_stacks() -> list[str]:
     return stacks_with(lambda s: s.in_battery)
 
 
+def names_worker(spec: DeploymentSpec) -> bool:
+    """Every worker's server sends `x-embedlab-worker` (a stack that passes it on names them)."""
+    return all(server_of(w).names_worker for w in spec.workers)
+
+
+def runs_vllm(worker: WorkerSpec) -> bool:
+    """vLLM runs in the worker: embedlab's vllm engine, or a server that is vLLM."""
+    return worker.runs_vllm or server_of(worker).runs_vllm
+
+
 def router_venvs() -> dict[str, tuple[str, ...]]:
-    """Each router venv `make routers` builds, with its pins: one per `venv` the stacks declare."""
+    """Each venv `make routers` builds, with its pins: one per `venv` the stacks declare, and one
+    per worker server's own (Infinity's)."""
     venvs: dict[str, tuple[str, ...]] = {}
     for name in STACKS.names():
         cls = STACKS.get(name)
@@ -87,5 +126,10 @@ def router_venvs() -> dict[str, tuple[str, ...]]:
         if venvs.setdefault(cls.venv, cls.pins) != cls.pins:
             raise ConfigError(
                 f"stack {name!r} pins venv {cls.venv!r} to {list(cls.pins)}, another stack to {list(venvs[cls.venv])}"
+            )
+    for venv, pins in server_venvs().items():
+        if venvs.setdefault(venv, pins) != pins:
+            raise ConfigError(
+                f"a worker server pins venv {venv!r} to {list(pins)}, a stack to {list(venvs[venv])}"
             )
     return venvs
