@@ -3,7 +3,7 @@
 Another client sends 0.5x, 1x or 4x the check's rate, steady, bursty (1 s at 3x, 2 s silent)
 or ramping (0 to 2x over the budget), through the same router; the check sends 40 req/s
 in 0.25 s windows (the defaults) and stops at its first decision or its 60 s budget. Each
-cell runs `--runs` simulated checks with the real decision code (embedlab.busy.engine).
+cell runs `--runs` simulated checks with the real decision code (embedlab.evidence.busy.engine).
 
     .venv/bin/python bench/busy_power.py [--runs 1000] [--quiet-sizes]
 
@@ -21,8 +21,8 @@ import time
 
 from scipy import stats
 
-from embedlab.busy.power import leak_power, required_requests
-from embedlab.busy.simulate import Background, Pool, simulate
+from embedlab.evidence.busy.power import leak_power, required_requests
+from embedlab.evidence.busy.simulate import Background, Pool, simulate
 from embedlab.verdicts import Verdict
 
 SHAPES = ("steady", "bursty", "ramp")

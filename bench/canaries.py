@@ -23,10 +23,10 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from embedlab import Deployment, DeploymentSpec, send_burst
-from embedlab.clients import client
 from embedlab.defaults import CANARY_METRIC, CANARY_WAIT_S, METRIC
+from embedlab.evidence.clients import client
+from embedlab.evidence.metrics import metrics_url
 from embedlab.jsonio import write_text_atomic
-from embedlab.metrics import metrics_url
 
 REPO = Path(__file__).resolve().parents[1]
 PREFIX = "dynamo_"

@@ -28,7 +28,7 @@ from loadgen import run_load
 from measure import hey_many, machine_jiffies
 
 from embedlab import Deployment
-from embedlab.process import ManagedProcess
+from embedlab.cluster.process import ManagedProcess
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -79,7 +79,10 @@ def _module_of(pid: int) -> str:
     return argv[argv.index(b"-m") + 1].decode() if b"-m" in argv[:-1] else ""
 
 
-HELPERS = {"embedlab.serve.ingest": "ingest", "embedlab.serve.routing_replica": "routing"}
+HELPERS = {
+    "embedlab.serving.worker.multiprocess.ingest": "ingest",
+    "embedlab.serving.frontend.multiprocess.replica": "routing",
+}
 
 
 def roles(dep: Deployment, extra: dict[str, ManagedProcess] | None = None) -> dict[str, list[int]]:

@@ -47,10 +47,10 @@ import numpy as np  # noqa: E402
 from gpu_served import ExtraFrontend, log, step, text_bodies, wait_listed  # noqa: E402
 
 from embedlab import Deployment, DeploymentSpec, WorkerSpec  # noqa: E402
+from embedlab.cluster.ports import reserve_port  # noqa: E402
 from embedlab.engines.tiny import build_tiny_model  # noqa: E402
 from embedlab.jsonio import write_text_atomic  # noqa: E402
-from embedlab.ports import reserve_port  # noqa: E402
-from embedlab.serve.openai import decode_embedding  # noqa: E402
+from embedlab.serving.openai import decode_embedding  # noqa: E402
 
 LENGTHS = (13, 128)
 BATCHES = (64, 256, 1024)
@@ -422,7 +422,7 @@ def parity(
     import torch
     from transformers import AutoModel
 
-    from embedlab.serve.openai import decode_embedding
+    from embedlab.serving.openai import decode_embedding
 
     rng = np.random.default_rng(7)
     # One length in and one past each graph width, a length at each width, and past the last.

@@ -30,7 +30,7 @@ from render_scale import (  # noqa: E402
 )
 
 from embedlab.jsonio import write_bytes_atomic, write_text_atomic  # noqa: E402
-from embedlab.pages import replace_appendix  # noqa: E402
+from embedlab.reports.index import replace_appendix  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"

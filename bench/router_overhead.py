@@ -52,11 +52,11 @@ from measure import (  # noqa: E402
 )
 
 from embedlab import Deployment, DeploymentSpec, ManagedProcess  # noqa: E402
-from embedlab.jsonio import write_text_atomic  # noqa: E402
 
 # Not the public API: the LiteLLM proxy runs beside the deployment, as a process this
 # benchmark starts itself, on ports reserved the way the harness reserves its own.
-from embedlab.ports import release_port, reserve_port  # noqa: E402
+from embedlab.cluster.ports import release_port, reserve_port  # noqa: E402
+from embedlab.jsonio import write_text_atomic  # noqa: E402
 
 MODEL = "bench-model"
 BODY = json.dumps({"model": MODEL, "input": "hello world"}).encode()

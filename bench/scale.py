@@ -53,10 +53,10 @@ from measure import (  # noqa: E402
 
 from embedlab import Deployment, DeploymentSpec  # noqa: E402
 from embedlab.jsonio import write_text_atomic  # noqa: E402
+from embedlab.serving.frontend.dispatch import make_policy  # noqa: E402
 
 # Not the public API: the frontend's own registry and policies, timed without HTTP around them.
-from embedlab.serve.instances import InstanceTable  # noqa: E402
-from embedlab.serve.router import make_policy  # noqa: E402
+from embedlab.serving.frontend.instances import InstanceTable  # noqa: E402
 
 MODEL = "scale-model"
 SETTINGS = ("workers=2", "workers=4", "workers=8", "workers=16", "models=16")

@@ -41,13 +41,13 @@ sys.path.insert(0, str(REPO / "bench"))
 from measure import machine_info, wait_for_quiet  # noqa: E402
 
 from embedlab import Deployment, ScenarioPlan  # noqa: E402
-from embedlab.checks import fairness_p_value  # noqa: E402
-from embedlab.clients import scrape_client  # noqa: E402
+from embedlab.cluster.hosts import can_make_namespaces  # noqa: E402
+from embedlab.cluster.stack_registry import stack_class  # noqa: E402
 from embedlab.errors import ConfigError, EmbedlabError  # noqa: E402
-from embedlab.hosts import can_make_namespaces  # noqa: E402
+from embedlab.evidence.clients import scrape_client  # noqa: E402
+from embedlab.evidence.counters import fairness_p_value  # noqa: E402
+from embedlab.evidence.metrics import ascrape_all  # noqa: E402
 from embedlab.jsonio import write_text_atomic  # noqa: E402
-from embedlab.metrics import ascrape_all  # noqa: E402
-from embedlab.stacks import stack_class  # noqa: E402
 
 # A pool label -> the plan fields that make it.
 POOLS: dict[str, dict[str, Any]] = {

@@ -82,9 +82,9 @@ def quiet_window_cost(label: str, runs: int) -> dict[str, Any]:
     """Median wall time of one same-model burst and its check, with and without quiet windows."""
     from embedlab import Deployment, DeploymentSpec
     from embedlab.defaults import QUIET_WINDOW_S
-    from embedlab.scenarios.bursts import BurstSpec, judge, run_burst
-    from embedlab.scenarios.dispatch import SameModelParams
-    from embedlab.traffic import default_inputs, run_sync
+    from embedlab.evidence.traffic import default_inputs, run_sync
+    from embedlab.scenarios.builtin.dispatch import SameModelParams
+    from embedlab.scenarios.burst import BurstSpec, judge, run_burst
 
     stack, discovery, hosts = STACKS[label]
     spec = DeploymentSpec.same_model("embed-model", workers=2, stack=stack, discovery=discovery, hosts=hosts)

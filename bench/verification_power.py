@@ -39,7 +39,7 @@ from embedlab import Deployment, DeploymentSpec, ScenarioPlan, ScenarioResult
 # Not in the public API: the named defaults themselves, which this benchmark reports on.
 from embedlab.defaults import FAIRNESS_ALPHA as DEFAULT_FAIRNESS_ALPHA
 from embedlab.jsonio import write_text_atomic
-from embedlab.scenarios.dispatch import SameModelParams
+from embedlab.scenarios.builtin.dispatch import SameModelParams
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))

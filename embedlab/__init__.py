@@ -19,12 +19,12 @@ __version__ = "0.1.0"
 # Public name -> the module that defines it. Imported on first use, so a server process
 # (`python -m embedlab worker`) never pays for the harness's imports.
 _EXPORTS: dict[str, str] = {
-    "CheckResult": "checks",
-    "DispatchCheck": "checks",
-    "fairness_p_value": "checks",
-    "Deployment": "deployment",
-    "Target": "targets",
-    "attach": "targets",
+    "CheckResult": "evidence.counters",
+    "DispatchCheck": "evidence.counters",
+    "fairness_p_value": "evidence.counters",
+    "Deployment": "cluster.deployment",
+    "Target": "evidence.target",
+    "attach": "evidence.target",
     "CheckFailedError": "errors",
     "ConfigError": "errors",
     "CounterResetError": "errors",
@@ -46,55 +46,55 @@ _EXPORTS: dict[str, str] = {
     "ServerStopError": "errors",
     "TrafficError": "errors",
     "UnsupportedError": "errors",
-    "MetricQuery": "metrics",
-    "Snapshot": "metrics",
-    "scrape": "metrics",
-    "ManagedProcess": "process",
+    "MetricQuery": "evidence.metrics",
+    "Snapshot": "evidence.metrics",
+    "scrape": "evidence.metrics",
+    "ManagedProcess": "cluster.process",
     "LaunchProgress": "progress",
-    "Matrix": "regression",
-    "RegressRun": "regression",
-    "load_matrix": "regression",
-    "regress": "regression",
+    "Matrix": "reports.regress",
+    "RegressRun": "reports.regress",
+    "load_matrix": "reports.regress",
+    "regress": "reports.regress",
     "Explorer": "scenarios.explore",
-    "ScenarioPlan": "scenarios.plans",
-    "ScenarioResult": "scenarios.results",
-    "Figures": "scenarios.results",
+    "ScenarioPlan": "scenarios.plan",
+    "ScenarioResult": "scenarios.result",
+    "Figures": "scenarios.result",
     "knob": "scenarios.params",
     "SweepResult": "scenarios.explore",
     "check_explore": "scenarios.explore",
-    "drain": "scenarios.drain",
-    "failover": "scenarios.resilience",
-    "multi_model_dispatch": "scenarios.dispatch",
-    "live_deployment": "scenarios.live",
+    "drain": "scenarios.builtin.drain",
+    "failover": "scenarios.builtin.resilience",
+    "multi_model_dispatch": "scenarios.builtin.dispatch",
+    "live_deployment": "notebook.live",
     "register_scenario": "scenarios.registry",
     "ConformanceMatrix": "scenarios.battery",
     "run_battery": "scenarios.battery",
-    "run_scenario": "scenarios.plans",
-    "same_model_load_balance": "scenarios.dispatch",
+    "run_scenario": "scenarios.plan",
+    "same_model_load_balance": "scenarios.builtin.dispatch",
     "scenario_names": "scenarios.registry",
-    "start_deployment": "scenarios.live",
-    "stop_deployment": "scenarios.live",
-    "DeploymentSpec": "specs",
-    "WorkerSpec": "specs",
-    "BaseStack": "stacks",
-    "ProcessSpec": "stacks",
-    "StackContext": "stacks",
-    "register_stack": "stacks",
-    "WorkerServer": "stacks",
-    "register_worker_server": "stacks",
+    "start_deployment": "notebook.live",
+    "stop_deployment": "notebook.live",
+    "DeploymentSpec": "cluster.spec",
+    "WorkerSpec": "cluster.spec",
+    "BaseStack": "cluster.stack_registry",
+    "ProcessSpec": "cluster.stack_registry",
+    "StackContext": "cluster.stack_registry",
+    "register_stack": "cluster.stack_registry",
+    "WorkerServer": "cluster.stack_registry",
+    "register_worker_server": "cluster.stack_registry",
     "register_engine": "engines",
-    "BurstResult": "traffic",
-    "RequestRecord": "traffic",
-    "asend_burst": "traffic",
-    "send_burst": "traffic",
+    "BurstResult": "evidence.traffic",
+    "RequestRecord": "evidence.traffic",
+    "asend_burst": "evidence.traffic",
+    "send_burst": "evidence.traffic",
     "Verdict": "verdicts",
-    "figures_table": "views",
-    "plot": "views",
-    "plot_latency": "views",
-    "register_figure": "views",
-    "similarity_table": "views",
-    "table": "views",
-    "verdict": "views",
+    "figures_table": "notebook.views",
+    "plot": "notebook.views",
+    "plot_latency": "notebook.views",
+    "register_figure": "notebook.views",
+    "similarity_table": "notebook.views",
+    "table": "notebook.views",
+    "verdict": "notebook.views",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -115,12 +115,17 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     # `X as X`: an explicit re-export, for type checkers (the names load lazily above).
-    from .checks import (
-        CheckResult as CheckResult,
-        DispatchCheck as DispatchCheck,
-        fairness_p_value as fairness_p_value,
+    from .cluster.deployment import Deployment as Deployment
+    from .cluster.process import ManagedProcess as ManagedProcess
+    from .cluster.spec import DeploymentSpec as DeploymentSpec, WorkerSpec as WorkerSpec
+    from .cluster.stack_registry import (
+        BaseStack as BaseStack,
+        ProcessSpec as ProcessSpec,
+        StackContext as StackContext,
+        WorkerServer as WorkerServer,
+        register_stack as register_stack,
+        register_worker_server as register_worker_server,
     )
-    from .deployment import Deployment as Deployment
     from .engines import register_engine as register_engine
     from .errors import (
         CheckFailedError as CheckFailedError,
@@ -145,67 +150,25 @@ if TYPE_CHECKING:
         TrafficError as TrafficError,
         UnsupportedError as UnsupportedError,
     )
-    from .metrics import (
-        MetricQuery as MetricQuery,
-        Snapshot as Snapshot,
-        scrape as scrape,
+    from .evidence.counters import (
+        CheckResult as CheckResult,
+        DispatchCheck as DispatchCheck,
+        fairness_p_value as fairness_p_value,
     )
-    from .process import ManagedProcess as ManagedProcess
-    from .progress import LaunchProgress as LaunchProgress
-    from .regression import (
-        Matrix as Matrix,
-        RegressRun as RegressRun,
-        load_matrix as load_matrix,
-        regress as regress,
-    )
-    from .scenarios.battery import ConformanceMatrix as ConformanceMatrix, run_battery as run_battery
-    from .scenarios.dispatch import (
-        multi_model_dispatch as multi_model_dispatch,
-        same_model_load_balance as same_model_load_balance,
-    )
-    from .scenarios.drain import drain as drain
-    from .scenarios.explore import (
-        Explorer as Explorer,
-        SweepResult as SweepResult,
-        check_explore as check_explore,
-    )
-    from .scenarios.live import (
-        live_deployment as live_deployment,
-        start_deployment as start_deployment,
-        stop_deployment as stop_deployment,
-    )
-    from .scenarios.params import knob as knob
-    from .scenarios.plans import (
-        ScenarioPlan as ScenarioPlan,
-        run_scenario as run_scenario,
-    )
-    from .scenarios.registry import (
-        register_scenario as register_scenario,
-        scenario_names as scenario_names,
-    )
-    from .scenarios.resilience import failover as failover
-    from .scenarios.results import Figures as Figures, ScenarioResult as ScenarioResult
-    from .specs import (
-        DeploymentSpec as DeploymentSpec,
-        WorkerSpec as WorkerSpec,
-    )
-    from .stacks import (
-        BaseStack as BaseStack,
-        ProcessSpec as ProcessSpec,
-        StackContext as StackContext,
-        WorkerServer as WorkerServer,
-        register_stack as register_stack,
-        register_worker_server as register_worker_server,
-    )
-    from .targets import Target as Target, attach as attach
-    from .traffic import (
+    from .evidence.metrics import MetricQuery as MetricQuery, Snapshot as Snapshot, scrape as scrape
+    from .evidence.target import Target as Target, attach as attach
+    from .evidence.traffic import (
         BurstResult as BurstResult,
         RequestRecord as RequestRecord,
         asend_burst as asend_burst,
         send_burst as send_burst,
     )
-    from .verdicts import Verdict as Verdict
-    from .views import (
+    from .notebook.live import (
+        live_deployment as live_deployment,
+        start_deployment as start_deployment,
+        stop_deployment as stop_deployment,
+    )
+    from .notebook.views import (
         figures_table as figures_table,
         plot as plot,
         plot_latency as plot_latency,
@@ -214,3 +177,30 @@ if TYPE_CHECKING:
         table as table,
         verdict as verdict,
     )
+    from .progress import LaunchProgress as LaunchProgress
+    from .reports.regress import (
+        Matrix as Matrix,
+        RegressRun as RegressRun,
+        load_matrix as load_matrix,
+        regress as regress,
+    )
+    from .scenarios.battery import ConformanceMatrix as ConformanceMatrix, run_battery as run_battery
+    from .scenarios.builtin.dispatch import (
+        multi_model_dispatch as multi_model_dispatch,
+        same_model_load_balance as same_model_load_balance,
+    )
+    from .scenarios.builtin.drain import drain as drain
+    from .scenarios.builtin.resilience import failover as failover
+    from .scenarios.explore import (
+        Explorer as Explorer,
+        SweepResult as SweepResult,
+        check_explore as check_explore,
+    )
+    from .scenarios.params import knob as knob
+    from .scenarios.plan import ScenarioPlan as ScenarioPlan, run_scenario as run_scenario
+    from .scenarios.registry import (
+        register_scenario as register_scenario,
+        scenario_names as scenario_names,
+    )
+    from .scenarios.result import Figures as Figures, ScenarioResult as ScenarioResult
+    from .verdicts import Verdict as Verdict

@@ -1,6 +1,6 @@
 import sys
 
-from .cli import main
+from .cli.entry import main
 
 # The guard matters: vLLM's CPU engine spawns processes that re-import the main module.
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 if TYPE_CHECKING:
-    from .process import ManagedProcess
+    from .cluster.process import ManagedProcess
 
 __all__ = ["Bar", "LaunchEvent", "LaunchObserver", "LaunchProgress", "LaunchReport", "in_notebook"]
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from embedlab.engines import EngineOptions
-from embedlab.serve.frontend import Frontend, FrontendConfig
-from embedlab.serve.worker import Worker, WorkerConfig
+from embedlab.serving.frontend.app import Frontend, FrontendConfig
+from embedlab.serving.worker.app import Worker, WorkerConfig
 
 REPO = Path(__file__).resolve().parents[1]
 

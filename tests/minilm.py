@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 
 from embedlab import Deployment
-from embedlab.serve.openai import decode_embedding
+from embedlab.serving.openai import decode_embedding
 
 SENTENCES = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
 # (0, 1), (0, 2), (1, 2) of model.similarity(embeddings, embeddings) in the docs.

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .base import Embeddings, EngineOptions, check_length
-from .ingest import IngestSpec
+from .preprocess import IngestSpec
 
 
 class HashEngine:

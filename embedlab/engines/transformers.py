@@ -34,8 +34,8 @@ from ..errors import EngineError
 from .base import POOLINGS, Embeddings, EngineOptions, model_dir
 from .batching import BatchShapes, Deferred, DynamicBatcher
 from .cuda_graphs import GraphSet, Slot, SlotVectors, graph_shapes
-from .ingest import IngestSpec, check_lengths, check_token_ids, token_ingest_spec
 from .models import resolve_model_path, serving_defaults
+from .preprocess import IngestSpec, check_lengths, check_token_ids, token_ingest_spec
 from .transformers_tuning import TransformersTuning, compile_repeated_blocks, pool
 
 if TYPE_CHECKING:

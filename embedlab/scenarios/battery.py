@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from ..cellguard import guarded
+from ..cluster.stack_registry import STACKS, battery_stacks, stack_class
 from ..errors import ConfigError
 from ..jsonio import write_json
 from ..plugins import child_env
-from ..stacks import STACKS, battery_stacks, stack_class
 from ..verdicts import Verdict
 from ..wording import counted
-from .plans import ScenarioPlan, run_scenario
+from .plan import ScenarioPlan, run_scenario
 from .registry import SCENARIOS
 
 __all__ = [

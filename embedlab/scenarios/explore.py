@@ -25,16 +25,16 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..cellguard import check_fresh, guarded, made
+from ..cluster.stack_registry import stack_class, stacks_with
 from ..defaults import FAIRNESS_ALPHA
 from ..errors import ConfigError
-from ..stacks import stack_class, stacks_with
 from ..verdicts import Verdict
-from .dispatch import same_model_load_balance
-from .results import DataFigures, ScenarioResult
+from .builtin.dispatch import same_model_load_balance
+from .result import DataFigures, ScenarioResult
 
 if TYPE_CHECKING:
-    from ..deployment import Deployment
-    from .plans import ScenarioPlan
+    from ..cluster.deployment import Deployment
+    from .plan import ScenarioPlan
 
 __all__ = [
     "Explorer",

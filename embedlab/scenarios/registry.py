@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..cluster.stack_registry import stack_class, stacks_with
 from ..errors import ConfigError
 from ..plugins import Registry, resolve
-from ..stacks import stack_class, stacks_with
 from .params import NoParams, check_params_class, params_of
 
 __all__ = ["LAYOUTS", "SCENARIOS", "Scenario", "get_scenario", "register_scenario", "scenario_names"]
@@ -139,7 +139,7 @@ def _needs_cluster(plan: Any) -> None:
 
 def _builtin(name: str, module: str, run: str, params: str, help: str, **options: Any) -> Scenario:
     return Scenario(
-        name=name, run=f"embedlab.scenarios.{module}:{run}", params=f"embedlab.scenarios.{module}:{params}",
+        name=name, run=f"embedlab.scenarios.builtin.{module}:{run}", params=f"embedlab.scenarios.builtin.{module}:{params}",
         help=help, **options,
     )  # fmt: skip
 

@@ -21,9 +21,9 @@ from typing import ClassVar
 
 import httpx
 
+from ..cluster.spec import DeploymentSpec
+from ..cluster.stack import StackContext
 from ..errors import ConfigError
-from ..specs import DeploymentSpec
-from .base import StackContext
 from .routers import RouterStack
 
 __all__ = ["BalancerStack", "Pool", "error_json", "models_json", "pools_of"]

@@ -16,6 +16,10 @@ import shlex
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ..cluster.etcd import etcd_argv
+from ..cluster.hosts import Host
+from ..cluster.spec import DeploymentSpec, WorkerSpec
+from ..cluster.stack import BaseStack, ProcessSpec, StackContext, system_port_env, worker_engine_args
 from ..defaults import (
     CANARY_INPUT,
     CANARY_WAIT_ENV,
@@ -28,11 +32,7 @@ from ..defaults import (
     SYSTEM_HOST_ENV,
 )
 from ..errors import ConfigError
-from ..etcd import etcd_argv
-from ..hosts import Host
-from ..specs import DeploymentSpec, WorkerSpec
-from ..splits import Split
-from .base import BaseStack, ProcessSpec, StackContext, system_port_env, worker_engine_args
+from ..evidence.split import Split
 
 # embedlab router mode -> Dynamo's. Across worker sets of one model Dynamo always picks
 # at random weighted by live instances; the mode chooses inside a set.

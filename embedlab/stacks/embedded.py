@@ -7,11 +7,11 @@ from typing import Any, ClassVar
 
 import httpx
 
+from ..cluster.spec import DeploymentSpec, WorkerSpec
+from ..cluster.stack import BaseStack, ProcessSpec, StackContext, embedlab_worker
 from ..defaults import NAMESPACE
 from ..errors import ConfigError
-from ..specs import DeploymentSpec, WorkerSpec
-from ..splits import Split
-from .base import BaseStack, ProcessSpec, StackContext, embedlab_worker
+from ..evidence.split import Split
 
 
 class EmbeddedStack(BaseStack):

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
+from ..cluster.stack import StackContext
 from ..defaults import INFINITY_METRIC, INFINITY_PLAIN_METRIC, TEI_METRIC, VLLM_CACHE_ENV, VLLM_SERVE_METRIC
-from .base import StackContext
 from .worker_servers import Replica, WorkerServer
 
 __all__ = ["Infinity", "Tei", "VllmServe"]

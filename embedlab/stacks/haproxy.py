@@ -40,12 +40,12 @@ from typing import Any, ClassVar
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..cluster.spec import DeploymentSpec
+from ..cluster.stack import ProcessSpec, StackContext
 from ..defaults import REQUEST_TIMEOUT_S
 from ..errors import ConfigError, ServerError
-from ..specs import DeploymentSpec
-from ..splits import Split
+from ..evidence.split import Split
 from .balancers import BalancerStack, error_json, models_json, pools_of
-from .base import ProcessSpec, StackContext
 
 __all__ = ["HAProxyStack"]
 

@@ -45,12 +45,12 @@ from typing import Any, ClassVar
 
 import httpx
 
+from ..cluster.spec import DeploymentSpec
+from ..cluster.stack import ProcessSpec, StackContext
 from ..defaults import MAX_BODY_BYTES, REQUEST_TIMEOUT_S
 from ..errors import ServerError, UnsupportedError
-from ..specs import DeploymentSpec
-from ..splits import Split
+from ..evidence.split import Split
 from .balancers import BalancerStack, error_json, models_json, pools_of
-from .base import ProcessSpec, StackContext
 
 __all__ = ["NginxStack"]
 

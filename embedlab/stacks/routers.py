@@ -20,10 +20,10 @@ from urllib.parse import quote
 
 import httpx
 
+from ..cluster.spec import DeploymentSpec, WorkerSpec
+from ..cluster.stack import BaseStack, ProcessSpec, StackContext, embedlab_worker, router_venv
 from ..errors import ConfigError, UnsupportedError
-from ..specs import DeploymentSpec, WorkerSpec
-from ..splits import Split
-from .base import BaseStack, ProcessSpec, StackContext, embedlab_worker, router_venv
+from ..evidence.split import Split
 from .worker_servers import foreign_worker, server_of
 
 __all__ = ["LiteLLMStack", "RouterStack", "SglangRouterStack", "VllmRouterStack", "router_venv"]

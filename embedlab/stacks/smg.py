@@ -34,9 +34,9 @@ from typing import Any, ClassVar
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..cluster.stack import ProcessSpec, StackContext
 from ..errors import ServerError
-from ..splits import Split
-from .base import ProcessSpec, StackContext
+from ..evidence.split import Split
 from .routers import SglangRouterStack
 
 __all__ = ["SmgStack"]

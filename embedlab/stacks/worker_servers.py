@@ -27,16 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from ..cluster.spec import DeploymentSpec, WorkerSpec
+from ..cluster.stack import BaseStack, ProcessSpec, StackContext, router_venv
 from ..defaults import (
     METRIC,
     STARTUP_TIMEOUT_S,
 )
 from ..engines.models import model_names, resolve_model_path
 from ..errors import ConfigError, UnsupportedError
-from ..metrics import MetricQuery
+from ..evidence.metrics import MetricQuery
 from ..plugins import Registry
-from ..specs import DeploymentSpec, WorkerSpec
-from .base import BaseStack, ProcessSpec, StackContext, router_venv
 
 __all__ = [
     "WORKER_SERVERS",

@@ -18,10 +18,10 @@ import httpx
 import pytest
 
 from embedlab import Deployment
-from embedlab.metrics import scrape
-from embedlab.scenarios.plans import ScenarioPlan, run_scenario
+from embedlab.evidence.metrics import scrape
+from embedlab.evidence.traffic import send_burst
+from embedlab.scenarios.plan import ScenarioPlan, run_scenario
 from embedlab.stacks.routers import router_venv
-from embedlab.traffic import send_burst
 
 from ..proctools import processes_under
 

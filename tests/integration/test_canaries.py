@@ -15,10 +15,10 @@ import pytest
 
 from embedlab import Deployment, DeploymentSpec, same_model_load_balance
 from embedlab.defaults import CANARY_METRIC, CANARY_WAIT_S
-from embedlab.metrics import scrape
-from embedlab.scenarios.bursts import BurstSpec, judge, run_burst
+from embedlab.evidence.metrics import scrape
+from embedlab.evidence.traffic import run_sync
+from embedlab.scenarios.burst import BurstSpec, judge, run_burst
 from embedlab.stacks.dynamo import dynamo_installed
-from embedlab.traffic import run_sync
 from embedlab.verdicts import Verdict
 
 pytestmark = pytest.mark.dynamo

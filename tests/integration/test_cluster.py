@@ -24,7 +24,7 @@ from embedlab import (
     run_scenario,
     same_model_load_balance,
 )
-from embedlab.scenarios.cluster import etcd_restart
+from embedlab.scenarios.builtin.cluster import etcd_restart
 from embedlab.stacks.dynamo import dynamo_installed
 
 from ..proctools import processes_under, wait_gone

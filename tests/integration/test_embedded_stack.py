@@ -10,7 +10,7 @@ import time
 import httpx
 
 from embedlab import Deployment, DeploymentSpec, WorkerSpec, scrape, send_burst
-from embedlab.ports import release_port, reserve_port
+from embedlab.cluster.ports import release_port, reserve_port
 
 
 def counters(dep: Deployment) -> list[float]:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from embedlab import attach, multi_model_dispatch, same_model_load_balance
-from embedlab.ports import release_port, reserve_port
+from embedlab.cluster.ports import release_port, reserve_port
 
 from ..conftest import REPO
 from ..proctools import descendants_of, kill_all, wait_gone

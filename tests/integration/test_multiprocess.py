@@ -30,8 +30,8 @@ from embedlab import (
     multi_model_dispatch,
     same_model_load_balance,
 )
-from embedlab.ports import reserve_port
-from embedlab.serve.openai import decode_embedding
+from embedlab.cluster.ports import reserve_port
+from embedlab.serving.openai import decode_embedding
 
 from ..proctools import alive, assert_all_gone, descendants_of, group_members
 

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 import pytest
 
 from embedlab import Deployment, DeploymentSpec, ScenarioPlan
-from embedlab.metrics import scrape
+from embedlab.evidence.metrics import scrape
 
 MODELS = ("model-a", "model-b")
 

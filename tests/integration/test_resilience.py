@@ -21,7 +21,7 @@ from embedlab import (
     register_stack,
     same_model_load_balance,
 )
-from embedlab.stacks import STACKS
+from embedlab.cluster.stack_registry import STACKS
 from embedlab.stacks.dynamo import dynamo_installed
 from embedlab.stacks.embedded import EmbeddedStack
 

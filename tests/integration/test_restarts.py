@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from embedlab import Deployment, ScenarioPlan, run_scenario
+from embedlab.cluster.supervisor import GAVE_UP, RESTART_POLL_S
 from embedlab.defaults import PLUGINS_ENV
-from embedlab.supervisor import GAVE_UP, RESTART_POLL_S
 
 from ..proctools import processes_under
 

@@ -16,7 +16,7 @@ import pytest
 
 from embedlab.engines import EngineOptions
 from embedlab.scenarios.battery import run_battery, stack_versions
-from embedlab.serve.worker import Worker, WorkerConfig
+from embedlab.serving.worker.app import Worker, WorkerConfig
 from embedlab.stacks.routers import router_venv
 
 from ..proctools import processes_under

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 
 from embedlab import Deployment, DeploymentSpec, WorkerSpec, multi_model_dispatch
-from embedlab.serve.openai import decode_embedding
+from embedlab.serving.openai import decode_embedding
 
 
 def test_tiny_bert_and_qwen3_serve_real_vectors(tiny_models: dict[str, Path], tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.fixture(scope="session", autouse=True)
 def project_kernel() -> None:
     """The notebooks run on the `embedlab` kernel: installed (`make install`) and on this Python."""
-    from embedlab.regression import check_kernel
+    from embedlab.reports.regress import check_kernel
 
     check_kernel()
 
@@ -54,8 +54,13 @@ def execute(notebook: Path, output: Path, **parameters: Any) -> dict[str, Any]:
     import papermill
 
     papermill.execute_notebook(
-        str(notebook), str(output), parameters=parameters, kernel_name=KERNEL_NAME, progress_bar=False,
-        execution_timeout=CELL_TIMEOUT, cwd=str(output.parent),
+        str(notebook),
+        str(output),
+        parameters=parameters,
+        kernel_name=KERNEL_NAME,
+        progress_bar=False,
+        execution_timeout=CELL_TIMEOUT,
+        cwd=str(output.parent),
     )
     return read(output)
 

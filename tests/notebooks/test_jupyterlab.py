@@ -30,9 +30,9 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
+from embedlab.cluster.ports import release_port, reserve_port
+from embedlab.cluster.process import ManagedProcess
 from embedlab.defaults import KERNEL_DISPLAY_NAME, RUN_ROOT_ENV
-from embedlab.ports import release_port, reserve_port
-from embedlab.process import ManagedProcess
 
 from ..proctools import descendants_of, kill_all, processes_under, wait_gone
 from .browser import chromium, keep_screenshot
@@ -417,7 +417,9 @@ def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
     shot(page, tmp_path, page.locator(".jp-Notebook"), "jupyterlab-7-good-run-all.png")
     # The figure is drawn at 2x and shown at its own size (or narrower, to fit), as in the report.
     image = cell(page, "plot(result)").locator(".jp-OutputArea-output img")
-    sizes = image.evaluate("i => ({natural: i.naturalWidth, size: Number(i.getAttribute('width')), shown: i.width})")
+    sizes = image.evaluate(
+        "i => ({natural: i.naturalWidth, size: Number(i.getAttribute('width')), shown: i.width})"
+    )
     assert sizes["natural"] // 2 == sizes["size"] and 300 < sizes["shown"] <= sizes["size"], sizes
     wide_table_scrolls_in_its_box(page, cell(page, "table(result)"), tmp_path)
 
@@ -488,7 +490,9 @@ def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
     ], error_text(mine)
     assert mine.locator(".jp-OutputArea-output table").count() == 0
     shot(page, tmp_path, mine, "jupyterlab-8b-table-refused-after-bad-plan.png")
-    cell(page, MINE).scroll_into_view_if_needed()  # the notebook's end: the last refusals, one's own cell's too
+    cell(
+        page, MINE
+    ).scroll_into_view_if_needed()  # the notebook's end: the last refusals, one's own cell's too
     page.locator(".jp-Notebook").screenshot(path=str(tmp_path / "jupyterlab-8-bad-run-all.png"))
     keep_screenshot(tmp_path / "jupyterlab-8-bad-run-all.png")
 

@@ -14,8 +14,8 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from embedlab import Deployment, DeploymentSpec
-from embedlab.report import export_html
-from embedlab.views.inline import png_size
+from embedlab.notebook.views.inline import png_size
+from embedlab.reports.run_report import export_html
 
 from .conftest import index_path, run_regress
 
@@ -39,22 +39,37 @@ def test_regress_writes_every_artifact(regress_run) -> None:  # type: ignore[no-
         nb = nbformat.read(run / f"{name}.ipynb", as_version=4)
         assert nb.metadata.papermill.parameters["result_json"].endswith(f"{name}.json")
         html = (run / f"{name}.html").read_text()
-        assert f'<span class="verdict {verdict.lower()}">{verdict}</span>' in html and "data:image/png;base64," in html
+        assert (
+            f'<span class="verdict {verdict.lower()}">{verdict}</span>' in html
+            and "data:image/png;base64," in html
+        )
         assert "ScenarioPlan.from_params" not in html, "code is hidden unless --show-code"
-        assert not re.search(r"<script[^>]+src=\"https?:", html), "the report must not load anything from the network"
+        assert not re.search(r"<script[^>]+src=\"https?:", html), (
+            "the report must not load anything from the network"
+        )
 
     results = json.loads((run / "results.json").read_text())
-    assert results["passed"] is True and (results["counts"]["passed"], results["counts"]["reported"]) == (3, 1)
+    assert results["passed"] is True and (results["counts"]["passed"], results["counts"]["reported"]) == (
+        3,
+        1,
+    )
     by_name = {s["name"]: s for s in results["scenarios"]}
     # The command as typed, and no -k filter: every job of the matrix ran.
-    assert results["command"].startswith("embedlab regress --matrix ") and results["command"].endswith(" --timeout 300")
+    assert results["command"].startswith("embedlab regress --matrix ") and results["command"].endswith(
+        " --timeout 300"
+    )
     assert (results["only"], results["matrix_jobs"]) == ([], 4)
     for name, scenario in by_name.items():
         notebook, slug = name.split("--")
         html = (run / f"{name}.html").read_text()
         assert f"<title>{notebook} — {slug}</title>" in html and f"<h1>{notebook} — {slug}</h1>" in html
-        ran = re.search(r'<div class="meta">ran (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC) in ([\d.]+) s by <code>(.*?)</code>', html)
-        assert ran and abs(float(ran.group(2)) - scenario["seconds"]) <= 0.051, html[:3000]  # the same run time
+        ran = re.search(
+            r'<div class="meta">ran (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC) in ([\d.]+) s by <code>(.*?)</code>',
+            html,
+        )
+        assert ran and abs(float(ran.group(2)) - scenario["seconds"]) <= 0.051, html[
+            :3000
+        ]  # the same run time
         assert ran.group(3) == escape(results["command"])
         # Every figure says what it shows, in the kernel's own words, and is drawn at 2x.
         assert "No description has been provided" not in html
@@ -70,7 +85,11 @@ def test_regress_writes_every_artifact(regress_run) -> None:  # type: ignore[no-
     same = by_name["same_model_load_balance--embedded-hash"]["figures"]
     assert same["verdict"] == "passed"
     # Three workers weighted 2:1:1, from the matrix's table for this notebook.
-    assert [w["weight"] for w in by_name["same_model_load_balance--embedded-hash"]["result"]["workers"]] == [2, 1, 1]
+    assert [w["weight"] for w in by_name["same_model_load_balance--embedded-hash"]["result"]["workers"]] == [
+        2,
+        1,
+        1,
+    ]
     assert sum(same["deltas"]["embed-model"]) == 40 and all(d > 0 for d in same["deltas"]["embed-model"])
     assert len(same["deltas"]["embed-model"]) == 3
     assert 0.001 <= same["p_values"]["embed-model"] <= 1
@@ -98,7 +117,11 @@ def test_regress_writes_every_artifact(regress_run) -> None:  # type: ignore[no-
     page = index.read_text()
     assert f"command <code>{escape(results['command'])}</code>" in page and "filtered" not in page
     assert "No description has been provided" not in page and 'alt="same-model on embedded: PASSED. ' in page
-    assert "ALL PASSED" not in page and "NO FAILURES &middot; 1 REPORTED, NOT ASSERTED" in page and "No earlier run" in page
+    assert (
+        "ALL PASSED" not in page
+        and "NO FAILURES &middot; 1 REPORTED, NOT ASSERTED" in page
+        and "No earlier run" in page
+    )
     assert f"{lost} failed request" in page, "a lost request shows among the key figures"
     assert page.count('src="data:image/png;base64,') == 8, "two figures per run, inline"
     for href in re.findall(r'href="([^"#]+)"', page):
@@ -116,7 +139,9 @@ def test_regress_fails_for_real_keeps_the_report_and_shows_the_flip(regress_run,
     _, first_index = regress_run
     out = first_index.parent.parent
     matrix = tmp_path / "attach.toml"
-    with Deployment(DeploymentSpec.multi_model(["model-a", "model-b"]), run_dir=tmp_path / "deployment") as dep:
+    with Deployment(
+        DeploymentSpec.multi_model(["model-a", "model-b"]), run_dir=tmp_path / "deployment"
+    ) as dep:
         # Attached to a running embedded deployment, with its models listed in the wrong
         # order: an expectation the deployment cannot meet. Named like the passing run of
         # the shared regress so that history compares the two.
@@ -158,26 +183,47 @@ def test_regress_fails_for_real_keeps_the_report_and_shows_the_flip(regress_run,
     assert results["previous_run"] == first_run
     assert f"Changes since run <code>{first_run}</code>" in page
     assert "1 verdict flip;" in page
-    assert re.search(r'verdict passed">PASSED</span> &rarr; <span class="verdict failed">FAILED', page), "the flip is shown"
+    assert re.search(r'verdict passed">PASSED</span> &rarr; <span class="verdict failed">FAILED', page), (
+        "the flip is shown"
+    )
 
 
 def test_a_hung_cell_is_cut_by_the_timeout_and_reported(tmp_path: Path) -> None:
     hang = new_notebook(
-        cells=[new_code_cell("run_dir = ''\nresult_json = ''", metadata={"tags": ["parameters"]}),
-               new_code_cell("import threading\nthreading.Event().wait()")],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-                  "language_info": {"name": "python"}},
+        cells=[
+            new_code_cell("run_dir = ''\nresult_json = ''", metadata={"tags": ["parameters"]}),
+            new_code_cell("import threading\nthreading.Event().wait()"),
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        },
     )
     nbformat.write(hang, tmp_path / "hang.ipynb")
     (tmp_path / "m.toml").write_text('notebooks = ["hang.ipynb"]\n[[params]]\nname = "forever"\n')
-    proc = run_regress("-k", "forever", "--matrix", tmp_path / "m.toml", "--out", tmp_path / "out", "--timeout", "3", timeout=120)
+    proc = run_regress(
+        "-k",
+        "forever",
+        "--matrix",
+        tmp_path / "m.toml",
+        "--out",
+        tmp_path / "out",
+        "--timeout",
+        "3",
+        timeout=120,
+    )
     assert proc.returncode == 1
     run = index_path(proc).parent
     results = json.loads((run / "results.json").read_text())
     (scenario,) = results["scenarios"]
     # The filter chose what ran, and the index says so.
-    assert results["only"] == ["forever"] and results["command"].startswith("embedlab regress -k forever --matrix ")
-    assert "only the 1 job of the matrix's 1 whose name contains <code>forever</code>" in (run / "index.html").read_text()
+    assert results["only"] == ["forever"] and results["command"].startswith(
+        "embedlab regress -k forever --matrix "
+    )
+    assert (
+        "only the 1 job of the matrix's 1 whose name contains <code>forever</code>"
+        in (run / "index.html").read_text()
+    )
     assert scenario["verdict"] == "error" and "timed out" in scenario["error"].lower(), scenario["error"]
     assert (run / "hang--forever.ipynb").is_file() and (run / "hang--forever.html").is_file()
     assert "ERROR" in (run / "index.html").read_text()
@@ -190,7 +236,7 @@ def test_a_hung_cell_is_cut_by_the_timeout_and_reported(tmp_path: Path) -> None:
         ('notebooks = ["no_such_notebook"]\n', "no_such_notebook.ipynb does not exist"),
         ('notebooks = ["multi_model_dispatch"]\n[[params]]\nresult_json = "x"\n', "set by the runner"),
         ('notebooks = ["explore_routing"]\n[[params]]\nstop_at_end = false\n', "set by the runner"),
-        ('notebooks = [\n', "not valid TOML"),
+        ("notebooks = [\n", "not valid TOML"),
     ],
 )
 def test_a_bad_matrix_cannot_run(matrix: str, message: str, tmp_path: Path) -> None:
@@ -214,6 +260,12 @@ def test_regress_stops_an_explore_notebook_in_its_own_cell(tmp_path: Path) -> No
     run = index_path(proc).parent
     nb = nbformat.read(run / "explore_routing--small.ipynb", as_version=4)
     assert nb.metadata.papermill.parameters["stop_at_end"] is True
-    (stop,) = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("stop_deployment(when=stop_at_end)")]
-    assert stop.get("execution_count") is not None and not [o for o in stop.outputs if o.output_type == "error"]
+    (stop,) = [
+        c
+        for c in nb.cells
+        if c.cell_type == "code" and c.source.startswith("stop_deployment(when=stop_at_end)")
+    ]
+    assert stop.get("execution_count") is not None and not [
+        o for o in stop.outputs if o.output_type == "error"
+    ]
     assert processes_under(run / "logs") == []

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from embedlab import BaseStack, ProcessSpec, StackContext, WorkerSpec, register_stack
-from embedlab.splits import Split
+from embedlab.evidence.split import Split
 
 NAME = "toy-router"
 PINS = ("six==1.17.0", "idna>=3")

@@ -21,9 +21,9 @@ import httpx
 import pytest
 
 from embedlab import Deployment, DeploymentSpec, same_model_load_balance
-from embedlab.ports import release_port, reserve_port
-from embedlab.process import ManagedProcess
-from embedlab.serve.frontend import FrontendConfig
+from embedlab.cluster.ports import release_port, reserve_port
+from embedlab.cluster.process import ManagedProcess
+from embedlab.serving.frontend.app import FrontendConfig
 
 TOKEN_ENV = "EMBEDLAB_TOKEN"
 TOKEN = f"embedlab-test-token-{secrets.token_hex(16)}"

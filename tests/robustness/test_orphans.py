@@ -2,7 +2,7 @@
 
 Two mechanisms stop the servers of a harness killed by SIGKILL (which runs no Python
 cleanup): the kernel's parent-death signal, which reaches the direct children only, and
-the `embedlab.watchdog` process, which stops their whole process groups. Each is tested
+the `embedlab.cluster.watchdog` process, which stops their whole process groups. Each is tested
 alone. Everything is found and checked by PID and process group, read from /proc.
 """
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from embedlab import BaseStack, DeploymentSpec, ProcessSpec, StackContext, WorkerSpec
-from embedlab.hosts import Network
+from embedlab.cluster.hosts import Network
 
 
 class Minimal(BaseStack):

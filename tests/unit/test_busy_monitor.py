@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from embedlab.busy import BusyMonitor, BusyVerdict, ProvenBy, Schedule, WindowRecord
-from embedlab.busy.simulate import Pool
 from embedlab.errors import ConfigError
+from embedlab.evidence.busy import BusyMonitor, BusyVerdict, ProvenBy, Schedule, WindowRecord
+from embedlab.evidence.busy.simulate import Pool
 from embedlab.verdicts import Verdict
 
 

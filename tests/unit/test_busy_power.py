@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats  # a required dependency: missing, it must fail, not skip
 
-from embedlab.busy import leak_power, quiet_power, required_requests, still_probability
-from embedlab.busy.power import _chi2_critical, _ncx2_sf
 from embedlab.errors import ConfigError
+from embedlab.evidence.busy import leak_power, quiet_power, required_requests, still_probability
+from embedlab.evidence.busy.power import _chi2_critical, _ncx2_sf
 
 
 @pytest.mark.parametrize(

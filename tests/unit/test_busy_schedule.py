@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from embedlab.busy import Arm, Schedule
 from embedlab.errors import ConfigError
+from embedlab.evidence.busy import Arm, Schedule
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:
@@ -51,7 +51,7 @@ def test_windows_lie_on_one_clock_and_say_what_to_send() -> None:
 
 
 def test_order_index_points_into_the_engine_s_table() -> None:
-    from embedlab.busy.sequential import orders
+    from embedlab.evidence.busy.sequential import orders
 
     schedule = Schedule.per_model(["a", "b", "c"], requests=9, seed=5)
     table = orders(3)

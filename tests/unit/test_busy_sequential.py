@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embedlab.busy.sequential import Betting, RandomizationCS, orders
+from embedlab.evidence.busy.sequential import Betting, RandomizationCS, orders
 
 RUNS, BLOCKS, ALPHA = 2000, 40, 0.05
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from scipy import stats  # a required dependency: missing, it must fail, not skip
 
-from embedlab.busy.simulate import Background, Pool, Simulation, simulate
+from embedlab.evidence.busy.simulate import Background, Pool, Simulation, simulate
 from embedlab.verdicts import Verdict
 
 EVERY = [

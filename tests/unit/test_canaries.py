@@ -14,7 +14,10 @@ from embedlab import (
     WorkerSpec,
     load_matrix,
 )
-from embedlab.cli import build_parser
+from embedlab.cli.entry import build_parser
+from embedlab.cli.scenario import plan_from_args
+from embedlab.cli.stacks import describe
+from embedlab.cluster.stack_registry import STACKS, get_stack, register_stack, stacks_with
 from embedlab.defaults import (
     CANARY_INPUT,
     CANARY_METRIC,
@@ -23,11 +26,8 @@ from embedlab.defaults import (
     HEALTH_CHECK_ENABLED_ENV,
     HEALTH_CHECK_PAYLOAD_ENV,
 )
-from embedlab.metrics import MetricQuery, parse_snapshot
-from embedlab.scenario_command import plan_from_args
-from embedlab.serve.dynamo_worker import Canaries
-from embedlab.stack_commands import describe
-from embedlab.stacks import STACKS, get_stack, register_stack, stacks_with
+from embedlab.evidence.metrics import MetricQuery, parse_snapshot
+from embedlab.serving.worker.dynamo import Canaries
 from embedlab.stacks.dynamo import DynamoStack
 
 from .stub_stacks import Minimal, context_for

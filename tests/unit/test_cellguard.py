@@ -20,7 +20,7 @@ from embedlab.cellguard import CellCode, Ledger, check_fresh, guarded
 LIBRARY = """
 from embedlab import ConfigError, Explorer, ScenarioPlan, table, verdict
 from embedlab.cellguard import guarded
-from embedlab.scenarios.results import ScenarioResult
+from embedlab.scenarios.result import ScenarioResult
 from embedlab.verdicts import Verdict
 
 @guarded("result")

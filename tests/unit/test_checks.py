@@ -19,7 +19,7 @@ from embedlab import (
     ScrapeError,
     scrape,
 )
-from embedlab.traffic import asend_burst
+from embedlab.evidence.traffic import asend_burst
 
 LABELS = ["dynamo_namespace", "dynamo_component", "dynamo_endpoint", "model", "worker_id"]
 
@@ -251,10 +251,10 @@ def test_sync_context_manager_raises_with_the_table() -> None:
 
 
 def test_placement_by_attribution_judges_the_responses_and_keeps_the_baseline() -> None:
-    from embedlab.metrics import DEFAULT_METRIC, Snapshot
-    from embedlab.scenarios.bursts import _attributed
-    from embedlab.targets import Target
-    from embedlab.traffic import BurstResult, RequestRecord
+    from embedlab.evidence.metrics import DEFAULT_METRIC, Snapshot
+    from embedlab.evidence.target import Target
+    from embedlab.evidence.traffic import BurstResult, RequestRecord
+    from embedlab.scenarios.burst import _attributed
 
     target = Target("http://f", ("http://w0", "http://w1"), ("a", "b"), endpoints=("ns.a.gen", "ns.b.gen"))
     records = [
@@ -276,10 +276,10 @@ def test_placement_by_attribution_judges_the_responses_and_keeps_the_baseline() 
 
 
 def test_the_routers_own_counts_beside_the_workers_agree_or_are_a_finding() -> None:
-    from embedlab.checks import evaluate
-    from embedlab.metrics import DEFAULT_METRIC, Snapshot
-    from embedlab.scenarios.results import Burst
-    from embedlab.traffic import BurstResult
+    from embedlab.evidence.counters import evaluate
+    from embedlab.evidence.metrics import DEFAULT_METRIC, Snapshot
+    from embedlab.evidence.traffic import BurstResult
+    from embedlab.scenarios.result import Burst
 
     def snaps(*values: float) -> list[Snapshot]:
         return [Snapshot(f"http://w{i}", DEFAULT_METRIC, (((), v),)) for i, v in enumerate(values)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from embedlab.pages import APPENDIX_MARKER, replace_appendix, write_conformance_markdown
+from embedlab.reports.index import APPENDIX_MARKER, replace_appendix, write_conformance_markdown
 
 MATRIX = {
     "started_at": "then",

@@ -76,7 +76,7 @@ def test_hash_engine_imports_no_ml_library() -> None:
     code = (
         "import sys, asyncio\n"
         "from embedlab.engines import create_engine, EngineOptions\n"
-        "from embedlab.serve import worker, frontend\n"
+        "from embedlab.serving import worker, frontend\n"
         "asyncio.run(create_engine('hash', EngineOptions()).embed(['x']))\n"
         "print(sorted(m for m in ('torch', 'transformers', 'vllm', 'tokenizers') if m in sys.modules))\n"
     )

@@ -8,8 +8,8 @@ import socket
 import pytest
 
 from embedlab import DiscoveryError, EmbedlabError, NetworkError
-from embedlab.etcd import discovered
-from embedlab.hosts import Host, Network
+from embedlab.cluster.etcd import discovered
+from embedlab.cluster.hosts import Host, Network
 
 
 def _closed_port() -> int:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from embedlab.serve.instances import InstanceTable, RegistrationConflict
+from embedlab.serving.frontend.instances import InstanceTable, RegistrationConflict
 
 
 class Clock:

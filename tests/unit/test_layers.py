@@ -45,7 +45,7 @@ def test_a_serving_command_imports_nothing_of_the_harness() -> None:
         "assert _command_of(argv) == 'worker'\n"
         "build_parser(command='worker').parse_args(argv[2:])\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('httpx', 'rich', 'pandas')"
-        " or m.startswith(('embedlab.scenarios', 'embedlab.stacks', 'embedlab.deployment'))))\n"
+        " or m.startswith(('embedlab.scenarios', 'embedlab.stacks', 'embedlab.cluster.deployment'))))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]

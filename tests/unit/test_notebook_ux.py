@@ -21,7 +21,7 @@ from embedlab import (
     check_explore,
 )
 from embedlab.progress import LaunchEvent
-from embedlab.regression import check_kernel
+from embedlab.reports.regress import check_kernel
 
 
 @pytest.mark.parametrize(
@@ -226,7 +226,7 @@ def test_workers_and_replicas_both_set_say_which_to_clear() -> None:
 
 def test_the_mixed_notebook_takes_replicas_as_its_comment_says(tmp_path: Path) -> None:
     """The parameters cell with only `replicas` changed is a plan, as papermill would hand it (a matrix too)."""
-    from embedlab.matrix import load_matrix
+    from embedlab.reports.matrix import load_matrix
 
     (tmp_path / "m.toml").write_text(
         'notebooks = ["mixed_traffic"]\n[[params]]\nname = "r"\nreplicas = [3, 1]\n'

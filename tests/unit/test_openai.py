@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from embedlab.serve.openai import ApiError, decode_embedding, embedding_response, parse_embedding_request
+from embedlab.serving.openai import ApiError, decode_embedding, embedding_response, parse_embedding_request
 
 
 def parse(payload: object):  # type: ignore[no-untyped-def]

@@ -10,9 +10,9 @@ import pytest
 
 from embedlab import ConfigError, load_matrix
 from embedlab.jsonio import write_json
-from embedlab.matrix import notebook_parameters, params_slug
-from embedlab.pages import compare_runs
-from embedlab.report import write_junit
+from embedlab.reports.index import compare_runs
+from embedlab.reports.matrix import notebook_parameters, params_slug
+from embedlab.reports.run_report import write_junit
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
@@ -238,7 +238,7 @@ def test_write_json_turns_nan_into_null(tmp_path: Path) -> None:
 
 def test_a_failed_run_raises_notebook_run_error_with_its_report(tmp_path: Path) -> None:
     from embedlab import NotebookRunError
-    from embedlab.regression import Job, Outcome, RegressRun
+    from embedlab.reports.regress import Job, Outcome, RegressRun
 
     def outcome(name: str, status: str) -> Outcome:
         job = Job(notebook=NOTEBOOKS / "multi_model_dispatch.ipynb", slug=name, params={})

@@ -18,11 +18,11 @@ from matplotlib.figure import Figure
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from embedlab.defaults import IMAGE_ALT_KEY
-from embedlab.pages import write_index
-from embedlab.report import ReportImage, export_html, notebook_figures, report_title, shown_time
-from embedlab.views.figures import figure, legend_outside
-from embedlab.views.frame import table_of
-from embedlab.views.inline import SCALE, NotebookFigure, adopt, describe, png_bundle, png_size
+from embedlab.notebook.views.figures import figure, legend_outside
+from embedlab.notebook.views.frame import table_of
+from embedlab.notebook.views.inline import SCALE, NotebookFigure, adopt, describe, png_bundle, png_size
+from embedlab.reports.index import write_index
+from embedlab.reports.run_report import ReportImage, export_html, notebook_figures, report_title, shown_time
 
 NBCONVERT_ALT = "No description has been provided for this image"
 COMMAND = "embedlab regress -k same_model --out outputs"
@@ -181,7 +181,7 @@ def test_the_index_shows_the_command_the_filter_run_times_and_described_figures(
         "run_id": "20261201-093000-abcd",
         "started_at": "2026-12-01T09:30:00+00:00",
         "wall_seconds": 20.5,
-        "matrix": "embedlab/matrices/default.toml",
+        "matrix": "embedlab/reports/matrices/default.toml",
         "command": COMMAND,
         "only": ["same_model"],
         "matrix_jobs": 20,

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from embedlab.matrix import shown_path
-from embedlab.pages import compare_runs, write_index
-from embedlab.regression import _verdict
-from embedlab.report import VERDICT_COLOURS, write_junit
-from embedlab.scenarios.resilience import FailoverFigures
-from embedlab.scenarios.results import ScenarioResult
+from embedlab.reports.index import compare_runs, write_index
+from embedlab.reports.matrix import shown_path
+from embedlab.reports.regress import _verdict
+from embedlab.reports.run_report import VERDICT_COLOURS, write_junit
+from embedlab.scenarios.builtin.resilience import FailoverFigures
+from embedlab.scenarios.result import ScenarioResult
 from embedlab.verdicts import Verdict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def test_index_shows_a_report_in_a_neutral_badge_with_the_lost_requests(tmp_path
         "run_id": "r2",
         "passed": True,
         "counts": {"passed": 1, "reported": 1},
-        "matrix": "embedlab/matrices/default.toml",
+        "matrix": "embedlab/reports/matrices/default.toml",
         "scenarios": [
             run_entry("same_model_load_balance--dynamo-hash", "passed"),
             run_entry("failover--dynamo-hash", "reported", FAILOVER_RESULT),
@@ -125,17 +125,20 @@ def test_index_shows_a_report_in_a_neutral_badge_with_the_lost_requests(tmp_path
         '<span class="verdict passed">PASSED</span> &rarr; <span class="verdict reported">REPORTED</span>'
         in html
     )
-    assert "<code>embedlab/matrices/default.toml</code>" in html
+    assert "<code>embedlab/reports/matrices/default.toml</code>" in html
 
 
 def test_the_matrix_path_is_shown_relative_to_the_repository_when_inside_it(tmp_path: Path) -> None:
-    assert shown_path(REPO / "embedlab" / "matrices" / "default.toml") == "embedlab/matrices/default.toml"
+    assert (
+        shown_path(REPO / "embedlab" / "reports" / "matrices" / "default.toml")
+        == "embedlab/reports/matrices/default.toml"
+    )
     outside = tmp_path / "m.toml"
     assert shown_path(outside) == str(outside.resolve())
 
 
 def test_help_opens_with_a_sentence_for_users() -> None:
-    from embedlab.cli import build_parser
+    from embedlab.cli.entry import build_parser
 
     text = build_parser().format_help()
     first = text.split("\n\n")[1]

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from embedlab import ConfigError, ScenarioPlan, WorkerSpec
-from embedlab.cli import build_parser
+from embedlab.cli.entry import build_parser
+from embedlab.cli.scenario import plan_from_args
+from embedlab.cluster.events import EventLog
+from embedlab.cluster.supervisor import GAVE_UP, RestartBudget
 from embedlab.defaults import PLUGINS_ENV, RESTART_BACKOFF_MAX_S, SAFE_PATH_ENV
-from embedlab.events import EventLog
 from embedlab.plugins import child_env
-from embedlab.scenario_command import plan_from_args
-from embedlab.scenarios.results import ScenarioResult
-from embedlab.supervisor import GAVE_UP, RestartBudget
+from embedlab.scenarios.result import ScenarioResult
 from embedlab.verdicts import Verdict
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 import pytest
 
 from embedlab import CheckFailedError, plot, table, verdict
-from embedlab.checks import evaluate
-from embedlab.metrics import DEFAULT_METRIC, Snapshot
-from embedlab.scenarios.results import Burst, ScenarioResult, WorkerInfo
-from embedlab.traffic import BurstResult, RequestRecord
+from embedlab.evidence.counters import evaluate
+from embedlab.evidence.metrics import DEFAULT_METRIC, Snapshot
+from embedlab.evidence.traffic import BurstResult, RequestRecord
+from embedlab.scenarios.result import Burst, ScenarioResult, WorkerInfo
 from embedlab.verdicts import Verdict
 
 
@@ -170,7 +170,7 @@ from IPython.core.interactiveshell import InteractiveShell
 shell = InteractiveShell.instance(colors="nocolor")
 shell.run_cell('''
 from embedlab import verdict
-from embedlab.scenarios.results import ScenarioResult
+from embedlab.scenarios.result import ScenarioResult
 from embedlab.verdicts import Verdict
 verdict(ScenarioResult(scenario="mixed", stack="embedded", params={}, workers=[], bursts=[],
                        verdict=Verdict.FAILED, reasons=["alternate: it leaked"], engine="hash"))

@@ -5,8 +5,8 @@ from collections import Counter
 
 import pytest
 
-from embedlab.serve.instances import Instance
-from embedlab.serve.router import make_policy
+from embedlab.serving.frontend.dispatch import make_policy
+from embedlab.serving.frontend.instances import Instance
 
 
 def instances(*weights: float) -> list[Instance]:

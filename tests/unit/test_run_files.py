@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from embedlab.jsonio import write_json
-from embedlab.runfiles import history, run_status, this_process, write_outputs_index
+from embedlab.reports.runfiles import history, run_status, this_process, write_outputs_index
 from embedlab.verdicts import RunStatus
 
 

@@ -14,16 +14,16 @@ import pytest
 
 import embedlab
 from embedlab import BaseStack, ConfigError, DeploymentSpec, ProcessSpec, StackContext, WorkerSpec
-from embedlab.stacks import (
+from embedlab.cluster.stack_registry import (
     STACKS,
     battery_stacks,
-    dynamo,
     get_stack,
     register_stack,
     router_venvs,
     stack_class,
     stacks_with,
 )
+from embedlab.stacks import dynamo
 from embedlab.stacks.routers import VllmRouterStack
 
 from .stub_stacks import Minimal, context_for
@@ -101,7 +101,10 @@ class Stateful(Minimal):
 @pytest.mark.parametrize(
     "cls, message",
     [
-        (NotAStack, "stack 'bad': <class '.*NotAStack'> is not a subclass of embedlab.stacks.BaseStack"),
+        (
+            NotAStack,
+            "stack 'bad': <class '.*NotAStack'> is not a subclass of embedlab.cluster.stack_registry.BaseStack",
+        ),
         (NoDispatch, "stack 'bad': NoDispatch lacks dispatchable_endpoints"),
         (
             OldSignature,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from scipy import stats  # a required dependency: missing, it must fail, not skip
 
-from embedlab.stats import binom_two_sided, chisquare_p
+from embedlab.evidence.stats import binom_two_sided, chisquare_p
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 20, 40, 101, 400])

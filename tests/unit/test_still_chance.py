@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from embedlab.stats import EXACT_STILL_TERMS, still_chance
+from embedlab.evidence.stats import EXACT_STILL_TERMS, still_chance
 
 
 def brute_force(weights: list[int], requests: int) -> Fraction:

@@ -12,12 +12,13 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from embedlab import ScrapeError, Target, Verdict, clients
-from embedlab.scenarios.bursts import BurstSpec, judge, mark_unread, run_burst, unread_events, unread_of
-from embedlab.scenarios.cluster import _judged
-from embedlab.scenarios.cluster_figures import FaultFigures
-from embedlab.scenarios.results import Burst, ScenarioResult
-from embedlab.traffic import BurstResult
+from embedlab import ScrapeError, Target, Verdict
+from embedlab.evidence import clients
+from embedlab.evidence.traffic import BurstResult
+from embedlab.scenarios.builtin.cluster import _judged
+from embedlab.scenarios.builtin.cluster_figures import FaultFigures
+from embedlab.scenarios.burst import BurstSpec, judge, mark_unread, run_burst, unread_events, unread_of
+from embedlab.scenarios.result import Burst, ScenarioResult
 
 URLS = ("http://worker0.test", "http://worker1.test")
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from embedlab.serve.upstream import UpstreamClient, UpstreamError, parse_worker_url
+from embedlab.serving.frontend.upstream import UpstreamClient, UpstreamError, parse_worker_url
 
 
 async def serve(

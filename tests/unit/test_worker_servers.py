@@ -18,10 +18,17 @@ import httpx
 import pytest
 
 from embedlab import DeploymentSpec, DispatchCheck, MetricQuery, ScrapeError, WorkerSpec, attach, scrape
+from embedlab.cluster.stack_registry import (
+    WORKER_SERVERS,
+    check_servers,
+    counter_notes,
+    get_stack,
+    router_venvs,
+    spec_metric,
+)
 from embedlab.defaults import INFINITY_METRIC, METRIC, TEI_METRIC, VLLM_SERVE_METRIC
 from embedlab.errors import ConfigError, UnsupportedError
-from embedlab.stacks import WORKER_SERVERS, check_servers, counter_notes, get_stack, router_venvs, spec_metric
-from embedlab.traffic import asend_burst
+from embedlab.evidence.traffic import asend_burst
 
 from .stub_stacks import context_for
 
@@ -307,8 +314,8 @@ def _run(rows: dict[str, str], started: str) -> dict[str, object]:
 
 
 def test_worker_server_rows_merge_into_their_own_section(tmp_path: Path) -> None:
-    from embedlab.conformance import write_servers_markdown
-    from embedlab.pages import APPENDIX_MARKER, write_conformance_markdown
+    from embedlab.reports.conformance import write_servers_markdown
+    from embedlab.reports.index import APPENDIX_MARKER, write_conformance_markdown
 
     page = tmp_path / "conformance.md"
     page.write_text(f"# Router conformance\n\nOLD-MAIN-ROWS\n\n{APPENDIX_MARKER}\n\n## 16-replica split\n")

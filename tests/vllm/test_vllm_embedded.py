@@ -20,7 +20,7 @@ import pytest
 
 from embedlab import Deployment, DeploymentSpec, WorkerSpec, multi_model_dispatch
 from embedlab.engines import EngineOptions, create_engine
-from embedlab.serve.openai import decode_embedding
+from embedlab.serving.openai import decode_embedding
 
 from ..proctools import assert_groups_gone, deployment_pids, descendants_of
 from .conftest import MAX_MODEL_LEN, STARTUP_TIMEOUT, HostSnapshot

@@ -1,0 +1,292 @@
+"""Deployments: launch a stack from a spec, or attach to one that already runs.
+
+    with Deployment(DeploymentSpec.same_model(workers=2)) as dep:
+        dep.frontend_url, dep.system_urls   # index = worker order
+        dep.outages.kill_worker(1)          # the faults of a real cluster, each in dep.events
+        dep.steering.drain(0)               # dispatch changes, the stack's own way
+
+Start-up that fails halfway tears down what it started before the error surfaces; `progress=`
+watches it (`embedlab.progress`); a stopped deployment raises `DeploymentStoppedError`. A
+deployment over several hosts (`DeploymentSpec.hosts`) creates their network namespaces
+first and deletes them last. This module keeps a deployment's lifecycle and its addresses;
+the faults are `outages.py`'s, drains and live weights `steering.py`'s, the restart
+policy `supervisor.py`'s, and what each stack can do its own (`embedlab.stacks`).
+"""
+
+from __future__ import annotations
+
+import enum
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..defaults import HOST, STOP_TIMEOUT_S, TOKEN_ENV
+from ..errors import ConfigError, DeploymentStoppedError
+from ..evidence import clients
+from ..evidence.metrics import MetricQuery
+from ..evidence.target import Target
+from ..progress import LaunchObserver, LaunchReport
+from .events import DeploymentEvent, EventLog
+from .hosts import Network
+from .launcher import Launcher, delete_scratch, keep_scratch, stop_all
+from .outages import Outages
+from .placement import default_run_dir
+from .ports import release_port, reserve_port
+from .process import ManagedProcess
+from .spec import DeploymentSpec
+from .stack_registry import StackContext, check_servers, get_stack, names_worker, spec_metric
+from .steering import Steering
+from .supervisor import Supervisor
+
+__all__ = ["Deployment", "DeploymentEvent", "DeploymentState"]
+
+
+class DeploymentState(enum.Enum):
+    NEW = "new"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+class Deployment:
+    """One frontend and N workers of a stack, as managed subprocesses, on one host or several."""
+
+    def __init__(
+        self,
+        spec: DeploymentSpec,
+        *,
+        run_dir: Path | str | None = None,
+        host: str = HOST,
+        progress: LaunchObserver | None = None,
+    ) -> None:
+        self.spec = spec
+        self._report = LaunchReport(progress, active=lambda: self.state is DeploymentState.STARTING)
+        self.stack = get_stack(spec.stack)  # an unknown stack fails here, before anything starts
+        self.stack.check(spec)  # what this stack cannot run, namespaces without privileges included
+        self.host = host
+        self._run_dir = Path(run_dir) if run_dir is not None else None
+        self.state = DeploymentState.NEW
+        self.frontend: ManagedProcess | None = None
+        self.workers: list[ManagedProcess] = []
+        self.services: dict[str, ManagedProcess] = {}
+        self.network: Network = Network.local()
+        self.events = EventLog()
+        self.outages = Outages(self)
+        self.steering = Steering(self)
+        self.startup_seconds: dict[str, float] = {}
+        self.lock = threading.RLock()  # guards the process lists while a fault or a restart swaps one
+        self.stopping = threading.Event()  # set when `stop()` begins: waits and restarts end early
+        self._ports: list[int] = []
+        self._ctx: StackContext | None = None
+        self._launcher: Launcher | None = None
+        self._supervisor: Supervisor | None = None
+
+    # -- what it exposes ------------------------------------------------------------------
+
+    @property
+    def run_dir(self) -> Path:
+        if self._run_dir is None:
+            self._run_dir = default_run_dir(self.spec.stack)
+        return self._run_dir
+
+    @property
+    def frontend_url(self) -> str:
+        return self._context().frontend_url
+
+    @property
+    def system_urls(self) -> list[str]:
+        ctx = self._context()
+        return [ctx.system_url(i) for i in range(len(ctx.system_ports))]
+
+    @property
+    def models(self) -> list[str]:
+        return self.spec.models
+
+    @property
+    def processes(self) -> list[ManagedProcess]:
+        return [*self.services.values(), *([self.frontend] if self.frontend else []), *self.workers]
+
+    @property
+    def log_paths(self) -> dict[str, Path]:
+        return {p.name: p.log_path for p in self.processes}
+
+    @property
+    def etcd_url(self) -> str | None:
+        """The run's etcd client URL, where its stack runs one (dynamo on etcd), else None."""
+        return self.stack.etcd_url(self._context())
+
+    def target(self) -> Target:
+        """What the checks read: the system URLs by worker index, and the spec's counter."""
+        return Target(
+            frontend_url=self.frontend_url,
+            system_urls=tuple(map(self._context().metrics_url, range(len(self.spec.workers)))),
+            models=tuple(self.models),
+            metric=MetricQuery.parse(spec_metric(self.spec.metric, self.spec.workers)),
+            weights=tuple(w.weight for w in self.spec.workers),
+            stack=self.spec.stack,
+            endpoints=tuple(map(self.endpoint, range(len(self.system_urls))))
+            if self.stack.names_worker and names_worker(self.spec)
+            else (),
+            router_counts=self.backend_counts if self.stack.counts_backends else None,
+        )
+
+    def endpoint(self, index: int) -> str:
+        """Worker `index`'s endpoint path, `namespace.component.endpoint`."""
+        return self._context().endpoint(index)
+
+    def host_of(self, index: int) -> int:
+        """The host worker `index` runs on."""
+        return self.spec.host_of(index)
+
+    @property
+    def health_url(self) -> str:
+        """The frontend's page that lists the instances it dispatches to."""
+        return self.stack.health_url(self._context())
+
+    def dispatchable_endpoints(self, client: httpx.Client) -> set[str]:
+        """The endpoint paths the frontend would dispatch to now."""
+        return self.read_dispatchable(client.get(self.health_url).json())
+
+    def read_dispatchable(self, health: Any) -> set[str]:
+        """The endpoint paths in `health`, the JSON of `health_url` that the caller fetched (async callers)."""
+        return self.stack.dispatchable_endpoints(self._context(), health)
+
+    def direct_url(self, index: int) -> str | None:
+        """Worker `index`'s own HTTP base URL, bypassing the frontend (None where it speaks no HTTP)."""
+        with clients.client(timeout=5.0) as client:
+            return self.stack.direct_url(client, self._context(), index)
+
+    def backend_counts(self) -> dict[int, float] | None:
+        """What the router's own per-backend counters say it sent each worker (None where it keeps none)."""
+        with clients.client(timeout=5.0) as client:
+            return self.stack.backend_counts(client, self._context())
+
+    @property
+    def context(self) -> StackContext:
+        """The run's StackContext (a DeploymentStoppedError once it stopped, or its frontend exited)."""
+        return self._context()
+
+    @property
+    def token(self) -> str | None:
+        """The token the run's processes were given (EMBEDLAB_TOKEN), where one is set."""
+        return self._launcher.env.get(TOKEN_ENV) if self._launcher else None
+
+    def _context(self) -> StackContext:
+        if self.state is DeploymentState.STOPPED:
+            raise DeploymentStoppedError()
+        f = self.frontend
+        if self.state is DeploymentState.RUNNING and f is not None and (f.killed or not f.alive()):
+            # A frontend this deployment SIGKILLed (`kill_host(0)`) has stopped from that moment,
+            # though the kernel reports the exit only once its last thread is gone: wait for that
+            # (bounded: SIGKILL cannot be refused), so the error carries the code.
+            code = f.wait_exit(STOP_TIMEOUT_S) if f.killed else f.returncode
+            why = f"its frontend (pid {f.pid}) exited with code {code}"
+            raise DeploymentStoppedError(why, log_path=f.log_path, tail=f.log_tail(10), returncode=code)
+        if self._ctx is None:
+            raise ConfigError(
+                f"the deployment is {self.state.value}; start it first (use it as a context manager)"
+            )
+        return self._ctx
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> Deployment:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> Deployment:
+        if self.state is not DeploymentState.NEW:
+            raise ConfigError(f"a deployment starts once; this one is {self.state.value}")
+        self.state = DeploymentState.STARTING
+        try:
+            self._start()
+        except BaseException as exc:
+            self._report.failed(exc)
+            self.stop()
+            raise
+        self._report.emit("done", seconds=self.startup_seconds["total"])
+        self.state = DeploymentState.RUNNING
+        if any(w.restart == "on-exit" for w in self.spec.workers):
+            self._supervisor = Supervisor(self).start()
+        return self
+
+    def _start(self) -> None:
+        spec = self.spec
+        started = time.monotonic()
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # stacks write their config files here first
+        self.network = Network.create(run_id=secrets.token_hex(3), hosts=spec.hosts)
+        frontend_port = self._reserve()
+        self._ctx = StackContext(
+            spec=spec,
+            run_dir=self.run_dir,
+            host=self.host,
+            frontend_port=frontend_port,
+            namespace=self.stack.namespace(spec),
+            hosts=tuple(self.network.hosts),
+            reserve=self._reserve,
+            system_ports=tuple(self._reserve() for _ in spec.workers),
+            on_scratch=keep_scratch,
+        )
+        check_servers(self.stack, spec)  # a worker server the stack cannot run: unsupported, with why
+        self._launcher = Launcher(self, report=self._report, prepared=self.stack.prepare(self._ctx))
+        self._launcher.start_all()
+        self.startup_seconds["total"] = time.monotonic() - started
+
+    # -- starting one process again (a fault, the restart policy) ---------------------------
+
+    def respawn_worker(self, index: int) -> ManagedProcess:
+        """Stop worker `index` (or reap it, if it exited) and start it again on its host and
+        system port: the one relaunch, which `outages.restart_worker` and the supervisor share.
+        Then `wait_worker`. A deployment that is stopping starts nothing new."""
+        return self._launched().respawn_worker(index)
+
+    def wait_worker(self, index: int, *, cancelled: threading.Event | None = None) -> None:
+        """Wait until worker `index` serves: its /health answers and the frontend dispatches to it."""
+        self._launched().wait_worker(index, cancelled=cancelled)
+
+    def relaunch_service(self, role: str) -> ManagedProcess:
+        """Start service `role` (etcd) again from its spec, on its ports and data, and wait until it is ready."""
+        return self._launched().relaunch_service(role)
+
+    def _launched(self) -> Launcher:
+        if self._launcher is None:
+            raise ConfigError("the deployment has not started; start it first (use it as a context manager)")
+        return self._launcher
+
+    # -- teardown -----------------------------------------------------------------------------
+
+    def _reserve(self) -> int:
+        port = reserve_port(self.host)
+        self._ports.append(port)
+        return port
+
+    def stop(self) -> None:
+        """Stop every process (workers, then the frontend, then services), then delete what they
+        used (`StackContext.scratch`: configs, etcd's data, state folders) and the hosts; the logs stay.
+
+        Safe to call more than once. The workers are stopped together (their SIGTERMs go out
+        in reverse order of start, then all are awaited), so teardown takes one worker's
+        shutdown, not N.
+        """
+        self.stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=STOP_TIMEOUT_S)
+        errors = stop_all(self)
+        if self._ctx is not None:
+            errors += delete_scratch(self._ctx)
+        try:
+            self.network.destroy()
+        except Exception as exc:
+            errors.append(exc)
+        for port in self._ports:
+            release_port(port)
+        self._ports.clear()
+        self.state = DeploymentState.STOPPED
+        if errors:
+            raise errors[0]

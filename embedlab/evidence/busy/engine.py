@@ -1,0 +1,231 @@
+"""The units a busy check judges, their confidence sequences, and the rule that stops it.
+
+Units, for each model m the schedule sends:
+    placement  every replica of m, counted +1, and (where the schedule sends other models too)
+               every replica of those, counted -1/(M-1): the dose of an arm is its requests of
+               m minus the mean of its requests of the others. Under a correct router the
+               effect is exactly the dose (theta = 1: a sharp null, tested exactly). A model k
+               leaking a share q_k, wherever it lands, makes theta = 1 - q_m - sum_k q_(k->m)/(M-1)
+               (worked out in docs/busy-method.md), so a lower bound L on theta bounds m's
+               leak: q_m <= 1 - L. Counting the other replicas too uses both ends of a leak:
+               with two models the test sees twice the shift for sqrt(2) times the noise. With
+               two models both units are one (the second is the first negated), so one is kept.
+    replica    each replica of m, where m has two or more: its share of m's requests, expected
+               weight / (sum of the replicas' weights)
+
+The decision after each block; each one-sided test at level alpha / (2 x units) (Bonferroni):
+    failed   some unit's expected share is ruled out, from above or below (a leak, an idle or
+             skewed replica)
+    passed   nothing failed, every unit moved (zero ruled out from above), every 0.9/0.1 skew
+             between two replicas is ruled out (the high share from below or the low one from
+             above), and with two models or more theta = 1 - `leak` is ruled out from above
+    neither  the check goes on (to its budget, then ends inconclusive)
+
+A pass is a statement about faults, not only the absence of a failure: a router with a ruled-out
+fault passes with probability at most `alpha`. Decisions read only thetas that were tested
+(each fault's value is on its unit's grid); the bounds shown are the grid's hull, widened to
+the next value tested.
+
+Everything is vectorised over a leading batch shape, so one code path serves one real check
+(batch `()`) and thousands of simulated ones (simulate.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import ConfigError
+from .constants import ALPHA, LEAK, SKEW
+from .sequential import Betting, RandomizationCS, orders
+
+__all__ = ["BlockEngine", "Decision", "Unit"]
+
+# Thetas tested, as multiples of a unit's expected share: fine up to twice the share, then
+# geometric up to "every request of a 64-replica model on one replica".
+_RELATIVE = np.concatenate([np.linspace(0.0, 2.0, 401), np.geomspace(2.05, 100.0, 48)])
+
+
+@dataclass(frozen=True)
+class Unit:
+    name: str
+    model: str
+    workers: tuple[int, ...]
+    expected: float
+    placement: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The state after the last block, as arrays of shape batch (+ units)."""
+
+    failed: np.ndarray
+    passed: np.ndarray
+    misfit: np.ndarray  # per unit: its expected share ruled out
+    moved: np.ndarray  # per unit: zero ruled out
+    leak_ruled_out: np.ndarray  # per unit (True where not asked)
+    skews_ruled_out: np.ndarray  # per unit: every skew with it as the high or the low replica
+    low: np.ndarray  # per unit, the confidence sequence's hull (NaN: empty)
+    high: np.ndarray
+    estimate: np.ndarray
+
+
+def units_for(models: Sequence[str], weights: Sequence[float], sent: Sequence[str]) -> tuple[Unit, ...]:
+    """The units for a pool (worker index -> model, weight) and the models a schedule sends."""
+    units = []
+    for n, model in enumerate(sent):
+        replicas = tuple(i for i, m in enumerate(models) if m == model)
+        if not replicas:
+            raise ConfigError(f"no worker serves '{model}', which the schedule sends")
+        if len(sent) != 2 or n == 0:
+            name = f"'{model}' replicas" if len(sent) != 2 else f"'{sent[0]}' and '{sent[1]}' replicas"
+            units.append(Unit(name, model, replicas, 1.0, placement=True))
+        total = sum(weights[i] for i in replicas)
+        if len(replicas) >= 2:
+            units += [Unit(f"worker {i}", model, (i,), weights[i] / total, placement=False) for i in replicas]
+    return tuple(units)
+
+
+class BlockEngine:
+    def __init__(
+        self,
+        doses: dict[str, Sequence[int]],
+        models: Sequence[str],
+        weights: Sequence[float] | None = None,
+        *,
+        alpha: float = ALPHA,
+        skew: float = SKEW,
+        leak: float = LEAK,
+        batch: tuple[int, ...] = (),
+        betting: Betting | None = None,
+        resolution: str = "full",
+    ) -> None:
+        """`doses`: model -> requests each arm plans per window (by arm index); `models`: each worker's
+        model. `resolution` "decisions" tests only the thetas the decision reads (the same decisions,
+        no bounds worth showing): for simulations."""
+        weights = list(weights) if weights is not None else [1.0] * len(models)
+        if len(weights) != len(models) or min(weights) <= 0:
+            raise ConfigError(f"{len(models)} workers need as many positive weights, got {weights}")
+        self.models_sent = tuple(doses)
+        self.units = units_for(models, weights, self.models_sent)
+        self.alpha, self.skew, self.leak = alpha, skew, leak
+        self.arms = len(next(iter(doses.values())))
+        table = orders(self.arms)
+        n_units, n_workers = len(self.units), len(models)
+        # Each unit's counts and doses are fixed combinations of the workers' deltas and the models' requests.
+        self._member = np.zeros((n_units, n_workers))
+        self._dose = np.zeros((n_units, len(self.models_sent)))
+        contrast = np.zeros((n_units, len(table), self.arms))
+        others = len(self.models_sent) - 1
+        for u, unit in enumerate(self.units):
+            m = self.models_sent.index(unit.model)
+            self._member[u, list(unit.workers)] = 1.0
+            self._dose[u, m] = 1.0
+            if unit.placement and others:
+                for k, other in enumerate(self.models_sent):
+                    if k != m:
+                        self._member[u, [i for i, x in enumerate(models) if x == other]] = -1.0 / others
+                        self._dose[u, k] = -1.0 / others
+            d = self._dose[u] @ np.array([doses[x] for x in self.models_sent], dtype=float)
+            contrast[u] = d[table] - d.mean()
+        self._contrast = contrast
+        self.asks_leak = len(set(models)) > 1
+        self._build_grid(resolution)
+        self.cs = RandomizationCS(self.grid, batch=batch, betting=betting)
+        self._num = np.zeros((*batch, n_units))
+        self._den = np.zeros((*batch, n_units))
+
+    def _build_grid(self, resolution: str) -> None:
+        specials: list[list[float]] = [[0.0, u.expected] for u in self.units]
+        self._pairs: list[tuple[int, int, float, float]] = []  # (high unit, low unit, high theta, low theta)
+        for u, a in enumerate(self.units):
+            if a.placement and self.asks_leak:
+                specials[u].append(1.0 - self.leak)
+            for i, b in enumerate(self.units):
+                if i != u and not a.placement and not b.placement and a.model == b.model:
+                    both = a.expected + b.expected
+                    self._pairs.append((u, i, self.skew * both, (1.0 - self.skew) * both))
+                    specials[u].append(self.skew * both)
+                    specials[i].append((1.0 - self.skew) * both)
+        base = {"full": _RELATIVE, "decisions": np.zeros(0)}[resolution]
+        values = [np.unique(np.concatenate([base * u.expected, s])) for u, s in zip(self.units, specials)]
+        width = max(len(v) for v in values)
+        self.grid = np.stack([np.pad(v, (0, width - len(v)), mode="edge") for v in values])
+        self._at = lambda u, theta: int(np.searchsorted(self.grid[u], theta))
+        self._i_expected = np.array([self._at(u, x.expected) for u, x in enumerate(self.units)])
+        self._i_zero = np.zeros(len(self.units), dtype=np.int64)
+        self._i_leak = np.array(
+            [
+                self._at(u, 1.0 - self.leak) if x.placement and self.asks_leak else -1
+                for u, x in enumerate(self.units)
+            ]
+        )
+        self._p_high = np.array(
+            [(u, self._at(u, hi)) for u, _, hi, _ in self._pairs], dtype=np.int64
+        ).reshape(-1, 2)
+        self._p_low = np.array([(i, self._at(i, lo)) for _, i, _, lo in self._pairs], dtype=np.int64).reshape(
+            -1, 2
+        )
+
+    @property
+    def blocks(self) -> int:
+        return self.cs.blocks
+
+    def add_block(self, deltas: np.ndarray, sent: np.ndarray, observed: np.ndarray) -> None:
+        """deltas: batch + (workers, arms): each worker's counter delta per window of the block, in
+        window order; sent: batch + (models sent, arms): the check's requests answered per window;
+        observed: batch-shaped index of the block's order in `sequential.orders(arms)`."""
+        counts = np.einsum("uw,...wt->...ut", self._member, deltas)
+        doses = np.einsum("um,...mt->...ut", self._dose, sent)
+        self.cs.update(self._contrast, counts, doses, np.asarray(observed))
+        weight = np.take(self._contrast, np.asarray(observed), axis=1)  # units, batch..., arms
+        weight = np.moveaxis(weight, 0, -2)
+        self._num += (weight * counts).sum(axis=-1)
+        self._den += (weight * doses).sum(axis=-1)
+
+    def keep(self, rows: np.ndarray) -> None:
+        """Keep only these rows of the batch."""
+        self.cs.keep(rows)
+        self._num, self._den = self._num[rows], self._den[rows]
+
+    def decide(self) -> Decision:
+        level = self.alpha / (2 * len(self.units))
+        above, below = self.cs.rejected(level, side="above"), self.cs.rejected(level, side="below")
+        units = np.arange(len(self.units))
+        misfit = above[..., units, self._i_expected] | below[..., units, self._i_expected]
+        moved = above[..., units, self._i_zero]
+        leak = np.ones_like(moved)
+        asked = self._i_leak >= 0
+        leak[..., asked] = above[..., units[asked], self._i_leak[asked]]
+        pair_ok = (
+            below[..., self._p_high[:, 0], self._p_high[:, 1]]
+            | above[..., self._p_low[:, 0], self._p_low[:, 1]]
+        )
+        skews = np.ones_like(moved)
+        for p, (u, i, _, _) in enumerate(self._pairs):
+            skews[..., u] &= pair_ok[..., p]
+            skews[..., i] &= pair_ok[..., p]
+        low, high = _hull(self.grid, ~above, ~below)
+        failed = misfit.any(axis=-1)
+        passed = ~failed & moved.all(axis=-1) & leak.all(axis=-1) & skews.all(axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            estimate = np.where(self._den > 0, self._num / self._den, np.nan)
+        return Decision(failed, passed, misfit, moved, leak, skews, low, high, estimate)
+
+
+def _hull(grid: np.ndarray, not_above: np.ndarray, not_below: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The accepted thetas' hull per unit, widened to the next value tested on each side: the low
+    end from the lower bounds' side, the high end from the upper bounds'."""
+    accepted = not_above & not_below
+    g = np.broadcast_to(grid, accepted.shape)
+    size = grid.shape[-1]
+    first = np.argmax(accepted, axis=-1)
+    last = size - 1 - np.argmax(accepted[..., ::-1], axis=-1)
+    lo = np.take_along_axis(g, np.maximum(first - 1, 0)[..., None], axis=-1)[..., 0]
+    lo = np.where(first == 0, 0.0, lo)
+    hi = np.take_along_axis(g, np.minimum(last + 1, size - 1)[..., None], axis=-1)[..., 0]
+    hi = np.where(last >= size - 1, np.inf, hi)
+    empty = ~accepted.any(axis=-1)
+    return np.where(empty, np.nan, lo), np.where(empty, np.nan, hi)

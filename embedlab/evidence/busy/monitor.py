@@ -1,0 +1,225 @@
+"""BusyMonitor: one check's windows in, a verdict out as soon as the evidence suffices.
+
+    schedule = Schedule.same_model("m", requests=20)
+    monitor = BusyMonitor(schedule, models=["m", "m"], weights=[1, 1])
+    for window in schedule.windows():
+        ...                                   # snapshot at the boundary, send, wait for the window's end
+        monitor.add(WindowRecord(index=window.index, deltas=deltas, sent={"m": answered}))
+        verdict = monitor.verdict()           # None: go on; at the budget it is never None
+        if verdict is not None:
+            break
+
+The false-alarm rate holds at whatever block the check stops, and over an unbounded horizon
+(a continuous watch restarts a monitor after each alarm): see sequential.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ...errors import ConfigError
+from ...verdicts import Verdict
+from .constants import ALPHA, BUDGET_S, LATE_TOLERANCE, LEAK, SKEW
+from .engine import BlockEngine, Decision, Unit
+from .results import BusyVerdict, ProvenBy, ShareEstimate
+from .schedule import Schedule, WindowRecord
+
+__all__ = ["BusyMonitor"]
+
+
+class BusyMonitor:
+    """Feed it every window's record, in order; ask it for a verdict after each.
+
+    `models`: each worker's model, by index; `weights`: each worker's routing weight (default equal).
+    """
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        models: Sequence[str],
+        weights: Sequence[float] | None = None,
+        *,
+        alpha: float = ALPHA,
+        skew: float = SKEW,
+        leak: float = LEAK,
+        budget_s: float = BUDGET_S,
+    ) -> None:
+        self.schedule = schedule
+        self.models = list(models)
+        self.budget_s = budget_s
+        self.engine = BlockEngine(
+            {m: schedule.doses(m) for m in schedule.models},
+            self.models,
+            weights,
+            alpha=alpha,
+            skew=skew,
+            leak=leak,
+        )
+        self._pending: list[WindowRecord] = []
+        self.windows = 0
+        self.sent = 0
+        self.late = 0
+
+    @property
+    def seconds(self) -> float:
+        return self.windows * self.schedule.window_s
+
+    def add(self, record: WindowRecord) -> None:
+        if record.index != self.windows:
+            raise ConfigError(f"window {record.index} came where window {self.windows} was due")
+        if len(record.deltas) != len(self.models):
+            raise ConfigError(
+                f"window {record.index} has {len(record.deltas)} deltas for {len(self.models)} workers"
+            )
+        self._pending.append(record)
+        self.windows += 1
+        self.sent += sum(record.sent.values())
+        self.late += record.late
+        if len(self._pending) == len(self.schedule.arms):
+            block = self.engine.blocks
+            deltas = np.array([r.deltas for r in self._pending], dtype=float).T
+            sent = np.array(
+                [[r.sent.get(m, 0) for r in self._pending] for m in self.engine.models_sent], dtype=float
+            )
+            self.engine.add_block(deltas, sent, np.asarray(self.schedule.order_index(block)))
+            self._pending = []
+
+    def verdict(self, *, final: bool | None = None) -> BusyVerdict | None:
+        """The verdict now: None while undecided and before `final` (default: the budget is spent)."""
+        final = self.seconds >= self.budget_s - 1e-9 if final is None else final
+        if self.engine.blocks == 0:
+            return (
+                self._verdict(Verdict.INCONCLUSIVE, ("no whole block of windows yet",), None)
+                if final
+                else None
+            )
+        decision = self.engine.decide()
+        if self.late > LATE_TOLERANCE * (self.sent + self.late) and (
+            decision.failed or decision.passed or final
+        ):
+            # A late request counts in the next window, which may be of another arm: no decision stands on that.
+            reason = (
+                f"{self.late} of the check's {self.sent + self.late} requests were still in flight at their "
+                "window's end, so other windows' counts carry them"
+            )
+            return self._verdict(Verdict.INCONCLUSIVE, (reason,), decision)
+        if decision.failed:
+            return self._verdict(Verdict.FAILED, self._failures(decision), decision)
+        if decision.passed:
+            return self._verdict(Verdict.PASSED, (), decision)
+        if not final:
+            return None
+        return self._verdict(
+            Verdict.INCONCLUSIVE,
+            (
+                f"after {self.windows} windows ({self.seconds:g} s) the evidence does not yet rule out every fault",
+            ),
+            decision,
+        )
+
+    # -- wording --------------------------------------------------------------------------------
+
+    def _estimates(self, decision: Decision | None) -> list[ShareEstimate]:
+        nan = math.nan
+        return [
+            ShareEstimate(
+                unit=unit.name,
+                model=unit.model,
+                workers=unit.workers,
+                expected=unit.expected,
+                estimate=float(decision.estimate[u]) if decision else nan,
+                low=float(decision.low[u]) if decision else nan,
+                high=float(decision.high[u]) if decision else nan,
+                moved=bool(decision.moved[u]) if decision else False,
+                fits=not bool(decision.misfit[u]) if decision else True,
+            )
+            for u, unit in enumerate(self.engine.units)
+        ]
+
+    def _failures(self, decision: Decision) -> tuple[str, ...]:
+        reasons = []
+        for u, unit in enumerate(self.engine.units):
+            if not decision.misfit[u]:
+                continue
+            shown = _bounds(decision.low[u], decision.high[u])
+            if unit.placement:
+                reasons.append(
+                    f"{_pct(decision.estimate[u])} ({shown}) of '{unit.model}' was counted on its replicas, "
+                    "not all of it: requests landed elsewhere, or the counters moved other than the requests sent"
+                )
+            else:
+                reasons.append(
+                    f"{unit.name} took {_pct(decision.estimate[u])} ({shown}) of '{unit.model}', "
+                    f"not its {_pct(unit.expected)}"
+                )
+        return tuple(reasons)
+
+    def _power(self, decision: Decision | None) -> str:
+        conf = f"{_pct(1 - self.engine.alpha)} confidence"
+        if decision is None:
+            return f"nothing ruled out yet at {conf}"
+        units = self.engine.units
+        parts = []
+        replicas = [u for u, x in enumerate(units) if not x.placement]
+        if replicas:
+            idle = all(decision.moved[u] for u in replicas)
+            skews = all(decision.skews_ruled_out[u] for u in replicas)
+            empty = [units[u].name for u in replicas if math.isnan(decision.low[u])]
+            if empty:
+                span = f"no share fits {', '.join(empty)}"
+            else:
+                low = min(decision.low[u] / units[u].expected for u in replicas)
+                high = max(decision.high[u] / units[u].expected for u in replicas)
+                span = f"every replica's share lies within {_times(low)} to {_times(high)} its weight's"
+            skew = f"a {self.engine.skew:g}/{1 - self.engine.skew:.2g} skew between two replicas"
+            parts.append(
+                f"an idle replica is {'' if idle else 'not yet '}ruled out, {skew} is "
+                f"{'' if skews else 'not yet '}ruled out; {span}"
+            )
+        sent = self.engine.models_sent
+        for u, unit in enumerate(units):
+            if unit.placement and self.engine.asks_leak:
+                low = decision.low[u]
+                bound = "no bound" if math.isnan(low) else f"at most {_pct(max(0.0, 1 - low))}"
+                # With two models the unit counts both ends of a leak: its bound holds for each model.
+                whose = f"'{sent[0]}' or of '{sent[1]}'" if len(sent) == 2 else f"'{unit.model}'"
+                parts.append(f"{bound} of {whose} landed on other models' replicas")
+        if not parts:
+            parts.append(
+                "the counters account for the check's requests" if decision.moved.all() else "not yet moved"
+            )
+        return "; ".join(parts) + f" ({conf}, valid at any stopping time)"
+
+    def _verdict(self, verdict: Verdict, reasons: tuple[str, ...], decision: Decision | None) -> BusyVerdict:
+        estimates = self._estimates(decision)
+        units: tuple[Unit, ...] = self.engine.units
+        return BusyVerdict(
+            verdict=verdict,
+            reasons=reasons,
+            placement=tuple(e for e, u in zip(estimates, units) if u.placement),
+            replicas=tuple(e for e, u in zip(estimates, units) if not u.placement),
+            power=self._power(decision),
+            proven_by=ProvenBy.SCHEDULE,
+            how=(
+                f"{self.engine.blocks} randomized blocks of {len(self.schedule.arms)} windows of "
+                f"{self.schedule.window_s:g} s (seed {self.schedule.seed}), {self.sent} requests of the check's"
+            ),
+            windows=self.windows,
+            seconds=self.seconds,
+            confidence=1 - self.engine.alpha,
+        )
+
+
+def _pct(x: float) -> str:
+    return "?" if math.isnan(x) else ("any" if math.isinf(x) else f"{100 * x:.3g} %")
+
+
+def _times(x: float) -> str:
+    return "any" if math.isinf(x) else f"{x:.2f}x"
+
+
+def _bounds(low: float, high: float) -> str:
+    return "no share fits" if math.isnan(low) else f"between {_pct(low)} and {_pct(high)}"

@@ -1,0 +1,328 @@
+"""How many requests a check needs, and the smallest fault a check of a given size catches.
+
+Quiet pool (the counters move only for the check's requests; checks.evaluate judges):
+    still_probability(weights, n)   exact chance that a correct weighted-random router leaves
+                                    some replica with none of n requests (inclusion-exclusion)
+    quiet_power(n, weights)         an idle replica's and a 0.9/0.1 skew's chance of being
+                                    caught, the smallest skew caught at 99 %, in one sentence
+    required_requests(weights)      the smallest burst for which every replica's moving can be
+                                    asserted and both faults are caught with 99 %
+    leak_power(n)                   the smallest leak a burst of n catches, and the bound that
+                                    a burst without a leaked request puts on the leak rate
+Busy pool: no closed form fits the randomization bets well enough to plan by (a normal
+approximation was off by 3x against simulation); simulate.simulate answers "how long, at this
+rate and background" in about 0.3 s for a small pool, with the real decision code.
+
+The fault models are the embedded frontend's (embedlab/serving/frontend/faults.py): an idle replica gets
+nothing and the others share its requests by weight; a skew between two replicas splits their
+combined share 0.9/0.1; a leak sends a share of a model's requests to other models' replicas.
+The quiet fairness test is checks.fairness_p_value: the exact binomial for two replicas, Pearson's
+chi-square for more, at `alpha`. Two-replica figures are exact; for more, the chi-square test's
+power is the non-central chi-square approximation (Pearson's statistic under a fixed alternative,
+Patnaik 1949), checked against simulation in tests/unit/test_busy_power.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from ...defaults import FAIRNESS_ALPHA
+from ...errors import ConfigError
+
+# stats keeps its regularised gamma private; the chi-square critical values and powers need it too.
+from ..stats import _gamma_q, binom_acceptance
+from .constants import POWER, SKEW
+
+__all__ = ["LeakPower", "QuietPower", "leak_power", "quiet_power", "required_requests", "still_probability"]
+
+_MAX_TERMS = 200_000  # inclusion-exclusion terms before the union bound takes over
+
+
+def _shares(weights: Sequence[float]) -> list[float]:
+    if len(weights) < 1 or min(weights) <= 0:
+        raise ConfigError(f"weights must be positive, got {list(weights)}")
+    total = float(sum(weights))
+    return [w / total for w in weights]
+
+
+def still_probability(weights: Sequence[float], n: int) -> float:
+    """The chance that n requests routed at random by `weights` leave some replica with none.
+
+    Exact: inclusion-exclusion over the replicas left still, grouped by equal weight, in
+    integer arithmetic (the alternating sum cancels to many digits in floating point). Where the
+    pairs' term S2 is below 1e-9 of the singles' S1, Bonferroni's S1 - S2 <= P <= S1 - S2 + S3
+    already pins it to that relative precision, and S1 - S2 is returned. Where the weights take so
+    many distinct values that the sum would exceed 200,000 terms, the union bound S1 (which never
+    understates it) is returned instead.
+    """
+    shares = _shares(weights)
+    if n < len(weights):
+        return 1.0
+    s1 = math.fsum((1 - p) ** n for p in shares)
+    s2 = (
+        math.fsum((1 - p - q) ** n for p, q in itertools.combinations(shares, 2))
+        if len(shares) <= 512
+        else s1
+    )
+    if s2 <= 1e-9 * s1:
+        return max(0.0, s1 - s2)
+    rational = [Fraction(str(w)) for w in weights]
+    scale = math.lcm(*(r.denominator for r in rational))
+    ints = [int(r * scale) for r in rational]
+    total = sum(ints)
+    groups = sorted(Counter(ints).items())
+    if math.prod(m + 1 for _, m in groups) > _MAX_TERMS:
+        return min(1.0, sum((1 - w / total) ** n for w in ints))
+    numerator = 0
+    for picks in itertools.product(*(range(m + 1) for _, m in groups)):
+        k = sum(picks)
+        if k == 0:
+            continue
+        left = total - sum(c * w for c, (w, _) in zip(picks, groups))
+        ways = math.prod(math.comb(m, c) for c, (_, m) in zip(picks, groups))
+        numerator += (1 if k % 2 else -1) * ways * left**n
+    return float(Fraction(numerator, total**n))
+
+
+@functools.lru_cache(maxsize=256)
+def _chi2_critical(df: int, alpha: float) -> float:
+    lo, hi = 0.0, df + 50.0 * math.sqrt(2 * df) + 100.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _gamma_q(df / 2, mid / 2) > alpha else (lo, mid)
+    return hi
+
+
+def _ncx2_sf(x: float, df: int, nc: float) -> float:
+    """P(X > x) for a non-central chi-square: a Poisson(nc/2) mixture of central tails Q(df/2 + j, x/2),
+    the tails by the recurrence Q(a + 1, y) = Q(a, y) + y^a e^-y / Gamma(a + 1)."""
+    half, y = nc / 2, x / 2
+    a = df / 2
+    tail = _gamma_q(a, y)
+    total, j = 0.0, 0
+    while True:
+        weight = math.exp(-half + j * math.log(half) - math.lgamma(j + 1)) if half > 0 else float(j == 0)
+        total += weight * tail
+        if j > half and weight < 1e-16:
+            return min(1.0, total)
+        tail = min(1.0, tail + math.exp(a * math.log(y) - y - math.lgamma(a + 1)))
+        a += 1
+        j += 1
+
+
+def _detection(
+    n: int, expected: Sequence[float], fault: Sequence[float], alpha: float, require_all: bool
+) -> float:
+    """The chance that a burst of n under `fault` (shares) fails the quiet check: a split unlikely
+    under `expected`, or (with `require_all`) a replica left still (of that, only the likeliest
+    replica's chance is counted: a lower bound)."""
+    if len(expected) == 2:
+        lo, hi = binom_acceptance(n, expected[0], alpha)
+        if require_all:
+            lo, hi = max(lo, 1), min(hi, n - 1)
+        p = fault[0]
+        inside = sum(
+            math.exp(
+                math.lgamma(n + 1)
+                - math.lgamma(k + 1)
+                - math.lgamma(n - k + 1)
+                + _xlogy(k, p)
+                + _xlogy(n - k, 1 - p)
+            )
+            for k in range(lo, hi + 1)
+        )
+        return max(0.0, 1.0 - inside)
+    df = len(expected) - 1
+    nc = n * sum((f - e) ** 2 / e for f, e in zip(fault, expected))
+    chi = _ncx2_sf(_chi2_critical(df, alpha), df, nc)
+    still = (1 - min(fault)) ** n if require_all else 0.0
+    return max(chi, still)
+
+
+def _xlogy(k: int, p: float) -> float:
+    return 0.0 if k == 0 else (k * math.log(p) if p > 0 else -math.inf)
+
+
+def _representatives(shares: Sequence[float]) -> list[int]:
+    """Up to two replicas of each distinct share: faults that differ only by which of several
+    equal-weight replicas they hit are judged alike, so one of each kind is enough."""
+    seen: dict[float, list[int]] = {}
+    for i, s in enumerate(shares):
+        if len(seen.setdefault(s, [])) < 2:
+            seen[s].append(i)
+    return sorted(i for group in seen.values() for i in group)
+
+
+def _idle_faults(shares: Sequence[float]) -> list[list[float]]:
+    out = []
+    for j in _representatives(shares):
+        rest = 1 - shares[j]
+        out.append([0.0 if i == j else s / rest for i, s in enumerate(shares)])
+    return out
+
+
+def _skew_faults(shares: Sequence[float], skew: float) -> list[list[float]]:
+    out = []
+    for i, j in itertools.permutations(_representatives(shares), 2):
+        both = shares[i] + shares[j]
+        if skew * both <= shares[i]:
+            continue  # not a skew towards i at all
+        fault = list(shares)
+        fault[i], fault[j] = skew * both, (1 - skew) * both
+        out.append(fault)
+    return out
+
+
+@dataclass(frozen=True)
+class QuietPower:
+    """What a quiet-pool same-model burst of `requests` over replicas with `weights` catches."""
+
+    requests: int
+    weights: tuple[float, ...]
+    still: float  # a correct router leaves some replica still
+    require_all: bool  # so the check may assert that every replica moves
+    idle: float  # worst case over which replica is idle
+    skew: float  # worst case over which two replicas, at `skew_share`
+    skew_share: float
+    smallest_skew: float  # the smallest skew caught with `power` (1.0: none below a total skew)
+    power: float
+    alpha: float
+
+    @property
+    def sentence(self) -> str:
+        k = len(self.weights)
+        still = (
+            f"a correct router leaves a replica still with probability {self.still:.2g}, so every replica must move"
+            if self.require_all
+            else f"a correct router leaves a replica still {100 * self.still:.3g} % of the time, so moving is not asserted"
+        )
+        low = 1 - self.smallest_skew
+        return (
+            f"{self.requests} requests over {k} replicas: {still}; an idle replica is caught with "
+            f"{_pct(self.idle)} probability, a {self.skew_share:g}/{1 - self.skew_share:.2g} skew between two "
+            f"replicas with {_pct(self.skew)}; the smallest skew caught with {_pct(self.power)} is "
+            f"{self.smallest_skew:.2f}/{low:.2f} (fairness test at alpha {self.alpha:g})"
+        )
+
+
+def quiet_power(
+    n: int,
+    weights: Sequence[float],
+    *,
+    alpha: float = FAIRNESS_ALPHA,
+    skew: float = SKEW,
+    power: float = POWER,
+    smallest: bool = True,
+) -> QuietPower:
+    """The faults a quiet-pool same-model burst of n requests catches, at the fairness level `alpha`
+    (`smallest`: also search the smallest skew caught with `power`; NaN where not searched)."""
+    shares = _shares(weights)
+    if len(shares) < 2:
+        raise ConfigError("a fairness check needs two replicas or more")
+    still = still_probability(weights, n)
+    require_all = still < alpha
+    idle = min(_detection(n, shares, f, alpha, require_all) for f in _idle_faults(shares))
+
+    def skew_power(s: float) -> float:
+        faults = _skew_faults(shares, s)
+        return min((_detection(n, shares, f, alpha, require_all) for f in faults), default=1.0)
+
+    found = math.nan
+    if smallest:
+        lo, hi = 0.5, 1.0
+        if skew_power(hi) < power:
+            found = 1.0
+        else:
+            for _ in range(20):
+                mid = (lo + hi) / 2
+                lo, hi = (lo, mid) if skew_power(mid) >= power else (mid, hi)
+            found = hi
+    weights_ = tuple(float(w) for w in weights)
+    return QuietPower(n, weights_, still, require_all, idle, skew_power(skew), skew, found, power, alpha)
+
+
+def required_requests(
+    weights: Sequence[float], *, alpha: float = FAIRNESS_ALPHA, skew: float = SKEW, power: float = POWER
+) -> QuietPower:
+    """The smallest same-model burst over `weights` whose "every replica moved" can be asserted
+    (a correct router leaves one still with probability below `alpha`) and that catches an idle
+    replica and a `skew` split between any two replicas with probability `power` or more."""
+
+    def enough(n: int) -> bool:
+        q = quiet_power(n, weights, alpha=alpha, skew=skew, power=power, smallest=False)
+        return q.require_all and q.idle >= power and q.skew >= power
+
+    hi = max(2, len(weights))
+    while not enough(hi):
+        hi *= 2
+        if hi > 1 << 22:
+            raise ConfigError(
+                f"no burst of up to {hi} requests reaches {power:.0%} power for {list(weights)}"
+            )
+    lo = hi // 2
+    while hi - lo > 1:  # the exact two-replica power wobbles with n: then scan the last stretch
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    if len(weights) == 2:
+        hi = next(n for n in range(max(2, hi - 20), hi + 1) if all(enough(m) for m in range(n, hi + 1)))
+    return quiet_power(hi, weights, alpha=alpha, skew=skew, power=power)
+
+
+@dataclass(frozen=True)
+class LeakPower:
+    """What a quiet-pool multi-model burst of `requests` per model says about leaks."""
+
+    requests: int
+    caught: float  # the smallest leak rate shown with `power` (random leaking, each request alike)
+    bound: float  # a burst with `leaked` leaked requests bounds the rate by this, at `confidence`
+    leaked: int
+    power: float
+    confidence: float
+
+    @property
+    def sentence(self) -> str:
+        seen = "no leaked request" if self.leaked == 0 else f"{self.leaked} leaked requests"
+        return (
+            f"{self.requests} requests per model: a leak of {_rate(self.caught)} or more shows with {_pct(self.power)} "
+            f"probability; {seen} bounds the leak at {_rate(self.bound)} ({_pct(self.confidence)} confidence)"
+        )
+
+
+def leak_power(n: int, *, leaked: int = 0, power: float = POWER, confidence: float = POWER) -> LeakPower:
+    """For n requests of a model: the smallest leak shown at least once with `power`, and the
+    Clopper-Pearson upper bound on the leak rate after `leaked` of them were seen leaking."""
+    if n < 1 or not 0 <= leaked <= n:
+        raise ConfigError(f"leak_power needs 0 <= leaked <= n and n >= 1, got n={n}, leaked={leaked}")
+    caught = 1 - (1 - power) ** (1 / n)
+    lo, hi = leaked / n, 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _binom_cdf(leaked, n, mid) > 1 - confidence else (lo, mid)
+    return LeakPower(n, caught, hi if leaked < n else 1.0, leaked, power, confidence)
+
+
+def _binom_cdf(k: int, n: int, p: float) -> float:
+    return math.fsum(
+        math.exp(
+            math.lgamma(n + 1)
+            - math.lgamma(i + 1)
+            - math.lgamma(n - i + 1)
+            + _xlogy(i, p)
+            + _xlogy(n - i, 1 - p)
+        )
+        for i in range(k + 1)
+    )
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.3g} %"
+
+
+def _rate(x: float) -> str:
+    return f"1 in {1 / x:.3g}" if 0 < x < 0.5 else f"{100 * x:.3g} %"

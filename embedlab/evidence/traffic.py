@@ -1,0 +1,274 @@
+"""Bounded bursts of /v1/embeddings requests, every response validated and recorded.
+
+No automatic retries anywhere: a retry would hide exactly the failures embedlab exists
+to show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from ..defaults import WORKER_HEADER
+from ..errors import ConfigError, TrafficError
+from ..progress import Bar
+from . import clients
+from .clients import run_sync  # here since it was first defined here: callers import it from traffic
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Input = str | list[str] | list[int] | list[list[int]]
+
+_WORDS = "the quick brown fox jumps over the lazy dog while embeddings route across workers".split()
+
+
+def default_inputs(n: int, *, seed: int = 0, words: int = 8) -> list[str]:
+    """Distinct short sentences, reproducible from the seed."""
+    import random
+
+    rng = random.Random(seed)
+    return [f"request {i}: " + " ".join(rng.choice(_WORDS) for _ in range(words)) for i in range(n)]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    index: int
+    model: str
+    started: float  # seconds since the burst began
+    latency: float  # seconds
+    status: int  # 0: no HTTP response at all
+    worker: str | None
+    inputs: int
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def latency_ms(records: Iterable[RequestRecord]) -> dict[str, float]:
+    """p50, p90, p99 and mean of the answered requests, in ms; NaN where none was answered.
+
+    The one latency summary: bursts, scenario results and sweeps all report through it.
+    """
+    import numpy as np
+
+    values = np.array([r.latency for r in records if r.ok], dtype=float) * 1000.0
+    if values.size == 0:
+        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "mean": float("nan")}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(values.mean())}
+
+
+@dataclass
+class BurstResult:
+    model: str
+    n: int
+    concurrency: int
+    records: list[RequestRecord]
+    wall_seconds: float
+    started_at: float = field(default_factory=time.time)
+    origin: float = 0.0  # time.perf_counter() at the burst's start: records' `started` count from here
+
+    @property
+    def failures(self) -> list[RequestRecord]:
+        return [r for r in self.records if not r.ok]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and len(self.records) == self.n
+
+    def served_by(self) -> Counter[str]:
+        """Responses per serving instance, from the `x-embedlab-worker` header."""
+        return Counter(r.worker for r in self.records if r.ok and r.worker)
+
+    def latency_ms(self) -> dict[str, float]:
+        return latency_ms(self.records)
+
+    @property
+    def throughput(self) -> float:
+        return len(self.records) / self.wall_seconds if self.wall_seconds > 0 else float("nan")
+
+    def raise_for_errors(self) -> None:
+        failures = self.failures
+        if failures:
+            first = failures[0]
+            raise TrafficError(
+                f"{len(failures)} of {self.n} requests for '{self.model}' failed; first: request {first.index}: {first.error}"
+            )
+
+    def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame([{f: getattr(r, f) for f in RequestRecord.__slots__} for r in self.records])  # type: ignore[attr-defined]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "n": self.n,
+            "concurrency": self.concurrency,
+            "failed": len(self.failures),
+            "wall_seconds": self.wall_seconds,
+            "latency_ms": self.latency_ms(),
+            "served_by": dict(self.served_by()),
+            "errors": [f"request {r.index}: {r.error}" for r in self.failures[:10]],
+        }
+
+
+def _validate(body: Any, model: str, inputs: int, dims: set[int]) -> str | None:
+    """Why a 200 response breaks the embeddings contract, or None."""
+    if not isinstance(body, dict) or not isinstance(body.get("data"), list):
+        return "response has no 'data' list"
+    data = body["data"]
+    if len(data) != inputs:
+        return f"{len(data)} vectors for {inputs} inputs"
+    if body.get("model") != model:
+        return f"response names model {body.get('model')!r}, not {model!r}"
+    for item in data:
+        vector = item.get("embedding") if isinstance(item, dict) else None
+        if isinstance(vector, str):  # base64 float32
+            size = len(vector) * 3 // 4 // 4
+        elif isinstance(vector, list) and vector:
+            size = len(vector)
+        else:
+            return "an item has no embedding"
+        dims.add(size)
+    if len(dims) > 1:
+        return f"inconsistent dimensions in the burst: {sorted(dims)}"
+    return None
+
+
+async def asend_burst(
+    frontend_url: str,
+    model: str,
+    n: int,
+    *,
+    concurrency: int = 4,
+    inputs: Sequence[Input] | None = None,
+    timeout: float = 60.0,
+    encoding_format: str = "float",
+    progress: bool = False,
+    on_response: Callable[[RequestRecord], None] | None = None,
+    client: httpx.AsyncClient | None = None,
+    rate: float | None = None,
+    models: Sequence[str] | None = None,
+) -> BurstResult:
+    """Send `n` requests for `model` with at most `concurrency` in flight; record every one.
+
+    `models`, one per request, interleaves several models in one burst (request i asks for
+    `models[i]`); `model` then only names the burst.
+
+    With `rate`, request i leaves no earlier than i / rate seconds after the first: steady
+    traffic through a fault, where a burst as fast as possible would be over before the
+    fault had any effect. `concurrency` then only bounds how many may hang at once.
+    """
+    if n < 1 or concurrency < 1 or (rate is not None and rate <= 0):
+        raise ConfigError("n and concurrency must be at least 1, and a rate positive")
+    if models is not None and len(models) != n:
+        raise ConfigError(f"{n} requests but {len(models)} models for them")
+    model_of = list(models) if models is not None else [model] * n
+    payloads = list(inputs) if inputs else default_inputs(n)
+    url = frontend_url.rstrip("/") + "/v1/embeddings"
+    records: list[RequestRecord] = []
+    dims: dict[str, set[int]] = {}  # per model: each model's vectors have one size
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(n):
+        queue.put_nowait(i)
+    bar = Bar(total=n, desc=model, unit="req") if progress else None
+    own = client is None
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    http = client or clients.async_client(
+        timeout=timeout,
+        transport=httpx.AsyncHTTPTransport(retries=0, limits=limits, verify=clients.tls()),
+    )
+    t0 = time.perf_counter()
+
+    async def one(i: int) -> RequestRecord:
+        item = payloads[i % len(payloads)]
+        count = len(item) if isinstance(item, list) and item and not isinstance(item[0], int) else 1
+        started = time.perf_counter()
+        status, worker, error = 0, None, None
+        try:
+            response = await http.post(
+                url, json={"model": model_of[i], "input": item, "encoding_format": encoding_format}
+            )
+            status = response.status_code
+            # LiteLLM passes a backend's headers on with an `llm_provider-` prefix.
+            worker = response.headers.get(WORKER_HEADER) or response.headers.get(
+                f"llm_provider-{WORKER_HEADER}"
+            )
+            if status != 200:
+                error = f"HTTP {status}: {response.text[:200]}"
+            else:
+                error = _validate(response.json(), model_of[i], count, dims.setdefault(model_of[i], set()))
+        except httpx.HTTPError as exc:
+            error = f"{exc.__class__.__name__}: {exc}"
+        except ValueError as exc:
+            error = f"response is not JSON: {exc}"
+        ended = time.perf_counter()
+        return RequestRecord(i, model_of[i], started - t0, ended - started, status, worker, count, error)
+
+    async def lane() -> None:
+        while True:
+            try:
+                i = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            if rate is not None:
+                await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
+            record = await one(i)
+            records.append(record)
+            if bar is not None:
+                bar.update(1)
+            if on_response is not None:
+                on_response(record)
+
+    try:
+        await asyncio.gather(*(lane() for _ in range(min(concurrency, n))))
+    finally:
+        if bar is not None:
+            failed = sum(not r.ok for r in records)
+            bar.close(
+                f"{len(records)} of {n} requests for '{model}' sent in {time.perf_counter() - t0:.2f} s"
+                + (f", {failed} failed" if failed else "")
+            )
+        if own:
+            await http.aclose()
+    records.sort(key=lambda r: r.index)
+    return BurstResult(
+        model=model,
+        n=n,
+        concurrency=concurrency,
+        records=records,
+        wall_seconds=time.perf_counter() - t0,
+        origin=t0,
+    )
+
+
+def send_burst(frontend_url: str, model: str, n: int, **options: Any) -> BurstResult:
+    """`asend_burst`, from sync code (notebooks included). Same keyword options."""
+    return run_sync(asend_burst(frontend_url, model, n, **options))
+
+
+def embed(
+    frontend_url: str, model: str, inputs: Sequence[str], *, timeout: float = 60.0
+) -> list[list[float]]:
+    """The vectors the deployment returns for `inputs`, in one request, in input order."""
+    url = frontend_url.rstrip("/") + "/v1/embeddings"
+    try:
+        with clients.client(timeout=timeout) as client:
+            response = client.post(
+                url, json={"model": model, "input": list(inputs), "encoding_format": "float"}
+            )
+        response.raise_for_status()
+        data = sorted(response.json()["data"], key=lambda d: d["index"])
+        return [list(map(float, d["embedding"])) for d in data]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        raise TrafficError(f"cannot embed through {url}: {exc.__class__.__name__}: {exc}") from exc

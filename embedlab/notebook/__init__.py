@@ -1,0 +1,1 @@
+"""embedlab.notebook."""

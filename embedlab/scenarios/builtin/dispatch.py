@@ -1,0 +1,308 @@
+"""Dispatch scenarios: does each request reach the right workers, in the right proportions?
+
+with Deployment(DeploymentSpec.multi_model(["a", "b"])) as dep:
+    result = multi_model_dispatch(dep)
+result.ok, table(result), plot(result)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...cluster.deployment import Deployment
+from ...defaults import FAIRNESS_ALPHA
+from ...errors import ConfigError
+from ...evidence.split import Split
+from ...evidence.stats import StillChance, still_chance
+from ...evidence.target import Target, target_of
+from ...evidence.traffic import Input, RequestRecord, default_inputs, run_sync
+from ...verdicts import Verdict
+from ..burst import BurstSpec, judge, run_burst, served_models, serving, status_codes, workers_of
+from ..params import knob
+from ..result import Burst, DataFigures, ScenarioResult
+
+if TYPE_CHECKING:
+    from ..plan import ScenarioPlan
+
+__all__ = [
+    "DispatchFigures",
+    "MultiModelParams",
+    "SameModelParams",
+    "SplitFigures",
+    "multi_model_dispatch",
+    "run_multi_model",
+    "run_same_model",
+    "same_model_load_balance",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SameModelParams:
+    # 40: the smallest burst at which a 90/10 skew of a 50/50 pool is caught 99% of the time
+    # at the default alpha (bench/verification_power.py).
+    requests: int = knob(40, "requests in the burst", min=1)
+    concurrency: int = knob(4, "requests in flight at once", min=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MultiModelParams:
+    requests: int = knob(10, "requests per burst, one burst per model", min=1)
+    concurrency: int = knob(4, "requests in flight at once", min=1)
+
+
+@dataclass(frozen=True)
+class SplitFigures(DataFigures):
+    """How one model's burst split over its workers, and how the policy says to judge it."""
+
+    deltas: tuple[float, ...]  # per expected worker, in index order
+    split: str  # the Split that judged it
+    p_value: float | None
+
+    def rows(self) -> list[tuple[str, str]]:
+        p = "not tested" if self.p_value is None else f"{self.p_value:.3g}"
+        return [
+            ("split", "/".join(f"{d:.0f}" for d in self.deltas)),
+            ("judged by", self.split),
+            ("p-value", p),
+        ]
+
+    def key_figures(self) -> dict[str, Any]:
+        return {"split": "/".join(f"{d:.0f}" for d in self.deltas), "judged": self.split}
+
+
+@dataclass(frozen=True)
+class DispatchFigures(DataFigures):
+    """Requests counted on a worker of another model, over every burst."""
+
+    wrong: float
+    counted: float
+    codes: dict[str, int]  # HTTP status of the failed requests; "0": no answer
+
+    def rows(self) -> list[tuple[str, str]]:
+        return [("counted on another model's worker", f"{self.wrong:.0f} of {self.counted:.0f}")] + [
+            (f"failed with HTTP {c}" if c != "0" else "failed without an answer", str(n))
+            for c, n in sorted(self.codes.items())
+        ]
+
+    def key_figures(self) -> dict[str, Any]:
+        shown = f" (HTTP {', '.join(sorted(self.codes))})" if self.codes else ""
+        return {"counted on another model's worker": f"{self.wrong:.0f} of {self.counted:.0f}{shown}"}
+
+
+def same_model_load_balance(
+    deployment: Deployment | Target,
+    *,
+    requests: int = SameModelParams.requests,
+    concurrency: int = SameModelParams.concurrency,
+    model: str | None = None,
+    weights: Sequence[float] | None = None,
+    fairness_alpha: float | None = FAIRNESS_ALPHA,
+    min_total_delta: float | None = None,
+    settle_seconds: float = 0.0,
+    inputs: Sequence[Input] | None = None,
+    timeout: float = 60.0,
+    progress: bool = False,
+    on_response: Callable[[RequestRecord], None] | None = None,
+    split: Split = Split.WEIGHTS,
+) -> ScenarioResult:
+    """Two or more workers serve one model: every one must move, and the split must fit the policy.
+
+    The verdict fails if a worker stays still, if the counters moved by other than the
+    requests sent, or if the split does not fit `split`, the router's policy: `weights`
+    (random: the split's p-value against the weights is at least `fairness_alpha`),
+    `exact` (round-robin: every worker within one request of the others), or `report` (a
+    policy that may pick one worker, such as cache-aware: the split is reported, not
+    asserted, and a still worker is no failure).
+    Under `weights`, "every worker moves" is asserted only where a correct router would
+    leave some worker still less often than `fairness_alpha` (1:4 over 20 requests does
+    1.2% of the time): otherwise the split's p-value alone judges, and the burst's rule says so.
+    """
+    if split not in tuple(Split):
+        raise ConfigError(f"split must be one of {', '.join(Split)}, got {split!r}")
+    split = Split(split)
+    target = target_of(deployment)
+    served_models(target.frontend_url)
+    model, indices = serving(target, model)
+    weights = (
+        list(weights) if weights is not None else list(target.weights or [1.0] * len(target.system_urls))
+    )
+    alpha = FAIRNESS_ALPHA if fairness_alpha is None else fairness_alpha
+    still = still_chance([weights[i] for i in indices], requests) if split is Split.WEIGHTS else None
+    all_move = split is Split.EXACT or (still is not None and still.value < alpha)
+    params = {
+        "requests": requests,
+        "concurrency": concurrency,
+        "model": model,
+        "weights": weights,
+        "fairness_alpha": fairness_alpha,
+        "split": split,
+    }
+    spec = BurstSpec(
+        name=model,
+        model=model,
+        expected=frozenset(indices),
+        requests=requests,
+        concurrency=concurrency,
+        inputs=inputs or default_inputs(requests),
+        min_total_delta=min_total_delta,
+        weights=weights,
+        fairness_alpha=fairness_alpha if split is Split.WEIGHTS else None,
+        settle_seconds=settle_seconds,
+        timeout=timeout,
+        require_all=all_move,
+        on_response=on_response,
+        rule=_same_model_rule(split, all_move=all_move, still=still, alpha=fairness_alpha, requests=requests),
+    )
+    started = time.monotonic()
+    burst = run_sync(run_burst(target, spec, progress=progress))
+    verdict, reasons = judge([burst], exact_total=True)
+    deltas = [burst.delta(i) or 0.0 for i in indices]
+    shown = "/".join(f"{d:.0f}" for d in deltas)
+    if verdict == Verdict.PASSED and split is Split.EXACT and max(deltas) - min(deltas) > 1:
+        verdict, reasons = Verdict.FAILED, [f"{model}: round-robin split {shown} is not even"]
+    elif verdict == Verdict.PASSED and split is Split.REPORT:
+        verdict, reasons = Verdict.REPORTED, [f"{model}: split {shown} (the policy decides; not asserted)"]
+    return ScenarioResult(
+        scenario="same-model",
+        stack=target.stack,
+        params=params,
+        workers=workers_of(deployment),
+        bursts=[burst],
+        verdict=verdict,
+        reasons=reasons,
+        wall_seconds=time.monotonic() - started,
+        figures=SplitFigures(
+            deltas=tuple(deltas), split=str(split), p_value=burst.check.p_value if burst.check else None
+        ),
+    )
+
+
+def _same_model_rule(
+    split: Split, *, all_move: bool, still: StillChance | None, alpha: float | None, requests: int
+) -> str:
+    """What the burst asserts, in words: the table and the report show it beside the figures."""
+    parts = ["the counters account for every request sent"]
+    if all_move:
+        parts.insert(0, "every worker moves")
+    elif still is not None:
+        parts.append(
+            f"a still worker is not asserted (a correct router leaves one still {still.of_the_time()} "
+            f"at {requests} requests)"
+        )
+    if split is Split.WEIGHTS and alpha is not None:
+        parts.append(f"the split fits the weights (p >= {alpha:g})")
+    elif split is Split.EXACT:
+        parts.append("round-robin: every worker within one request of the others")
+    else:
+        parts.append("the split is reported, not asserted (the policy decides)")
+    return "; ".join(parts)
+
+
+def multi_model_dispatch(
+    deployment: Deployment | Target,
+    models: Sequence[str] | None = None,
+    *,
+    requests_per_burst: int = MultiModelParams.requests,
+    concurrency: int = MultiModelParams.concurrency,
+    min_total_delta: float | None = None,
+    settle_seconds: float = 0.0,
+    inputs: Sequence[Input] | None = None,
+    timeout: float = 60.0,
+    progress: bool = False,
+    on_response: Callable[[RequestRecord], None] | None = None,
+) -> ScenarioResult:
+    """One burst per model, one snapshot pair per burst: only that model's workers may move."""
+    target = target_of(deployment)
+    served_models(target.frontend_url)
+    if any(m is None for m in target.models):
+        raise ConfigError(
+            "multi-model needs to know which model each worker serves (attach(..., models=[...]))"
+        )
+    served = [m for m in target.models if m is not None]
+    models = list(models) if models else list(dict.fromkeys(served))
+    if len(models) < 2:
+        raise ConfigError(f"multi-model needs at least two models, got {models}")
+    missing = [m for m in models if m not in served]
+    if missing:
+        raise ConfigError(f"no worker serves {missing}; workers serve {served}")
+    params = {"requests_per_burst": requests_per_burst, "concurrency": concurrency, "models": models}
+    replicas = {model: [i for i, m in enumerate(target.models) if m == model] for model in models}
+    weights = list(target.weights) if target.weights else [1.0] * len(target.models)
+    specs = [
+        BurstSpec(
+            name=model,
+            model=model,
+            expected=frozenset(replicas[model]),
+            # Several replicas of a model: each must move only where a correct router rarely leaves one still.
+            require_all=still_chance([weights[i] for i in replicas[model]], requests_per_burst).value
+            < FAIRNESS_ALPHA,
+            requests=requests_per_burst,
+            concurrency=concurrency,
+            inputs=inputs or default_inputs(requests_per_burst),
+            min_total_delta=min_total_delta,
+            weights=list(target.weights) if target.weights else None,
+            settle_seconds=settle_seconds,
+            timeout=timeout,
+            on_response=on_response,
+            rule=f"only the workers of '{model}' move, and they account for every request sent",
+        )
+        for model in models
+    ]
+    started = time.monotonic()
+
+    async def run_all() -> list[Burst]:
+        return [await run_burst(target, spec, progress=progress) for spec in specs]
+
+    bursts = run_sync(run_all())
+    verdict, reasons = judge(bursts, exact_total=True)
+    rows = [(b, r) for b in bursts if b.check for r in b.check.rows]
+    figures = DispatchFigures(
+        wrong=sum(r.delta for b, r in rows if r.index not in b.expected),
+        counted=sum(r.delta for _, r in rows),
+        codes=status_codes(bursts),
+    )
+    return ScenarioResult(
+        scenario="multi-model",
+        stack=target.stack,
+        params=params,
+        workers=workers_of(deployment),
+        bursts=bursts,
+        verdict=verdict,
+        reasons=reasons,
+        wall_seconds=time.monotonic() - started,
+        figures=figures,
+    )
+
+
+# -- as registered scenarios: run(target, plan) -------------------------------------------------
+
+
+def run_same_model(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
+    # The split is judged by the router's policy: the stack knows what its modes mean.
+    split = (
+        target.stack.split_for(target.spec.router_mode) if isinstance(target, Deployment) else Split.WEIGHTS
+    )
+    params: SameModelParams = plan.params
+    return same_model_load_balance(
+        target,
+        requests=params.requests,
+        concurrency=params.concurrency,
+        model=plan.models[0] if plan.models else None,
+        weights=plan.weights or None,
+        progress=plan.progress,
+        split=split,
+    )
+
+
+def run_multi_model(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
+    params: MultiModelParams = plan.params
+    return multi_model_dispatch(
+        target,
+        plan.resolved_models()[0] if not plan.attached or plan.models else None,
+        requests_per_burst=params.requests,
+        concurrency=params.concurrency,
+        progress=plan.progress,
+    )

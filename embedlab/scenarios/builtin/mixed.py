@@ -1,0 +1,278 @@
+"""Interleaved traffic over a whole pool: every model's requests at once, as real clients send them.
+
+    result = mixed_traffic(dep)        # M models x K replicas: one burst per send order
+    table(result), plot(result)
+
+Bursts of one model at a time never exercise router state shared across models (a
+round-robin index shared by every model sends all of one model's requests to one replica
+when the models alternate; Dynamo #8551 is a report of that kind). Each burst here
+interleaves the models in one send order (`alternate`: A, B, A, B, ...; `random`: a seeded
+mix) and is judged per model, from every worker's counter: every replica of the model
+moved; its replicas' counters account exactly for its requests (a request counted on
+another model's replica shows as one missing here and one too many there); and its split
+fits its weights as the stack's policy says (exact for round-robin, the binomial or
+chi-square test for random, reported for cache-aware).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...cluster.deployment import Deployment
+from ...defaults import FAIRNESS_ALPHA
+from ...errors import ConfigError
+from ...evidence.counters import fairness_p_value
+from ...evidence.split import Split
+from ...evidence.stats import still_chance
+from ...evidence.target import Target, target_of
+from ...evidence.traffic import default_inputs, run_sync
+from ...verdicts import Verdict
+from ..burst import BurstSpec, judge, run_burst, served_models, workers_of
+from ..params import knob
+from ..result import Burst, DataFigures, ScenarioResult, WorkerInfo
+
+if TYPE_CHECKING:
+    from ..plan import ScenarioPlan
+
+__all__ = [
+    "PATTERNS",
+    "MixedFigures",
+    "MixedParams",
+    "ModelSplit",
+    "mixed_traffic",
+    "run_mixed",
+    "send_order",
+]
+
+PATTERNS = ("alternate", "random")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixedParams:
+    patterns: tuple[str, ...] = knob(
+        PATTERNS, "send orders, one burst each: alternate (models in turn), random"
+    )
+    # 40 per model: the same power against a skewed split as same-model's burst.
+    requests: int = knob(40, "requests per model in each burst", min=1)
+    concurrency: int = knob(8, "requests in flight at once", min=1)
+    order_seed: int = knob(0, "the seed of the random send order")
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.patterns if p not in PATTERNS]
+        if unknown or not self.patterns:
+            raise ConfigError(
+                f"mixed: patterns must be some of {', '.join(PATTERNS)}, got {list(self.patterns)}"
+            )
+
+    def describe(self) -> str:
+        return (
+            f"one burst per send order ({', '.join(self.patterns)}), {self.requests} requests per model each, "
+            f"at concurrency {self.concurrency}"
+        )
+
+
+@dataclass(frozen=True)
+class ModelSplit:
+    """One model's share of one interleaved burst."""
+
+    burst: str
+    model: str
+    replicas: tuple[int, ...]
+    sent: int
+    counted: float  # by its replicas' counters
+    deltas: tuple[float, ...]  # per replica, in index order
+    p_value: float | None
+    verdict: str  # this model's own: passed, failed, reported, or inconclusive with its burst
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MixedFigures(DataFigures):
+    splits: tuple[ModelSplit, ...]
+    judged: str  # the Split that judged each model's replicas
+
+    def rows(self) -> list[tuple[str, str]]:
+        rows = []
+        for s in self.splits:
+            p = "" if s.p_value is None else f", p = {s.p_value:.3g}"
+            why = f" ({'; '.join(s.reasons)})" if s.reasons else ""
+            counted = f"{s.counted:.0f} counted for {s.sent} sent"
+            split = "/".join(f"{d:.0f}" for d in s.deltas)
+            rows.append((f"{s.burst}: {s.model}", f"{counted}, split {split}{p}: {s.verdict}{why}"))
+        return rows + [("split judged by", self.judged)]
+
+    def key_figures(self) -> dict[str, Any]:
+        return {f"{s.burst} {s.model}": "/".join(f"{d:.0f}" for d in s.deltas) for s in self.splits} | {
+            "judged": self.judged
+        }
+
+
+def send_order(models: Sequence[str], per_model: int, pattern: str, *, seed: int = 0) -> list[str]:
+    """The model of each request in send order: `alternate` takes them in turn, `random` a
+    seeded shuffle of the same requests (each model `per_model` times in both)."""
+    order = [models[i % len(models)] for i in range(per_model * len(models))]
+    if pattern == "random":
+        random.Random(seed).shuffle(order)
+    elif pattern != "alternate":
+        raise ConfigError(f"unknown send order {pattern!r}; choose from {', '.join(PATTERNS)}")
+    return order
+
+
+def mixed_traffic(
+    deployment: Deployment | Target,
+    *,
+    patterns: Sequence[str] = MixedParams.patterns,
+    requests: int = MixedParams.requests,
+    concurrency: int = MixedParams.concurrency,
+    order_seed: int = MixedParams.order_seed,
+    split: Split = Split.WEIGHTS,
+    progress: bool = False,
+) -> ScenarioResult:
+    """One interleaved burst per send order over every model of the pool, judged per model."""
+    target = target_of(deployment)
+    served_models(target.frontend_url)
+    if any(m is None for m in target.models):
+        raise ConfigError("mixed needs to know which model each worker serves (attach(..., models=[...]))")
+    models = list(dict.fromkeys(m for m in target.models if m is not None))
+    if len(models) < 2:
+        raise ConfigError(
+            f"mixed interleaves several models; this pool serves {models} (same-model checks one)"
+        )
+    pool = {m: [i for i, w in enumerate(target.models) if w == m] for m in models}
+    weights = list(target.weights or [1.0] * len(target.models))
+    workers = workers_of(deployment)
+    started = time.monotonic()
+    bursts, splits = [], []
+    # A model's replicas must each move where a correct router rarely leaves one still.
+    still = {m: still_chance([weights[i] for i in pool[m]], requests) for m in models}
+    loose = [m for m in models if split is Split.REPORT or still[m].value >= FAIRNESS_ALPHA]
+    must_move = frozenset(i for m in models if m not in loose for i in pool[m])
+    if split is Split.REPORT:
+        moves = "a still replica is not asserted (the policy decides)"
+    else:
+        moves = "every replica moves" + "".join(
+            f" (not asserted for {m}: a correct router leaves one of its replicas still {still[m].of_the_time()})"
+            for m in loose
+        )
+    for pattern in patterns:
+        order = send_order(models, requests, pattern, seed=order_seed)
+        spec = BurstSpec(
+            name=pattern,
+            model="+".join(models),
+            expected=frozenset(i for indices in pool.values() for i in indices),
+            requests=len(order),
+            concurrency=concurrency,
+            inputs=default_inputs(len(order)),
+            models=order,
+            require_all=False,
+            must_move=must_move,
+            rule=f"{pattern} send order: per model, {moves}, its replicas count exactly its "
+            f"requests, and its split fits its weights ({split})",
+        )
+        burst = run_sync(run_burst(target, spec, progress=progress))
+        sent = Counter(order)
+        burst.expected_shares = {
+            i: sent[m] / len(order) * weights[i] / sum(weights[j] for j in pool[m])
+            for m in models
+            for i in pool[m]
+        }
+        bursts.append(burst)
+        if burst.check is not None:
+            splits += [
+                _judge_model(burst, m, pool[m], weights, sent[m], split, workers, must_move) for m in models
+            ]
+    verdict, reasons = judge(bursts, exact_total=True)
+    if verdict == Verdict.PASSED:
+        failed = [s for s in splits if s.verdict == Verdict.FAILED]
+        reasons = [f"{s.burst}: {s.model}: {r}" for s in failed for r in s.reasons]
+        if failed:
+            verdict = Verdict.FAILED
+        elif split is Split.REPORT:
+            verdict = Verdict.REPORTED
+            reasons = [f"{s.burst}: {s.model} split {'/'.join(f'{d:.0f}' for d in s.deltas)}" for s in splits]
+    return ScenarioResult(
+        scenario="mixed",
+        stack=target.stack,
+        params={
+            "patterns": list(patterns),
+            "requests_per_model": requests,
+            "models": models,
+            "split": str(split),
+        },
+        workers=workers,
+        bursts=bursts,
+        verdict=verdict,
+        reasons=reasons,
+        wall_seconds=time.monotonic() - started,
+        figures=MixedFigures(splits=tuple(splits), judged=str(split)),
+    )
+
+
+def _judge_model(
+    burst: Burst,
+    model: str,
+    replicas: list[int],
+    weights: list[float],
+    sent: int,
+    split: Split,
+    workers: list[WorkerInfo],
+    must_move: frozenset[int],
+) -> ModelSplit:
+    deltas = [burst.delta(i) or 0.0 for i in replicas]
+    counted = sum(deltas)
+    reasons = []
+    answered = sum(1 for r in burst.traffic.records if r.model == model and r.ok)
+    if counted != sent and answered == sent:
+        reasons.append(f"its replicas counted {counted:g} for {sent} requests sent")
+    own = [weights[i] for i in replicas]
+    silent = [i for i, d in zip(replicas, deltas) if d <= 0 and i in must_move]
+    if silent:
+        reasons.append("no traffic reached " + ", ".join(f"worker {i}" for i in silent))
+    p_value = fairness_p_value(deltas, own) if len(replicas) > 1 else None
+    if split is Split.WEIGHTS and p_value is not None and p_value < FAIRNESS_ALPHA:
+        reasons.append(
+            f"split {'/'.join(f'{d:.0f}' for d in deltas)} is unlikely under weights {own} (p={p_value:.2g})"
+        )
+    if split is Split.EXACT and len(deltas) > 1 and max(deltas) - min(deltas) > 1:
+        reasons.append(f"round-robin split {'/'.join(f'{d:.0f}' for d in deltas)} is not even")
+    elsewhere = _served_elsewhere(burst, model, replicas, workers)
+    if elsewhere:
+        reasons.append(
+            f"{elsewhere} of its responses came from another model's replica (by the frontend's header)"
+        )
+    verdict = Verdict.FAILED if reasons else (Verdict.REPORTED if split is Split.REPORT else Verdict.PASSED)
+    if burst.inconclusive:
+        # The counters carry traffic embedlab did not send: these figures judge nothing.
+        verdict, reasons = Verdict.INCONCLUSIVE, ["not judged: the burst is inconclusive"]
+    return ModelSplit(
+        burst=burst.name, model=model, replicas=tuple(replicas), sent=sent, counted=counted, deltas=tuple(deltas),
+        p_value=p_value, verdict=str(verdict), reasons=tuple(reasons),
+    )  # fmt: skip
+
+
+def _served_elsewhere(burst: Burst, model: str, replicas: list[int], workers: list[WorkerInfo]) -> int:
+    """Responses for `model` that the frontend says another model's replica served (0 where it names none)."""
+    own = {workers[i].endpoint for i in replicas if workers[i].endpoint}
+    named = [r.worker.split("/")[0] for r in burst.traffic.records if r.model == model and r.ok and r.worker]
+    return sum(1 for endpoint in named if own and endpoint not in own)
+
+
+def run_mixed(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
+    params: MixedParams = plan.params
+    split = (
+        target.stack.split_for(target.spec.router_mode) if isinstance(target, Deployment) else Split.WEIGHTS
+    )
+    return mixed_traffic(
+        target,
+        patterns=params.patterns,
+        requests=params.requests,
+        concurrency=params.concurrency,
+        order_seed=params.order_seed,
+        split=split,
+        progress=plan.progress,
+    )

@@ -1,0 +1,319 @@
+"""The piece every scenario is made of: one burst between two counter snapshots, judged.
+
+spec = BurstSpec(name="m", model="m", expected=frozenset({0, 1}), requests=40)
+burst = run_sync(run_burst(target, spec))
+verdict, reasons = judge([burst], exact_total=True)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from ..cluster.deployment import Deployment
+from ..cluster.spec import WorkerSpec
+from ..defaults import QUIET_WINDOW_S, WORKER_HEADER
+from ..errors import ConfigError, CounterResetError, ScrapeError, TrafficError
+from ..evidence import clients
+from ..evidence.counters import DispatchCheck
+from ..evidence.metrics import Snapshot
+from ..evidence.target import Target, target_of
+from ..evidence.traffic import BurstResult, Input, RequestRecord, asend_burst, default_inputs
+from ..verdicts import Verdict
+from .result import Burst, Event, Unread, WorkerInfo
+
+__all__ = [
+    "BurstSpec",
+    "judge",
+    "launched",
+    "mark_unread",
+    "read_router_counts",
+    "router_moved",
+    "run_burst",
+    "served_models",
+    "serving",
+    "status_codes",
+    "unread_events",
+    "unread_of",
+    "workers_of",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BurstSpec:
+    """One burst and how to judge it.
+
+    `min_total_delta` None means exactly the requests sent must be counted; `weights`
+    (one per worker) with `fairness_alpha` adds the test of the split.
+    """
+
+    name: str
+    model: str
+    expected: frozenset[int]
+    requests: int
+    concurrency: int = 4
+    inputs: Sequence[Input] | None = None
+    min_total_delta: float | None = None
+    weights: Sequence[float] | None = None
+    fairness_alpha: float | None = None
+    settle_seconds: float = 0.0
+    timeout: float = 60.0
+    require_all: bool = True  # every expected worker must move
+    must_move: frozenset[int] | None = None  # in place of require_all: those that must move
+    rule: str = ""  # what the burst asserts, in words, for tables and reports
+    models: Sequence[str] | None = None  # one per request, for a burst that interleaves models
+    quiet_s: float = QUIET_WINDOW_S  # each quiet window's length; 0: none
+    on_response: Callable[[RequestRecord], None] | None = field(default=None, compare=False)
+
+
+def workers_of(deployment: Deployment | Target) -> list[WorkerInfo]:
+    """Each worker by index, with its model, weight and (where launched) endpoint."""
+    target = target_of(deployment)
+    weights = target.weights or (1.0,) * len(target.system_urls)
+    launched = isinstance(deployment, Deployment)
+    return [
+        WorkerInfo(
+            index=i,
+            system_url=url,
+            model=model,
+            weight=weights[i],
+            endpoint=deployment.endpoint(i) if launched else None,
+            host=deployment.host_of(i) if launched else 0,
+            engine=_engine(deployment.spec.workers[i]) if launched else None,
+        )
+        for i, (url, model) in enumerate(zip(target.system_urls, target.models))
+    ]
+
+
+def _engine(spec: WorkerSpec) -> str:
+    """What computes a worker's embeddings: its engine, or the worker kind that brings its own."""
+    return spec.engine if spec.server == "embedlab" else spec.server
+
+
+def served_models(frontend_url: str) -> list[str]:
+    """The frontend's /v1/models: also the preflight that it is reachable at all."""
+    url = frontend_url.rstrip("/") + "/v1/models"
+    try:
+        with clients.client(timeout=5.0) as client:
+            response = client.get(url)
+            response.raise_for_status()
+            return [m["id"] for m in response.json().get("data", [])]
+    except (httpx.HTTPError, ValueError, KeyError, AttributeError) as exc:
+        raise TrafficError(f"cannot list models at {url}: {exc.__class__.__name__}: {exc}") from exc
+
+
+def launched(target: Deployment | Target, *, scenario: str, changes: str = "a worker") -> Deployment:
+    """`target` as a deployment embedlab launched: the scenarios that kill or reconfigure need one."""
+    if not isinstance(target, Deployment):
+        raise ConfigError(
+            f"{scenario} changes {changes}: it needs a deployment embedlab launched, not an attached one"
+        )
+    return target
+
+
+def serving(
+    deployment: Deployment | Target, model: str | None, *, at_least: int = 2
+) -> tuple[str, list[int]]:
+    """The model to send (default: the only one served) and the indices of the workers serving it."""
+    target = target_of(deployment)
+    known = [m for m in target.models if m is not None]
+    if model is None:
+        candidates = sorted(set(known)) or served_models(target.frontend_url)
+        if len(candidates) != 1:
+            raise ConfigError(
+                f"this scenario needs one model; this deployment serves {candidates}: pass model="
+            )
+        model = candidates[0]
+    indices = [i for i, m in enumerate(target.models) if m in (model, None)]
+    if len(indices) < at_least:
+        raise ConfigError(
+            f"this scenario needs at least {at_least} workers serving '{model}', found {len(indices)}"
+        )
+    return model, indices
+
+
+async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) -> Burst:
+    """Snapshot every worker, send the burst, snapshot again, judge the deltas by worker index."""
+    check = DispatchCheck(
+        target.system_urls,
+        spec.expected,
+        min_total_delta=spec.requests if spec.min_total_delta is None else spec.min_total_delta,
+        settle_seconds=spec.settle_seconds,
+        metric=target.metric,
+        weights=spec.weights,
+        fairness_alpha=spec.fairness_alpha,
+        require_all=spec.require_all,
+        must_move=spec.must_move,
+        raise_on_failure=False,
+    )
+    # One keep-alive connection per worker, shared by the burst's four snapshots.
+    async with clients.scrape_client(timeout=10.0) as scrape_client:
+        opening = router_before = unread = None
+        try:
+            opening = await _quiet_window(check, scrape_client, spec.quiet_s, first=True)
+            router_before = await read_router_counts(target)
+            # The baseline is in hand before the first request of the burst leaves.
+            await check.abegin(scrape_client)
+        except ScrapeError as exc:
+            # Sent all the same: what the requests met while a worker was down is the finding.
+            unread = unread_of(exc, "before the burst")
+        traffic = await asend_burst(
+            target.frontend_url,
+            spec.model,
+            spec.requests,
+            concurrency=spec.concurrency,
+            inputs=spec.inputs or default_inputs(spec.requests),
+            timeout=spec.timeout,
+            progress=progress,
+            on_response=spec.on_response,
+            models=spec.models,
+        )
+        share_of = spec.weights if spec.weights is not None else [1.0] * len(target.system_urls)
+        total = sum(share_of[i] for i in spec.expected) or 1.0
+        burst = Burst(
+            name=spec.name,
+            model=spec.model,
+            expected=spec.expected,
+            traffic=traffic,
+            expected_shares={i: share_of[i] / total for i in spec.expected},
+            rule=spec.rule,
+        )
+        if unread is not None:
+            mark_unread(burst, unread)
+            return burst
+        try:
+            burst.check = await check.aend(scrape_client)
+            router_after = await read_router_counts(target)
+            if router_before is not None and router_after is not None:
+                burst.router_deltas = {
+                    i: router_after.get(i, 0.0) - router_before.get(i, 0.0)
+                    for i in {*router_before, *router_after}
+                }
+            closing = await _quiet_window(check, scrape_client, spec.quiet_s, first=False)
+            moved = {**_moved(opening, check.before), **_moved(check.after, closing)}
+            if moved:
+                burst.other_traffic = moved
+                served = _attributed(target, traffic)
+                if served is None:
+                    burst.inconclusive = _unsent(moved, 2 * spec.quiet_s)
+                else:
+                    burst.check = check.judge_attributed(served)
+                    burst.proven_by = (
+                        f"the {WORKER_HEADER} header on {sum(served.values())} of its {traffic.n} responses"
+                    )
+        except CounterResetError as exc:
+            burst.inconclusive = f"counter reset on worker {exc.worker_index}"
+        except ScrapeError as exc:
+            # A worker that answered before the burst and not after it (it died, or is still
+            # restarting): its delta is unknown, so the burst decides nothing.
+            mark_unread(burst, unread_of(exc, "after the burst"))
+    return burst
+
+
+def unread_of(exc: ScrapeError, when: str) -> Unread:
+    """The worker `exc` could not read (`when`: "before the burst", "after the burst"), now."""
+    return Unread(worker=exc.worker_index, when=when, at=time.perf_counter(), error=str(exc))
+
+
+def mark_unread(burst: Burst, unread: Unread) -> None:
+    """`burst` decides nothing: one of its workers could not be read (down, restarting or
+    unreachable). The one way every scenario makes a burst inconclusive for a worker it could not read."""
+    burst.unread = unread
+    burst.inconclusive = unread.reason
+
+
+def unread_events(bursts: Sequence[Burst], origin: float) -> list[Event]:
+    """An `unreadable` event for each burst that could not read a worker, on a timeline from `origin`."""
+    return [b.unread.event(origin, b.name) for b in bursts if b.unread is not None]
+
+
+async def _quiet_window(
+    check: DispatchCheck, client: Any, seconds: float, *, first: bool
+) -> list[Snapshot] | None:
+    """Counters at one end of a quiet window: before the baseline (`first`) or after the end
+    snapshot. None where the burst has no windows."""
+    if seconds <= 0:
+        return None
+    if first:
+        found = await check.asnapshot(client)
+        await asyncio.sleep(seconds)
+        return found
+    await asyncio.sleep(seconds)
+    return await check.asnapshot(client)
+
+
+def _moved(earlier: Sequence[Snapshot] | None, later: Sequence[Snapshot] | None) -> dict[int, float]:
+    """Worker index -> how far its counter moved between two snapshot lists (a reset raises)."""
+    if earlier is None or later is None:
+        return {}
+    deltas = {i: a.delta(b, worker_index=i) for i, (a, b) in enumerate(zip(earlier, later))}
+    return {i: d for i, d in deltas.items() if d}
+
+
+def router_moved(before: dict[int, float], after: dict[int, float]) -> dict[int, float]:
+    return {i: after.get(i, 0.0) - before.get(i, 0.0) for i in sorted({*before, *after})}
+
+
+async def read_router_counts(target: Target) -> dict[int, float] | None:
+    """The router's own per-worker counts, where it keeps them (a blocking read, off the loop)."""
+    return None if target.router_counts is None else await asyncio.to_thread(target.router_counts)
+
+
+def _attributed(target: Target, traffic: BurstResult) -> dict[int, int] | None:
+    """Worker index -> responses naming it (a worker's 4xx included: it counted that request
+    too), where every answered request names a known worker; None where any does not (the
+    counters alone can then judge placement). A failure that names no worker is left out:
+    the verdict fails on it anyway."""
+    served: dict[int, int] = {}
+    for record in traffic.records:
+        index = target.index_of(record.worker)
+        if index is None and (record.ok or record.worker):
+            return None
+        if index is not None:
+            served[index] = served.get(index, 0) + 1
+    return served
+
+
+def _unsent(moved: dict[int, float], seconds: float) -> str:
+    shown = ", ".join(f"worker {i} +{d:g}" for i, d in sorted(moved.items()))
+    return (
+        f"traffic embedlab did not send: {shown} in the {seconds:.1f} s of quiet windows around the burst "
+        "(another client, a health probe or a canary), so its counts judge nothing of the router"
+    )
+
+
+def status_codes(bursts: Sequence[Burst]) -> dict[str, int]:
+    """How many requests failed with each HTTP status ("0": no answer at all), over `bursts`."""
+    found: dict[str, int] = {}
+    for burst in bursts:
+        for record in burst.traffic.failures:
+            found[str(record.status)] = found.get(str(record.status), 0) + 1
+    return found
+
+
+def judge(bursts: Sequence[Burst], *, exact_total: bool) -> tuple[Verdict, list[str]]:
+    """A verdict over bursts: a counter reset or a worker that could not be read is inconclusive; a
+    failed request, a leak, a silent worker, a skewed split or (with `exact_total`) a count other
+    than the requests sent fails."""
+    doubtful = [f"{burst.name}: {burst.inconclusive}" for burst in bursts if burst.inconclusive]
+    if doubtful:
+        return Verdict.INCONCLUSIVE, doubtful
+    reasons: list[str] = []
+    for burst in bursts:
+        failed = burst.traffic.failures
+        if failed:
+            reasons.append(
+                f"{burst.name}: {len(failed)} of {burst.traffic.n} requests failed ({failed[0].error})"
+            )
+        assert burst.check is not None
+        reasons += [f"{burst.name}: {r}" for r in burst.check.reasons]
+        if exact_total and not failed and burst.check.total_delta != burst.traffic.n:
+            reasons.append(
+                f"{burst.name}: counters moved {burst.check.total_delta:g} for {burst.traffic.n} requests sent"
+            )
+    return (Verdict.FAILED if reasons else Verdict.PASSED), reasons

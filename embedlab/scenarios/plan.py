@@ -1,0 +1,410 @@
+"""ScenarioPlan: the plain values of a notebook's parameters cell or the CLI, turned into a run.
+
+`run_scenario(plan)` launches the deployment the plan describes (or attaches to one),
+runs the scenario, and tears everything down, also when the scenario fails. Every
+mistake in the values is a `ConfigError` when the plan is made, before anything launches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from ..cellguard import guarded
+from ..cluster.deployment import Deployment
+from ..cluster.etcd import discovered
+from ..cluster.spec import DeploymentSpec, WorkerSpec
+from ..cluster.stack_registry import (
+    STACKS,
+    counter_notes,
+    get_stack,
+    is_foreign,
+    model_dir,
+    startup_timeout,
+    workers_text,
+)
+from ..defaults import DISCOVERY, LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
+from ..engines import ENGINES
+from ..engines.models import model_names, resolve_model_path
+from ..errors import ConfigError, EmbedlabError, UnsupportedError
+from ..evidence.metrics import MetricQuery
+from ..evidence.target import Target, attach, check_system_urls
+from ..progress import LaunchProgress
+from ..verdicts import Verdict
+from .params import describe_params, knobs
+from .registry import Scenario, get_scenario
+from .result import ScenarioResult, given_up
+
+__all__ = ["ScenarioPlan", "check_knob_names", "run_scenario"]
+
+# What a plan field left unset (None) becomes when its scenario sets no value for it.
+FALLBACKS: dict[str, Any] = {"workers": 2, "lease_ttl": LEASE_TTL_S, "restart": "never"}
+
+
+def _tuple(value: Any, kind: Callable[[Any], Any] = str) -> tuple[Any, ...]:
+    """Accept a list, a tuple, a comma-separated string, or nothing."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        return tuple(kind(v.strip()) for v in value.split(",") if v.strip())
+    if isinstance(value, Iterable):
+        return tuple(kind(v) for v in value)
+    return (kind(value),)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScenarioPlan:
+    """Everything one scenario run needs, as plain values: the deployment, attach and run
+    settings every scenario shares, and `params`, the scenario's own knobs (an instance of
+    the class it registered with `params=`, or a mapping of some of them; the rest keep
+    their defaults). `workers`, `lease_ttl` and `restart` left at None take the scenario's
+    values, else embedlab's.
+    """
+
+    scenario: str
+    stack: str = "embedded"
+    engine: str = "hash"  # embedlab's worker's engine (a worker server of its own has none)
+    worker_server: str = "embedlab"  # what each worker runs: embedlab, vllm-serve, infinity, ...
+    models: tuple[str, ...] = ()
+    model_paths: tuple[str, ...] = ()
+    workers: int | None = None  # replicas of each model; None: 2 of one model, 1 of each of several
+    replicas: tuple[int, ...] = ()  # per model, in place of `workers`: 4 of models[0], 2 of models[1]
+    weights: tuple[float, ...] = ()  # per worker, model by model
+    seed: int | None = 0
+    router_mode: str | None = None  # the frontend's policy, in its own names; None: its default
+    pooling: str | None = None
+    max_model_len: int | None = None
+    frontend_url: str = ""
+    system_urls: tuple[str, ...] = ()
+    metric: str = METRIC
+    run_dir: str = ""
+    startup_timeout: float = STARTUP_TIMEOUT_S
+    discovery: str = DISCOVERY  # dynamo: file, or etcd (the run starts one)
+    hosts: int = 1  # simulated hosts: 1, or more as network namespaces (dynamo on etcd, root)
+    lease_ttl: float | None = None  # seconds; None: the scenario's default, else embedlab's
+    restart: str | None = None  # workers: never, or on-exit (back on their host when they exit)
+    restart_limit: int | None = None  # on-exit: restarts in a window before a worker is given up on
+    restart_backoff: float | None = None  # on-exit: seconds before a restart, doubling; None: WorkerSpec's
+    canaries: bool = False  # dynamo: Dynamo's health-check canaries on every idle worker
+    etcd_endpoints: str = ""  # attach: the cluster's etcd, to list what it believes is live
+    worker_models: tuple[str, ...] = ()  # attach: the model each system URL's worker serves
+    worker_args: tuple[str, ...] = ()
+    frontend_args: tuple[str, ...] = ()
+    progress: bool = False  # progress bars for bursts
+    params: Any = None  # the scenario's knobs; None: its defaults
+
+    def __post_init__(self) -> None:
+        for name in ("models", "model_paths", "system_urls", "worker_args", "frontend_args", "worker_models"):
+            object.__setattr__(self, name, _tuple(getattr(self, name)))
+        object.__setattr__(self, "replicas", _tuple(self.replicas, int))
+        object.__setattr__(self, "weights", _tuple(self.weights, float))
+        scenario = self.definition  # an unknown scenario fails here
+        check_knob_names(scenario)
+        object.__setattr__(self, "params", scenario.params_from(self.params))
+        if self.stack not in STACKS:
+            raise ConfigError(f"unknown stack {self.stack!r}; choose from {', '.join(STACKS.names())}")
+        if self.engine not in ENGINES:
+            raise ConfigError(f"unknown engine {self.engine!r}; choose from {', '.join(ENGINES)}")
+        workers = self.workers
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ConfigError(f"workers must be a whole number of at least 1, got {workers!r}")
+        if any(w <= 0 for w in self.weights):
+            raise ConfigError(f"weights must be positive, got {list(self.weights)}")
+        if bool(self.frontend_url) != bool(self.system_urls):
+            raise ConfigError("attach mode needs both a frontend URL and one system URL per worker")
+        if self.attached and (scenario.launches or scenario.deploys):
+            raise ConfigError(
+                f"{self.scenario} changes a worker: it cannot run attached, only on a deployment it launches"
+            )
+        MetricQuery.parse(self.metric)
+        self._check_pool()
+        plan = self.resolved()
+        if not self.attached:
+            plan._check_models()
+            # The deployment's own checks (hosts, discovery, weights, the stack's limits), with
+            # stand-in model paths: tiny models are built when the plan launches, not here.
+            models = plan.models or plan.default_models()
+            paths = (
+                (None,) * len(models) if plan.hashes else (plan.model_paths or ("model-dir",)) * len(models)
+            )
+            get_stack(plan.stack).check(plan._spec_of((models, paths[: len(models)]), workers=plan.workers))  # type: ignore[arg-type]
+        if scenario.check is not None:
+            scenario.check(plan)
+
+    def _check_pool(self) -> None:
+        """The pool's shape: one model for a one-model scenario; replicas and attached models that fit."""
+        named = self.models or tuple(dict.fromkeys(self.worker_models))
+        if self.definition.layout == "pool" and len(named) > 1:
+            raise ConfigError(
+                f"{self.scenario} takes one model, got {len(named)} ({', '.join(named)}); "
+                "a scenario over several models is multi-model (or mixed)"
+            )
+        if any(isinstance(k, bool) or k < 1 for k in self.replicas):
+            raise ConfigError(f"replicas must be whole numbers of at least 1, got {list(self.replicas)}")
+        if self.replicas and self.workers is not None:
+            raise ConfigError(
+                f"workers = {self.workers} and replicas = {list(self.replicas)} both count the workers: set workers "
+                "= None to use replicas, or replicas = [] to use workers (command line: leave out one of the two)"
+            )
+        check_system_urls(self.system_urls, models=self.worker_models or None, what="worker models")
+        if self.worker_models and self.models and set(self.models) != set(self.worker_models):
+            raise ConfigError(
+                f"the workers serve {', '.join(dict.fromkeys(self.worker_models))}, but models names "
+                f"{', '.join(self.models)}: leave models out, worker_models say it"
+            )
+
+    def _check_models(self) -> None:
+        """Model names and paths that would fail only when the workers start."""
+        if self.hashes or is_foreign(self.worker_server):
+            return  # a server of its own serves a default model under any name
+        models = self.models or self.default_models()
+        if self.model_paths and len(self.model_paths) not in (1, len(models)):
+            raise ConfigError(f"{len(models)} models but {len(self.model_paths)} model paths")
+        unknown = [m for m in models if m not in model_names()]
+        if not self.model_paths and unknown:
+            raise ConfigError(
+                f"model {unknown[0]!r} needs a model path (model_paths); models known by name: {', '.join(model_names())}"
+            )
+
+    @classmethod
+    @guarded("plan")  # in a notebook: refuses values a failed parameters cell left
+    def from_params(cls, **values: Any) -> ScenarioPlan:
+        """Build from flat values (a notebook's parameters cell, a matrix's set): the plan's own
+        fields, and the scenario's knobs by name (or in a `params` mapping). A name that is
+        neither is an error, never a silent no-op."""
+        plan_fields = {f.name for f in fields(cls)} - {"params"}
+        given = values.pop("params", None) or {}
+        if not isinstance(given, Mapping):
+            raise ConfigError(f"params must be a mapping of the scenario's knobs, got {given!r}")
+        if "scenario" not in values:
+            raise ConfigError("a plan needs a scenario")
+        knob_names = {k.name for k in knobs(get_scenario(values["scenario"]).params_class)}
+        unknown = sorted(set(values) - plan_fields - knob_names)
+        if unknown:
+            takes = ", ".join(sorted(knob_names)) or "none"
+            raise ConfigError(
+                f"unknown scenario parameters: {', '.join(unknown)} ({values['scenario']}'s own knobs: {takes})"
+            )
+        if values.get("seed") in ("", None):
+            values["seed"] = None
+        own = {name: values.pop(name) for name in list(values) if name in knob_names}
+        return cls(**values, params={**own, **given})
+
+    @property
+    def definition(self) -> Scenario:
+        """The registered scenario this plan runs."""
+        return get_scenario(self.scenario)
+
+    @property
+    def attached(self) -> bool:
+        return bool(self.frontend_url)
+
+    # embedlab's hash workers: no model directory anywhere (an unknown worker server fails here).
+    hashes = property(lambda self: self.engine == "hash" and not is_foreign(self.worker_server))
+
+    def resolved(self) -> ScenarioPlan:
+        """This plan with the fields left unset filled: the scenario's values, then embedlab's."""
+        defaults = self.definition.deployment
+        filled = {name: value for name, value in defaults.items() if getattr(self, name) is None}
+        if self.workers is None and self.weights and self.definition.layout == "pool":
+            filled["workers"] = len(self.weights)  # one weight per worker says how many
+        if self.workers is None and self.definition.layout == "per-model" and "workers" not in filled:
+            filled["workers"] = 1  # one worker per model, unless told how many replicas
+        filled.update(
+            {
+                name: value
+                for name, value in FALLBACKS.items()
+                if getattr(self, name) is None and name not in filled
+            }
+        )
+        if self.replicas:
+            filled.pop("workers", None)  # each model's count is given
+        return replace(self, **filled) if filled else self
+
+    def describe(self) -> str:
+        """One line for people: what runs where, and what the scenario proves."""
+        plan = self.resolved()
+        where = (
+            f"attached to {plan.frontend_url}"
+            if plan.attached
+            else f"on {plan.stack} with {workers_text(plan.worker_server, plan.engine)}"
+        )
+        models, _ = plan.resolved_models()
+        return f"{plan.scenario} {where}: {', '.join(models)}; {describe_params(plan.params)}. It proves: {plan.definition.help}"
+
+    def default_models(self) -> tuple[str, ...]:
+        """The models a plan that names none serves: two for a per-model scenario, one otherwise."""
+        per_model = self.definition.layout == "per-model"
+        if self.hashes or is_foreign(self.worker_server):
+            return ("model-a", "model-b") if per_model else ("embed-model",)
+        return ("tiny-bert", "tiny-qwen3") if per_model else ("tiny-bert",)
+
+    def resolved_models(self) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
+        """Model names and paths, with the defaults for this engine filled in."""
+        models, paths = self.models or self.default_models(), self.model_paths
+        if self.hashes:
+            return models, (None,) * len(models)
+        if paths and len(paths) not in (1, len(models)):
+            raise ConfigError(f"{len(models)} models but {len(paths)} model paths")
+        if not paths:
+            paths = tuple(str(model_dir(m, self.worker_server)) for m in models)
+        else:  # a path may be a known model's name (engines.models): the workers get its directory
+            paths = tuple(str(resolve_model_path(p)) for p in paths) * (len(models) if len(paths) == 1 else 1)
+        return models, paths
+
+    def deployment_spec(self) -> DeploymentSpec:
+        plan = self.resolved()
+        return plan._spec_of(plan.resolved_models(), workers=plan.workers)  # type: ignore[arg-type]
+
+    def _spec_of(
+        self, resolved: tuple[tuple[str, ...], tuple[str | None, ...]], *, workers: int
+    ) -> DeploymentSpec:
+        models, paths = resolved
+        common = dict(
+            engine=self.engine,
+            server=self.worker_server,
+            pooling=self.pooling,
+            max_model_len=self.max_model_len,
+            extra_args=self.worker_args,
+            restart=self.restart or FALLBACKS["restart"],
+            **{k: v for k in ("restart_limit", "restart_backoff") if (v := getattr(self, k)) is not None},
+        )
+        if self.definition.layout == "pool":
+            models, paths = models[:1], paths[:1]
+        counts = list(self.replicas) or [workers or 1] * len(models)
+        if len(counts) != len(models):
+            raise ConfigError(f"{len(models)} models but {len(counts)} replica counts")
+        shapes = [(m, p) for m, p, k in zip(models, paths, counts) for _ in range(k)]
+        weights = self.weights or (1.0,) * len(shapes)
+        if len(weights) != len(shapes):
+            raise ConfigError(f"{len(shapes)} workers but {len(weights)} weights")
+        specs = tuple(
+            WorkerSpec(model=m, model_path=p, weight=w, **common)  # type: ignore[arg-type]
+            for (m, p), w in zip(shapes, weights)
+        )
+        return DeploymentSpec(
+            stack=self.stack,
+            workers=specs,
+            router_mode=self.router_mode,
+            seed=self.seed,
+            metric=self.metric,
+            startup_timeout=startup_timeout(self.startup_timeout, self.worker_server),
+            frontend_args=self.frontend_args,
+            hosts=self.hosts,
+            discovery=self.discovery,
+            lease_ttl=self.lease_ttl or FALLBACKS["lease_ttl"],
+            canaries=self.canaries,
+        )
+
+    def deployment(self, *, progress: LaunchProgress | None = None) -> Deployment:
+        """The Deployment this plan launches, not started yet. `progress` shows its start.
+
+        A notebook that keeps one across cells starts it with `embedlab.start_deployment(plan)`.
+        """
+        if self.attached:
+            raise ConfigError("this plan attaches to a running deployment; it has nothing to launch")
+        return Deployment(self.deployment_spec(), run_dir=self.run_dir or None, progress=progress)
+
+    def target(self) -> Target:
+        """The attached deployment this plan checks."""
+        models: Sequence[str | None] | None = None
+        if self.worker_models:
+            models = list(self.worker_models)
+        elif self.models:
+            if self.definition.layout == "pool":
+                models = [self.models[0]] * len(self.system_urls)
+            elif len(self.models) == len(self.system_urls):
+                models = list(self.models)
+            else:
+                raise ConfigError(f"{len(self.system_urls)} system URLs but {len(self.models)} models")
+        return attach(
+            self.frontend_url,
+            self.system_urls,
+            models=models,
+            metric=self.metric,
+            weights=self.weights or None,
+        )
+
+    def run_on(self, deployment: Deployment | Target | None) -> ScenarioResult:
+        """This plan's scenario on a deployment that the caller started and stops."""
+        plan = self.resolved()
+        try:
+            result: ScenarioResult = plan.definition.runner()(deployment, plan)
+        except UnsupportedError as exc:
+            return plan._unsupported(exc)
+        if not isinstance(result, ScenarioResult):
+            raise ConfigError(
+                f"scenario {plan.scenario!r} returned {type(result).__name__}, not a ScenarioResult"
+            )
+        # Its own name (a custom scenario built on same_model_load_balance); the plan's engine if it has no workers.
+        result.scenario = plan.scenario
+        result.engine = result.engine or ("" if plan.attached else plan.engine)
+        result.reasons += counter_notes(plan.metric)  # a counter of inputs, not requests, is named
+        return result
+
+    def _unsupported(self, exc: UnsupportedError) -> ScenarioResult:
+        """The stack cannot do what the check needs: a verdict of its own, with the stack's reason."""
+        return ScenarioResult.without_run(
+            self.scenario,
+            self.stack,
+            Verdict.UNSUPPORTED,
+            str(exc),
+            engine="" if self.attached else self.engine,
+        )
+
+
+def check_knob_names(scenario: Scenario) -> None:
+    """A knob may not share a name with a plan field: in a matrix, a notebook or on the command
+    line the two would be one key."""
+    clash = sorted({k.name for k in knobs(scenario.params_class)} & {f.name for f in fields(ScenarioPlan)})
+    if clash:
+        raise ConfigError(
+            f"scenario {scenario.name!r}: its knobs {clash} are plan fields too (the deployment's); rename them"
+        )
+
+
+@guarded("result")
+def run_scenario(
+    plan: ScenarioPlan,
+    *,
+    progress: bool = False,
+    launch_progress: bool | None = None,
+    on_deployment: Callable[[Deployment], None] | None = None,
+) -> ScenarioResult:
+    """Launch (or attach), run the plan's scenario, tear down; returns the result.
+
+    `progress` (or the plan's own) shows the launch and a bar per burst; `launch_progress`
+    (default: as `progress`) the launch alone.
+    """
+    if progress:
+        plan = replace(plan, progress=True)
+    if plan.attached:
+        result = plan.run_on(plan.target())
+        if plan.etcd_endpoints:
+            # What the cluster believes is live, beside what the counters said.
+            result.discovered = [
+                asdict(i) | {"path": i.path} for i in discovered(plan.etcd_endpoints.split(",")[0])
+            ]
+        return result
+    if plan.definition.deploys:
+        return plan.run_on(None)  # type: ignore[arg-type]
+    show_launch = plan.progress if launch_progress is None else launch_progress
+    deployment = plan.deployment(progress=LaunchProgress() if show_launch else None)
+    try:
+        with deployment:
+            if on_deployment is not None:
+                on_deployment(deployment)
+            result = plan.run_on(deployment)
+    except UnsupportedError as exc:  # the stack cannot launch it at all (nginx with two models to route)
+        return plan.resolved()._unsupported(exc)
+    except EmbedlabError as exc:  # a worker given up on fails the next scrape: the cause is known
+        if not given_up(deployment.events):
+            raise
+        result = ScenarioResult.without_run(
+            plan.scenario, plan.stack, Verdict.FAILED, str(exc), engine=plan.resolved().engine
+        )
+    result.startup_seconds = dict(deployment.startup_seconds)
+    result.run_dir = str(deployment.run_dir)
+    result.note_given_up(deployment.events)
+    return result

@@ -1,0 +1,335 @@
+"""What a scenario found, as plain typed data: bursts, per-worker rows, latency, events, verdict.
+
+Views (tables, figures, HTML) read these; nothing here draws or formats for people
+beyond the one-line `summary()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..cluster.events import DeploymentEvent
+from ..cluster.supervisor import GAVE_UP
+from ..evidence.counters import CheckResult
+from ..evidence.traffic import BurstResult, latency_ms
+from ..jsonio import write_json
+from ..verdicts import Verdict
+
+__all__ = [
+    "Burst",
+    "DataFigures",
+    "Event",
+    "Figures",
+    "ScenarioResult",
+    "Unread",
+    "WorkerInfo",
+    "given_up",
+    "worker_label",
+]
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One worker as the result names it: by index, with its endpoint as detail."""
+
+    index: int
+    system_url: str
+    model: str | None
+    weight: float = 1.0
+    endpoint: str | None = None
+    host: int = 0  # the simulated host it runs on
+    engine: str | None = None  # what computes its embeddings (hash, transformers, ...); None: attached
+
+    @property
+    def label(self) -> str:
+        return f"worker {self.index}"
+
+
+@dataclass(frozen=True)
+class Unread:
+    """A worker whose counter a burst could not read: down, restarting or unreachable then.
+
+    Its delta is unknown, so the burst decides nothing (`Burst.inconclusive` says `reason`);
+    the scenario puts it on its timeline (`event`).
+    """
+
+    worker: int | None  # None where the reader did not know the worker's index
+    when: str  # "before the burst", "after the burst"
+    at: float  # time.perf_counter() when the read failed
+    error: str  # what the read met: the ScrapeError's message
+
+    @property
+    def reason(self) -> str:
+        return f"worker {self.worker} could not be read {self.when}"
+
+    def event(self, origin: float, burst: str) -> Event:
+        """This read on a timeline that starts at `origin` (a `time.perf_counter()`)."""
+        return Event(self.at - origin, "unreadable", f"{burst}: {self.reason}")
+
+
+@dataclass
+class Burst:
+    """One burst: what was sent, what moved, and the check's verdict."""
+
+    name: str
+    model: str
+    expected: frozenset[int]
+    traffic: BurstResult
+    check: CheckResult | None = None
+    inconclusive: str | None = None
+    expected_shares: dict[int, float] = field(default_factory=dict)
+    rule: str = ""  # what the check asserted, in words
+    # Worker index -> what its counter moved in the quiet windows around the burst: traffic
+    # embedlab did not send. Named, never judged: the burst is then inconclusive.
+    other_traffic: dict[int, float] = field(default_factory=dict)
+    # How placement was proven where the counters could not prove it ("": by the counters).
+    proven_by: str = ""
+    # Worker index -> what the router's own counters moved over the burst (None: it keeps none).
+    router_deltas: dict[int, float] | None = None
+    # The worker that could not be read, where that made the burst inconclusive.
+    unread: Unread | None = None
+
+    def router_disagreement(self) -> str | None:
+        """Where the router's own counts differ from the workers': a finding, in words."""
+        if self.router_deltas is None or self.check is None:
+            return None
+        workers = {r.index: r.delta for r in self.check.rows}
+        if all(self.router_deltas.get(i, 0.0) == d for i, d in workers.items()):
+            return None
+        shown = ", ".join(
+            f"worker {i}: router {self.router_deltas.get(i, 0.0):g}, worker {d:g}"
+            for i, d in sorted(workers.items())
+        )
+        return f"the router's own counters disagree with the workers' ({shown})"
+
+    def attribution_note(self) -> str:
+        moved = ", ".join(f"worker {i} +{d:g}" for i, d in sorted(self.other_traffic.items()))
+        return (
+            f"placement proven by {self.proven_by}, not by the counters: they also counted traffic "
+            f"embedlab did not send ({moved} in the quiet windows)"
+        )
+
+    def expected_count(self, index: int) -> float:
+        return self.traffic.n * self.expected_shares.get(index, 0.0)
+
+    def delta(self, index: int) -> float | None:
+        """Worker `index`'s counter delta over this burst, or None where it was not read."""
+        row = self.check.row(index) if self.check else None
+        return row.delta if row is not None else None
+
+    def observed_shares(self, indices: Sequence[int]) -> list[float]:
+        deltas = [self.delta(i) or 0.0 for i in indices]
+        total = sum(deltas)
+        return [d / total if total > 0 else float("nan") for d in deltas]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "model": self.model,
+            "expected": sorted(self.expected),
+            "expected_shares": {str(i): s for i, s in sorted(self.expected_shares.items())},
+            "check": self.check.to_json() if self.check else None,
+            "inconclusive": self.inconclusive,
+            "traffic": self.traffic.to_json(),
+            "rule": self.rule,
+            "other_traffic": {str(i): d for i, d in sorted(self.other_traffic.items())},
+            "proven_by": self.proven_by or "counters",
+            "router_deltas": None
+            if self.router_deltas is None
+            else {str(i): d for i, d in sorted(self.router_deltas.items())},
+            "router_disagrees": self.router_disagreement(),
+            "deltas": [r.delta for r in self.check.rows] if self.check else None,
+            "unread": asdict(self.unread) if self.unread else None,
+        }
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something the harness did or saw during a run, `at_s` seconds after the first burst began."""
+
+    at_s: float
+    kind: str  # e.g. "kill", "out of dispatch", "drain", "resume"
+    detail: str = ""
+
+
+def given_up(events: Iterable[DeploymentEvent]) -> list[str]:
+    """What the restart policy recorded of each worker it gave up on, its log's last lines included."""
+    return [e.detail for e in events if e.kind == GAVE_UP]
+
+
+def worker_label(workers: Sequence[WorkerInfo], served_by: str | None) -> str:
+    """`worker N` for an `x-embedlab-worker` value (`<endpoint>/<instance>`), by the endpoint."""
+    endpoint = (served_by or "").split("/")[0]
+    found = next((w for w in workers if w.endpoint and w.endpoint == endpoint), None)
+    return found.label if found else endpoint
+
+
+class Figures(Protocol):
+    """What a scenario measured beyond the counters, in the one shape every view reads.
+
+    `rows()` is its table, `(figure, value)` pairs in words (what `figures_table(result)`
+    shows); `key_figures()` the few that the regression index, the history and a conformance
+    cell show, label -> value (a number, or a few words); `to_json()` everything, for
+    `results.json`. A scenario defines its own class; nothing switches on its name.
+    """
+
+    def rows(self) -> list[tuple[str, str]]: ...
+
+    def key_figures(self) -> dict[str, Any]: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+class DataFigures:
+    """`to_json()` for a figures dataclass: its fields, nested dataclasses included."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+
+@dataclass
+class ScenarioResult:
+    """What a scenario found. `passed` is True only for a clean pass; `ok` also for a report.
+
+    A `reported` verdict asserted nothing: its `reasons` are the figures it shows.
+    """
+
+    scenario: str
+    stack: str
+    params: dict[str, Any]
+    workers: list[WorkerInfo]
+    bursts: list[Burst]
+    verdict: Verdict
+    reasons: list[str]
+    wall_seconds: float = 0.0
+    events: list[Event] = field(default_factory=list)
+    figures: Figures | None = None  # what the scenario measured beyond the counters
+    # The instances etcd lists (attach with --etcd-endpoints), beside what the counters said.
+    discovered: list[dict[str, Any]] = field(default_factory=list)
+    startup_seconds: dict[str, float] = field(default_factory=dict)
+    run_dir: str | None = None
+    # What ran behind the stack: the workers' engine ("hash"; "hash+vllm" for a mix); "": not
+    # known (attached). Left empty, it is read from the workers.
+    engine: str = ""
+
+    def __post_init__(self) -> None:
+        self.verdict = Verdict(self.verdict)
+        if not self.engine:
+            self.engine = "+".join(dict.fromkeys(w.engine for w in self.workers if w.engine))
+
+    @property
+    def where(self) -> str:
+        """What it ran on, for people: `embedded (hash)`, or `attached`."""
+        return f"{self.stack} ({self.engine})" if self.engine else self.stack
+
+    @classmethod
+    def without_run(
+        cls, scenario: str, stack: str, verdict: Verdict, reason: str, *, engine: str = ""
+    ) -> ScenarioResult:
+        """A verdict the scenario measured nothing for; `reason` says why."""
+        return cls(
+            scenario=scenario,
+            stack=stack,
+            params={},
+            workers=[],
+            bursts=[],
+            verdict=verdict,
+            reasons=[reason],
+            engine=engine,
+        )
+
+    def note_given_up(self, events: Iterable[DeploymentEvent]) -> None:
+        """Each worker its deployment's restart policy gave up on is a reason, first, and the run
+        cannot pass: it lost that worker for good."""
+        lost = given_up(events)
+        self.reasons = [*(f"the restart policy gave up on {detail}" for detail in lost), *self.reasons]
+        if lost and self.verdict in (Verdict.PASSED, Verdict.REPORTED):
+            self.verdict = Verdict.FAILED
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == Verdict.PASSED
+
+    @property
+    def ok(self) -> bool:
+        """Nothing asserted failed: passed, or reported (figures shown, not asserted)."""
+        return self.verdict.ok
+
+    def summary(self) -> str:
+        head = f"{self.scenario} on {self.where}: {self.verdict.upper()}"
+        # How placement was proven where the counters could not: part of what the verdict says.
+        said = [*self.reasons, *(f"{b.name}: {b.attribution_note()}" for b in self.bursts if b.proven_by)]
+        return head + (" (" + "; ".join(said) + ")" if said else "")
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def worker_label(self, served_by: str | None) -> str:
+        """`worker N` for an `x-embedlab-worker` value (`<endpoint>/<instance>`), by the endpoint."""
+        return worker_label(self.workers, served_by)
+
+    def latency_ms(self) -> dict[str, float]:
+        return latency_ms(r for b in self.bursts for r in b.traffic.records)
+
+    @property
+    def p_values(self) -> dict[str, float | None]:
+        return {b.name: (b.check.p_value if b.check else None) for b in self.bursts}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "stack": self.stack,
+            "engine": self.engine,
+            "verdict": self.verdict,
+            "passed": self.passed,
+            "ok": self.ok,
+            "reasons": self.reasons,
+            "params": self.params,
+            "workers": [asdict(w) for w in self.workers],
+            "wall_seconds": self.wall_seconds,
+            "startup_seconds": self.startup_seconds,
+            "run_dir": self.run_dir,
+            "latency_ms": self.latency_ms(),
+            "p_values": self.p_values,
+            "bursts": [b.to_json() for b in self.bursts],
+            "events": [asdict(e) for e in self.events],
+            "figures": self.figures.to_json() if self.figures is not None else None,
+            "key_figures": self.key_figures(),
+            "discovered": self.discovered,
+        }
+
+    def key_figures(self) -> dict[str, Any]:
+        """What the index, the history diff and a conformance cell show of this run.
+
+        The bursts' own figures (p-values, latency, per-worker deltas, failed requests),
+        then under `own` the scenario's, read through the `Figures` protocol.
+        """
+        return {
+            "verdict": self.verdict,
+            "p_values": {k: v for k, v in self.p_values.items() if v is not None},
+            "latency_ms": self.latency_ms(),
+            "deltas": {b.name: [r.delta for r in b.check.rows] if b.check else None for b in self.bursts},
+            "expected": {b.name: sorted(b.expected) for b in self.bursts},
+            "failed_requests": sum(len(b.traffic.failures) for b in self.bursts),
+            "router_counts": self.router_counts_note(),
+            "own": self.figures.key_figures() if self.figures is not None else {},
+        }
+
+    def router_counts_note(self) -> str | None:
+        """Whether the router's own per-worker counters agreed with the workers' over every
+        burst (None where it keeps none)."""
+        read = [b for b in self.bursts if b.router_deltas is not None]
+        if not read:
+            return None
+        disagreements = [f"{b.name}: {d}" for b in read if (d := b.router_disagreement())]
+        return (
+            "; ".join(disagreements)
+            or f"the router's own counters agree with the workers' over {len(read)} burst{'s' * (len(read) > 1)}"
+        )
+
+    def save_json(self, path: str | Path) -> Path:
+        """Write `to_json()` to `path` (parents created): what `embedlab regress` collects."""
+        return write_json(path, self.to_json())
