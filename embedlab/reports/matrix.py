@@ -94,12 +94,12 @@ def default_notebook_dir() -> Path:
     """`$EMBEDLAB_NOTEBOOKS`, else `notebooks/` of the source checkout embedlab runs from."""
     if os.environ.get(NOTEBOOKS_ENV):
         return Path(os.environ[NOTEBOOKS_ENV])
-    return Path(__file__).resolve().parent.parent / "notebooks"
+    return Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def shown_path(path: Path) -> str:
     """`path` relative to the source checkout when it lies inside it: shorter, and the same on every machine."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     resolved = Path(path).resolve()
     return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(resolved)
 

@@ -40,7 +40,7 @@ def test_a_serving_command_imports_nothing_of_the_harness() -> None:
     """`embedlab worker ...` parses with the serving commands alone: no scenarios, stacks or httpx
     (0.2 s of CPU in every worker a pool starts)."""
     code = (
-        "import sys; from embedlab.cli import build_parser, _command_of\n"
+        "import sys; from embedlab.cli.entry import build_parser, _command_of\n"
         "argv = ['--plugin', 'x', 'worker', '--served-model-name', 'm', '--endpoint', 'a.b.c']\n"
         "assert _command_of(argv) == 'worker'\n"
         "build_parser(command='worker').parse_args(argv[2:])\n"
