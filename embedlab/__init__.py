@@ -83,6 +83,8 @@ _EXPORTS: dict[str, str] = {
     "StackContext": "cluster.stack",
     "register_stack": "cluster.stack_registry",
     "stack_class": "cluster.stack_registry",
+    "WorkerServer": "cluster.worker_server",
+    "register_worker_server": "cluster.worker_server",
     "register_engine": "engines",
     "Split": "evidence.split",
     "BurstResult": "evidence.traffic",
@@ -136,6 +138,10 @@ if TYPE_CHECKING:
         StackContext as StackContext,
     )
     from .cluster.stack_registry import register_stack as register_stack, stack_class as stack_class
+    from .cluster.worker_server import (
+        WorkerServer as WorkerServer,
+        register_worker_server as register_worker_server,
+    )
     from .engines import register_engine as register_engine
     from .errors import (
         CheckFailedError as CheckFailedError,

@@ -52,6 +52,17 @@ CANARY_METRIC = "embedlab_canaries_total"  # canaries an embedlab dynamo worker 
 # The input of the canary the dynamo stack sets: its payload has no `model`, which every
 # request the frontend forwards carries, so no client's request is ever taken for a canary.
 CANARY_INPUT = "embedlab-canary"
+# The counters that count one request once on the worker servers users run (measured; see
+# README, "The counters of the worker servers"). Each is read by handler alone, every status
+# summed: a request the wrong worker refused (4xx) was still placed there.
+VLLM_SERVE_METRIC = 'http_requests_total{handler="/v1/embeddings"}'  # vLLM's OpenAI server
+INFINITY_METRIC = 'http_requests_total{handler="/v1/embeddings"}'  # Infinity with --url-prefix /v1
+INFINITY_PLAIN_METRIC = 'http_requests_total{handler="/embeddings"}'  # Infinity as it starts by default
+TEI_METRIC = "te_request_count"  # text-embeddings-inference, on /v1/embeddings and /embed
+# Counters whose exporters create a series at its first increment (prometheus-fastapi-
+# instrumentator's children, the Rust metrics crate's keys): on a worker that has not yet
+# answered such a request the series is absent, which reads as 0, not as a missing metric.
+LAZY_COUNTERS = ("http_requests_total", "te_request_count", "te_request_success", "te_embed_success")
 
 # -- endpoints ----------------------------------------------------------------------------------
 NAMESPACE = "dynamo"  # the embedded stack's namespace, as in the seed's launch script

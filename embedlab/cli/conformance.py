@@ -30,6 +30,12 @@ def add_conformance(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--out", type=Path, default=Path("outputs"), help="runs go to OUT/<run-id>/")
     p.add_argument(
+        "--worker-servers",
+        default="embedlab",
+        help="comma-separated worker servers, each stack in front of each: embedlab, vllm-serve, infinity, "
+        "tei (rows STACK+SERVER; their own section of the Markdown)",
+    )
+    p.add_argument(
         "--timeout",
         type=positive_float,
         default=defaults.CELL_TIMEOUT_S,
@@ -45,7 +51,7 @@ def add_conformance(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _run_conformance(args: argparse.Namespace) -> int:
-    from ..reports.conformance import conformance
+    from ..reports.conformance import conformance, write_servers_markdown
 
     split = lambda text: [part.strip() for part in text.split(",") if part.strip()]  # noqa: E731
     run = conformance(
@@ -54,6 +60,7 @@ def _run_conformance(args: argparse.Namespace) -> int:
         out=args.out,
         timeout=args.timeout,
         progress=lambda line: print(line, flush=True),
+        worker_servers=split(args.worker_servers),
     )
     counts = ", ".join(
         f"{sum(c.verdict == v for c in run.matrix.cells)} {v}"
@@ -69,7 +76,13 @@ def _run_conformance(args: argparse.Namespace) -> int:
             if sys.argv[1:2] == ["conformance"]
             else "embedlab conformance"
         )
-        # The sections other generators appended to the page (the 16-replica split) are kept.
-        write_conformance_markdown(args.markdown, load_json(run.json), command=command)
+        # The sections other generators appended to the page (the 16-replica split) are kept;
+        # rows in front of other worker servers go to their own section, merged with earlier runs'.
+        data = load_json(run.json)
+        own = [s for s in data["stacks"] if "+" not in s]
+        if own:
+            write_conformance_markdown(args.markdown, {**data, "stacks": own}, command=command)
+        if len(own) < len(data["stacks"]):
+            write_servers_markdown(args.markdown, data, command=command)
     print(run.html)
     return 0 if run.complete else EXIT_FAILED

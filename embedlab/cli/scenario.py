@@ -66,10 +66,17 @@ def _add_knob(group: argparse._ArgumentGroup, knob: Any) -> str:
 
 def _add_plan_options(p: argparse.ArgumentParser, scenario: Any) -> None:
     from ..cluster.stack_registry import STACKS
+    from ..cluster.worker_server import WORKER_SERVERS
     from ..engines import ENGINES
 
     p.add_argument("--stack", choices=STACKS.names(), default="embedded")
-    p.add_argument("--engine", choices=sorted(ENGINES), default="hash")
+    p.add_argument("--engine", choices=sorted(ENGINES), default="hash", help="embedlab's worker's engine")
+    p.add_argument(
+        "--worker-server",
+        choices=WORKER_SERVERS.names(),
+        default="embedlab",
+        help="what each worker runs: embedlab's worker, vllm serve, Infinity, ... (default: embedlab)",
+    )
     p.add_argument(
         "--models", default="", help="comma-separated model names; worker i serves models[i] in multi-model"
     )

@@ -230,6 +230,14 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         "beside the one that runs the engine; default: one per 4 cores (at most 4) for an engine on a GPU, "
         "else 1",
     )
+    p.add_argument(
+        "--process-metrics-ports",
+        type=_ports,
+        default=(),
+        metavar="P,P",
+        help="one /metrics port per ingest process (as many as --api-processes), each counting only the "
+        "requests its process took; the system port then counts none (Dynamo's multi-process workers)",
+    )
     p.add_argument("--instance-id", default=None)
     p.add_argument("--register-timeout", type=positive_float, default=60.0)
     p.add_argument("--log-level", default="INFO")
@@ -258,9 +266,20 @@ def _run_worker(args: argparse.Namespace) -> int:
         load_format=args.load_format,
         register_timeout=args.register_timeout,
         api_processes=args.api_processes,
+        process_metrics_ports=args.process_metrics_ports,
         **extra,
     )
     return run_service(lambda stop: serve_worker(config, stop))
+
+
+def _ports(text: str) -> tuple[int, ...]:
+    try:
+        ports = tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated port numbers, got {text!r}") from None
+    if not ports or any(not 0 < p < 65536 for p in ports):
+        raise argparse.ArgumentTypeError(f"comma-separated port numbers, got {text!r}")
+    return ports
 
 
 def _add_dynamo_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -38,6 +38,7 @@ def describe(caps: dict[str, Any]) -> str:
         _yes(caps["retries_switch"], "retries switch", "no retries switch"),
         _yes(caps["model_aware"], "routes by model", "ignores the model"),
         _yes(caps["names_worker"], "names its worker", "does not name its worker"),
+        f"worker servers {', '.join(caps.get('worker_servers', ['embedlab']))}",
         _yes(caps["counts_backends"], "counts per worker", "keeps no per-worker counts"),
         _yes(caps["asserts_failover"], "failover asserted", "failover reported"),
         _yes(caps["canaries"], "canaries", "no canaries"),

@@ -9,10 +9,12 @@
     placement   each process's run folder, GPU and vLLM settings, decided before it starts
     stack       the stack contract: BaseStack, ProcessSpec, StackContext
     stack_check what a stack class must be to join; stack_registry: STACKS by name
+    worker_server  what runs behind a frontend, one replica per worker: the WorkerServer
+                contract, WORKER_SERVERS by name, and what the cluster and the scenarios ask of them
     process, watchdog, hosts, ports, etcd: managed processes in their own groups, the
                 harness's own death, network namespaces, port reservations, etcd
 
 May import `evidence` (metrics, targets, clients), `progress` and the base modules.
-Never a concrete stack: the registry names them by "module:Class" strings, imported on
-first use. Nothing is imported here.
+Never a concrete stack or foreign worker server: the registries name them by
+"module:Class" strings, imported on first use. Nothing is imported here.
 """

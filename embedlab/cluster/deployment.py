@@ -43,6 +43,7 @@ from .stack import StackContext
 from .stack_registry import get_stack
 from .steering import Steering
 from .supervisor import Supervisor
+from .worker_server import check_servers, names_worker, spec_metric
 
 __all__ = ["Deployment", "DeploymentState"]
 
@@ -125,13 +126,13 @@ class Deployment:
         """What the checks read: the system URLs by worker index, and the spec's counter."""
         return Target(
             frontend_url=self.frontend_url,
-            system_urls=tuple(self.system_urls),
+            system_urls=tuple(map(self._context().metrics_url, range(len(self.spec.workers)))),
             models=tuple(self.models),
-            metric=MetricQuery.parse(self.spec.metric),
+            metric=MetricQuery.parse(spec_metric(self.spec.metric, self.spec.workers)),
             weights=tuple(w.weight for w in self.spec.workers),
             stack=self.spec.stack,
             endpoints=tuple(map(self.endpoint, range(len(self.system_urls))))
-            if self.stack.names_worker
+            if self.stack.names_worker and names_worker(self.spec)
             else (),
             router_counts=self.backend_counts if self.stack.counts_backends else None,
         )
@@ -180,12 +181,14 @@ class Deployment:
     def _context(self) -> StackContext:
         if self.state is DeploymentState.STOPPED:
             raise DeploymentStoppedError()
-        if self.state is DeploymentState.RUNNING and self.frontend is not None and not self.frontend.alive():
-            f = self.frontend
-            why = f"its frontend (pid {f.pid}) exited with code {f.returncode}"
-            raise DeploymentStoppedError(
-                why, log_path=f.log_path, tail=f.log_tail(10), returncode=f.returncode
-            )
+        f = self.frontend
+        if self.state is DeploymentState.RUNNING and f is not None and (f.killed or not f.alive()):
+            # A frontend this deployment SIGKILLed (`kill_host(0)`) has stopped from that moment,
+            # though the kernel reports the exit only once its last thread is gone: wait for that
+            # (bounded: SIGKILL cannot be refused), so the error carries the code.
+            code = f.wait_exit(STOP_TIMEOUT_S) if f.killed else f.returncode
+            why = f"its frontend (pid {f.pid}) exited with code {code}"
+            raise DeploymentStoppedError(why, log_path=f.log_path, tail=f.log_tail(10), returncode=code)
         if self._ctx is None:
             raise ConfigError(
                 f"the deployment is {self.state.value}; start it first (use it as a context manager)"
@@ -233,6 +236,7 @@ class Deployment:
             system_ports=tuple(self._reserve() for _ in spec.workers),
             on_scratch=keep_scratch,
         )
+        check_servers(self.stack, spec)  # a worker server the stack cannot run: unsupported, with why
         self._launcher = Launcher(self, report=self._report, prepared=self.stack.prepare(self._ctx))
         self._launcher.start_all()
         self.startup_seconds["total"] = time.monotonic() - started

@@ -34,6 +34,7 @@ from ..evidence import clients
 from ..plugins import child_env
 from .placement import gpu_for, visible_gpus, vllm_worker_env
 from .process import ManagedProcess, register_cleanup, stop_together, unregister_cleanup
+from .worker_server import runs_vllm
 
 if TYPE_CHECKING:
     from .events import LaunchReport
@@ -110,11 +111,13 @@ class Launcher:
         state_dir = ctx.scratch(run_dir / f"{pspec.file_stem}-state")
         env.update({**pspec.env, STATE_DIR_ENV: str(state_dir)})
         stop_timeout = STOP_TIMEOUT_S
-        if pspec.worker is not None and self._dep.spec.workers[pspec.worker].runs_vllm:
+        if pspec.worker is not None and runs_vllm(self._dep.spec.workers[pspec.worker]):
             env.update(vllm_worker_env(pspec.worker, run_dir=run_dir, env=env, on_gpu=bool(gpu)))
             if Path(env[VLLM_CACHE_ENV]).parent == run_dir:  # the run's own, not one the user keeps
                 ctx.scratch(Path(env[VLLM_CACHE_ENV]))
             stop_timeout = VLLM_STOP_TIMEOUT_S
+        if pspec.state_env is not None:
+            env.update(pspec.state_env(state_dir, env))
         if gpu is not None:
             env[CUDA_VISIBLE_ENV] = gpu
         on_host = self._dep.context.host_of(pspec.worker) if pspec.worker is not None else None

@@ -39,7 +39,14 @@ class WorkerSpec:
     pooling: str | None = None
     max_model_len: int | None = None
     extra_args: tuple[str, ...] = ()
-    kind: str = "embedlab"  # or "dynamo-vllm": Dynamo's own `python -m dynamo.vllm --embedding-worker`
+    # The program the worker runs (`cluster.worker_server`): embedlab's own worker ("embedlab",
+    # with `engine`), "vllm-serve", "infinity" (both serve `model_path`), or "dynamo-vllm":
+    # Dynamo's own `python -m dynamo.vllm --embedding-worker`.
+    server: str = "embedlab"
+    # Metrics ports of one worker: 1, or one per ingest process of embedlab's worker
+    # (`--api-processes N`, each process counting its own requests on a port of its own, as
+    # Dynamo's multi-process embedding workers do); the checks sum them.
+    metrics_ports: int = 1
     host: int | None = None  # the simulated host it runs on; None: spread round-robin (see DeploymentSpec)
     restart: str = "never"  # or "on-exit": the deployment starts it again, on its host, whenever it exits
     # on-exit: the wait before a restart (seconds), doubled for each restart in the window; and
@@ -50,16 +57,19 @@ class WorkerSpec:
 
     @property
     def runs_vllm(self) -> bool:
-        """vLLM runs inside: embedlab's vllm engine, or Dynamo's own vLLM worker."""
-        return self.engine == "vllm" or self.kind == "dynamo-vllm"
+        """embedlab's worker runs its vllm engine (a server that runs vLLM says so itself)."""
+        return self.engine == "vllm" and self.server == "embedlab"
 
     def __post_init__(self) -> None:
         if not self.model:
             raise ConfigError("a worker needs a model name")
         if self.weight <= 0:
             raise ConfigError(f"worker weight must be positive, got {self.weight}")
-        if self.engine != "hash" and self.model_path is None and self.kind == "embedlab":
+        if self.engine != "hash" and self.model_path is None and self.server == "embedlab":
             raise ConfigError(f"the {self.engine} engine needs a model_path")
+        ports = self.metrics_ports
+        if isinstance(ports, bool) or not isinstance(ports, int) or ports < 1:
+            raise ConfigError(f"metrics_ports must be a whole number of at least 1, got {ports!r}")
         if self.endpoint is not None and len(self.endpoint.split(".")) != 3:
             raise ConfigError(f"endpoint must be 'namespace.component.endpoint', got {self.endpoint!r}")
         if self.restart not in RESTART_POLICIES:

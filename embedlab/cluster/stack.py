@@ -27,6 +27,9 @@ from ..evidence.split import Split
 from .hosts import Host, can_make_namespaces
 from .spec import DeploymentSpec, WorkerSpec
 
+# The key of the workers' per-process metrics ports (index -> ports) in `StackContext.state`.
+METRICS_PORTS = "metrics_ports"
+
 __all__ = [
     "BaseStack",
     "embedlab_worker",
@@ -49,6 +52,9 @@ class ProcessSpec:
     worker: int | None = None  # the worker's index, for role "worker"
     ready_url: str | None = None  # a service is ready when this answers 200
     unset: tuple[str, ...] = ()  # prefixes of inherited variables it must not see (etcd reads ETCD_*)
+    # What points its files into its state folder, given that folder and the environment it
+    # starts with (a worker server that is not embedlab's: `worker_server.WorkerServer.state_env`).
+    state_env: Callable[[Path, Mapping[str, str]], Mapping[str, str]] | None = None
 
     @property
     def name(self) -> str:
@@ -99,6 +105,14 @@ class StackContext:
         """Worker `index`'s system server: /metrics, /health, and embedlab's /drain and /resume."""
         return f"http://{self.host_of(index).address}:{self.system_ports[index]}"
 
+    def metrics_url(self, index: int) -> str:
+        """Where worker `index`'s counters are read: its system server, or, for a worker with a
+        metrics port per process (`WorkerSpec.metrics_ports`), those ports as `URL+URL`."""
+        ports = self.state.get(METRICS_PORTS, {}).get(index)
+        if not ports:
+            return self.system_url(index)
+        return "+".join(f"http://{self.host_of(index).address}:{port}" for port in ports)
+
     @property
     def frontend_url(self) -> str:
         return f"http://{self.host}:{self.frontend_port}"
@@ -124,6 +138,9 @@ class BaseStack(abc.ABC):
     worker_weights: ClassVar[bool] = False  # per-worker weights at launch (`WorkerSpec.weight`)
     live_weights: ClassVar[bool] = False  # weights changed while it runs: `set_weights`
     model_aware: ClassVar[bool] = True  # routes by the body's `model`: multi-model is a real check
+    # The worker servers it can put behind its frontend (`WorkerSpec.server`), and why not others.
+    worker_servers: ClassVar[tuple[str, ...]] = ("embedlab",)
+    no_worker_servers: ClassVar[str] = ""
     names_worker: ClassVar[bool] = False  # the `x-embedlab-worker` header reaches the client
     counts_backends: ClassVar[bool] = False  # keeps per-worker counters of its own: `backend_counts`
 
@@ -290,6 +307,7 @@ class BaseStack(abc.ABC):
             "live_weights": cls.live_weights,
             "model_aware": cls.model_aware,
             "names_worker": cls.names_worker,
+            "worker_servers": list(cls.worker_servers),
             "counts_backends": cls.counts_backends,
             "drains": cls.drains,
             "retries_switch": cls.retries_switch,
@@ -330,9 +348,22 @@ def embedlab_worker(
         "--frontend-url",
         frontend_url,
         *args,
+        *process_metrics_args(ctx, index, worker),
         *worker_engine_args(worker),
     ]
     return ProcessSpec(role="worker", worker=index, argv=argv, env=system_port_env(system_port))
+
+
+def process_metrics_args(ctx: StackContext, index: int, worker: WorkerSpec) -> list[str]:
+    """`--api-processes N --process-metrics-ports P,...` for a worker with a metrics port per
+    ingest process; the ports are reserved once per run, so a restarted worker binds them again."""
+    if worker.metrics_ports == 1:
+        return []
+    ports = ctx.state.setdefault(METRICS_PORTS, {})
+    if index not in ports:
+        ports[index] = [ctx.reserve() for _ in range(worker.metrics_ports)]
+    listed = ",".join(map(str, ports[index]))
+    return ["--api-processes", str(worker.metrics_ports), "--process-metrics-ports", listed]
 
 
 def worker_engine_args(worker: WorkerSpec) -> list[str]:

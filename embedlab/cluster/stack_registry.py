@@ -7,7 +7,8 @@ entry-point group; `register_stack` adds one at run time (a module named in
 `EMBEDLAB_PLUGINS` may call it). Every class is checked against `BaseStack` when it
 joins (`stack_check.py`). What the rest of embedlab knows of the stacks it reads from here:
 the stacks that have a capability (`stacks_with`), conformance's default list
-(`battery_stacks`), the routers' venvs and pins (`router_venvs`).
+(`battery_stacks`), the venvs `make routers` builds and their pins (`router_venvs`: the
+stacks' and the worker servers', `worker_server.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..errors import ConfigError
 from ..plugins import Registry
 from .stack import BaseStack
 from .stack_check import check_stack_class
+from .worker_server import server_venvs
 
 __all__ = [
     "STACKS",
@@ -74,7 +76,8 @@ def battery_stacks() -> list[str]:
 
 
 def router_venvs() -> dict[str, tuple[str, ...]]:
-    """Each router venv `make routers` builds, with its pins: one per `venv` the stacks declare."""
+    """Each venv `make routers` builds, with its pins: one per `venv` the stacks declare, and one
+    per worker server's own (Infinity's)."""
     venvs: dict[str, tuple[str, ...]] = {}
     for name in STACKS.names():
         cls = STACKS.get(name)
@@ -83,5 +86,10 @@ def router_venvs() -> dict[str, tuple[str, ...]]:
         if venvs.setdefault(cls.venv, cls.pins) != cls.pins:
             raise ConfigError(
                 f"stack {name!r} pins venv {cls.venv!r} to {list(cls.pins)}, another stack to {list(venvs[cls.venv])}"
+            )
+    for venv, pins in server_venvs().items():
+        if venvs.setdefault(venv, pins) != pins:
+            raise ConfigError(
+                f"a worker server pins venv {venv!r} to {list(pins)}, a stack to {list(venvs[venv])}"
             )
     return venvs

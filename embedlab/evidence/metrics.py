@@ -5,6 +5,13 @@ so families are matched by type and samples by `sample.name`.
 
 `ascrape_all` reads every worker of a deployment at once (`scrape_all` from sync code):
 concurrently, at most `SCRAPE_CONCURRENCY` in flight, on a keep-alive connection per worker.
+
+A worker may expose its counts on several ports (Dynamo's `--embedding-worker-processes N`:
+one system port per process; embedlab's worker with a metrics port per ingest process):
+its URL is then those URLs joined by `+` (`URL1+URL2`), its count their sum, each port's
+series kept apart, and a port that cannot be read fails that worker's scrape as a dead
+worker's would. Counters whose series appear at their first increment (`LAZY_COUNTERS`:
+the HTTP counters of vLLM's and Infinity's servers, TEI's) read 0 where no series is there yet.
 """
 
 from __future__ import annotations
@@ -18,12 +25,16 @@ from dataclasses import dataclass, field, replace
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..defaults import METRIC, SCRAPE_CONCURRENCY
+from ..defaults import LAZY_COUNTERS, METRIC, SCRAPE_CONCURRENCY
 from ..errors import ConfigError, CounterResetError, MetricNotFoundError, ScrapeError
 from . import clients
 
 _SELECTOR = re.compile(r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{(.*)\})?\s*$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+# Where a worker's URL joins the URLs of its several metrics ports: `http://h:1+http://h:2`.
+_PORTS = re.compile(r"\+(?=https?://)")
+# The label that keeps one port's series apart from another's in a worker's snapshot.
+PORT_LABEL = "embedlab_metrics_url"
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,8 @@ class MetricQuery:
 
     name: str = METRIC
     labels: tuple[tuple[str, str], ...] = ()
+    # Its series appear at their first increment: none yet reads 0, not "the metric is missing".
+    lazy: bool = False
 
     @classmethod
     def parse(cls, selector: str) -> MetricQuery:
@@ -48,7 +61,8 @@ class MetricQuery:
                 raise ConfigError(f"cannot read the labels of {selector!r} at {body[pos:]!r}")
             labels.append((label.group(1), label.group(2).replace('\\"', '"').replace("\\\\", "\\")))
             pos = label.end()
-        return cls(name=name, labels=tuple(labels))
+        lazy = name in LAZY_COUNTERS or name.removesuffix("_total") in LAZY_COUNTERS
+        return cls(name=name, labels=tuple(labels), lazy=lazy)
 
     def __str__(self) -> str:
         if not self.labels:
@@ -106,9 +120,29 @@ def _fmt(labels: tuple[tuple[str, str], ...]) -> str:
 
 
 def metrics_url(url: str) -> str:
-    """Accept a system base URL (`http://host:port`) or the metrics URL itself."""
+    """Accept a system base URL (`http://host:port`) or the metrics URL itself (each of a
+    worker's `URL+URL`)."""
+    return "+".join(_one_metrics_url(part) for part in port_urls(url))
+
+
+def _one_metrics_url(url: str) -> str:
     url = url.rstrip("/")
     return url if url.endswith("/metrics") else url + "/metrics"
+
+
+def port_urls(url: str) -> list[str]:
+    """The URLs of one worker's metrics ports: `URL1+URL2` is two, a plain URL one."""
+    return [part for part in _PORTS.split(url.strip()) if part]
+
+
+def worker_url(urls: str | Sequence[str]) -> str:
+    """One worker's URL from the URLs of its metrics ports (a list), or as it is (a string)."""
+    if isinstance(urls, str):
+        return urls.rstrip("/")
+    parts = [u.rstrip("/") for u in urls]
+    if not parts:
+        raise ConfigError("a worker needs at least one metrics URL")
+    return "+".join(parts)
 
 
 def _who(url: str, worker_index: int | None) -> str:
@@ -139,6 +173,8 @@ def parse_snapshot(
     if found:
         return Snapshot(url=url, query=query, series=tuple(found))
     series, seen_name = _series(text, url=url, query=query, worker_index=worker_index)
+    if not series and query.lazy:
+        return Snapshot(url=url, query=query, series=())  # not incremented yet: 0
     if not series:
         detail = f"no sample carries labels {_fmt(query.labels)}" if seen_name else "the metric is missing"
         raise MetricNotFoundError(
@@ -184,6 +220,16 @@ def _unreachable(target: str, exc: httpx.HTTPError, worker_index: int | None) ->
     )
 
 
+def _joined(url: str, query: MetricQuery, parts: Sequence[Snapshot]) -> Snapshot:
+    """One worker's snapshot from its ports': every series, each labelled with its port."""
+    series = tuple(
+        (tuple(sorted((*labels, (PORT_LABEL, part.url)))), value)
+        for part in parts
+        for labels, value in part.series
+    )
+    return Snapshot(url=url, query=query, series=series, taken_at=min(p.taken_at for p in parts))
+
+
 def _read(response: httpx.Response, target: str, query: MetricQuery, worker_index: int | None) -> Snapshot:
     if response.status_code != 200:
         raise ScrapeError(
@@ -207,17 +253,21 @@ def scrape(
     `worker_index`, where the caller knows it, goes into any error (its field and its message).
     """
     query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
-    target = metrics_url(url)
+    targets = port_urls(metrics_url(url))
     own = client is None
     http = client or clients.client(timeout=timeout)
+    parts = []
     try:
-        response = http.get(target)
-    except httpx.HTTPError as exc:
-        raise _unreachable(target, exc, worker_index) from exc
+        for target in targets:
+            try:
+                response = http.get(target)
+            except httpx.HTTPError as exc:
+                raise _unreachable(target, exc, worker_index) from exc
+            parts.append(_read(response, target, query, worker_index))
     finally:
         if own:
             http.close()
-    return _read(response, target, query, worker_index)
+    return parts[0] if len(parts) == 1 else _joined("+".join(targets), query, parts)
 
 
 async def ascrape(
@@ -228,14 +278,24 @@ async def ascrape(
     timeout: float = 5.0,
     worker_index: int | None = None,
 ) -> Snapshot:
-    """`scrape`, on an async client."""
+    """`scrape`, on an async client (a worker's several ports read at once)."""
     query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
-    target = metrics_url(url)
-    try:
-        response = await client.get(target, timeout=timeout)
-    except httpx.HTTPError as exc:
-        raise _unreachable(target, exc, worker_index) from exc
-    return _read(response, target, query, worker_index)
+    targets = port_urls(metrics_url(url))
+
+    async def one(target: str) -> Snapshot:
+        try:
+            response = await client.get(target, timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise _unreachable(target, exc, worker_index) from exc
+        return _read(response, target, query, worker_index)
+
+    if len(targets) == 1:
+        return await one(targets[0])
+    found = await asyncio.gather(*map(one, targets), return_exceptions=True)
+    for item in found:  # the first port's failure by order, as for workers
+        if isinstance(item, BaseException):
+            raise item
+    return _joined("+".join(targets), query, found)  # type: ignore[arg-type]
 
 
 async def ascrape_all(

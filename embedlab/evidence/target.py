@@ -1,6 +1,7 @@
 """What checks and scenarios read from a deployment, launched or attached: its URLs by worker index.
 
     target = attach("http://cluster:8000", ["http://w0:8081", "http://w1:8081"], models=["a", "b"])
+    target = attach(url, [["http://w0:8081", "http://w0:8082"], ...])  # a worker with two metrics ports
 
 `attach` launches nothing and stops nothing: the deployment runs elsewhere (the launch
 scripts, another host, a Kubernetes port-forward).
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from .metrics import DEFAULT_METRIC, MetricQuery
+from .metrics import DEFAULT_METRIC, MetricQuery, port_urls, worker_url
 
 __all__ = ["Target", "attach", "check_system_urls", "target_of"]
 
@@ -22,8 +23,9 @@ __all__ = ["Target", "attach", "check_system_urls", "target_of"]
 class Target:
     """What checks and scenarios need from a deployment, launched or attached.
 
-    `system_urls[i]` is worker i's system server; `models[i]` the model it serves (None
-    where an attached deployment did not say).
+    `system_urls[i]` is worker i's system server (its metrics ports' URLs joined by `+`,
+    where it has several); `models[i]` the model it serves (None where an attached
+    deployment did not say).
     """
 
     frontend_url: str
@@ -47,7 +49,7 @@ class Target:
 
 def attach(
     frontend_url: str,
-    system_urls: Sequence[str],
+    system_urls: Sequence[str | Sequence[str]],
     *,
     models: Sequence[str | None] | None = None,
     metric: MetricQuery | str = DEFAULT_METRIC,
@@ -55,7 +57,9 @@ def attach(
 ) -> Target:
     """A deployment already running elsewhere. Launches nothing and stops nothing.
 
-    `system_urls[i]` is worker i; `models[i]`, where given, is the model worker i serves.
+    `system_urls[i]` is worker i: its system URL, or, for a worker that counts on several
+    metrics ports (one per process), a list of their URLs (or them joined by `+`), whose
+    counts are summed. `models[i]`, where given, is the model worker i serves.
     """
     if not system_urls:
         raise ConfigError("attach needs at least one system URL (one per worker)")
@@ -63,7 +67,7 @@ def attach(
     query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
     return Target(
         frontend_url=frontend_url.rstrip("/"),
-        system_urls=tuple(u.rstrip("/") for u in system_urls),
+        system_urls=tuple(map(worker_url, system_urls)),
         models=tuple(models) if models is not None else (None,) * len(system_urls),
         metric=query,
         weights=tuple(weights) if weights else None,
@@ -71,7 +75,10 @@ def attach(
 
 
 def check_system_urls(
-    system_urls: Sequence[str], *, models: Sequence[str | None] | None = None, what: str = "models"
+    system_urls: Sequence[str | Sequence[str]],
+    *,
+    models: Sequence[str | None] | None = None,
+    what: str = "models",
 ) -> None:
     """Refuse a worker listed twice (its counter would be read as two workers', each one's
     delta the whole of it, and a check over them would judge a pool that does not exist),
@@ -79,8 +86,10 @@ def check_system_urls(
     if models is not None and len(models) != len(system_urls):
         raise ConfigError(f"{len(system_urls)} system URLs but {len(models)} {what}: one per worker")
     workers: dict[str, list[int]] = {}
-    for index, url in enumerate(system_urls):
-        workers.setdefault(url.rstrip("/"), []).append(index)
+    for index, urls in enumerate(system_urls):
+        # One port read as two workers' is the same mistake as one URL given twice.
+        for url in port_urls(worker_url(urls)):
+            workers.setdefault(url.rstrip("/"), []).append(index)
     twice = {url: at for url, at in workers.items() if len(at) > 1}
     if twice:
         shown = "; ".join(

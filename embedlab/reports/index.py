@@ -19,6 +19,7 @@ from .run_report import VERDICT_CSS, ReportImage, escape, short, shown_time, ver
 
 __all__ = [
     "APPENDIX_MARKER",
+    "SERVERS_MARKER",
     "compare_runs",
     "conformance_markdown",
     "replace_appendix",
@@ -379,6 +380,11 @@ def conformance_markdown(matrix: Mapping[str, Any], *, command: str) -> str:
 # (bench/render_docs.py's 16-replica split, from a benchmark's JSON): `embedlab conformance
 # --markdown` rewrites the matrix and keeps them; each of them rewrites only its part.
 APPENDIX_MARKER = "<!-- appended by other generators (bench/render_docs.py); kept by embedlab conformance -->"
+# Where the rows of routers over other worker servers begin (`embedlab conformance
+# --worker-servers`, conformance.write_servers_markdown): the main matrix's run keeps them.
+SERVERS_MARKER = (
+    "<!-- worker-server rows (embedlab conformance --worker-servers); kept by the main matrix's run -->"
+)
 
 
 def write_conformance_markdown(path: Path, matrix: Mapping[str, Any], *, command: str) -> Path:
@@ -386,7 +392,7 @@ def write_conformance_markdown(path: Path, matrix: Mapping[str, Any], *, command
     kept = ""
     if path.exists():
         text = path.read_text()
-        at = text.find(APPENDIX_MARKER)
+        at = text.find(SERVERS_MARKER) if SERVERS_MARKER in text else text.find(APPENDIX_MARKER)
         kept = text[at:] if at >= 0 else ""
     page = conformance_markdown(matrix, command=command)
     return write_text_atomic(path, page + ("\n" + kept if kept else ""))

@@ -8,6 +8,7 @@ verdict, reasons = judge([burst], exact_total=True)
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import httpx
 
 from ..cluster.deployment import Deployment
+from ..cluster.events import Event
 from ..cluster.spec import WorkerSpec
 from ..defaults import QUIET_WINDOW_S, WORKER_HEADER
 from ..errors import ConfigError, CounterResetError, ScrapeError, TrafficError
@@ -24,18 +26,21 @@ from ..evidence.metrics import Snapshot
 from ..evidence.target import Target, target_of
 from ..evidence.traffic import BurstResult, Input, RequestRecord, asend_burst, default_inputs
 from ..verdicts import Verdict
-from .result import Burst, WorkerInfo
+from .result import Burst, Unread, WorkerInfo
 
 __all__ = [
     "BurstSpec",
     "judge",
     "launched",
+    "mark_unread",
     "read_router_counts",
     "router_moved",
     "run_burst",
     "served_models",
     "serving",
     "status_codes",
+    "unread_events",
+    "unread_of",
     "workers_of",
 ]
 
@@ -88,7 +93,7 @@ def workers_of(deployment: Deployment | Target) -> list[WorkerInfo]:
 
 def _engine(spec: WorkerSpec) -> str:
     """What computes a worker's embeddings: its engine, or the worker kind that brings its own."""
-    return spec.engine if spec.kind == "embedlab" else spec.kind
+    return spec.engine if spec.server == "embedlab" else spec.server
 
 
 def served_models(frontend_url: str) -> list[str]:
@@ -149,10 +154,15 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
     )
     # One keep-alive connection per worker, shared by the burst's four snapshots.
     async with clients.scrape_client(timeout=10.0) as scrape_client:
-        opening = await _quiet_window(check, scrape_client, spec.quiet_s, first=True)
-        router_before = await read_router_counts(target)
-        # The baseline is in hand before the first request of the burst leaves.
-        await check.abegin(scrape_client)
+        opening = router_before = unread = None
+        try:
+            opening = await _quiet_window(check, scrape_client, spec.quiet_s, first=True)
+            router_before = await read_router_counts(target)
+            # The baseline is in hand before the first request of the burst leaves.
+            await check.abegin(scrape_client)
+        except ScrapeError as exc:
+            # Sent all the same: what the requests met while a worker was down is the finding.
+            unread = unread_of(exc, "before the burst")
         traffic = await asend_burst(
             target.frontend_url,
             spec.model,
@@ -174,6 +184,9 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
             expected_shares={i: share_of[i] / total for i in spec.expected},
             rule=spec.rule,
         )
+        if unread is not None:
+            mark_unread(burst, unread)
+            return burst
         try:
             burst.check = await check.aend(scrape_client)
             router_after = await read_router_counts(target)
@@ -199,8 +212,25 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
         except ScrapeError as exc:
             # A worker that answered before the burst and not after it (it died, or is still
             # restarting): its delta is unknown, so the burst decides nothing.
-            burst.inconclusive = f"worker {exc.worker_index} could not be read after the burst"
+            mark_unread(burst, unread_of(exc, "after the burst"))
     return burst
+
+
+def unread_of(exc: ScrapeError, when: str) -> Unread:
+    """The worker `exc` could not read (`when`: "before the burst", "after the burst"), now."""
+    return Unread(worker=exc.worker_index, when=when, at=time.perf_counter(), error=str(exc))
+
+
+def mark_unread(burst: Burst, unread: Unread) -> None:
+    """`burst` decides nothing: one of its workers could not be read (down, restarting or
+    unreachable). The one way every scenario makes a burst inconclusive for a worker it could not read."""
+    burst.unread = unread
+    burst.inconclusive = unread.reason
+
+
+def unread_events(bursts: Sequence[Burst], origin: float) -> list[Event]:
+    """An `unreadable` event for each burst that could not read a worker, on a timeline from `origin`."""
+    return [b.unread.event(origin, b.name) for b in bursts if b.unread is not None]
 
 
 async def _quiet_window(
@@ -268,8 +298,9 @@ def status_codes(bursts: Sequence[Burst]) -> dict[str, int]:
 
 
 def judge(bursts: Sequence[Burst], *, exact_total: bool) -> tuple[Verdict, list[str]]:
-    """A verdict over bursts: a counter reset is inconclusive; a failed request, a leak, a silent
-    worker, a skewed split or (with `exact_total`) a count other than the requests sent fails."""
+    """A verdict over bursts: a counter reset or a worker that could not be read is inconclusive; a
+    failed request, a leak, a silent worker, a skewed split or (with `exact_total`) a count other
+    than the requests sent fails."""
     doubtful = [f"{burst.name}: {burst.inconclusive}" for burst in bursts if burst.inconclusive]
     if doubtful:
         return Verdict.INCONCLUSIVE, doubtful

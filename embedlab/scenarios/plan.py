@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
 from ..cellguard import guarded
@@ -17,6 +16,7 @@ from ..cluster.deployment import Deployment
 from ..cluster.etcd import discovered
 from ..cluster.spec import DeploymentSpec, WorkerSpec
 from ..cluster.stack_registry import STACKS, get_stack
+from ..cluster.worker_server import counter_notes, is_foreign, model_dir, startup_timeout, workers_text
 from ..defaults import DISCOVERY, LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
 from ..engines import ENGINES
 from ..engines.models import model_names, resolve_model_path
@@ -57,7 +57,8 @@ class ScenarioPlan:
 
     scenario: str
     stack: str = "embedded"
-    engine: str = "hash"
+    engine: str = "hash"  # embedlab's worker's engine (a worker server of its own has none)
+    worker_server: str = "embedlab"  # what each worker runs: embedlab, vllm-serve, infinity, ...
     models: tuple[str, ...] = ()
     model_paths: tuple[str, ...] = ()
     workers: int | None = None  # replicas of each model; None: 2 of one model, 1 of each of several
@@ -118,9 +119,7 @@ class ScenarioPlan:
             # stand-in model paths: tiny models are built when the plan launches, not here.
             models = plan.models or plan.default_models()
             paths = (
-                (None,) * len(models)
-                if plan.engine == "hash"
-                else (plan.model_paths or ("model-dir",)) * len(models)
+                (None,) * len(models) if plan.hashes else (plan.model_paths or ("model-dir",)) * len(models)
             )
             get_stack(plan.stack).check(plan._spec_of((models, paths[: len(models)]), workers=plan.workers))  # type: ignore[arg-type]
         if scenario.check is not None:
@@ -150,8 +149,8 @@ class ScenarioPlan:
 
     def _check_models(self) -> None:
         """Model names and paths that would fail only when the workers start."""
-        if self.engine == "hash":
-            return
+        if self.hashes or is_foreign(self.worker_server):
+            return  # a server of its own serves a default model under any name
         models = self.models or self.default_models()
         if self.model_paths and len(self.model_paths) not in (1, len(models)):
             raise ConfigError(f"{len(models)} models but {len(self.model_paths)} model paths")
@@ -194,6 +193,9 @@ class ScenarioPlan:
     def attached(self) -> bool:
         return bool(self.frontend_url)
 
+    # embedlab's hash workers: no model directory anywhere (an unknown worker server fails here).
+    hashes = property(lambda self: self.engine == "hash" and not is_foreign(self.worker_server))
+
     def resolved(self) -> ScenarioPlan:
         """This plan with the fields left unset filled: the scenario's values, then embedlab's."""
         defaults = self.definition.deployment
@@ -219,7 +221,7 @@ class ScenarioPlan:
         where = (
             f"attached to {plan.frontend_url}"
             if plan.attached
-            else f"on {plan.stack} with the {plan.engine} engine"
+            else f"on {plan.stack} with {workers_text(plan.worker_server, plan.engine)}"
         )
         models, _ = plan.resolved_models()
         return f"{plan.scenario} {where}: {', '.join(models)}; {describe_params(plan.params)}. It proves: {plan.definition.help}"
@@ -227,19 +229,19 @@ class ScenarioPlan:
     def default_models(self) -> tuple[str, ...]:
         """The models a plan that names none serves: two for a per-model scenario, one otherwise."""
         per_model = self.definition.layout == "per-model"
-        if self.engine == "hash":
+        if self.hashes or is_foreign(self.worker_server):
             return ("model-a", "model-b") if per_model else ("embed-model",)
         return ("tiny-bert", "tiny-qwen3") if per_model else ("tiny-bert",)
 
     def resolved_models(self) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
         """Model names and paths, with the defaults for this engine filled in."""
         models, paths = self.models or self.default_models(), self.model_paths
-        if self.engine == "hash":
+        if self.hashes:
             return models, (None,) * len(models)
         if paths and len(paths) not in (1, len(models)):
             raise ConfigError(f"{len(models)} models but {len(paths)} model paths")
         if not paths:
-            paths = tuple(str(_model_path(m)) for m in models)
+            paths = tuple(str(model_dir(m, self.worker_server)) for m in models)
         else:  # a path may be a known model's name (engines.models): the workers get its directory
             paths = tuple(str(resolve_model_path(p)) for p in paths) * (len(models) if len(paths) == 1 else 1)
         return models, paths
@@ -254,6 +256,7 @@ class ScenarioPlan:
         models, paths = resolved
         common = dict(
             engine=self.engine,
+            server=self.worker_server,
             pooling=self.pooling,
             max_model_len=self.max_model_len,
             extra_args=self.worker_args,
@@ -279,7 +282,7 @@ class ScenarioPlan:
             router_mode=self.router_mode,
             seed=self.seed,
             metric=self.metric,
-            startup_timeout=self.startup_timeout,
+            startup_timeout=startup_timeout(self.startup_timeout, self.worker_server),
             frontend_args=self.frontend_args,
             hosts=self.hosts,
             discovery=self.discovery,
@@ -330,6 +333,7 @@ class ScenarioPlan:
         # Its own name (a custom scenario built on same_model_load_balance); the plan's engine if it has no workers.
         result.scenario = plan.scenario
         result.engine = result.engine or ("" if plan.attached else plan.engine)
+        result.reasons += counter_notes(plan.metric)  # a counter of inputs, not requests, is named
         return result
 
     def _unsupported(self, exc: UnsupportedError) -> ScenarioResult:
@@ -351,14 +355,6 @@ def check_knob_names(scenario: Scenario) -> None:
         raise ConfigError(
             f"scenario {scenario.name!r}: its knobs {clash} are plan fields too (the deployment's); rename them"
         )
-
-
-def _model_path(model: str) -> Path:
-    if model not in model_names():
-        raise ConfigError(
-            f"model '{model}' needs a --model-path (models known by name: {', '.join(model_names())})"
-        )
-    return resolve_model_path(model)
 
 
 @guarded("result")

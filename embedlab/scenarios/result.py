@@ -23,6 +23,7 @@ __all__ = [
     "DataFigures",
     "Figures",
     "ScenarioResult",
+    "Unread",
     "WorkerInfo",
     "given_up",
     "worker_label",
@@ -46,6 +47,28 @@ class WorkerInfo:
         return f"worker {self.index}"
 
 
+@dataclass(frozen=True)
+class Unread:
+    """A worker whose counter a burst could not read: down, restarting or unreachable then.
+
+    Its delta is unknown, so the burst decides nothing (`Burst.inconclusive` says `reason`);
+    the scenario puts it on its timeline (`event`).
+    """
+
+    worker: int | None  # None where the reader did not know the worker's index
+    when: str  # "before the burst", "after the burst"
+    at: float  # time.perf_counter() when the read failed
+    error: str  # what the read met: the ScrapeError's message
+
+    @property
+    def reason(self) -> str:
+        return f"worker {self.worker} could not be read {self.when}"
+
+    def event(self, origin: float, burst: str) -> Event:
+        """This read on a timeline that starts at `origin` (a `time.perf_counter()`)."""
+        return Event(self.at, "unreadable", f"{burst}: {self.reason}").after(origin)
+
+
 @dataclass
 class Burst:
     """One burst: what was sent, what moved, and the check's verdict."""
@@ -65,6 +88,8 @@ class Burst:
     proven_by: str = ""
     # Worker index -> what the router's own counters moved over the burst (None: it keeps none).
     router_deltas: dict[int, float] | None = None
+    # The worker that could not be read, where that made the burst inconclusive.
+    unread: Unread | None = None
 
     def router_disagreement(self) -> str | None:
         """Where the router's own counts differ from the workers': a finding, in words."""
@@ -116,6 +141,7 @@ class Burst:
             else {str(i): d for i, d in sorted(self.router_deltas.items())},
             "router_disagrees": self.router_disagreement(),
             "deltas": [r.delta for r in self.check.rows] if self.check else None,
+            "unread": asdict(self.unread) if self.unread else None,
         }
 
 

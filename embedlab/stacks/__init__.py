@@ -3,9 +3,11 @@
     embedded  embedlab's own frontend and workers     dynamo   Dynamo's frontend, etcd
     routers   vllm-router, sglang-router, litellm     smg      SGLang's model gateway
     balancers haproxy and nginx (balancers.py, haproxy.py, nginx.py)
+    foreign_servers  the worker servers stacks launch by argv: vllm serve, Infinity, TEI
 
 Each is a `BaseStack` subclass (the contract is `embedlab.cluster.stack`) named in the
-registry (`embedlab.cluster.stack_registry`), which imports it only when it is asked for.
+registry (`embedlab.cluster.stack_registry`), which imports it only when it is asked for;
+each foreign server a `WorkerServer` (`embedlab.cluster.worker_server`, its registry too).
 A stack may import the cluster, the evidence and the base modules; nothing but the
 registry's "module:Class" strings and the CLI reaches a stack, and no stack knows a
 scenario. Nothing is imported here.
@@ -30,10 +32,30 @@ _MOVED = {
     "router_venvs": "embedlab.cluster.stack_registry",
     "stack_class": "embedlab.cluster.stack_registry",
     "stacks_with": "embedlab.cluster.stack_registry",
+    "WORKER_SERVERS": "embedlab.cluster.worker_server",
+    "WorkerServer": "embedlab.cluster.worker_server",
+    "register_worker_server": "embedlab.cluster.worker_server",
+    "check_servers": "embedlab.cluster.worker_server",
+    "counter_notes": "embedlab.cluster.worker_server",
+    "is_foreign": "embedlab.cluster.worker_server",
+    "model_dir": "embedlab.cluster.worker_server",
+    "names_worker": "embedlab.cluster.worker_server",
+    "runs_vllm": "embedlab.cluster.worker_server",
+    "server_of": "embedlab.cluster.worker_server",
+    "spec_metric": "embedlab.cluster.worker_server",
+    "startup_timeout": "embedlab.cluster.worker_server",
+    "workers_text": "embedlab.cluster.worker_server",
 }
 
 
-_PUBLIC = {"BaseStack", "ProcessSpec", "StackContext", "register_stack"}  # also `from embedlab import ...`
+_PUBLIC = {
+    "BaseStack",
+    "ProcessSpec",
+    "StackContext",
+    "register_stack",
+    "WorkerServer",
+    "register_worker_server",
+}  # also `from embedlab import ...`
 
 
 def __getattr__(name: str) -> Any:

@@ -115,6 +115,11 @@ class DynamoStack(BaseStack):
     retries_switch = True
     canaries = True
     package = "ai-dynamo"
+    worker_servers = ("embedlab", "dynamo-vllm")
+    no_worker_servers = (
+        "Dynamo's frontend routes only to workers that register with Dynamo's runtime (embedlab's "
+        "worker, Dynamo's own vLLM worker); a server given by URL never appears in its discovery"
+    )
 
     def check(self, spec: DeploymentSpec) -> None:
         super().check(spec)
@@ -125,6 +130,10 @@ class DynamoStack(BaseStack):
         limit = inotify_limit()
         if spec.discovery == "file" and limit is not None and inotify_needed(len(spec.workers)) > limit:
             raise ConfigError(_inotify_refusal(len(spec.workers), limit))
+        if any(w.metrics_ports != 1 for w in spec.workers):
+            raise ConfigError(
+                "the dynamo stack's embedlab workers have one system port: leave metrics_ports at 1"
+            )
         if spec.discovery == "etcd" and spec.lease_ttl < 1:
             raise ConfigError(
                 f"etcd leases last whole seconds: lease_ttl must be at least 1, got {spec.lease_ttl:g}"
@@ -219,7 +228,7 @@ class DynamoStack(BaseStack):
 
     def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
         endpoint = ctx.endpoint(index)
-        if worker.kind == "dynamo-vllm":
+        if worker.server == "dynamo-vllm":
             argv = dynamo_vllm_argv(ctx, worker, endpoint)
         else:
             argv = [
@@ -248,7 +257,7 @@ class DynamoStack(BaseStack):
 
     def canary_env(self, ctx: StackContext, worker: WorkerSpec) -> dict[str, str]:
         env = {HEALTH_CHECK_ENABLED_ENV: "true", CANARY_WAIT_ENV: str(CANARY_WAIT_S)}
-        if worker.kind == "embedlab":
+        if worker.server == "embedlab":
             # Dynamo's own vLLM worker keeps its own payload, one its handler takes.
             env[HEALTH_CHECK_PAYLOAD_ENV] = json.dumps({"input": CANARY_INPUT})
         return env

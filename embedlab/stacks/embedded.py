@@ -33,6 +33,10 @@ class EmbeddedStack(BaseStack):
     drains = True
     no_retries_switch = "embedlab's frontend always retries a failed dispatch once, on another instance"
     asserts_failover = True  # its leases are embedlab's: zero loss, out of dispatch within 2 TTLs
+    no_worker_servers = (
+        "the embedded frontend routes only to workers that register with it (embedlab's worker); "
+        "a server given by URL never registers"
+    )
     package = "embedlab"
 
     def namespace(self, spec: DeploymentSpec) -> str:

@@ -22,6 +22,7 @@ import httpx
 
 from ..cluster.spec import DeploymentSpec, WorkerSpec
 from ..cluster.stack import BaseStack, ProcessSpec, StackContext, embedlab_worker, router_venv
+from ..cluster.worker_server import foreign_worker, server_of
 from ..errors import ConfigError, UnsupportedError
 from ..evidence.split import Split
 
@@ -36,6 +37,8 @@ class RouterStack(BaseStack):
     load_format = "vllm"
     names_worker = True  # each passes the worker's `x-embedlab-worker` on
     retries_switch = True
+    # Workers given by URL: any server that serves /v1/embeddings and /health on one port.
+    worker_servers = ("embedlab", "vllm-serve", "infinity", "tei")
 
     def _binary(self, relative: str) -> str:
         path = router_venv(str(self.venv)) / relative
@@ -55,10 +58,16 @@ class RouterStack(BaseStack):
         return {url: ctx.endpoint(i) for i, url in enumerate(self.worker_urls(ctx))}
 
     def prepare(self, ctx: StackContext) -> dict[str, str]:
-        ctx.state[WORKER_PORTS] = [ctx.reserve() for _ in ctx.spec.workers]
+        # A server of its own serves /metrics and /health on its request port: that is its system port.
+        ctx.state[WORKER_PORTS] = [
+            ctx.system_ports[i] if server_of(w).foreign else ctx.reserve()
+            for i, w in enumerate(ctx.spec.workers)
+        ]
         return {}
 
     def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
+        if server_of(worker).foreign:
+            return foreign_worker(ctx, index, worker, port=ctx.state[WORKER_PORTS][index])
         # Registered with nothing: the router is given the worker's URL.
         own = [
             "--host",
@@ -264,7 +273,7 @@ class LiteLLMStack(RouterStack):
                     "model_name": worker.model,
                     "litellm_params": {
                         "model": f"openai/{worker.model}",
-                        "api_base": f"{url}/v1",
+                        "api_base": url + server_of(worker).prefix,
                         "api_key": "none",
                     },
                     # Else its /health would call /v1/chat/completions and call every deployment unhealthy.
@@ -305,11 +314,12 @@ class LiteLLMStack(RouterStack):
         return f"{ctx.frontend_url}/v1/model/info"
 
     def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
-        bases = {
-            str((m.get("litellm_params") or {}).get("api_base", "")).removesuffix("/v1")
-            for m in health.get("data", [])
+        bases = {str((m.get("litellm_params") or {}).get("api_base", "")) for m in health.get("data", [])}
+        return {
+            ctx.endpoint(i)
+            for i, (worker, url) in enumerate(zip(ctx.spec.workers, self.worker_urls(ctx)))
+            if url + server_of(worker).prefix in bases
         }
-        return {endpoint for url, endpoint in self.endpoint_of(ctx).items() if url in bases}
 
     def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
         return ("--router-setting", "num_retries=0")

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from embedlab import (
     run_scenario,
     same_model_load_balance,
 )
+from embedlab.scenarios.builtin.cluster import etcd_restart
 from embedlab.stacks.dynamo import dynamo_installed
 
 from ..proctools import processes_under, wait_gone
@@ -156,6 +158,45 @@ def test_etcd_restart_mid_traffic_and_a_burst_after_it_passes(tmp_path: Path) ->
     # Workers whose leases lapsed in the outage exit and come back between and after these.
     assert kinds[0] == "etcd stopped" and "etcd ready" in kinds, kinds
     assert etcds_under(run_dir) == []
+
+
+def test_a_worker_down_when_the_recovery_reads_it_makes_it_inconclusive_and_is_on_the_timeline(
+    tmp_path: Path,
+) -> None:
+    """Worker 1 SIGKILLed once etcd is back, nothing to restart it: the scenario returns, its
+    recovery burst is inconclusive naming worker 1, and the failed read is an event and a figure.
+
+    The lease (10 s) outlives the outage (etcd restarted at once), so worker 0 keeps its own."""
+    workers = tuple(WorkerSpec(model="m") for _ in range(2))  # restart="never"
+    spec = DeploymentSpec(stack="dynamo", discovery="etcd", workers=workers, lease_ttl=10.0)
+    with Deployment(spec, run_dir=tmp_path) as dep:
+
+        def kill_once_etcd_is_back() -> None:
+            assert wait_until(lambda: any(e.kind == "etcd ready" for e in dep.events), 120), dep.events
+            dep.outages.kill_worker(1)
+
+        killer = threading.Thread(target=kill_once_etcd_is_back)
+        killer.start()
+        try:
+            result = etcd_restart(dep, down_for=0.0)
+        finally:
+            killer.join()
+        assert dep.workers[0].alive() and not dep.workers[1].alive()
+    assert result.verdict == "inconclusive", result.summary()
+    assert result.reasons == ["after recovery: m: worker 1 could not be read before the burst"]
+    recovery = result.bursts[-1]
+    assert recovery.unread is not None and recovery.unread.worker == 1
+    assert "ConnectError" in recovery.unread.error and recovery.traffic.n > 0
+    timeline = [(e.kind, e.detail) for e in result.events]
+    assert ("unreadable", "m: worker 1 could not be read before the burst") in timeline, timeline
+    assert timeline.index(("kill worker", "worker 1 SIGKILL")) < timeline.index(
+        ("unreadable", "m: worker 1 could not be read before the burst")
+    )
+    fault = result.figures
+    assert fault is not None and not fault.recovered and [u.worker for u in fault.unread] == [1]
+    assert dict(fault.rows())["recovery burst (asserted)"].startswith("not judged: worker 1")
+    json.dumps(result.to_json())
+    plot(result)
 
 
 def test_hosts_without_privileges_fail_at_once_in_one_line(tmp_path: Path) -> None:
@@ -292,9 +333,11 @@ def test_kill_host_0_kills_the_frontend_and_etcd_too(tmp_path: Path) -> None:
         assert dep.frontend is not None and "etcd" in dep.services
         doomed = [dep.frontend.pid, dep.services["etcd"].pid, dep.workers[0].pid]
         dep.outages.kill_host(0)
-        assert wait_gone(doomed, timeout=10) == [] and dep.workers[1].alive()
-        assert dep.events[-1].kind == "kill host"
-        assert dep.events[-1].detail == "host 0: workers [0], frontend, etcd"
+        # At once: the deployment knows it SIGKILLed its frontend, though the kernel reports the
+        # exit of its many threads up to ~0.1 s later.
         with pytest.raises(DeploymentStoppedError, match="frontend .* exited") as stopped:
             dep.target()
         assert stopped.value.returncode == -9
+        assert wait_gone(doomed, timeout=10) == [] and dep.workers[1].alive()
+        assert dep.events[-1].kind == "kill host"
+        assert dep.events[-1].detail == "host 0: workers [0], frontend, etcd"

@@ -67,7 +67,7 @@ def test_an_embedded_run_with_a_plugin_file_named_relative_to_a_folder_of_strays
         env={"EMBEDLAB_PLUGINS": "my_engine.py"},
     )
     assert_clean(proc, run_dir)
-    assert "same-model on embedded: PASSED" in proc.stdout, proc.stdout[-2000:]
+    assert "same-model on embedded (constant): PASSED" in proc.stdout, proc.stdout[-2000:]
 
 
 @pytest.mark.dynamo
@@ -78,4 +78,4 @@ def test_a_dynamo_run_from_a_folder_of_strays(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = embedlab_from(work, "scenario", "same-model", "--stack", "dynamo", "--run-dir", str(run_dir))
     assert_clean(proc, run_dir)
-    assert "same-model on dynamo: PASSED" in proc.stdout, proc.stdout[-2000:]
+    assert "same-model on dynamo (hash): PASSED" in proc.stdout, proc.stdout[-2000:]

@@ -79,8 +79,8 @@ def _context(spec: DeploymentSpec, tmp_path: Path) -> StackContext:
     return context_for(spec, tmp_path, iter(range(3000, 3100)))
 
 
-def _worker_env(tmp_path: Path, *, canaries: bool, kind: str = "embedlab") -> dict[str, str]:
-    spec = DeploymentSpec(stack="dynamo", canaries=canaries, workers=(WorkerSpec(model="m", kind=kind),))
+def _worker_env(tmp_path: Path, *, canaries: bool, server: str = "embedlab") -> dict[str, str]:
+    spec = DeploymentSpec(stack="dynamo", canaries=canaries, workers=(WorkerSpec(model="m", server=server),))
     ctx = _context(spec, tmp_path)
     return DynamoStack().worker(ctx, 0, spec.workers[0], ctx.system_ports[0]).env
 
@@ -91,7 +91,7 @@ def test_dynamo_workers_get_the_canary_settings_only_when_asked(tmp_path: Path) 
     assert json.loads(on[HEALTH_CHECK_PAYLOAD_ENV]) == {"input": CANARY_INPUT}
     assert not CANARY_KEYS & set(_worker_env(tmp_path, canaries=False))
     # Dynamo's own vLLM worker has a payload of its own, one its handler takes.
-    vllm = _worker_env(tmp_path, canaries=True, kind="dynamo-vllm")
+    vllm = _worker_env(tmp_path, canaries=True, server="dynamo-vllm")
     assert HEALTH_CHECK_PAYLOAD_ENV not in vllm and vllm[HEALTH_CHECK_ENABLED_ENV] == "true"
 
 

@@ -137,6 +137,7 @@ def test_every_builtin_stack_passes_its_own_check_and_declares_its_router_pins()
         "vllm-router": ("vllm-router==0.1.17",),
         "sglang-router": ("sglang-router==0.3.2",),
         "smg": ("smg==1.13.0",),
+        "infinity": ("infinity-emb[server,torch]==0.0.78", "torch==2.13.0"),  # a worker server's
     }
     assert battery_stacks()[:5] == ["embedded", "dynamo", "litellm", "vllm-router", "sglang-router"]
     assert stacks_with(lambda s: "etcd" in s.discoveries) == ["dynamo"]
@@ -212,7 +213,7 @@ def test_a_router_stack_from_a_plugin_module_joins_the_battery_and_make_routers(
     assert venvs.returncode == 0, venvs.stderr
     lines = venvs.stdout.splitlines()
     assert "\t".join((router_stack.NAME, *router_stack.PINS)) in lines, lines
-    assert len(lines) == 5 and lines[0] == "litellm\tlitellm[proxy]==1.108.7"
+    assert len(lines) == 6 and lines[0] == "litellm\tlitellm[proxy]==1.108.7"
 
     listed = cli("stacks", plugins="tests.plugins.router_stack")
     assert any(

@@ -21,12 +21,13 @@ import httpx
 
 from ...cluster.deployment import Deployment
 from ...cluster.events import Event
-from ...errors import ConfigError, DeploymentStoppedError
+from ...errors import ConfigError, DeploymentStoppedError, MetricsError
 from ...evidence import clients
+from ...evidence.metrics import scrape
 from ...evidence.traffic import BurstResult, run_sync
 from ...progress import LaunchProgress
 from ...verdicts import Verdict
-from ..burst import launched, serving, workers_of
+from ..burst import launched, serving, unread_events, workers_of
 from ..result import Burst, ScenarioResult
 from .cluster_figures import (
     RATE,
@@ -53,24 +54,51 @@ __all__ = [
 ]
 
 LEAD_S = 2.0  # traffic before the fault begins
+RECOVERY_WAIT_S = 30.0  # how long the recovery burst waits for every worker to serve again
 
 
 def _recovered(deployment: Deployment, *, wait_s: float) -> ScenarioResult:
-    """Once every worker is back in dispatch (bounded), a same-model burst: the assertion.
+    """Once every worker that can serve again does (bounded by `wait_s`), a same-model burst: the
+    assertion.
 
-    A frontend that exited during the fault is a `DeploymentStoppedError`, from the first look.
+    Serving again: its process runs, its counter can be read and the frontend lists it (a
+    dead worker's listing outlives it by up to a lease TTL). A worker that exited and that
+    nothing restarts is not waited for. One still down when the burst reads it makes the burst
+    inconclusive, naming it. A frontend that exited during the fault is a
+    `DeploymentStoppedError`, from the first look.
     """
     deadline = time.monotonic() + wait_s
-    wanted = {deployment.endpoint(i) for i in range(len(deployment.workers))}
     with clients.client(timeout=2.0) as client:
-        while time.monotonic() < deadline:
-            try:
-                if wanted <= deployment.dispatchable_endpoints(client):
-                    break
-            except (httpx.HTTPError, ValueError):
-                pass
+        while time.monotonic() < deadline and not _all_back(deployment, client):
             time.sleep(0.1)
     return same_model_load_balance(deployment)
+
+
+def _all_back(deployment: Deployment, client: httpx.Client) -> bool:
+    target = deployment.target()
+    try:
+        listed = deployment.dispatchable_endpoints(client)
+    except (httpx.HTTPError, ValueError):
+        return False
+    for index, proc in enumerate(list(deployment.workers)):
+        if not proc.alive() and deployment.spec.workers[index].restart != "on-exit":
+            continue  # it stays down: the burst reads it, and says so
+        if not proc.alive() or deployment.endpoint(index) not in listed:
+            return False
+        try:
+            scrape(target.system_urls[index], metric=target.metric, client=client, worker_index=index)
+        except MetricsError:
+            return False
+    return True
+
+
+def _judged(recovery: ScenarioResult) -> tuple[Verdict, list[str]]:
+    """The fault's verdict, its recovery burst's: inconclusive where that decided nothing (a worker
+    still down when it was read, a counter reset), not a failure."""
+    if recovery.passed:
+        return Verdict.PASSED, []
+    reasons = [f"after recovery: {r}" for r in recovery.reasons] or [recovery.summary()]
+    return (Verdict.INCONCLUSIVE if recovery.verdict == Verdict.INCONCLUSIVE else Verdict.FAILED), reasons
 
 
 def _fault_run(
@@ -110,16 +138,14 @@ def _fault_run(
         return result, watch, origin, fault_at, end_at
 
     traffic, watch, origin, fault_at, end_at = run_sync(run())
+    after: list[Burst] = []  # the recovery burst
     try:
-        recovery: ScenarioResult | None = _recovered(deployment, wait_s=30.0)
-        failure = (
-            []
-            if recovery.passed
-            else [f"after recovery: {r}" for r in recovery.reasons] or [recovery.summary()]
-        )  # type: ignore[union-attr]
+        recovery = _recovered(deployment, wait_s=RECOVERY_WAIT_S)
+        verdict, failure = _judged(recovery)
+        after = recovery.bursts
     except DeploymentStoppedError as gone:  # its frontend exited during the fault
         where = f"; see {gone.log_path}" if gone.log_path else ""
-        recovery, failure = None, [f"{gone.why} during the fault{where}"]
+        verdict, failure = Verdict.FAILED, [f"{gone.why} during the fault{where}"]
     left = back = None
     if victim is not None:
         endpoint = deployment.endpoint(victim)
@@ -143,6 +169,8 @@ def _fault_run(
         back_after_s=None if back is None else back - end_at,
         recovered=not failure,
         samples=tuple(watch.samples),
+        not_judged=next((b.inconclusive for b in after if b.inconclusive), None),
+        unread=tuple(b.unread for b in after if b.unread is not None),
     )
     steady = Burst(
         name=f"steady traffic through the {fault}", model=model, expected=frozenset(), traffic=traffic
@@ -152,11 +180,13 @@ def _fault_run(
         stack=deployment.spec.stack,
         params=params,
         workers=workers_of(deployment),
-        bursts=[steady, *(recovery.bursts if recovery else [])],
-        verdict=Verdict.FAILED if failure else Verdict.PASSED,
+        bursts=[steady, *after],
+        verdict=verdict,
         reasons=failure,
         wall_seconds=time.monotonic() - started,
-        events=events_since(deployment, origin, since),
+        events=sorted(
+            [*events_since(deployment, origin, since), *unread_events(after, origin)], key=lambda e: e.at
+        ),
         figures=figures,
     )
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..params import knob
-from ..result import DataFigures
+from ..result import DataFigures, Unread
 
 __all__ = [
     "CounterSample",
@@ -91,6 +91,8 @@ class FaultFigures(DataFigures):
     back_after_s: float | None  # from the fault's end until the victim served again
     recovered: bool  # the same-model check after recovery passed
     samples: tuple[CounterSample, ...] = ()  # every worker's counter, polled through the fault
+    not_judged: str | None = None  # why the recovery burst decided nothing, where it did not
+    unread: tuple[Unread, ...] = ()  # the workers the recovery burst could not read: down or restarting
 
     def rows(self) -> list[tuple[str, str]]:
         codes = ", ".join(
@@ -106,8 +108,13 @@ class FaultFigures(DataFigures):
             ("answered during the fault", str(self.served_during_fault)),
             ("out of dispatch", "not seen" if left is None else f"{left:.1f} s after the fault"),
             ("serving again", "not seen" if back is None else f"{back:.1f} s after it ended"),
-            ("recovery burst (asserted)", "passed" if self.recovered else "FAILED"),
-        ]
+            ("recovery burst (asserted)", self._recovery()),
+        ] + [(f"worker {u.worker} not read {u.when}", u.error) for u in self.unread]
+
+    def _recovery(self) -> str:
+        if self.recovered:
+            return "passed"
+        return "FAILED" if self.not_judged is None else f"not judged: {self.not_judged}"
 
     def key_figures(self) -> dict[str, Any]:
         left = self.left_dispatch_after_s
@@ -115,7 +122,7 @@ class FaultFigures(DataFigures):
             "failed requests": self.failed_requests,
             "out of dispatch": "not seen" if left is None else f"{left:.1f} s after the fault",
             "longest hang": f"{self.longest_hang_s:.2f} s",
-            "recovered": "yes" if self.recovered else "NO",
+            "recovered": "yes" if self.recovered else ("NO" if self.not_judged is None else "not judged"),
         }
 
 

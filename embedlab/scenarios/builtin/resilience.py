@@ -17,7 +17,7 @@ import httpx
 from ...cluster.deployment import Deployment
 from ...cluster.events import Event
 from ...cluster.stack_registry import get_stack
-from ...errors import ConfigError, CounterResetError
+from ...errors import ConfigError, CounterResetError, ScrapeError
 from ...evidence import clients
 from ...evidence.counters import evaluate
 from ...evidence.metrics import ascrape, ascrape_all
@@ -26,11 +26,14 @@ from ...evidence.traffic import RequestRecord, asend_burst, default_inputs, run_
 from ...verdicts import Verdict
 from ..burst import (
     launched,
+    mark_unread,
     read_router_counts,
     router_moved,
     served_models,
     serving,
     status_codes,
+    unread_events,
+    unread_of,
     workers_of,
 )
 from ..params import knob
@@ -79,7 +82,7 @@ class FailoverFigures(DataFigures):
     responses_after_kill: int
     errors_window_s: float  # from the kill until the last failed response
     asserted: bool
-    victim_counter_before: float
+    victim_counter_before: float | None  # None: it could not be read before the burst
     served_by: dict[str, int]  # responses per worker, by label, where the frontend names them
     # What the router's own counters say it sent the victim over the burst (None: it keeps
     # none): beside the responses that named the victim, sends that died with it show.
@@ -189,10 +192,16 @@ def failover(
                 state["killed"] = time.perf_counter()
 
         async with clients.scrape_client(timeout=5.0) as client:
-            before = await ascrape_all(
-                [urls[i] for i in survivors], metric=target.metric, client=client, indices=survivors
-            )
-            victim_before = await ascrape(urls[victim], metric=target.metric, client=client)
+            before = after = victim_before = unread = None
+            try:
+                before = await ascrape_all(
+                    [urls[i] for i in survivors], metric=target.metric, client=client, indices=survivors
+                )
+                victim_before = await ascrape(
+                    urls[victim], metric=target.metric, client=client, worker_index=victim
+                )
+            except ScrapeError as exc:  # sent all the same, as every burst is: the kill is the finding
+                unread = unread_of(exc, "before the burst")
             router_before = await read_router_counts(target)
 
             async def watch() -> None:
@@ -219,18 +228,22 @@ def failover(
                 on_response=on_response,
             )
             await watcher
-            after = await ascrape_all(
-                [urls[i] for i in survivors], metric=target.metric, client=client, indices=survivors
-            )
+            if unread is None:
+                try:
+                    after = await ascrape_all(
+                        [urls[i] for i in survivors], metric=target.metric, client=client, indices=survivors
+                    )
+                except ScrapeError as exc:  # a survivor down or restarting: its delta is unknown
+                    unread = unread_of(exc, "after the burst")
             router_after = await read_router_counts(target)
         moved = (
             None
             if router_before is None or router_after is None
             else router_moved(router_before, router_after)
         )
-        return traffic, before, after, victim_before, state, moved
+        return traffic, before, after, victim_before, state, moved, unread
 
-    traffic, before, after, victim_before, state, router_deltas = run_sync(run())
+    traffic, before, after, victim_before, state, router_deltas, unread = run_sync(run())
     killed_at = state["killed"] - traffic.origin if state["killed"] is not None else None
     excluded_after = (
         state["excluded"] - state["killed"]
@@ -254,7 +267,7 @@ def failover(
         if failed and killed_at is not None
         else 0.0,
         asserted=strict,
-        victim_counter_before=victim_before.value,
+        victim_counter_before=None if victim_before is None else victim_before.value,
         served_by={worker_label(workers, w): n for w, n in traffic.served_by().items()},
         router_counted_victim=None if router_deltas is None else router_deltas.get(victim, 0.0),
     )
@@ -271,10 +284,16 @@ def failover(
         expected_shares={i: 1 / len(survivors) for i in survivors},
         router_deltas=router_deltas,  # the dead worker's count stands beside no counter of its own
     )
-    try:
-        burst.check = evaluate([urls[i] for i in survivors], before, after, set(survivors), indices=survivors)
-    except CounterResetError as exc:
-        burst.inconclusive = f"counter reset on worker {exc.worker_index}"
+    if unread is not None:
+        mark_unread(burst, unread)
+        events = sorted([*events, *unread_events([burst], traffic.origin)], key=lambda e: e.at)
+    else:
+        try:
+            burst.check = evaluate(
+                [urls[i] for i in survivors], before, after, set(survivors), indices=survivors
+            )
+        except CounterResetError as exc:
+            burst.inconclusive = f"counter reset on worker {exc.worker_index}"
     verdict, reasons = _failover_verdict(burst, figures, requests=requests, ttl=ttl)
     return ScenarioResult(
         scenario="failover",

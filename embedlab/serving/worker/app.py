@@ -136,9 +136,11 @@ class Worker:
             )
             await self.pool.start()
             self.board = self.pool.board
-            # The system port now reads every ingest process's counters, summed.
+            # The system port now reads every ingest process's counters, summed; or none, where
+            # each process shows its own on a port of its own.
             self.registry = CollectorRegistry(auto_describe=True)
-            self.registry.register(BoardCollector(self.board, cfg.labels))
+            if not cfg.process_metrics_ports:
+                self.registry.register(BoardCollector(self.board, cfg.labels))
             self.url = self.pool.url
         else:
             runner, port = await start_site(self.request_app, cfg.host, cfg.port)

@@ -44,6 +44,9 @@ class WorkerConfig:
     # Processes that take requests (parse, tokenize, answer) beside the one that runs the
     # engine; None: chosen from the cores where the engine feeds a device, else 1.
     api_processes: int | None = None
+    # One metrics port per ingest process (Dynamo's multi-process workers bind a system port
+    # each): each counts only the requests its process took, and the system port none.
+    process_metrics_ports: tuple[int, ...] = ()
 
     @property
     def standalone(self) -> bool:
@@ -56,6 +59,14 @@ class WorkerConfig:
             raise ConfigError(f"--weight must be positive, got {self.weight}")
         if self.api_processes is not None and self.api_processes < 1:
             raise ConfigError(f"--api-processes must be at least 1, got {self.api_processes}")
+        ports = self.process_metrics_ports
+        if ports and (
+            self.api_processes is None or len(ports) != self.api_processes or self.api_processes < 2
+        ):
+            raise ConfigError(
+                f"--process-metrics-ports needs one port per ingest process: --api-processes {len(ports)} "
+                f"(at least 2), got {self.api_processes} for {len(ports)} ports"
+            )
         if self.load_format not in LOAD_FORMATS:
             raise ConfigError(
                 f"--load-format must be one of {', '.join(LOAD_FORMATS)}, got {self.load_format!r}"
@@ -93,6 +104,8 @@ class IngestSettings:
     doorbell_fd: int
     log_level: str
     worker: dict[str, Any]
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None  # its own /metrics (its slot's counts alone), where it has one
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -137,10 +137,12 @@ class Board:
 
 
 class BoardCollector:
-    """The system port's view of a board: every slot summed into the single-process series."""
+    """The system port's view of a board: every slot summed into the single-process series
+    (`slots`: only those, as an ingest process with a metrics port of its own shows its own)."""
 
-    def __init__(self, board: Board, labels: dict[str, str]) -> None:
+    def __init__(self, board: Board, labels: dict[str, str], *, slots: tuple[int, ...] | None = None) -> None:
         self._board = board
+        self._slots = slots
         self._names = list(labels)
         self._values = list(labels.values())
         self._created = time.time()
@@ -149,7 +151,8 @@ class BoardCollector:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        slots = [self._board.slot(i).tolist() for i in range(self._board.slots)]
+        chosen = range(self._board.slots) if self._slots is None else self._slots
+        slots = [self._board.slot(i).tolist() for i in chosen]
         for field, (_, name, doc) in enumerate(COUNTERS):
             family = CounterMetricFamily(name, doc, labels=self._names)
             family.add_metric(self._values, sum(s[field] for s in slots), created=self._created)

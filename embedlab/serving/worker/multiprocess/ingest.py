@@ -21,14 +21,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
 
 from ....engines.base import Embeddings, InvalidInput
 from ....engines.preprocess import IngestSpec, LocalIngest, TokenIngest, pack_ids
 from ....errors import RemoteEngineError
 from ...channel import Channel, map_memory
-from ...http import configure_logging, die_with_parent, reuseport_socket, run_service
+from ...http import configure_logging, die_with_parent, make_app, reuseport_socket, run_service, start_site
 from ..config import IngestSettings
-from ..metrics import Board, SlotMetrics
+from ..metrics import Board, BoardCollector, SlotMetrics
 from ..request_plane import RequestPlane
 from . import messages
 
@@ -130,15 +131,34 @@ async def serve_ingest(settings: IngestSettings, stop: asyncio.Event) -> int:
     await web.SockSite(
         runner, reuseport_socket(settings.host, settings.port, listen=True), backlog=1024
     ).start()
+    runners = [runner]
+    if settings.metrics_port is not None:
+        runners.append(await _serve_own_metrics(settings, board, config.labels))
     assert engine.channel is not None
     engine.channel.send(messages.json_message(messages.READY, 0, None))
     waits = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(engine.lost.wait())}
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for task in waits:
         task.cancel()
-    await runner.cleanup()  # answers what it holds while the engine is still there
+    for each in runners:
+        await each.cleanup()  # answers what it holds while the engine is still there
     engine.channel.close()
     return 0 if not engine.lost.is_set() or stop.is_set() else 1
+
+
+async def _serve_own_metrics(settings: IngestSettings, board: Board, labels: dict[str, str]) -> web.AppRunner:
+    """This process's own /metrics on its port: its slot's counts, in the worker's series."""
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(BoardCollector(board, labels, slots=(settings.index,)))
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), content_type="text/plain", charset="utf-8")
+
+    app = make_app()
+    app.add_routes([web.get("/metrics", metrics)])
+    runner, port = await start_site(app, settings.metrics_host, settings.metrics_port or 0)
+    log.info("ingest process %d: its metrics on http://%s:%d", settings.index, settings.metrics_host, port)
+    return runner
 
 
 def main(argv: list[str]) -> int:

@@ -121,6 +121,8 @@ class IngestPool:
             doorbell_fd=theirs.fileno(),
             log_level=logging.getLevelName(logging.getLogger().level),
             worker=IngestSettings.worker_fields(cfg),
+            metrics_host=cfg.system_host,
+            metrics_port=cfg.process_metrics_ports[index] if cfg.process_metrics_ports else None,
         )
         try:
             child = subprocess.Popen(
