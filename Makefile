@@ -6,6 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 PYTEST_ARGS ?=
+# `make test` spreads the tests over this many pytest-xdist workers (tests/conftest.py keeps
+# the ones that share a deployment, or load the cores, on one); PYTEST_WORKERS=0 runs them
+# one by one in a single process.
+PYTEST_WORKERS ?= 3
 OUT ?= outputs
 
 .PHONY: run test lab install kernel dynamo vllm routers clean-venv test-debs cluster-debs
@@ -14,7 +18,7 @@ run: install routers cluster-debs
 	$(BIN)/embedlab regress --out $(OUT)
 
 test: install routers cluster-debs test-debs
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Debian packages the runs drive: installed with apt-get (through sudo when not root)
 # where missing. Where that cannot be done, one line says what to install, or how to do

@@ -1,9 +1,12 @@
-"""Fixtures shared by the suite: tiny models, an in-process stack on real loopback HTTP."""
+"""Fixtures shared by the suite: tiny models, an in-process stack on real loopback HTTP; and the
+hooks that spread `make test` over pytest-xdist workers (tests/xdist_groups.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,15 +18,50 @@ from embedlab.engines import EngineOptions
 from embedlab.serving.frontend.app import Frontend, FrontendConfig
 from embedlab.serving.worker.app import Worker, WorkerConfig
 
+from . import xdist_groups
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def tiny_models(request: pytest.FixtureRequest) -> dict[str, Path]:
     from embedlab.engines.tiny import cached_tiny_model
 
-    cache = Path(os.environ.get("EMBEDLAB_TEST_MODEL_CACHE") or tmp_path_factory.mktemp("models"))
-    return {arch: cached_tiny_model(arch, cache_dir=cache) for arch in ("bert", "qwen3")}
+    cache = Path(
+        os.environ.get("EMBEDLAB_TEST_MODEL_CACHE") or xdist_groups.run_root(request.config) / "models"
+    )
+    cache.mkdir(parents=True, exist_ok=True)
+    # One cache for all xdist workers: the first builds while the others wait on the folder's
+    # lock, then find the models built (a build is atomic anyway: this saves doing it twice).
+    fd = os.open(cache, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return {arch: cached_tiny_model(arch, cache_dir=cache) for arch in ("bert", "qwen3")}
+    finally:
+        os.close(fd)
+
+
+# -- pytest-xdist: tests/xdist_groups.py says which tests share a worker ---------------------
+
+
+@pytest.hookimpl(tryfirst=True)  # before the marks' deselection: groups are of every test collected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    xdist_groups.publish(config, items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    return xdist_groups.scheduler(config, log)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Torch in this process (the transformers engine's unit tests, the vLLM tests' reference
+    # vectors) runs on one thread: OpenMP's spinning threads stall once xdist's workers share
+    # the cores. One graph-bucket test on the loaded 2-core machine: 26 s of CPU with torch's
+    # two threads, 14 s with one (its pytest process, collection included).
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
 
 class InProcessStack:

@@ -5,15 +5,22 @@ Binding port 0 is collision-free, but a port must be known before some servers s
 lock file named after it: the reservation holds across processes until it is released
 or its owner dies. Ports come from below Linux's ephemeral range, so an outgoing
 connection's source port cannot take one between reservation and bind.
+
+No two live processes ever hold one port (pytest-xdist's workers reserve side by side):
+a reservation file appears with its owner's PID already in it (a hard link of a finished
+file), so none is ever read empty and taken for stale; and a dead owner's reservation is
+taken over under a lock, by one process, after reading the owner again.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import random
 import socket
 import tempfile
+import threading
 from pathlib import Path
 
 from ..defaults import PORT_DIR_ENV
@@ -41,23 +48,37 @@ def _bindable(port: int, host: str) -> bool:
     return True
 
 
+def _owner(path: Path) -> int | None:
+    """The PID a reservation names; None where it cannot be read (then it counts as taken)."""
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _try_reserve(port: int) -> bool:
     path = _DIR / str(port)
+    mine = _DIR / f".{port}.{os.getpid()}.{threading.get_ident()}"
+    mine.write_text(str(os.getpid()))
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
         try:
-            owner = int(path.read_text() or 0)
-        except (OSError, ValueError):
+            os.link(mine, path)
+            return True
+        except FileExistsError:
+            pass
+        owner = _owner(path)
+        if owner is None or pid_alive(owner):
             return False
-        if owner and pid_alive(owner):
-            return False
-        # The owner died without releasing: take the stale reservation over.
-        path.write_text(str(os.getpid()))
-        return True
-    with os.fdopen(fd, "w") as handle:
-        handle.write(str(os.getpid()))
-    return True
+        # The owner died without releasing. Two processes may both have read its PID: under the
+        # lock, the first takes the port over and the second reads the new, live owner.
+        with open(_DIR / ".takeover.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if _owner(path) != owner:
+                return False
+            os.replace(mine, path)
+            return True
+    finally:
+        mine.unlink(missing_ok=True)
 
 
 def reserve_port(host: str = "127.0.0.1", *, attempts: int = 200) -> int:
@@ -75,8 +96,5 @@ def reserve_port(host: str = "127.0.0.1", *, attempts: int = 200) -> int:
 
 def release_port(port: int) -> None:
     path = _DIR / str(port)
-    try:
-        if int(path.read_text() or 0) == os.getpid():
-            path.unlink()
-    except (OSError, ValueError):
-        pass
+    if _owner(path) == os.getpid():
+        path.unlink(missing_ok=True)

@@ -30,7 +30,7 @@ from embedlab.stacks.dynamo import dynamo_installed
 from ..proctools import processes_under, wait_gone
 from ..robustness.test_orphans import harness
 
-pytestmark = pytest.mark.dynamo
+pytestmark = [pytest.mark.dynamo, pytest.mark.netns]  # netns: it compares the machine's namespaces
 
 
 def namespaces() -> set[str]:

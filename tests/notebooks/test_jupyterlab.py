@@ -38,7 +38,7 @@ from ..proctools import descendants_of, kill_all, processes_under, wait_gone
 from .browser import chromium, keep_screenshot
 from .conftest import NOTEBOOKS
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.heavy]
 
 BIN = Path(sys.executable).parent
 # tiny-bert workers take seconds to start on 2 cores: long enough to watch the launch live.

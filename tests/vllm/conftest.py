@@ -32,11 +32,10 @@ def _require_vllm() -> None:
     pytest.fail(message)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.vllm)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # As each test is collected: tests/conftest.py groups the vllm tests for xdist afterwards.
+    if Path(__file__).parent in item.path.parents:
+        item.add_marker(pytest.mark.vllm)
 
 
 # -- what a deployment may leave behind ----------------------------------------------------
