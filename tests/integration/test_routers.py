@@ -161,7 +161,7 @@ def test_sglang_router_cannot_route_two_models_offline(tmp_path: Path) -> None:
     proc = cli("scenario", "multi-model", "--stack", "sglang-router", "--run-dir", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     last = proc.stdout.strip().splitlines()[-1]
-    assert last.startswith("multi-model on sglang-router: UNSUPPORTED") and "--enable-igw" in last
+    assert last.startswith("multi-model on sglang-router (hash): UNSUPPORTED") and "--enable-igw" in last
 
 
 def test_the_conformance_command_writes_the_matrix_and_its_reports(tmp_path: Path) -> None:

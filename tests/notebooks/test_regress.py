@@ -116,7 +116,7 @@ def test_regress_writes_every_artifact(regress_run) -> None:  # type: ignore[no-
 
     page = index.read_text()
     assert f"command <code>{escape(results['command'])}</code>" in page and "filtered" not in page
-    assert "No description has been provided" not in page and 'alt="same-model on embedded: PASSED. ' in page
+    assert "No description has been provided" not in page and 'alt="same-model on embedded (hash): PASSED. ' in page
     assert (
         "ALL PASSED" not in page
         and "NO FAILURES &middot; 1 REPORTED, NOT ASSERTED" in page

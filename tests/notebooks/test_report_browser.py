@@ -144,7 +144,7 @@ def test_a_report_heads_with_what_ran_and_keeps_wide_tables_in_their_box(regress
     assert shown and shown.group(2) == results["command"], (meta, results["command"])
     assert abs(float(shown.group(1)) - scenario["seconds"]) <= 0.051, "the run time results.json records"
     images = described_at_2x(page)
-    assert len(images) == 2 and images[0]["alt"].startswith("same-model on embedded: PASSED. Panel 1: burst")
+    assert len(images) == 2 and images[0]["alt"].startswith("same-model on embedded (hash): PASSED. Panel 1: burst")
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.locator(".embedlab-banner").screenshot(path=str(SHOTS / "report-head.png"))
