@@ -76,6 +76,22 @@ def _looks_like_vllm(name: str, is_socket: bool) -> bool:
     return is_socket or uuid_like or any(k in lowered for k in VLLM_WORDS)
 
 
+def _mapped_shm() -> set[str]:
+    """The /dev/shm files that some live process maps or holds open."""
+    held: set[str] = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                held.update(line.split(None, 5)[-1].strip() for line in maps if "/dev/shm/" in line)
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("/dev/shm/"):
+                    held.add(target)
+        except OSError:  # gone, or not ours to read
+            continue
+    return {path.removesuffix(" (deleted)") for path in held}
+
+
 @dataclass
 class HostSnapshot:
     """Files outside any run directory, before a deployment starts."""
@@ -98,7 +114,10 @@ class HostSnapshot:
         """What appeared since, in /tmp, /dev/shm, ~/.cache, ~/.config and ~/.triton."""
         now = _tmp_entries()
         tmp = [f"/tmp/{n}" for n, sock in now.items() if n not in self.tmp and _looks_like_vllm(n, sock)]
-        shm = [f"/dev/shm/{n}" for n in set(os.listdir("/dev/shm")) - self.shm]
+        # A segment that a live process still maps is that process's (another test on another
+        # xdist worker, a program on a shared machine): a leak is one nobody holds.
+        held = _mapped_shm()
+        shm = [f"/dev/shm/{n}" for n in set(os.listdir("/dev/shm")) - self.shm if f"/dev/shm/{n}" not in held]
         home = [
             p for p in set().union(*(_walk(d) for d in HOME_DIRS)) - self.home if _looks_like_vllm(p, False)
         ]
