@@ -8,10 +8,13 @@
 Start-up that fails halfway tears down what it started before the error surfaces; `progress=`
 watches it (`embedlab.progress`); a stopped deployment raises `DeploymentStoppedError`. A
 deployment over several hosts (`DeploymentSpec.hosts`) creates their network namespaces
-first and deletes them last. This module keeps a deployment's lifecycle and its addresses;
-the faults are `outages.py`'s, drains and live weights `steering.py`'s, the restart
-policy `supervisor.py`'s, and what each stack can do its own (`embedlab.stacks`, named in
-`stack_registry.py`).
+first and deletes them last. This module keeps a deployment's lifecycle and its addresses.
+Its parts never reach back to it: the launcher (`launcher.py`) builds the run's `Processes`
+(`processes.py`: the processes by role, their lock, the live weights) and fills it; the
+faults (`outages.py`), drains and live weights (`steering.py`) and the restart policy
+(`supervisor.py`) are given the launcher and the run's event log. What each stack can do is
+its own (`embedlab.stacks`, named in `stack_registry.py`). The spec it was started with is
+never replaced; `spec` reads it with the live weights.
 """
 
 from __future__ import annotations
