@@ -16,7 +16,8 @@
     process, watchdog, hosts, ports, etcd: managed processes in their own groups, the
                 harness's own death, network namespaces, port reservations, etcd
 
-May import `evidence` (metrics, targets, clients), `progress` and the base modules.
+May import `evidence` (metrics, targets, clients), `engines` (what an engine asks of its
+worker: `engine_traits`, never its name), `progress` and the base modules.
 Never a concrete stack or foreign worker server: the registries name them by
 "module:Class" strings, imported on first use. Nothing is imported here.
 """
