@@ -123,15 +123,15 @@ class Deployment:
     @property
     def outages(self) -> Outages:
         """The faults of a real cluster, caused on purpose (`outages.py`); once it has started."""
-        self._launched()
-        assert self._outages is not None
+        if self._outages is None:
+            raise _not_started()
         return self._outages
 
     @property
     def steering(self) -> Steering:
         """Drains, resumes and live weights, the stack's own way (`steering.py`); once it has started."""
-        self._launched()
-        assert self._steering is not None
+        if self._steering is None:
+            raise _not_started()
         return self._steering
 
     @property
@@ -307,7 +307,7 @@ class Deployment:
 
     def _launched(self) -> Launcher:
         if self._launcher is None:
-            raise ConfigError("the deployment has not started; start it first (use it as a context manager)")
+            raise _not_started()
         return self._launcher
 
     # -- teardown -----------------------------------------------------------------------------
@@ -343,3 +343,7 @@ class Deployment:
         self.state = DeploymentState.STOPPED
         if errors:
             raise errors[0]
+
+
+def _not_started() -> ConfigError:
+    return ConfigError("the deployment has not started; start it first (use it as a context manager)")
