@@ -8,10 +8,13 @@
 Start-up that fails halfway tears down what it started before the error surfaces; `progress=`
 watches it (`embedlab.progress`); a stopped deployment raises `DeploymentStoppedError`. A
 deployment over several hosts (`DeploymentSpec.hosts`) creates their network namespaces
-first and deletes them last. This module keeps a deployment's lifecycle and its addresses;
-the faults are `outages.py`'s, drains and live weights `steering.py`'s, the restart
-policy `supervisor.py`'s, and what each stack can do its own (`embedlab.stacks`, named in
-`stack_registry.py`).
+first and deletes them last. This module keeps a deployment's lifecycle and its addresses.
+Its parts never reach back to it: the launcher (`launcher.py`) builds the run's `Processes`
+(`processes.py`: the processes by role, their lock, the live weights) and fills it; the
+faults (`outages.py`), drains and live weights (`steering.py`) and the restart policy
+(`supervisor.py`) are given the launcher and the run's event log. What each stack can do is
+its own (`embedlab.stacks`, named in `stack_registry.py`). The spec it was started with is
+never replaced; `spec` reads it with the live weights.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ import enum
 import secrets
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ..defaults import HOST, STOP_TIMEOUT_S, TOKEN_ENV
+from ..defaults import HOST, STOP_TIMEOUT_S
 from ..errors import ConfigError, DeploymentStoppedError
 from ..evidence import clients
 from ..evidence.metrics import MetricQuery
@@ -33,11 +37,12 @@ from ..evidence.target import Target
 from ..progress import LaunchObserver
 from .events import EventLog, LaunchReport
 from .hosts import Network
-from .launcher import Launcher, delete_scratch, keep_scratch, stop_all
+from .launcher import Launcher, delete_scratch, keep_scratch
 from .outages import Outages
 from .placement import default_run_dir
 from .ports import release_port, reserve_port
 from .process import ManagedProcess
+from .processes import Processes
 from .spec import DeploymentSpec
 from .stack import StackContext
 from .stack_registry import get_stack
@@ -66,29 +71,68 @@ class Deployment:
         host: str = HOST,
         progress: LaunchObserver | None = None,
     ) -> None:
-        self.spec = spec
+        self._spec = spec
         self._report = LaunchReport(progress, active=lambda: self.state is DeploymentState.STARTING)
         self.stack = get_stack(spec.stack)  # an unknown stack fails here, before anything starts
         self.stack.check(spec)  # what this stack cannot run, namespaces without privileges included
         self.host = host
         self._run_dir = Path(run_dir) if run_dir is not None else None
         self.state = DeploymentState.NEW
-        self.frontend: ManagedProcess | None = None
-        self.workers: list[ManagedProcess] = []
-        self.services: dict[str, ManagedProcess] = {}
         self.network: Network = Network.local()
         self.events = EventLog()
-        self.outages = Outages(self)
-        self.steering = Steering(self)
-        self.startup_seconds: dict[str, float] = {}
-        self.lock = threading.RLock()  # guards the process lists while a fault or a restart swaps one
-        self.stopping = threading.Event()  # set when `stop()` begins: waits and restarts end early
         self._ports: list[int] = []
         self._ctx: StackContext | None = None
+        # Built once the run starts: the launcher, the `Processes` it fills, and the parts that act on them.
         self._launcher: Launcher | None = None
+        self._outages: Outages | None = None
+        self._steering: Steering | None = None
         self._supervisor: Supervisor | None = None
 
     # -- what it exposes ------------------------------------------------------------------
+
+    @property
+    def spec(self) -> DeploymentSpec:
+        """What runs: the spec it was started with, with the workers' live weights (`steering.set_weights`)."""
+        procs = self._processes()
+        if procs is None or procs.weights == tuple(w.weight for w in self._spec.workers):
+            return self._spec
+        return replace(self._spec, workers=tuple(map(procs.worker_spec, range(len(self._spec.workers)))))
+
+    @property
+    def frontend(self) -> ManagedProcess | None:
+        procs = self._processes()
+        return procs.frontend if procs is not None else None
+
+    @property
+    def workers(self) -> list[ManagedProcess]:
+        """The workers' processes by index (a copy: a fault or a restart swaps one in the run's own list)."""
+        procs = self._processes()
+        return list(procs.workers) if procs is not None else []
+
+    @property
+    def services(self) -> dict[str, ManagedProcess]:
+        procs = self._processes()
+        return dict(procs.services) if procs is not None else {}
+
+    @property
+    def startup_seconds(self) -> dict[str, float]:
+        """How long each process took to be ready, by name, and the whole start ("total")."""
+        procs = self._processes()
+        return procs.startup_seconds if procs is not None else {}
+
+    @property
+    def outages(self) -> Outages:
+        """The faults of a real cluster, caused on purpose (`outages.py`); once it has started."""
+        if self._outages is None:
+            raise _not_started()
+        return self._outages
+
+    @property
+    def steering(self) -> Steering:
+        """Drains, resumes and live weights, the stack's own way (`steering.py`); once it has started."""
+        if self._steering is None:
+            raise _not_started()
+        return self._steering
 
     @property
     def run_dir(self) -> Path:
@@ -111,7 +155,8 @@ class Deployment:
 
     @property
     def processes(self) -> list[ManagedProcess]:
-        return [*self.services.values(), *([self.frontend] if self.frontend else []), *self.workers]
+        procs = self._processes()
+        return procs.all if procs is not None else []
 
     @property
     def log_paths(self) -> dict[str, Path]:
@@ -176,19 +221,17 @@ class Deployment:
     @property
     def token(self) -> str | None:
         """The token the run's processes were given (EMBEDLAB_TOKEN), where one is set."""
-        return self._launcher.env.get(TOKEN_ENV) if self._launcher else None
+        return self._launcher.token if self._launcher else None
+
+    def _processes(self) -> Processes | None:
+        return self._launcher.processes if self._launcher is not None else None
 
     def _context(self) -> StackContext:
         if self.state is DeploymentState.STOPPED:
             raise DeploymentStoppedError()
-        f = self.frontend
-        if self.state is DeploymentState.RUNNING and f is not None and (f.killed or not f.alive()):
-            # A frontend this deployment SIGKILLed (`kill_host(0)`) has stopped from that moment,
-            # though the kernel reports the exit only once its last thread is gone: wait for that
-            # (bounded: SIGKILL cannot be refused), so the error carries the code.
-            code = f.wait_exit(STOP_TIMEOUT_S) if f.killed else f.returncode
-            why = f"its frontend (pid {f.pid}) exited with code {code}"
-            raise DeploymentStoppedError(why, log_path=f.log_path, tail=f.log_tail(10), returncode=code)
+        procs = self._processes()
+        if self.state is DeploymentState.RUNNING and procs is not None:
+            procs.check_frontend()
         if self._ctx is None:
             raise ConfigError(
                 f"the deployment is {self.state.value}; start it first (use it as a context manager)"
@@ -215,12 +258,12 @@ class Deployment:
             raise
         self._report.emit("done", seconds=self.startup_seconds["total"])
         self.state = DeploymentState.RUNNING
-        if any(w.restart == "on-exit" for w in self.spec.workers):
-            self._supervisor = Supervisor(self).start()
+        if any(w.restart == "on-exit" for w in self._spec.workers):
+            self._supervisor = Supervisor(self._launched(), self.events).start()
         return self
 
     def _start(self) -> None:
-        spec = self.spec
+        spec = self._spec
         started = time.monotonic()
         self.run_dir.mkdir(parents=True, exist_ok=True)  # stacks write their config files here first
         self.network = Network.create(run_id=secrets.token_hex(3), hosts=spec.hosts)
@@ -237,9 +280,14 @@ class Deployment:
             on_scratch=keep_scratch,
         )
         check_servers(self.stack, spec)  # a worker server the stack cannot run: unsupported, with why
-        self._launcher = Launcher(self, report=self._report, prepared=self.stack.prepare(self._ctx))
-        self._launcher.start_all()
-        self.startup_seconds["total"] = time.monotonic() - started
+        launcher = Launcher(
+            self.stack, self._ctx, report=self._report, prepared=self.stack.prepare(self._ctx)
+        )
+        self._launcher = launcher
+        self._outages = Outages(launcher, self.network, self.events)
+        self._steering = Steering(launcher, self.events)
+        launcher.start_all()
+        launcher.processes.startup_seconds["total"] = time.monotonic() - started
 
     # -- starting one process again (a fault, the restart policy) ---------------------------
 
@@ -259,7 +307,7 @@ class Deployment:
 
     def _launched(self) -> Launcher:
         if self._launcher is None:
-            raise ConfigError("the deployment has not started; start it first (use it as a context manager)")
+            raise _not_started()
         return self._launcher
 
     # -- teardown -----------------------------------------------------------------------------
@@ -277,10 +325,12 @@ class Deployment:
         in reverse order of start, then all are awaited), so teardown takes one worker's
         shutdown, not N.
         """
-        self.stopping.set()
+        procs = self._processes()
+        if procs is not None:
+            procs.stopping.set()  # waits and restarts end early
         if self._supervisor is not None:
             self._supervisor.join(timeout=STOP_TIMEOUT_S)
-        errors = stop_all(self)
+        errors = procs.stop_all() if procs is not None else []
         if self._ctx is not None:
             errors += delete_scratch(self._ctx)
         try:
@@ -293,3 +343,7 @@ class Deployment:
         self.state = DeploymentState.STOPPED
         if errors:
             raise errors[0]
+
+
+def _not_started() -> ConfigError:
+    return ConfigError("the deployment has not started; start it first (use it as a context manager)")

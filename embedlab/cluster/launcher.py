@@ -1,4 +1,4 @@
-"""Starting a run's processes and knowing when each is ready; starting one again; stopping them all.
+"""Starting a run's processes and knowing when each is ready; starting one again.
 
 The order is the stack's: its services first (etcd), each until its `ready_url` answers;
 then the frontend and the workers side by side (a worker registers as soon as the frontend
@@ -6,7 +6,9 @@ answers, so start-up costs one interpreter start, not two in a row); then each w
 its /health answers, the frontend lists its model and dispatches to its endpoint. A worker
 that must start again (a fault, the restart policy) comes back through `respawn_worker`,
 the one relaunch. `placement.py` decides what each process gets (its folder, GPU, vLLM
-settings); this module runs them, on the deployment's own process lists.
+settings); this module runs them. The launcher builds the run's `Processes`
+(`processes.py`), which owns them and their lock, and is the only part that puts a process
+in it; the faults, the restart policy and steering are given the launcher, never the deployment.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import shutil
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -26,6 +28,7 @@ from ..defaults import (
     STATE_DIR_ENV,
     STOP_TIMEOUT_S,
     SYSTEM_PORT_ENV,
+    TOKEN_ENV,
     VLLM_CACHE_ENV,
     VLLM_STOP_TIMEOUT_S,
 )
@@ -33,85 +36,99 @@ from ..errors import DeploymentStoppedError, ServerStartError
 from ..evidence import clients
 from ..plugins import child_env
 from .placement import gpu_for, visible_gpus, vllm_worker_env
-from .process import ManagedProcess, register_cleanup, stop_together, unregister_cleanup
+from .process import ManagedProcess, register_cleanup, unregister_cleanup
+from .processes import Processes
 from .worker_server import runs_vllm
 
 if TYPE_CHECKING:
     from .events import LaunchReport
-    from .spec import DeploymentSpec
     from .stack import BaseStack, ProcessSpec, StackContext
 
-__all__ = ["Launcher", "delete_scratch", "drop_scratch", "keep_scratch", "stop_all"]
-
-
-class Launchable(Protocol):
-    """What the launcher reaches of a deployment (a `Deployment` is one): its lists it fills."""
-
-    spec: DeploymentSpec
-    stack: BaseStack
-    frontend: ManagedProcess | None
-    workers: list[ManagedProcess]
-    services: dict[str, ManagedProcess]
-    startup_seconds: dict[str, float]
-    lock: threading.RLock
-    stopping: threading.Event
-
-    @property
-    def run_dir(self) -> Path: ...
-
-    @property
-    def context(self) -> StackContext: ...
-
-    def dispatchable_endpoints(self, client: httpx.Client) -> set[str]: ...
+__all__ = ["Launcher", "delete_scratch", "drop_scratch", "keep_scratch"]
 
 
 class Launcher:
-    """The processes of one run of `deployment`, whose stack prepared `prepared` (its environment)."""
+    """The processes of one run of `stack` in `ctx`, which the stack prepared (`prepared`: its environment).
 
-    def __init__(self, deployment: Launchable, *, report: LaunchReport, prepared: Mapping[str, str]) -> None:
-        self._dep = deployment
+    It builds the run's `Processes` (`processes`) and fills it, as the only part that starts one.
+    """
+
+    def __init__(
+        self, stack: BaseStack, ctx: StackContext, *, report: LaunchReport, prepared: Mapping[str, str]
+    ) -> None:
+        self.stack = stack
+        self.processes = Processes(ctx.spec)
+        self._ctx = ctx
         self._report = report
+        self._started = False
         # Safe-path mode and absolute plugin paths: no process of the run imports from its folder.
-        self.env = child_env({**os.environ, **prepared, **dict(deployment.spec.env)})
+        self.env = child_env({**os.environ, **prepared, **dict(ctx.spec.env)})
         # The user's own overrides must not leak in and point processes at other ports.
         for name in (SYSTEM_PORT_ENV, HTTP_PORT_ENV, CUDA_VISIBLE_ENV):
             self.env.pop(name, None)
         self._service_specs: dict[str, ProcessSpec] = {}
 
+    @property
+    def context(self) -> StackContext:
+        """The run's context; once it has started, a `DeploymentStoppedError` when it is stopping or its
+        frontend has exited (a restart or a wait then ends at once, saying why)."""
+        if self._started:
+            if self.processes.stopping.is_set():
+                raise DeploymentStoppedError()
+            self.processes.check_frontend()
+        return self._ctx
+
+    @property
+    def token(self) -> str | None:
+        """The token the run's processes were given (EMBEDLAB_TOKEN), where one is set."""
+        return self.env.get(TOKEN_ENV)
+
+    def dispatchable_endpoints(self, client: httpx.Client) -> set[str]:
+        """The endpoint paths the frontend would dispatch to now."""
+        ctx = self.context
+        return self.stack.dispatchable_endpoints(ctx, client.get(self.stack.health_url(ctx)).json())
+
     def start_all(self) -> None:
-        dep, ctx = self._dep, self._dep.context
+        procs, ctx, spec = self.processes, self._ctx, self._ctx.spec
         with clients.client(timeout=2.0) as client:
-            for service in dep.stack.services(ctx):
+            for service in self.stack.services(ctx):
                 self._service_specs[service.role] = service
-                dep.services[service.role] = self.launch(service)
+                with procs.lock:
+                    procs.services[service.role] = self.launch(service)
                 self._wait_service(client, service)
-            frontend = dep.stack.frontend(ctx)
-            dep.frontend = self.launch(frontend)
+            frontend = self.stack.frontend(ctx)
+            started = self.launch(frontend)
+            with procs.lock:
+                procs.frontend = started
             ready_url = frontend.ready_url or f"{ctx.frontend_url}/health"
             gpus = visible_gpus()
-            for index, worker in enumerate(dep.spec.workers):
-                dep.workers.append(self.launch(self._worker_spec(index), gpu=gpu_for(index, worker, gpus)))
-            dep.startup_seconds["frontend"] = self._report.wait(
-                dep.frontend,
+            for index, worker in enumerate(spec.workers):
+                launched = self.launch(self._worker_spec(index), gpu=gpu_for(index, worker, gpus))
+                with procs.lock:
+                    procs.workers.append(launched)
+            procs.startup_seconds["frontend"] = self._report.wait(
+                started,
                 lambda: client.get(ready_url).status_code == 200,
-                timeout=dep.spec.startup_timeout,
+                timeout=spec.startup_timeout,
                 what=f"{ready_url} answered 200",
             )
-            for index in range(len(dep.spec.workers)):
+            for index in range(len(spec.workers)):
                 self._wait_worker(client, index)
+        self._started = True
 
     def _worker_spec(self, index: int) -> ProcessSpec:
-        ctx = self._dep.context
-        return self._dep.stack.worker(ctx, index, self._dep.spec.workers[index], ctx.system_ports[index])
+        ctx = self.context
+        return self.stack.worker(ctx, index, self.processes.worker_spec(index), ctx.system_ports[index])
 
     def launch(self, pspec: ProcessSpec, *, gpu: str | None = None) -> ManagedProcess:
         """Start `pspec` with the run's environment, its own on top, on its host; its log in the run dir."""
-        run_dir, ctx = self._dep.run_dir, self._dep.context
+        ctx = self.context
+        run_dir = ctx.run_dir
         env = {k: v for k, v in self.env.items() if not (pspec.unset and k.startswith(pspec.unset))}
         state_dir = ctx.scratch(run_dir / f"{pspec.file_stem}-state")
         env.update({**pspec.env, STATE_DIR_ENV: str(state_dir)})
         stop_timeout = STOP_TIMEOUT_S
-        if pspec.worker is not None and runs_vllm(self._dep.spec.workers[pspec.worker]):
+        if pspec.worker is not None and runs_vllm(ctx.spec.workers[pspec.worker]):
             env.update(vllm_worker_env(pspec.worker, run_dir=run_dir, env=env, on_gpu=bool(gpu)))
             if Path(env[VLLM_CACHE_ENV]).parent == run_dir:  # the run's own, not one the user keeps
                 ctx.scratch(Path(env[VLLM_CACHE_ENV]))
@@ -120,29 +137,29 @@ class Launcher:
             env.update(pspec.state_env(state_dir, env))
         if gpu is not None:
             env[CUDA_VISIBLE_ENV] = gpu
-        on_host = self._dep.context.host_of(pspec.worker) if pspec.worker is not None else None
+        on_host = ctx.host_of(pspec.worker) if pspec.worker is not None else None
         argv = on_host.wrap(pspec.argv) if on_host is not None else pspec.argv
         log_path = run_dir / f"{pspec.file_stem}.log"
         proc = ManagedProcess(pspec.name, argv, log_path=log_path, env=env, stop_timeout=stop_timeout)
         return self._report.started(proc.start())
 
     def _wait_service(self, client: httpx.Client, service: ProcessSpec) -> None:
-        proc, url = self._dep.services[service.role], service.ready_url
+        proc, url = self.processes.services[service.role], service.ready_url
         if url is not None:
-            self._dep.startup_seconds[proc.name] = self._report.wait(
+            self.processes.startup_seconds[proc.name] = self._report.wait(
                 proc,
                 lambda: client.get(url).status_code == 200,
-                timeout=self._dep.spec.startup_timeout,
+                timeout=self._ctx.spec.startup_timeout,
                 what=f"{url} answered 200",
             )
 
     def _wait_worker(
         self, client: httpx.Client, index: int, *, cancelled: threading.Event | None = None
     ) -> None:
-        dep, ctx = self._dep, self._dep.context
-        proc = dep.workers[index]
+        ctx, stack = self._ctx, self.stack
+        proc = self.processes.workers[index]
         model, endpoint, system_url = (
-            dep.spec.workers[index].model,
+            ctx.spec.workers[index].model,
             ctx.endpoint(index),
             ctx.system_url(index),
         )
@@ -158,61 +175,44 @@ class Launcher:
             if client.get(f"{system_url}/health").status_code != 200:
                 return False
             if not joined:
-                dep.stack.join(client, dep.context, index)
+                stack.join(client, self.context, index)
                 joined = True
-            listed = dep.stack.listed_models(client, dep.context)
+            listed = stack.listed_models(client, self.context)
             if listed is not None and model not in listed:
                 return False
-            return endpoint in dep.dispatchable_endpoints(client)
+            return endpoint in self.dispatchable_endpoints(client)
 
-        dep.startup_seconds[proc.name] = self._report.wait(
+        self.processes.startup_seconds[proc.name] = self._report.wait(
             proc,
             ready,
-            timeout=dep.spec.startup_timeout,
+            timeout=ctx.spec.startup_timeout,
             what=f"its /health answered 200 and the frontend listed model '{model}' on endpoint {endpoint}",
         )
 
     def respawn_worker(self, index: int) -> ManagedProcess:
-        """Stop worker `index` (or reap it, if it exited) and start it again on its host and system port."""
-        dep = self._dep
-        with dep.lock:
-            if dep.stopping.is_set():
+        """Stop worker `index` (or reap it, if it exited) and start it again on its host and system
+        port, with its live weight. A run that is stopping starts nothing new."""
+        procs = self.processes
+        with procs.lock:
+            if procs.stopping.is_set():
                 raise DeploymentStoppedError("the deployment is stopping")
-            dep.workers[index].stop()
-            gpu = gpu_for(index, dep.spec.workers[index], visible_gpus())
-            dep.workers[index] = self.launch(self._worker_spec(index), gpu=gpu)
-            return dep.workers[index]
+            procs.workers[index].stop()
+            gpu = gpu_for(index, procs.spec.workers[index], visible_gpus())
+            procs.workers[index] = self.launch(self._worker_spec(index), gpu=gpu)
+            return procs.workers[index]
 
     def wait_worker(self, index: int, *, cancelled: threading.Event | None = None) -> None:
+        """Wait until worker `index` serves: its /health answers and the frontend dispatches to it."""
         with clients.client(timeout=2.0) as client:
             self._wait_worker(client, index, cancelled=cancelled)
 
     def relaunch_service(self, role: str) -> ManagedProcess:
-        with self._dep.lock:
-            self._dep.services[role] = self.launch(self._service_specs[role])
+        """Start service `role` (etcd) again from its spec, on its ports and data, and wait until it is ready."""
+        with self.processes.lock:
+            self.processes.services[role] = self.launch(self._service_specs[role])
         with clients.client(timeout=2.0) as client:
             self._wait_service(client, self._service_specs[role])
-        return self._dep.services[role]
-
-
-def stop_all(deployment: Launchable) -> list[BaseException]:
-    """Stop the workers (together, in reverse order of start), then the frontend, then the services.
-
-    Returns what failed to stop; a failure never keeps the rest running.
-    """
-    with deployment.lock:
-        groups = [
-            list(reversed(deployment.workers)),
-            [deployment.frontend] if deployment.frontend else [],
-            list(deployment.services.values()),
-        ]
-    errors: list[BaseException] = []
-    for group in groups:
-        try:
-            stop_together(group)
-        except Exception as exc:  # keep stopping the rest
-            errors.append(exc)
-    return errors
+        return self.processes.services[role]
 
 
 def _removal(path: Path) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..defaults import CUDA_VISIBLE_ENV, RUN_ROOT_ENV, VLLM_CACHE_ENV
+from ..engines import engine_traits
 from .spec import WorkerSpec
 
 __all__ = ["default_run_dir", "gpu_for", "visible_gpus", "vllm_worker_env"]
@@ -44,7 +45,7 @@ def gpu_for(index: int, worker: WorkerSpec, gpus: Sequence[str]) -> str | None:
         return ""
     if worker.device is not None and worker.device != "auto":
         return worker.device.removeprefix("cuda:")
-    if not gpus or worker.engine == "hash":
+    if not gpus or not engine_traits(worker.engine).uses_gpu:
         return None
     return gpus[index % len(gpus)]
 

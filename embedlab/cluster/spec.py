@@ -20,6 +20,7 @@ from ..defaults import (
     STACK,
     STARTUP_TIMEOUT_S,
 )
+from ..engines import engine_traits
 from ..errors import ConfigError
 
 RESTART_POLICIES = ("never", "on-exit")
@@ -58,14 +59,14 @@ class WorkerSpec:
     @property
     def runs_vllm(self) -> bool:
         """embedlab's worker runs its vllm engine (a server that runs vLLM says so itself)."""
-        return self.engine == "vllm" and self.server == "embedlab"
+        return self.server == "embedlab" and engine_traits(self.engine).runs_vllm
 
     def __post_init__(self) -> None:
         if not self.model:
             raise ConfigError("a worker needs a model name")
         if self.weight <= 0:
             raise ConfigError(f"worker weight must be positive, got {self.weight}")
-        if self.engine != "hash" and self.model_path is None and self.server == "embedlab":
+        if self.model_path is None and self.server == "embedlab" and engine_traits(self.engine).needs_model:
             raise ConfigError(f"the {self.engine} engine needs a model_path")
         ports = self.metrics_ports
         if isinstance(ports, bool) or not isinstance(ports, int) or ports < 1:
@@ -185,7 +186,7 @@ class DeploymentSpec:
         weights: Sequence[float] | None = None,
         engine: str = "hash",
         model_paths: Sequence[Path | str | None] | None = None,
-        stack: str = "embedded",
+        stack: str = STACK,
         **options: object,
     ) -> DeploymentSpec:
         """M models with K replicas each (or `replicas[m]` of model m), model by model: worker

@@ -3,8 +3,8 @@
 Dynamo's worker exits once it finds its lease gone (Dynamo issue #3493), so a healed host
 rejoins only if something starts its workers again. The supervisor is that something: a
 thread that polls the watched workers, records each exit and each restart in the
-deployment's `events`, and relaunches through the deployment's one relaunch
-(`respawn_worker`). It stops when the deployment does.
+deployment's `events`, and relaunches through the launcher's one relaunch
+(`respawn_worker`), under the lock of the run's `Processes`. It stops when the run does.
 
 A worker that cannot start (a bad model path, a port taken) must not be relaunched without
 end, filling its log: each restart waits first (`RestartBudget`: `restart_backoff`, doubled
@@ -23,15 +23,16 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from ..defaults import RESTART_BACKOFF_MAX_S
 from ..errors import DeploymentStoppedError, ServerError, ServerStartError
 
 if TYPE_CHECKING:
     from .events import EventLog
+    from .launcher import Launcher
     from .process import ManagedProcess
-    from .spec import DeploymentSpec, WorkerSpec
+    from .spec import WorkerSpec
 
 __all__ = ["GAVE_UP", "RESTART_POLL_S", "RestartBudget", "Supervisor"]
 
@@ -72,30 +73,18 @@ class RestartBudget:
         return len(self.restarts)
 
 
-class Supervised(Protocol):
-    """What the supervisor reaches of a running deployment (a `Deployment` is one)."""
-
-    spec: DeploymentSpec
-    workers: list[ManagedProcess]
-    events: EventLog
-    lock: threading.RLock
-    stopping: threading.Event
-
-    def respawn_worker(self, index: int) -> ManagedProcess: ...
-
-    def wait_worker(self, index: int, *, cancelled: threading.Event | None = None) -> None: ...
-
-    def host_of(self, index: int) -> int: ...
-
-
 class Supervisor:
-    """Watches the workers with restart="on-exit" of one deployment, from `start()` until it stops."""
+    """Watches the workers with restart="on-exit" of the run its `launcher` started, from `start()`
+    until the run stops; records in `events`."""
 
-    def __init__(self, deployment: Supervised, *, poll_s: float = RESTART_POLL_S) -> None:
-        self._dep = deployment
+    def __init__(self, launcher: Launcher, events: EventLog, *, poll_s: float = RESTART_POLL_S) -> None:
+        self._launcher = launcher
+        self._procs = launcher.processes
+        self._events = events
         self._poll_s = poll_s
-        self.watched = [i for i, w in enumerate(deployment.spec.workers) if w.restart == "on-exit"]
-        self.budgets = {i: RestartBudget.of(deployment.spec.workers[i]) for i in self.watched}
+        workers = self._procs.spec.workers
+        self.watched = [i for i, w in enumerate(workers) if w.restart == "on-exit"]
+        self.budgets = {i: RestartBudget.of(workers[i]) for i in self.watched}
         self._due: dict[int, float] = {}  # an exited worker -> when its restart may begin
         self._thread = threading.Thread(target=self._run, name="embedlab-restarts", daemon=True)
 
@@ -104,21 +93,21 @@ class Supervisor:
         return self
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait for the thread to end (it ends once the deployment's `stopping` is set)."""
+        """Wait for the thread to end (it ends once the run's `stopping` is set)."""
         if self._thread.is_alive():
             self._thread.join(timeout=timeout)
 
     def _run(self) -> None:
-        while not self._dep.stopping.wait(self._poll_s):
+        while not self._procs.stopping.wait(self._poll_s):
             for index in list(self.watched):
                 self._check(index)
 
     def _check(self, index: int) -> None:
-        dep = self._dep
+        procs, events = self._procs, self._events
         try:
-            with dep.lock:  # the exit and the relaunch in one step: no fault swaps the process between
-                proc = dep.workers[index]
-                if dep.stopping.is_set():
+            with procs.lock:  # the exit and the relaunch in one step: no fault swaps the process between
+                proc = procs.workers[index]
+                if procs.stopping.is_set():
                     return
                 if proc.alive():
                     self._due.pop(index, None)  # back another way while it waited (a fault's own restart)
@@ -131,15 +120,13 @@ class Supervisor:
                 del self._due[index]
                 budget = self.budgets[index]
                 count = budget.spend(now)
-                dep.events.record("restarting", f"worker {index} (restart {count} of {budget.limit})")
-                dep.respawn_worker(index)
-            dep.wait_worker(index, cancelled=dep.stopping)
+                events.record("restarting", f"worker {index} (restart {count} of {budget.limit})")
+                self._launcher.respawn_worker(index)
+            self._launcher.wait_worker(index, cancelled=procs.stopping)
         except (ServerStartError, DeploymentStoppedError) as exc:  # a stop, an exit, or a dead frontend
-            dep.events.record(
-                "restart failed", f"worker {index}: {_why(exc, stopping=dep.stopping.is_set())}"
-            )
+            events.record("restart failed", f"worker {index}: {_why(exc, stopping=procs.stopping.is_set())}")
             return
-        dep.events.record("restart", f"worker {index} serving again on host {dep.host_of(index)}")
+        events.record("restart", f"worker {index} serving again on host {procs.spec.host_of(index)}")
 
     def _exited(self, index: int, proc: ManagedProcess, now: float) -> bool:
         """Record the exit of worker `index`; True: its restart is due after the budget's wait."""
@@ -147,16 +134,16 @@ class Supervisor:
         wait = budget.next_wait(now)
         exited = f"worker {index} (code {proc.returncode})"
         if wait is None:
-            self._dep.events.record("exit", exited)
+            self._events.record("exit", exited)
             self.watched.remove(index)
-            self._dep.events.record(
+            self._events.record(
                 GAVE_UP,
                 f"worker {index}: {budget.limit} restarts within {budget.window:g} s and it exited "
                 f"again (code {proc.returncode}); the last lines of {proc.log_path}:\n"
                 f"{proc.log_tail(TAIL_LINES).rstrip()}",
             )
             return False
-        self._dep.events.record("exit", f"{exited}; restarting in {wait:g} s")
+        self._events.record("exit", f"{exited}; restarting in {wait:g} s")
         self._due[index] = now + wait
         return True
 

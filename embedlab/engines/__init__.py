@@ -10,12 +10,17 @@ engines through the `embedlab.engines` entry-point group, a module named in
                 vllm_state): the engines; models, tiny, tiny_tokenizers: local models
     preprocess  what a worker's ingest processes need of its engine: the id rules, the tokenizer
 
+What the harness must know of an engine before a worker runs it (`EngineTraits`: does it
+load a model, does it want a GPU, does it run vLLM) the engine declares itself, as class
+attributes of those names; nothing outside this registry switches on an engine's name.
+
 Imports only the base modules: engines run in worker processes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 
 from ..errors import ConfigError
 from ..plugins import Registry
@@ -26,9 +31,11 @@ __all__ = [
     "Embeddings",
     "Engine",
     "EngineOptions",
+    "EngineTraits",
     "InvalidInput",
     "check_dimensions",
     "create_engine",
+    "engine_traits",
     "register_engine",
 ]
 
@@ -61,3 +68,22 @@ def register_engine(name: str, target: str | EngineFactory, *, replace: bool = F
 
 def create_engine(name: str, options: EngineOptions) -> Engine:
     return ENGINES.get(name)(options)
+
+
+@dataclass(frozen=True)
+class EngineTraits:
+    """What an engine asks of the worker that runs it, declared as class attributes of its
+    factory (absent ones take these defaults: an engine that loads a model on a GPU)."""
+
+    needs_model: bool = True  # it loads `model_path`: a worker spec without one is refused
+    uses_gpu: bool = True  # its worker is pinned to a GPU, where there are any
+    runs_vllm: bool = False  # the run's vLLM settings apply (its cache, a core per worker, a long stop)
+
+
+def engine_traits(name: str) -> EngineTraits:
+    """`name`'s traits. An engine this process has not registered (a plugin only the worker
+    imports, from the run's EMBEDLAB_PLUGINS) has the defaults."""
+    if name not in ENGINES:
+        return EngineTraits()
+    factory = ENGINES.get(name)
+    return EngineTraits(**{f.name: getattr(factory, f.name, f.default) for f in fields(EngineTraits)})

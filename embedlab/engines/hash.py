@@ -17,6 +17,8 @@ from .preprocess import IngestSpec
 
 class HashEngine:
     name = "hash"
+    needs_model = False  # `EngineTraits`: it hashes its inputs, on the CPU
+    uses_gpu = False
     supports_dimensions = True
 
     def __init__(self, options: EngineOptions) -> None:

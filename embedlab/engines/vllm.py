@@ -41,6 +41,7 @@ VLLM_POOLINGS = tuple(p.upper() for p in POOLINGS)  # vLLM's PoolingType names
 
 class VllmEngine:
     name = "vllm"
+    runs_vllm = True  # `EngineTraits`: the run's vLLM settings apply to its worker
     supports_dimensions = False
 
     def __init__(self, options: EngineOptions) -> None:

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from embedlab import (
@@ -251,6 +252,21 @@ def test_a_killed_harness_leaves_no_namespace_address_or_etcd(how: str, tmp_path
         run_dir = tmp_path / "run"
         assert wait_until(lambda: not (run_dir / "etcd").exists(), 20), "etcd's data dir is left"
         assert not_logs(run_dir) == [], not_logs(run_dir)
+
+
+def test_a_worker_started_again_keeps_its_live_weight_and_the_launch_spec_stays_as_it_was(
+    tmp_path: Path,
+) -> None:
+    spec = DeploymentSpec.same_model("m", workers=2, seed=0)
+    with Deployment(spec, run_dir=tmp_path) as dep:
+        dep.steering.set_weights([1.0, 7.0])
+        dep.outages.restart_worker(1)  # it registers again, with the weight it has now
+        with httpx.Client(timeout=10) as client:
+            health = client.get(dep.health_url).json()
+        weights = {i["endpoint"]: i["weight"] for group in health["models"].values() for i in group}
+        assert weights == {dep.endpoint(0): 1.0, dep.endpoint(1): 7.0}, health
+        assert [w.weight for w in dep.spec.workers] == [1.0, 7.0] and dep.target().weights == (1.0, 7.0)
+    assert [w.weight for w in spec.workers] == [1.0, 1.0]  # steering never replaced what was launched
 
 
 def test_restart_policy_brings_a_worker_back_and_a_straddling_burst_is_inconclusive(tmp_path: Path) -> None:
