@@ -72,7 +72,7 @@ def _per_host_counts(result: ScenarioResult) -> dict[int, tuple[list[float], lis
     by_worker: dict[int, list[tuple[float, float | None]]] = {}
     samples = result.figures.samples if isinstance(result.figures, FaultFigures) else ()
     for sample in samples:
-        by_worker.setdefault(sample.worker, []).append((sample.at, sample.value))
+        by_worker.setdefault(sample.worker, []).append((sample.at_s, sample.value))
     series: dict[int, dict[float, float]] = {}
     host_of = {w.index: w.host for w in result.workers}
     for worker, points in by_worker.items():
