@@ -53,7 +53,7 @@ LaunchObserver = Callable[[LaunchStep], None]
 def in_notebook() -> bool:
     """True inside a Jupyter kernel (JupyterLab, papermill) where ipywidgets can draw a bar."""
     module = sys.modules.get("IPython")
-    shell = module.get_ipython() if module is not None else None  # type: ignore[attr-defined]
+    shell = module.get_ipython() if module is not None else None
     if shell is None or getattr(shell, "kernel", None) is None:
         return False
     try:

@@ -6,6 +6,7 @@ made; it answers whether a call on some objects must be refused, and why.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -168,7 +169,7 @@ class Ledger:
         birth = Birth(self.running.seq, kind, self.running.code.reads, births)
         key = id(thing)
         try:
-            ref = weakref.ref(thing, lambda r, key=key: self._forget(key, r))
+            ref = weakref.ref(thing, functools.partial(self._forget, key))
         except TypeError:
             return  # not an object a notebook keeps (none of embedlab's are like this)
         self._births[key] = (ref, birth)

@@ -13,7 +13,7 @@ from .serve import positive_float
 __all__ = ["add_conformance"]
 
 
-def add_conformance(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_conformance(sub: argparse._SubParsersAction) -> None:
     from ..cluster.stack_registry import battery_stacks
     from ..scenarios.battery import BATTERY
 

@@ -48,7 +48,7 @@ class _Parser(argparse.ArgumentParser):
 
 # -- entry point ---------------------------------------------------------------------------
 
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore[type-arg]
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     *SERVING,
     *STACK_COMMANDS,
     add_scenario,
@@ -80,7 +80,12 @@ def build_parser(*, command: str | None = None) -> argparse.ArgumentParser:
 
 
 def _names(parser: argparse.ArgumentParser) -> set[str]:
-    return {name for action in parser._subparsers._group_actions for name in action.choices}  # type: ignore[union-attr, attr-defined]
+    return {
+        name
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name in action.choices
+    }
 
 
 def _command_of(argv: Sequence[str]) -> str | None:
@@ -95,7 +100,7 @@ def _command_of(argv: Sequence[str]) -> str | None:
 
 
 def _new_parser(
-    commands: Sequence[Callable[[argparse._SubParsersAction], None]],  # type: ignore[type-arg]
+    commands: Sequence[Callable[[argparse._SubParsersAction], None]],
 ) -> argparse.ArgumentParser:
     parser = _Parser(prog="embedlab", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument(

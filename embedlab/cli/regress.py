@@ -14,7 +14,7 @@ from .serve import positive_float
 __all__ = ["add_regress"]
 
 
-def add_regress(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_regress(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "regress",
         help="run every notebook for every parameter set of a matrix; write reports",

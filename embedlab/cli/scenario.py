@@ -24,7 +24,7 @@ __all__ = ["add_scenario"]
 _PLAN_NAMES = {"model_path": "model_paths", "system_url": "system_urls", "worker_arg": "worker_args"}
 
 
-def add_scenario(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_scenario(sub: argparse._SubParsersAction) -> None:
     from ..scenarios.registry import SCENARIOS
 
     p = sub.add_parser(

@@ -34,7 +34,7 @@ def positive_int(text: str) -> int:
     return value
 
 
-def _add_frontend(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_frontend(sub: argparse._SubParsersAction) -> None:
     from ..serving.frontend.dispatch import POLICIES
     from ..serving.frontend.faults import CATALOGUE
 
@@ -177,11 +177,14 @@ def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
             ) from None
         if not isinstance(pooler, dict):
             raise ConfigError(f"--pooler-config must be a JSON object, got {args.pooler_config!r}")
-        pooler = {k.replace("-", "_"): v for k, v in pooler.items()}
+        pooler = {str(k).replace("-", "_"): v for k, v in pooler.items()}
         # Not checked here: the engine says which pooling types it supports (exit 1, clearly).
         pooling = pooler.pop("pooling_type", None) or pooling
         if pooler:
-            extra["pooler_config"] = {**pooler, **dict(extra.get("pooler_config") or {})}  # type: ignore[arg-type]
+            given = extra.get("pooler_config") or {}  # --engine-arg pooler_config=... wins over --pooler-config
+            if not isinstance(given, dict):
+                raise ConfigError(f"--engine-arg pooler_config must be a JSON object, got {given!r}")
+            extra["pooler_config"] = {**pooler, **given}
     return EngineOptions(
         model_path=args.model_path,
         dim=args.dim,
@@ -200,7 +203,7 @@ def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
     )
 
 
-def _add_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_worker(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="run an embedded worker that registers with the embedded frontend")
     _add_engine_flags(p)
     p.add_argument("--served-model-name", required=True)
@@ -282,7 +285,7 @@ def _ports(text: str) -> tuple[int, ...]:
     return ports
 
 
-def _add_dynamo_worker(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_dynamo_worker(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "dynamo-worker", help="serve an embedlab engine on the Dynamo runtime (for python -m dynamo.frontend)"
     )
@@ -310,7 +313,7 @@ def _run_dynamo_worker(args: argparse.Namespace) -> int:
     return asyncio.run(run(config))
 
 
-def _add_tiny(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_tiny(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("make-tiny-model", help="build a seeded tiny model and tokenizer into a directory")
     p.add_argument("outdir", type=Path)
     p.add_argument("--arch", choices=["bert", "qwen3"], default="bert")

@@ -67,7 +67,7 @@ def _run_stacks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_stacks(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_stacks(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "stacks",
         help="list the registered stacks and what each can do (or the routers' venvs and pins)",

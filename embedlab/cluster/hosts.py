@@ -189,7 +189,7 @@ def _free_subnet() -> ipaddress.IPv4Network:
     used = _ip("-4", "addr").stdout + _ip("-4", "route").stdout
     rng = random.Random(time.time_ns() ^ os.getpid())
     for _ in range(200):
-        candidate = ipaddress.ip_network(f"10.{rng.randrange(128, 256)}.{rng.randrange(256)}.0/24")
+        candidate = ipaddress.IPv4Network(f"10.{rng.randrange(128, 256)}.{rng.randrange(256)}.0/24")
         prefix = ".".join(str(candidate.network_address).split(".")[:3]) + "."
         if prefix not in used:
             return candidate

@@ -153,7 +153,8 @@ class LocalIngest:
         )
 
     def embed(self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None) -> Embeddings:
-        return self.engine.embed_sync(inputs, dimensions=dimensions)  # type: ignore[attr-defined,no-any-return]
+        # Only an engine with `runs_in_ingest` (the hash engine) gets here, and it has embed_sync.
+        return self.engine.embed_sync(inputs, dimensions=dimensions)  # type: ignore[attr-defined]
 
 
 def pack_ids(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:

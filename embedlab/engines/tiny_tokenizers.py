@@ -204,4 +204,5 @@ def write_qwen_tokenizer(d: Path, *, model_max_length: int) -> tuple[int, int]:
         },
     )
     write_json(d / "special_tokens_map.json", {"eos_token": EOS, "pad_token": EOS})
+    assert eos_id is not None, "the tokenizer was built with EOS as a special token"
     return tok.get_vocab_size(with_added_tokens=True), eos_id

@@ -268,7 +268,7 @@ class TransformersEngine:
         if isinstance(inputs[0], str):
             seqs = [list(ids) for ids in self._tokenizer(list(inputs), add_special_tokens=True)["input_ids"]]
         else:
-            seqs = [list(ids) for ids in inputs]  # type: ignore[arg-type]
+            seqs = [list(ids) for ids in inputs]
             check_token_ids(seqs, self._vocab_size)
         check_lengths(seqs, self.max_model_len)
         return seqs
@@ -317,12 +317,14 @@ class TransformersEngine:
         elif self.attention == "key_padding":
             if not padded:
                 attention = None
-            elif getattr(self._model.config, "_attn_implementation", None) == "sdpa":
-                attention = valid[:, None, None, :]  # type: ignore[index]
-            else:  # eager attention adds its mask to the scores
-                attention = (~valid[:, None, None, :]).to(self._model.dtype) * torch.finfo(
-                    self._model.dtype
-                ).min  # type: ignore[index]
+            else:
+                assert valid is not None  # set above: padded and not causal
+                if getattr(self._model.config, "_attn_implementation", None) == "sdpa":
+                    attention = valid[:, None, None, :]
+                else:  # eager attention adds its mask to the scores
+                    attention = (~valid[:, None, None, :]).to(self._model.dtype) * torch.finfo(
+                        self._model.dtype
+                    ).min
         else:
             attention = valid.to(torch.int64) if valid is not None else None
         # No KV cache: decoder configs default to filling one, which an embedding never reads.

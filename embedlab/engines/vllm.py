@@ -172,7 +172,7 @@ class VllmEngine:
         vectors, tokens = await self._encode_all(inputs)
         return Embeddings(vectors=vectors, prompt_tokens=tokens)
 
-    async def _encode_all(self, inputs: Sequence[str] | Sequence[Sequence[int]]) -> tuple[np.ndarray, int]:
+    async def _encode_all(self, inputs: Sequence[str | Sequence[int]]) -> tuple[np.ndarray, int]:
         # One engine request per input, all in flight together: vLLM batches them (and
         # those of other HTTP requests) in its own scheduler.
         tasks = [asyncio.ensure_future(self._encode_one(item, index)) for index, item in enumerate(inputs)]

@@ -121,7 +121,7 @@ def engine_args(options: EngineOptions, model_path: Path, pooling: str) -> Any:
         # Eager: vLLM's compile cache fails to reload in this version, so every start
         # would compile again. The KV cache default would take GiBs per engine.
         dtype = str(extra.get("dtype", options.dtype))
-        args.update(enforce_eager=True, kv_cache_memory_bytes=cpu_kv_cache_bytes(model_path, length, dtype))  # type: ignore[arg-type]
+        args.update(enforce_eager=True, kv_cache_memory_bytes=cpu_kv_cache_bytes(model_path, length, dtype))
     args.update(extra)
     try:
         return AsyncEngineArgs(**args)

@@ -107,7 +107,7 @@ class BurstResult:
     def to_frame(self) -> pd.DataFrame:
         import pandas as pd
 
-        return pd.DataFrame([{f: getattr(r, f) for f in RequestRecord.__slots__} for r in self.records])  # type: ignore[attr-defined]
+        return pd.DataFrame([{f: getattr(r, f) for f in RequestRecord.__slots__} for r in self.records])
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -110,6 +110,7 @@ def write_index(
     tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "nothing ran"
     reported = counts.get(Verdict.REPORTED, 0)
     status = results.get("status", RunStatus.COMPLETE)
+    overall: Verdict | RunStatus  # the badge: the run's status until it completes, then its verdict
     if status != RunStatus.COMPLETE:
         overall = RunStatus(status)
         heading = (

@@ -68,7 +68,7 @@ class Finished(Protocol):
 
     job: Job
     verdict: Verdict
-    figures: list[str]
+    figures: list[ReportImage]
 
     @property
     def passed(self) -> bool: ...
@@ -280,7 +280,7 @@ def _runs(out: Path, *, exclude: Path | None = None) -> list[tuple[Path, dict[st
 
 def history(out: Path, *, exclude: Path | None = None) -> tuple[Path | None, list[str]]:
     """The newest complete run's results.json, and the run ids of the newer runs passed over."""
-    passed_over = []
+    passed_over: list[str] = []
     for path, results in _runs(out, exclude=exclude):
         if run_status(results) == RunStatus.COMPLETE:
             return path, passed_over

@@ -76,16 +76,16 @@ def workers_of(deployment: Deployment | Target) -> list[WorkerInfo]:
     """Each worker by index, with its model, weight and (where launched) endpoint."""
     target = target_of(deployment)
     weights = target.weights or (1.0,) * len(target.system_urls)
-    launched = isinstance(deployment, Deployment)
+    launched = deployment if isinstance(deployment, Deployment) else None
     return [
         WorkerInfo(
             index=i,
             system_url=url,
             model=model,
             weight=weights[i],
-            endpoint=deployment.endpoint(i) if launched else None,
-            host=deployment.host_of(i) if launched else 0,
-            engine=_engine(deployment.spec.workers[i]) if launched else None,
+            endpoint=launched.endpoint(i) if launched else None,
+            host=launched.host_of(i) if launched else 0,
+            engine=_engine(launched.spec.workers[i]) if launched else None,
         )
         for i, (url, model) in enumerate(zip(target.system_urls, target.models))
     ]

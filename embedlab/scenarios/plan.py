@@ -273,7 +273,7 @@ class ScenarioPlan:
         if len(weights) != len(shapes):
             raise ConfigError(f"{len(shapes)} workers but {len(weights)} weights")
         specs = tuple(
-            WorkerSpec(model=m, model_path=p, weight=w, **common)  # type: ignore[arg-type]
+            WorkerSpec(model=m, model_path=p, weight=w, **common)
             for (m, p), w in zip(shapes, weights)
         )
         return DeploymentSpec(
@@ -381,7 +381,7 @@ def run_scenario(
             ]
         return result
     if plan.definition.deploys:
-        return plan.run_on(None)  # type: ignore[arg-type]
+        return plan.run_on(None)
     show_launch = plan.progress if launch_progress is None else launch_progress
     deployment = plan.deployment(progress=LaunchProgress() if show_launch else None)
     try:

@@ -115,7 +115,7 @@ def _adapt(name: str, loaded: object) -> Scenario:
         return loaded
     if callable(loaded):
         doc = (inspect.getdoc(loaded) or "").strip().splitlines()
-        return Scenario(name=name, run=loaded, help=doc[0] if doc else "")  # type: ignore[arg-type]
+        return Scenario(name=name, run=loaded, help=doc[0] if doc else "")
     raise ConfigError(f"the entry point for scenario {name!r} is neither a Scenario nor a function")
 
 

@@ -123,8 +123,8 @@ async def start_site(
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True, reuse_port=reuse_port or None, backlog=1024)
     await site.start()
-    sockets = [s for s in (site._server.sockets if site._server else [])]  # type: ignore[union-attr]
-    bound = sockets[0].getsockname()[1] if sockets else port
+    addresses = runner.addresses  # the bound (host, port, ...) of each site's socket
+    bound = int(addresses[0][1]) if addresses else port
     return runner, bound
 
 

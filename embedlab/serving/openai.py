@@ -10,6 +10,7 @@ import base64
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..defaults import WORKER_HEADER
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # numpy is imported where vectors are encoded: the frontend n
 # orjson is a required dependency (pyproject.toml), about 5x faster on the float-heavy
 # response bodies. The fallback stays on purpose: the GPU machines' image has no orjson,
 # and the serving stack runs there from a source checkout.
+_orjson: ModuleType | None
 try:
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment

@@ -59,7 +59,7 @@ def figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, list[Ax
 def legend_outside(ax: Axes, **options: object) -> None:
     """A legend right of the axes: it never covers data, whatever the data does."""
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **options)  # type: ignore[arg-type]
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **options)
 
 
 def served_by(result: ScenarioResult, record: RequestRecord) -> str:
@@ -245,7 +245,7 @@ def plot_convergence(steps: Sequence[Step]) -> Figure:
                 first,
                 last,
                 colors=f"C{worker % 10}",
-                linestyles=[dash],
+                linestyles=dash,
                 lw=1.4,
             )
     for worker in range(workers):

@@ -41,7 +41,7 @@ class Table(pd.DataFrame):
     def _constructor(self) -> type[Table]:
         return Table
 
-    def _repr_html_(self) -> str:  # type: ignore[override]
+    def _repr_html_(self) -> str:
         styler = self.style.hide(axis="index").format(precision=3, na_rep="")
         styler = styler.set_table_styles(
             [

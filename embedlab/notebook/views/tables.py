@@ -6,6 +6,7 @@ workers are named by index, with their endpoint as the last column; no column re
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -262,7 +263,7 @@ def deployment_table(deployment: Deployment) -> Table:
             {
                 "process": f"worker {index}",
                 "url": url,
-                "endpoint": unless_stopped(lambda i=index: deployment.endpoint(i)) or "",
+                "endpoint": unless_stopped(functools.partial(deployment.endpoint, index)) or "",
                 "pid": proc.pid,
                 "running": proc.alive(),
                 "log": str(proc.log_path),

@@ -207,7 +207,7 @@ def failover(
             async def watch() -> None:
                 while state["killed"] is None:
                     await asyncio.sleep(0.005)
-                while time.perf_counter() - state["killed"] < watch_limit:  # type: ignore[operator]
+                while time.perf_counter() - state["killed"] < watch_limit:
                     try:
                         if not await _dispatchable(client, deployment, endpoint):
                             state["excluded"] = time.perf_counter()

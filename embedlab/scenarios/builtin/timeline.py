@@ -102,13 +102,10 @@ class Watch:
     def served_again(self, worker: int, after: float) -> float | None:
         """When worker's counter first moved again (or restarted and moved), `after` or later."""
         previous = None
-        for sample in (s for s in self.samples if s.worker == worker and s.value is not None):
-            if (
-                sample.at_s >= after
-                and previous is not None
-                and sample.value != previous
-                and sample.value > 0
-            ):  # type: ignore[operator]
+        for sample in self.samples:
+            if sample.worker != worker or sample.value is None:
+                continue
+            if sample.at_s >= after and previous is not None and sample.value != previous and sample.value > 0:
                 return sample.at_s
             previous = sample.value
         return None

@@ -67,7 +67,7 @@ class _Cell:
 
     __slots__ = ("_values", "_index")
 
-    def __init__(self, values: memoryview, index: int) -> None:
+    def __init__(self, values: memoryview[float], index: int) -> None:
         self._values = values
         self._index = index
 
@@ -81,7 +81,7 @@ class _Cell:
 class _Duration:
     __slots__ = ("_values", "_base")
 
-    def __init__(self, values: memoryview, base: int) -> None:
+    def __init__(self, values: memoryview[float], base: int) -> None:
         self._values = values
         self._base = base
 
@@ -117,7 +117,7 @@ class Board:
     def size(slots: int) -> int:
         return _HEADER_BYTES + slots * _SLOT_BYTES
 
-    def slot(self, index: int) -> memoryview:
+    def slot(self, index: int) -> memoryview[float]:
         start = _HEADER_BYTES + index * _SLOT_BYTES
         return self._buf[start : start + _SLOT_BYTES].cast("d")
 

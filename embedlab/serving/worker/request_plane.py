@@ -121,7 +121,7 @@ class RequestPlane:
 
     async def health(self, request: web.Request) -> web.Response:
         state = self._state()
-        payload = {
+        payload: dict[str, Any] = {
             "status": "ready" if state == "ready" else "notready",
             "state": state,
             "model": self.config.served_model_name,

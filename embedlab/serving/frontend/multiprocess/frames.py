@@ -39,7 +39,7 @@ class ReplicaSettings:
 async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
     try:
         (size,) = FRAME.unpack(await reader.readexactly(FRAME.size))
-        return json.loads(await reader.readexactly(size))  # type: ignore[no-any-return]
+        return json.loads(await reader.readexactly(size))
     except (asyncio.IncompleteReadError, ConnectionError):
         return None
 

@@ -66,7 +66,7 @@ class Replica:
         return reply["status"], reply["body"].encode()
 
     async def gather(self) -> bytes:
-        return (await self._ask(lambda i: {"t": "gather", "id": i})).encode()  # type: ignore[no-any-return]
+        return (await self._ask(lambda i: {"t": "gather", "id": i})).encode()
 
     async def run(self, stop: asyncio.Event) -> int:
         reader, self.writer = await asyncio.open_unix_connection(sock=self.socket)

@@ -68,7 +68,7 @@ class RemoteEngine:
         return Embeddings(vectors=vectors, prompt_tokens=int(lengths.sum()))
 
     async def describe(self) -> dict[str, Any] | None:
-        return await self._call(lambda rid: messages.json_message(messages.DESCRIBE, rid, None))  # type: ignore[no-any-return]
+        return await self._call(lambda rid: messages.json_message(messages.DESCRIBE, rid, None))
 
     async def _call(self, build: Any) -> Any:
         if self.channel is None or self.channel.closed:

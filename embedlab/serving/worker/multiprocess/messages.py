@@ -22,7 +22,7 @@ VECTORS, FAILED, INFO = 11, 12, 13
 
 
 def head(view: memoryview) -> tuple[int, int, int, int, int]:
-    return HEAD.unpack_from(view)  # type: ignore[return-value]
+    return HEAD.unpack_from(view)
 
 
 def embed_request(request_id: int, lengths: np.ndarray, ids: np.ndarray, dimensions: int | None) -> bytes:

@@ -169,7 +169,7 @@ class IngestPool:
     def _submit(self, seqs: list[Any], dimensions: int | None) -> asyncio.Future[Any]:
         submit = getattr(self.engine, "submit_ids", None)
         if submit is not None and dimensions is None:
-            return submit(seqs)  # type: ignore[no-any-return]
+            return submit(seqs)
 
         async def embed() -> Any:
             result = await self.engine.embed([s.tolist() for s in seqs], dimensions=dimensions)
