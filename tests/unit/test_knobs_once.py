@@ -12,6 +12,7 @@ from embedlab import ConfigError, ScenarioPlan
 from embedlab.cli.entry import build_parser
 from embedlab.cli.scenario import plan_from_args
 from embedlab.scenarios.builtin.dispatch import MultiModelParams, SameModelParams, multi_model_dispatch
+from embedlab.scenarios.builtin.mixed import MixedParams
 from embedlab.scenarios.params import knobs, with_knobs
 
 
@@ -37,15 +38,15 @@ def test_every_plan_field_with_help_is_an_option_of_its_own_name() -> None:
 
 def test_options_reach_the_plan_under_the_fields_names() -> None:
     got = plan(
-        "same-model",
-        *("--model-paths", "a", "--model-path", "b", "--worker-arg=--x=1,2", "--worker-args=-v"),
-        *("--replicas", "2", "--weights", "1,3", "--lease-ttl", "4", "--restart", "on-exit", "--no-canaries"),
-        *("--requests", "12", "--concurrency", "3", "--engine", "transformers"),
+        "mixed",
+        *("--models", "a,b", "--model-paths", "a", "--model-path", "b", "--worker-arg=--x=1,2", "--worker-args=-v"),
+        *("--replicas", "1,1", "--weights", "1,3", "--lease-ttl", "4", "--restart", "on-exit", "--no-canaries"),
+        *("--requests", "12", "--concurrency", "3", "--patterns", "random"),
     )
     assert got.model_paths == ("a", "b")
     assert got.worker_args == ("--x=1,2", "-v")  # one item per option: a comma stays inside it
-    assert (got.replicas, got.weights, got.lease_ttl, got.restart) == ((2,), (1.0, 3.0), 4.0, "on-exit")
-    assert got.params == SameModelParams(requests=12, concurrency=3)
+    assert (got.replicas, got.weights, got.lease_ttl, got.restart) == ((1, 1), (1.0, 3.0), 4.0, "on-exit")
+    assert got.params == MixedParams(requests=12, concurrency=3, patterns=("random",))
     assert plan("same-model").params == SameModelParams() and plan("same-model").seed == 0
 
 
