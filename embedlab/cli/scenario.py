@@ -78,16 +78,11 @@ def _converter(knob: Any) -> Any:
     Tuples come as comma-separated text (or one item per option); the knob splits and checks them."""
     from ..errors import ConfigError
 
+    item = knob.item if knob.each else knob.base
+    kind = item if item in (int, float) and (knob.item is None or knob.each) else str
+
     def convert(text: str) -> Any:
-        if knob.item is not None and not knob.each:
-            return text
-        item = knob.item if knob.each else knob.base
-        kind = item if item in (int, float) else str
-        try:
-            value = kind(text)
-        except ValueError:
-            what = "a whole number" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        value = kind(text)  # a ValueError: argparse's own "invalid int value: 'many'"
         if knob.item is not None:
             return value
         try:
@@ -95,6 +90,7 @@ def _converter(knob: Any) -> Any:
         except ConfigError as exc:
             raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
 
+    convert.__name__ = kind.__name__
     return convert
 
 

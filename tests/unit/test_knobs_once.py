@@ -55,7 +55,7 @@ def test_options_reach_the_plan_under_the_fields_names() -> None:
     [
         (["--hosts", "0"], "argument --hosts: hosts must be at least 1, got 0"),
         (["--lease-ttl", "0"], "argument --lease-ttl: lease_ttl must be positive, got 0.0"),
-        (["--workers", "two"], "argument --workers: not a whole number: 'two'"),
+        (["--workers", "two"], "argument --workers: invalid int value: 'two'"),
         (["--concurrency", "0"], "argument --concurrency: concurrency must be at least 1, got 0"),
     ],
 )
