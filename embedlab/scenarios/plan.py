@@ -113,9 +113,7 @@ class ScenarioPlan:
     startup_timeout: float = knob(STARTUP_TIMEOUT_S, "seconds a worker may take to start", positive=True)
     discovery: str = knob(DISCOVERY, "dynamo: file, or etcd (the run starts one)", choices=DISCOVERY_BACKENDS)
     hosts: int = knob(1, "simulated hosts: more than 1 runs network namespaces (root; dynamo on etcd)", min=1)
-    lease_ttl: float | None = knob(
-        None, "seconds a lease lives", positive=True
-    )
+    lease_ttl: float | None = knob(None, "seconds a lease lives", positive=True)
     restart: str | None = knob(
         None, "workers: never, or on-exit (back on their host when they exit)", choices=RESTARTS
     )

@@ -37,12 +37,12 @@ def test_every_plan_field_with_help_is_an_option_of_its_own_name() -> None:
 
 
 def test_options_reach_the_plan_under_the_fields_names() -> None:
-    got = plan(
-        "mixed",
-        *("--models", "a,b", "--model-paths", "a", "--model-path", "b", "--worker-arg=--x=1,2", "--worker-args=-v"),
-        *("--replicas", "1,1", "--weights", "1,3", "--lease-ttl", "4", "--restart", "on-exit", "--no-canaries"),
-        *("--requests", "12", "--concurrency", "3", "--patterns", "random"),
+    argv = (
+        "mixed --models a,b --model-paths a --model-path b --worker-arg=--x=1,2 --worker-args=-v "
+        "--replicas 1,1 --weights 1,3 --lease-ttl 4 --restart on-exit --no-canaries "
+        "--requests 12 --concurrency 3 --patterns random"
     )
+    got = plan(*argv.split())
     assert got.model_paths == ("a", "b")
     assert got.worker_args == ("--x=1,2", "-v")  # one item per option: a comma stays inside it
     assert (got.replicas, got.weights, got.lease_ttl, got.restart) == ((1, 1), (1.0, 3.0), 4.0, "on-exit")

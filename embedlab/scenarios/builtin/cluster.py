@@ -21,6 +21,7 @@ import httpx
 
 from ...cluster.deployment import Deployment
 from ...cluster.events import Event
+from ...cluster.stack_registry import stack_class, stacks_with
 from ...errors import ConfigError, DeploymentStoppedError, MetricsError
 from ...evidence import clients
 from ...evidence.metrics import scrape
@@ -29,6 +30,7 @@ from ...progress import LaunchProgress
 from ...verdicts import Verdict
 from ..burst import launched, serving, unread_events, workers_of
 from ..params import with_knobs
+from ..registry import Scenario
 from ..result import Burst, ScenarioResult
 from .cluster_figures import (
     RATE,
@@ -358,3 +360,42 @@ def run_ttl_sweep(target: Any, plan: ScenarioPlan) -> ScenarioResult:
         params=plan.params,
         progress=plan.progress,
     )
+
+
+def _needs_etcd(plan: ScenarioPlan) -> None:
+    if plan.attached:
+        return
+    if "etcd" not in stack_class(plan.stack).discoveries:
+        having = ", ".join(stacks_with(lambda s: "etcd" in s.discoveries)) or "none registered"
+        raise ConfigError(
+            f"{plan.scenario} needs etcd discovery, which the {plan.stack} stack does not have (stacks with it: {having})"
+        )
+    if plan.discovery != "etcd":
+        raise ConfigError(f"{plan.scenario} needs discovery='etcd' (--discovery etcd)")
+
+
+def _needs_cluster(plan: ScenarioPlan) -> None:
+    _needs_etcd(plan)
+    if plan.hosts < 2:
+        raise ConfigError(f"{plan.scenario} cuts a host off the network: it needs hosts >= 2 (--hosts 3)")
+
+
+CLUSTER = {"restart": "on-exit", "lease_ttl": 5.0}  # the workers' leases lapse in the fault; they come back
+
+PARTITION = Scenario(
+    name="partition", run=run_partition, params=PartitionParams,
+    launches=True, check=_needs_cluster, deployment=CLUSTER,
+    help="a worker's host drops off the network mid-traffic, then comes back: failures, the longest hang "
+    "and the times to leave and rejoin dispatch are reported; recovery is asserted",
+)  # fmt: skip
+ETCD_RESTART = Scenario(
+    name="etcd-restart", run=run_etcd_restart, params=EtcdRestartParams,
+    launches=True, check=_needs_etcd, deployment=CLUSTER,
+    help="etcd stops mid-traffic and starts again: failures and whether dispatch went on are reported; "
+    "recovery is asserted",
+)  # fmt: skip
+TTL_SWEEP = Scenario(
+    name="lease-ttl-sweep", run=run_ttl_sweep, params=TtlSweepParams, deploys=True, check=_needs_etcd,
+    help="a worker is SIGKILLed at each lease TTL: time to leave dispatch and failed requests against "
+    "the TTL (reported)",
+)  # fmt: skip

@@ -23,6 +23,7 @@ from ...evidence.traffic import Input, RequestRecord, default_inputs, run_sync
 from ...verdicts import Verdict
 from ..burst import BurstSpec, judge, run_burst, served_models, serving, status_codes, workers_of
 from ..params import knob, with_knobs
+from ..registry import Scenario
 from ..result import Burst, DataFigures, ScenarioResult
 
 if TYPE_CHECKING:
@@ -315,3 +316,14 @@ def run_multi_model(target: Deployment | Target, plan: ScenarioPlan) -> Scenario
         params=plan.params,
         progress=plan.progress,
     )
+
+
+SAME_MODEL = Scenario(
+    name="same-model", run=run_same_model, params=SameModelParams,
+    help="several workers of one model: every one moves, the counters account for every request, "
+    "and the split fits the weights",
+)  # fmt: skip
+MULTI_MODEL = Scenario(
+    name="multi-model", run=run_multi_model, params=MultiModelParams, layout="per-model",
+    help="one burst per model: only that model's workers move",
+)  # fmt: skip

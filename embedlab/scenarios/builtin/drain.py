@@ -15,6 +15,7 @@ from ...evidence.target import Target
 from ...evidence.traffic import default_inputs, run_sync
 from ..burst import BurstSpec, judge, launched, run_burst, serving, workers_of
 from ..params import knob, with_knobs
+from ..registry import Scenario
 from ..result import DataFigures, ScenarioResult
 
 if TYPE_CHECKING:
@@ -118,3 +119,10 @@ def run_drain(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult
         model=plan.models[0] if plan.models else None,
         progress=plan.progress,
     )
+
+
+DRAIN = Scenario(
+    name="drain", run=run_drain, params=DrainParams, launches=True,
+    help="a worker is taken out of dispatch while it keeps serving (the stack's own way): it must get "
+    "nothing, and come back after",
+)  # fmt: skip

@@ -34,6 +34,7 @@ from ...evidence.traffic import default_inputs, run_sync
 from ...verdicts import Verdict
 from ..burst import BurstSpec, judge, run_burst, served_models, workers_of
 from ..params import knob, with_knobs
+from ..registry import Scenario
 from ..result import Burst, DataFigures, ScenarioResult, WorkerInfo
 
 if TYPE_CHECKING:
@@ -265,3 +266,10 @@ def run_mixed(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult
         target.stack.split_for(target.spec.router_mode) if isinstance(target, Deployment) else Split.WEIGHTS
     )
     return mixed_traffic(target, params=plan.params, split=split, progress=plan.progress)
+
+
+MIXED = Scenario(
+    name="mixed", run=run_mixed, params=MixedParams, layout="per-model", deployment={"workers": 2},
+    help="every model's requests interleaved in one burst per send order: per model, every replica "
+    "moves, its replicas count exactly its requests, and its split fits its weights",
+)  # fmt: skip

@@ -19,6 +19,7 @@ from ...evidence.traffic import asend_burst, default_inputs, run_sync
 from ...verdicts import Verdict
 from ..burst import BurstSpec, judge, run_burst, serving, status_codes, workers_of
 from ..params import knob, with_knobs
+from ..registry import Scenario
 from ..result import DataFigures, ScenarioResult
 
 if TYPE_CHECKING:
@@ -276,3 +277,14 @@ def run_client_mistakes(target: Deployment | Target, plan: ScenarioPlan) -> Scen
 
 def run_overhead(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
     return overhead(target, params=plan.params)  # type: ignore[arg-type]
+
+
+CLIENT_MISTAKES = Scenario(
+    name="client-mistakes", run=run_client_mistakes, params=MistakesParams,
+    help="unknown model, malformed body, missing field: each a 4xx with OpenAI error JSON, and valid "
+    "traffic still flows right after a run of mistakes",
+)  # fmt: skip
+OVERHEAD = Scenario(
+    name="overhead", run=run_overhead, params=OverheadParams, launches=True,
+    help="latency and throughput through the frontend against straight to a worker, at c=1 and c=32 (reported)",
+)  # fmt: skip

@@ -37,6 +37,7 @@ from ..burst import (
     workers_of,
 )
 from ..params import knob, with_knobs
+from ..registry import Scenario
 from ..result import Burst, DataFigures, ScenarioResult, worker_label
 
 if TYPE_CHECKING:
@@ -357,3 +358,14 @@ def run_failover(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioRes
         model=plan.models[0] if plan.models else None,
         progress=plan.progress,
     )
+
+
+FAILOVER = Scenario(
+    name="failover", run=run_failover, params=FailoverParams, launches=True,
+    help="a worker is SIGKILLed mid-burst: lost requests and time out of dispatch "
+    "(asserted where the stack's own frontend promises it, reported elsewhere)",
+)  # fmt: skip
+FAILOVER_NO_RETRIES = Scenario(
+    name="failover-no-retries", run=run_failover_without_retries, params=FailoverParams, deploys=True,
+    help="failover with the frontend's retries switched off (where it has a switch): what clients see",
+)  # fmt: skip
