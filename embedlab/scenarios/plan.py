@@ -94,7 +94,10 @@ class ScenarioPlan:
     worker_server: str = knob(
         "embedlab", "what each worker runs: embedlab's worker, vllm serve, Infinity, ...", choices=_servers
     )
-    models: tuple[str, ...] = knob((), "model names; worker i serves models[i] in a per-model scenario")
+    models: tuple[str, ...] = knob(
+        (), "model names; worker i serves models[i] in a per-model scenario (none: embed-model, or model-a and "
+        "model-b, for hash; tiny-bert, tiny-qwen3 otherwise)",
+    )  # fmt: skip
     model_paths: tuple[str, ...] = knob(
         (), "one per model, or one for all: a directory or a known model's name, e.g. all-MiniLM-L6-v2 "
         "(none: tiny local models)", each=True,

@@ -89,3 +89,31 @@ def test_the_old_keyword_of_multi_model_warns_and_means_requests() -> None:
             multi_model_dispatch(None, requests_per_burst=0)  # type: ignore[arg-type]
     assert [w.category for w in caught] == [DeprecationWarning]
     assert "use requests=" in str(caught[0].message)
+
+
+def test_a_new_knob_reaches_the_notebooks_cell_and_plan_call_by_its_name() -> None:
+    from embedlab.notebook.parameters import parameters_source, plan_source
+    from embedlab.scenarios.params import knob
+    from embedlab.scenarios.registry import SCENARIOS, register_scenario
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class RoundsParams:
+        rounds: int = knob(3, "bursts to send", min=1)
+
+    register_scenario("rounds-once", lambda target, plan: None, params=RoundsParams)
+    try:
+        meta = {"scenario": "rounds-once", "parameters": ["stack", "workers", "knobs"]}
+        assert parameters_source(meta).splitlines() == [
+            'stack = "embedded"  # the stack: embedlab\'s own frontend, dynamo, or a router',
+            "workers = None  # replicas of each model; None: 2",
+            "rounds = 3  # bursts to send",
+            'result_json = ""  # where to save the result as JSON; empty: not saved',
+        ]
+        assert plan_source(meta) == (
+            "plan = ScenarioPlan.from_params(\n"
+            '    scenario="rounds-once", stack=stack, workers=workers, rounds=rounds,\n)'
+        )
+        with pytest.raises(ConfigError, match=r"notebook parameters \['round'\] are neither plan fields"):
+            parameters_source({"scenario": "rounds-once", "parameters": ["round"]})
+    finally:
+        SCENARIOS.unregister("rounds-once")
