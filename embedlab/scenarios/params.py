@@ -37,6 +37,7 @@ __all__ = [
     "describe_params",
     "knob",
     "knobs",
+    "params_from",
     "params_of",
     "with_knobs",
 ]
@@ -174,6 +175,17 @@ def params_of(cls: type, values: Mapping[str, Any], *, scenario: str) -> Any:
         takes = ", ".join(known) or "none"
         raise ConfigError(f"{scenario} has no knob {', '.join(unknown)}; its knobs: {takes}")
     return cls(**{name: known[name].check(value, scenario=scenario) for name, value in values.items()})
+
+
+def params_from(cls: type, given: Any, *, scenario: str) -> Any:
+    """An instance of `cls` from what a plan was given: None (the defaults), a mapping, or an instance."""
+    if given is None:
+        return cls()
+    if isinstance(given, cls):
+        return given
+    if isinstance(given, Mapping):
+        return params_of(cls, given, scenario=scenario)
+    raise ConfigError(f"{scenario} takes {cls.__name__} or a mapping of its knobs, not {given!r}")
 
 
 def with_knobs(cls: type[P], params: P | None, given: Mapping[str, Any], *, scenario: str) -> P:

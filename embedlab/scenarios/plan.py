@@ -7,6 +7,7 @@ mistake in the values is a `ConfigError` when the plan is made, before anything 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -41,7 +42,7 @@ from ..evidence.metrics import MetricQuery
 from ..evidence.target import Target, attach, check_system_urls
 from ..progress import LaunchProgress
 from ..verdicts import Verdict
-from .params import describe_params, knob, knobs
+from .params import describe_params, knob, knobs, params_from
 from .registry import Scenario, get_scenario
 from .result import ScenarioResult, given_up
 
@@ -142,13 +143,13 @@ class ScenarioPlan:
     params: Any = None  # the scenario's knobs; None: its defaults
 
     def __post_init__(self) -> None:
-        for name in ("models", "model_paths", "system_urls", "worker_args", "frontend_args", "worker_models"):
-            object.__setattr__(self, name, _tuple(getattr(self, name)))
-        object.__setattr__(self, "replicas", _tuple(self.replicas, int))
-        object.__setattr__(self, "weights", _tuple(self.weights, float))
+        for name, item in _tuple_fields():  # a list, a comma-separated string or nothing: a tuple
+            object.__setattr__(self, name, _tuple(getattr(self, name), item))
         scenario = self.definition  # an unknown scenario fails here
         check_knob_names(scenario)
-        object.__setattr__(self, "params", scenario.params_from(self.params))
+        object.__setattr__(
+            self, "params", params_from(scenario.params_class, self.params, scenario=self.scenario)
+        )
         if self.stack not in STACKS:
             raise ConfigError(f"unknown stack {self.stack!r}; choose from {', '.join(STACKS.names())}")
         if self.engine not in ENGINES:
@@ -399,6 +400,12 @@ class ScenarioPlan:
             str(exc),
             engine="" if self.attached else self.engine,
         )
+
+
+@functools.cache
+def _tuple_fields() -> tuple[tuple[str, type], ...]:
+    """The plan's tuple fields and their items' type, read once from its knobs."""
+    return tuple((k.name, k.item) for k in knobs(ScenarioPlan) if k.item is not None)
 
 
 def check_knob_names(scenario: Scenario) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..plugins import Registry, resolve
-from .params import NoParams, check_params_class, params_of
+from .params import NoParams, check_params_class, params_from
 
 __all__ = ["LAYOUTS", "SCENARIOS", "Scenario", "get_scenario", "register_scenario", "scenario_names"]
 
@@ -83,14 +83,7 @@ class Scenario:
 
     def params_from(self, given: Any) -> Any:
         """Its params from what a plan was given: None (the defaults), a mapping, or an instance."""
-        cls = self.params_class
-        if given is None:
-            return cls()
-        if isinstance(given, cls):
-            return given
-        if isinstance(given, Mapping):
-            return params_of(cls, given, scenario=self.name)
-        raise ConfigError(f"{self.name} takes {cls.__name__} or a mapping of its knobs, not {given!r}")
+        return params_from(self.params_class, given, scenario=self.name)
 
 
 def _check_run(name: str, run: Any) -> None:
