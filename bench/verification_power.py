@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 from measure import HEY  # noqa: E402
 
-MULTI_BURST = 10  # multi_model_dispatch's default requests_per_burst
+MULTI_BURST = 10  # multi_model_dispatch's default requests (per burst)
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """`embedlab scenario NAME`: launch (or attach to) a deployment, run one scenario, print the verdict.
 
 Every registered scenario is a subcommand of its own: the options every scenario shares
-(the deployment, attach and run settings of `ScenarioPlan`), then the scenario's own knobs,
-read from its params class (`kill_after` becomes `--kill-after`, type-checked by argparse:
-a badly typed value is one line naming the option, and exit 2). `--help` lists both.
+(the deployment, attach and run settings: `ScenarioPlan`'s fields), then the scenario's own
+knobs, read from its params class. Both are knobs, and both become options the same way,
+under their own names (`kill_after` becomes `--kill-after`, `model_paths` `--model-paths`),
+type-checked by argparse: a badly typed value is one line naming the option, and exit 2.
+`--help` lists both. Only `--json`, `--plot` and `--progress` are the command's own.
 """
 
 from __future__ import annotations
@@ -13,15 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import defaults
-from ..cluster.spec import DISCOVERY_BACKENDS
 from ..defaults import EXIT_FAILED
-from .serve import positive_float
 
 __all__ = ["add_scenario"]
-
-# What the options every scenario takes are called on the plan, where the two names differ.
-_PLAN_NAMES = {"model_path": "model_paths", "system_url": "system_urls", "worker_arg": "worker_args"}
 
 
 def add_scenario(sub: argparse._SubParsersAction) -> None:
@@ -39,9 +35,11 @@ def add_scenario(sub: argparse._SubParsersAction) -> None:
         scenario = SCENARIOS.get(name)
         check_knob_names(scenario)
         q = names.add_parser(name, help=scenario.help, description=f"{name}: {scenario.help}.")
-        _add_plan_options(q, scenario)
+        shared = _add_plan_options(q, scenario)
         own = q.add_argument_group(f"{name}'s own knobs")
-        q.set_defaults(run=_run_scenario, knobs=[_add_knob(own, k) for k in _knobs(scenario)])
+        q.set_defaults(
+            run=_run_scenario, plan_options=shared, knobs=[_add_knob(own, k) for k in _knobs(scenario)]
+        )
 
 
 def _knobs(scenario: Any) -> list[Any]:
@@ -50,134 +48,60 @@ def _knobs(scenario: Any) -> list[Any]:
     return knobs(scenario.params_class)
 
 
-def _add_knob(group: argparse._ArgumentGroup, knob: Any) -> str:
-    """`--name` for a knob, converting as its type says; returns the name it is stored under."""
-    shown = ",".join(map(str, knob.default)) if isinstance(knob.default, tuple) else knob.default
-    help = f"{knob.help} (default: {shown})"
+def _add_knob(group: Any, knob: Any, *, default: Any = None) -> str:
+    """`--name` for a knob, converting and checking as its type says; returns the name it is stored under.
+
+    Left out, an option stores None, and the field keeps its default: the plan's or the params class's."""
+    shown = knob.default if default is None else default
+    shown = ",".join(map(str, shown)) if isinstance(shown, tuple) else shown
+    help = knob.help if shown in (None, "") else f"{knob.help} (default: {shown})"
     if knob.base is bool:
         group.add_argument(knob.option, dest=knob.name, action=argparse.BooleanOptionalAction, help=help)
-    else:
-        # Tuples come as comma-separated text; the knob itself splits and checks each item.
-        kind = knob.base if knob.base in (int, float) else str
-        metavar = knob.name.upper()
-        group.add_argument(knob.option, dest=knob.name, type=kind, metavar=metavar, help=help)
+        return knob.name
+    names = [knob.option]
+    if knob.each:  # one item per option, repeated: also in the singular, as `--worker-arg X`
+        names.append(knob.option.removesuffix("s"))
+    group.add_argument(
+        *names,
+        dest=knob.name,
+        type=_converter(knob),
+        choices=knob.values(),
+        action="append" if knob.each else "store",
+        metavar=None if knob.choices else knob.name.upper(),
+        help=help,
+    )
     return knob.name
 
 
-def _add_plan_options(p: argparse.ArgumentParser, scenario: Any) -> None:
-    from ..cluster.stack_registry import STACKS
-    from ..cluster.worker_server import WORKER_SERVERS
-    from ..engines import ENGINES
+def _converter(knob: Any) -> Any:
+    """argparse's `type=` for a knob: its own check, so a bad value is one line naming the option.
+    Tuples come as comma-separated text (or one item per option); the knob splits and checks them."""
+    from ..errors import ConfigError
 
-    p.add_argument("--stack", choices=STACKS.names(), default="embedded")
-    p.add_argument("--engine", choices=sorted(ENGINES), default="hash", help="embedlab's worker's engine")
-    p.add_argument(
-        "--worker-server",
-        choices=WORKER_SERVERS.names(),
-        default="embedlab",
-        help="what each worker runs: embedlab's worker, vllm serve, Infinity, ... (default: embedlab)",
-    )
-    p.add_argument(
-        "--models", default="", help="comma-separated model names; worker i serves models[i] in multi-model"
-    )
-    p.add_argument(
-        "--model-path",
-        action="append",
-        default=[],
-        help="one per model, or one for all: a directory or a known model's name, e.g. all-MiniLM-L6-v2 "
-        "(default: tiny local models)",
-    )
-    p.add_argument(
-        "--workers", type=int, default=None, help=f"replicas of each model (default: {_workers(scenario)})"
-    )
-    p.add_argument(
-        "--replicas",
-        default="",
-        help="comma-separated replicas per model, in place of --workers (give one of the two): 4,2",
-    )
-    p.add_argument("--weights", default="", help="comma-separated worker weights, model by model")
-    p.add_argument(
-        "--discovery",
-        choices=DISCOVERY_BACKENDS,
-        default=defaults.DISCOVERY,
-        help="dynamo: file, or etcd (the run starts one)",
-    )
-    p.add_argument(
-        "--hosts",
-        type=int,
-        default=1,
-        help="simulated hosts: more than 1 runs network namespaces (root; dynamo on etcd)",
-    )
-    p.add_argument(
-        "--lease-ttl",
-        type=positive_float,
-        default=None,
-        help="seconds a lease lives (default: the scenario's, else 3)",
-    )
-    p.add_argument(
-        "--restart",
-        choices=["never", "on-exit"],
-        default=None,
-        help="bring a worker back on its host when it exits",
-    )
-    p.add_argument(
-        "--restart-limit",
-        type=int,
-        default=None,
-        help=f"on-exit: restarts within {defaults.RESTART_WINDOW_S:g} s before a worker is given up on "
-        f"(default: {defaults.RESTART_LIMIT})",
-    )
-    p.add_argument(
-        "--restart-backoff",
-        type=float,
-        default=None,
-        help=f"on-exit: seconds before a restart, doubled for each recent one (default: {defaults.RESTART_BACKOFF_S:g})",
-    )
-    p.add_argument(
-        "--canaries",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help=f"dynamo: Dynamo's health-check canaries on every worker idle for {defaults.CANARY_WAIT_S} s",
-    )
-    p.add_argument(
-        "--etcd-endpoints",
-        default="",
-        help="attach: the cluster's etcd, to list the instances it believes live",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--router-mode",
-        default=None,
-        help="the frontend's policy, in its own names (default: its own default)",
-    )
-    p.add_argument("--pooling", default=None)
-    p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument(
-        "--frontend-url", default="", help="attach: the frontend of a running deployment (launches nothing)"
-    )
-    p.add_argument(
-        "--system-url", action="append", default=[], help="attach: one per worker, in worker order"
-    )
-    p.add_argument(
-        "--worker-models",
-        default="",
-        help="attach: the model each --system-url's worker serves, e.g. A,A,B,B",
-    )
-    p.add_argument(
-        "--metric",
-        default=defaults.METRIC,
-        help='counter selector, e.g. http_requests_total{handler="/v1/embeddings"}',
-    )
-    p.add_argument(
-        "--run-dir", default="", help="where logs go (default: a fresh directory under the temp dir)"
-    )
-    p.add_argument("--startup-timeout", type=positive_float, default=defaults.STARTUP_TIMEOUT_S)
-    p.add_argument(
-        "--worker-arg", action="append", default=[], help="extra argument for every worker (repeat)"
-    )
-    p.add_argument(
-        "--frontend-arg", action="append", default=[], help="extra argument for the frontend (repeat)"
-    )
+    item = knob.item if knob.each else knob.base
+    kind = item if item in (int, float) and (knob.item is None or knob.each) else str
+
+    def convert(text: str) -> Any:
+        value = kind(text)  # a ValueError: argparse's own "invalid int value: 'many'"
+        if knob.item is not None:
+            return value
+        try:
+            return knob.check(value, scenario=knob.option)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+    convert.__name__ = kind.__name__
+    return convert
+
+
+def _add_plan_options(p: argparse.ArgumentParser, scenario: Any) -> list[Any]:
+    """The plan's fields, each as `--name` (the command's own options follow): returns their knobs."""
+    from ..scenarios.params import knobs
+    from ..scenarios.plan import ScenarioPlan
+
+    shared = [k for k in knobs(ScenarioPlan) if k.help]
+    for k in shared:
+        _add_knob(p, k, default=_plan_default(k, scenario))
     p.add_argument("--json", type=Path, default=None, help="write the full result as JSON here")
     p.add_argument("--plot", type=Path, default=None, help="write the scenario's main figure (PNG) here")
     p.add_argument(
@@ -186,6 +110,18 @@ def _add_plan_options(p: argparse.ArgumentParser, scenario: Any) -> None:
         default=None,
         help="show the launch and a bar per burst, on stderr (default: the launch alone, on a terminal)",
     )
+    return shared
+
+
+def _plan_default(knob: Any, scenario: Any) -> Any:
+    """What `--help` says a plan field left out becomes for `scenario` (as `ScenarioPlan.resolved`)."""
+    from ..scenarios.plan import FALLBACKS
+
+    if knob.name == "workers":
+        return _workers(scenario)
+    if knob.default is None and knob.name in scenario.deployment:
+        return scenario.deployment[knob.name]
+    return FALLBACKS.get(knob.name, knob.default) if knob.default is None else knob.default
 
 
 def _workers(scenario: Any) -> str:
@@ -196,16 +132,12 @@ def _workers(scenario: Any) -> str:
 
 
 def plan_from_args(args: argparse.Namespace) -> Any:
-    """The `ScenarioPlan` the options describe: plan fields by name, knobs into `params`."""
-    from dataclasses import fields
-
+    """The `ScenarioPlan` the options describe: each plan field and knob by its own name, where given."""
     from ..scenarios.plan import ScenarioPlan
 
-    plan_fields = {f.name for f in fields(ScenarioPlan)}
-    values = {_PLAN_NAMES.get(k, k): v for k, v in vars(args).items()}
-    given = {k: v for k, v in values.items() if k in plan_fields and k not in ("params", "progress")}
+    given = {k.name: getattr(args, k.name) for k in args.plan_options if getattr(args, k.name) is not None}
     knobs = {name: getattr(args, name) for name in args.knobs if getattr(args, name) is not None}
-    return ScenarioPlan(**given, progress=bool(args.progress), params=knobs)
+    return ScenarioPlan(scenario=args.scenario, **given, progress=bool(args.progress), params=knobs)
 
 
 def _run_scenario(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
     live    one live deployment per notebook (`start_deployment`, `stop_deployment`)
     views/  table(...), plot(...), verdict(...): for notebooks, the CLI and the reports
+    parameters  a scenario notebook's parameters cell and plan call, written from its params class
 
 May import the scenarios and everything below them; `reports` and `notebook` do not
 import each other. Nothing is imported here.

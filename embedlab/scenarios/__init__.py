@@ -1,8 +1,8 @@
 """The scenarios: what is run against a deployment, and how it is judged.
 
     registry  scenarios by name, the only dispatch by name; built-ins load on first use
-    params    knobs: a scenario's typed, documented parameters
-    plan      ScenarioPlan (plain values, checked when made) and run_scenario
+    params    knobs: a scenario's typed, documented parameters (and the plan's own fields)
+    plan      ScenarioPlan (plain values, checked when made, its fields knobs) and run_scenario
     result    ScenarioResult, Burst, Figures: the one result model, plain typed data
     burst     one burst between two counter snapshots, judged: what every scenario is made of
     battery   the conformance battery: every check against every stack (ConformanceTable)

@@ -9,9 +9,12 @@
 
 From that one class come the scenario's `embedlab scenario NAME` options (`kill_after`
 becomes `--kill-after`, type-checked), the keys a matrix and a notebook's parameters cell
-accept for it, and its `--help`. `params_of(cls, values)` builds an instance from plain
-values (a notebook's, a matrix's, the CLI's), checking each against its type: a mistake is
-a `ConfigError` that names the knob.
+accept for it, its `--help`, and the keywords its function takes
+(`failover(dep, kill_after=20)` or `failover(dep, params=FailoverParams(kill_after=20))`,
+through `with_knobs`). `params_of(cls, values)` builds an instance from plain values (a
+notebook's, a matrix's, the CLI's), checking each against its type: a mistake is a
+`ConfigError` that names the knob. The plan's own fields (`ScenarioPlan`) are knobs too,
+and their options come the same way.
 """
 
 from __future__ import annotations
@@ -19,20 +22,46 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ConfigError
 
-__all__ = ["Knob", "NoParams", "check_params_class", "describe_params", "knob", "knobs", "params_of"]
+P = TypeVar("P")
+
+__all__ = [
+    "Knob",
+    "NoParams",
+    "check_params_class",
+    "describe_params",
+    "knob",
+    "knobs",
+    "params_from",
+    "params_of",
+    "with_knobs",
+]
 
 
-def knob(default: Any, help: str, *, min: float | None = None) -> Any:
-    """A field of a params class: its default, its help text, and a lower bound if it has one."""
+def knob(
+    default: Any,
+    help: str,
+    *,
+    min: float | None = None,
+    positive: bool = False,
+    choices: Callable[[], Sequence[str]] | Sequence[str] | None = None,
+    each: bool = False,
+) -> Any:
+    """A field of a params class: its default, its help text, and a lower bound if it has one.
+
+    `positive`: above 0. `choices`: the values it takes (or a function listing them, for a
+    registry read when the options are made). `each`: a tuple given one item per option,
+    repeated (`--worker-args A --worker-args B`, also spelled `--worker-arg`), for items
+    that may hold a comma."""
     if isinstance(default, (list, dict, set)):
         raise ConfigError(f"a knob's default must be immutable (a tuple, not a {type(default).__name__})")
-    return dataclasses.field(default=default, metadata={"help": help, "min": min})
+    metadata = {"help": help, "min": min, "positive": positive, "choices": choices, "each": each}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,10 +78,17 @@ class Knob:
     default: Any
     help: str
     min: float | None
+    positive: bool = False
+    choices: Callable[[], Sequence[str]] | Sequence[str] | None = None
+    each: bool = False
 
     @property
     def option(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    def values(self) -> Sequence[str] | None:
+        """The values it takes, where it names them."""
+        return self.choices() if callable(self.choices) else self.choices
 
     @property
     def optional(self) -> bool:
@@ -99,6 +135,8 @@ class Knob:
             raise self._wrong(value, scenario)
         if self.min is not None and isinstance(value, (int, float)) and value < self.min:
             raise ConfigError(f"{scenario}: {self.name} must be at least {self.min:g}, got {value!r}")
+        if self.positive and isinstance(value, (int, float)) and value <= 0:
+            raise ConfigError(f"{scenario}: {self.name} must be positive, got {value!r}")
         return value
 
     def _parsed(self, text: str, kind: type, scenario: str) -> Any:
@@ -121,6 +159,9 @@ def knobs(cls: type) -> list[Knob]:
             default=f.default,
             help=f.metadata.get("help", ""),
             min=f.metadata.get("min"),
+            positive=f.metadata.get("positive", False),
+            choices=f.metadata.get("choices"),
+            each=f.metadata.get("each", False),
         )
         for f in dataclasses.fields(cls)
     ]
@@ -134,6 +175,28 @@ def params_of(cls: type, values: Mapping[str, Any], *, scenario: str) -> Any:
         takes = ", ".join(known) or "none"
         raise ConfigError(f"{scenario} has no knob {', '.join(unknown)}; its knobs: {takes}")
     return cls(**{name: known[name].check(value, scenario=scenario) for name, value in values.items()})
+
+
+def params_from(cls: type, given: Any, *, scenario: str) -> Any:
+    """An instance of `cls` from what a plan was given: None (the defaults), a mapping, or an instance."""
+    if given is None:
+        return cls()
+    if isinstance(given, cls):
+        return given
+    if isinstance(given, Mapping):
+        return params_of(cls, given, scenario=scenario)
+    raise ConfigError(f"{scenario} takes {cls.__name__} or a mapping of its knobs, not {given!r}")
+
+
+def with_knobs(cls: type[P], params: P | None, given: Mapping[str, Any], *, scenario: str) -> P:
+    """`params` (else the defaults) with the knobs `given` as keywords: how a scenario's
+    function takes both `params=` and `requests=40`, each knob declared once, in `cls`."""
+    if params is not None and not isinstance(params, cls):
+        raise ConfigError(f"{scenario} takes {cls.__name__} as params, not {params!r}")
+    if not given:
+        return params if params is not None else cls()
+    base = {} if params is None else {k.name: getattr(params, k.name) for k in knobs(cls)}
+    return params_of(cls, {**base, **given}, scenario=scenario)  # type: ignore[no-any-return]
 
 
 def check_params_class(cls: Any, *, scenario: str) -> None:

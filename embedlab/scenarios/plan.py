@@ -7,6 +7,7 @@ mistake in the values is a `ConfigError` when the plan is made, before anything 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -14,10 +15,26 @@ from typing import Any
 from ..cellguard import guarded
 from ..cluster.deployment import Deployment
 from ..cluster.etcd import discovered
-from ..cluster.spec import DeploymentSpec, WorkerSpec
+from ..cluster.spec import DISCOVERY_BACKENDS, DeploymentSpec, WorkerSpec
 from ..cluster.stack_registry import STACKS, get_stack
-from ..cluster.worker_server import counter_notes, is_foreign, model_dir, startup_timeout, workers_text
-from ..defaults import DISCOVERY, LEASE_TTL_S, METRIC, STARTUP_TIMEOUT_S
+from ..cluster.worker_server import (
+    WORKER_SERVERS,
+    counter_notes,
+    is_foreign,
+    model_dir,
+    startup_timeout,
+    workers_text,
+)
+from ..defaults import (
+    CANARY_WAIT_S,
+    DISCOVERY,
+    LEASE_TTL_S,
+    METRIC,
+    RESTART_BACKOFF_S,
+    RESTART_LIMIT,
+    RESTART_WINDOW_S,
+    STARTUP_TIMEOUT_S,
+)
 from ..engines import ENGINES
 from ..engines.models import model_names, resolve_model_path
 from ..errors import ConfigError, EmbedlabError, UnsupportedError
@@ -25,7 +42,7 @@ from ..evidence.metrics import MetricQuery
 from ..evidence.target import Target, attach, check_system_urls
 from ..progress import LaunchProgress
 from ..verdicts import Verdict
-from .params import describe_params, knobs
+from .params import describe_params, knob, knobs, params_from
 from .registry import Scenario, get_scenario
 from .result import ScenarioResult, given_up
 
@@ -33,6 +50,15 @@ __all__ = ["ScenarioPlan", "check_knob_names", "run_scenario"]
 
 # What a plan field left unset (None) becomes when its scenario sets no value for it.
 FALLBACKS: dict[str, Any] = {"workers": 2, "lease_ttl": LEASE_TTL_S, "restart": "never"}
+RESTARTS = ("never", "on-exit")
+
+
+def _engines() -> list[str]:
+    return sorted(ENGINES)
+
+
+def _servers() -> list[str]:
+    return WORKER_SERVERS.names()
 
 
 def _tuple(value: Any, kind: Callable[[Any], Any] = str) -> tuple[Any, ...]:
@@ -53,48 +79,77 @@ class ScenarioPlan:
     the class it registered with `params=`, or a mapping of some of them; the rest keep
     their defaults). `workers`, `lease_ttl` and `restart` left at None take the scenario's
     values, else embedlab's.
+
+    Each shared setting is a `knob` like a scenario's own: its help and bounds are written
+    here once, and `embedlab scenario NAME --help` lists them under the same names
+    (`model_paths` is `--model-paths`, repeated, also spelled `--model-path`).
     """
 
     scenario: str
-    stack: str = "embedded"
-    engine: str = "hash"  # embedlab's worker's engine (a worker server of its own has none)
-    worker_server: str = "embedlab"  # what each worker runs: embedlab, vllm-serve, infinity, ...
-    models: tuple[str, ...] = ()
-    model_paths: tuple[str, ...] = ()
-    workers: int | None = None  # replicas of each model; None: 2 of one model, 1 of each of several
-    replicas: tuple[int, ...] = ()  # per model, in place of `workers`: 4 of models[0], 2 of models[1]
-    weights: tuple[float, ...] = ()  # per worker, model by model
-    seed: int | None = 0
-    router_mode: str | None = None  # the frontend's policy, in its own names; None: its default
-    pooling: str | None = None
-    max_model_len: int | None = None
-    frontend_url: str = ""
-    system_urls: tuple[str, ...] = ()
-    metric: str = METRIC
-    run_dir: str = ""
-    startup_timeout: float = STARTUP_TIMEOUT_S
-    discovery: str = DISCOVERY  # dynamo: file, or etcd (the run starts one)
-    hosts: int = 1  # simulated hosts: 1, or more as network namespaces (dynamo on etcd, root)
-    lease_ttl: float | None = None  # seconds; None: the scenario's default, else embedlab's
-    restart: str | None = None  # workers: never, or on-exit (back on their host when they exit)
-    restart_limit: int | None = None  # on-exit: restarts in a window before a worker is given up on
-    restart_backoff: float | None = None  # on-exit: seconds before a restart, doubling; None: WorkerSpec's
-    canaries: bool = False  # dynamo: Dynamo's health-check canaries on every idle worker
-    etcd_endpoints: str = ""  # attach: the cluster's etcd, to list what it believes is live
-    worker_models: tuple[str, ...] = ()  # attach: the model each system URL's worker serves
-    worker_args: tuple[str, ...] = ()
-    frontend_args: tuple[str, ...] = ()
-    progress: bool = False  # progress bars for bursts
+    stack: str = knob(
+        "embedded", "the stack: embedlab's own frontend, dynamo, or a router", choices=STACKS.names
+    )
+    engine: str = knob(
+        "hash", "embedlab's worker's engine (a worker server of its own has none)", choices=_engines
+    )
+    worker_server: str = knob(
+        "embedlab", "what each worker runs: embedlab's worker, vllm serve, Infinity, ...", choices=_servers
+    )
+    models: tuple[str, ...] = knob(
+        (), "model names; worker i serves models[i] in a per-model scenario (none: embed-model, or model-a and "
+        "model-b, for hash; tiny-bert, tiny-qwen3 otherwise)",
+    )  # fmt: skip
+    model_paths: tuple[str, ...] = knob(
+        (), "one per model, or one for all: a directory or a known model's name, e.g. all-MiniLM-L6-v2 "
+        "(none: tiny local models)", each=True,
+    )  # fmt: skip
+    workers: int | None = knob(None, "replicas of each model", min=1)
+    replicas: tuple[int, ...] = knob((), "replicas per model, in place of workers (give one of the two): 4,2")
+    weights: tuple[float, ...] = knob((), "routing weight per worker, model by model (none: all equal)")
+    seed: int | None = knob(0, "seeds the frontend's routing choices")
+    router_mode: str | None = knob(None, "the frontend's policy, in its own names (None: its default)")
+    pooling: str | None = knob(None, "the engine's pooling (None: the model's own)")
+    max_model_len: int | None = knob(None, "the engine's longest input in tokens (None: the model's)", min=1)
+    frontend_url: str = knob("", "attach: the frontend of a running deployment (launches nothing)")
+    system_urls: tuple[str, ...] = knob((), "attach: each worker's metrics URL, in worker order", each=True)
+    metric: str = knob(METRIC, 'the counter, e.g. http_requests_total{handler="/v1/embeddings"}')
+    run_dir: str = knob("", "where server logs go (none: a new folder under the temp dir)")
+    startup_timeout: float = knob(STARTUP_TIMEOUT_S, "seconds a worker may take to start", positive=True)
+    discovery: str = knob(DISCOVERY, "dynamo: file, or etcd (the run starts one)", choices=DISCOVERY_BACKENDS)
+    hosts: int = knob(1, "simulated hosts: more than 1 runs network namespaces (root; dynamo on etcd)", min=1)
+    lease_ttl: float | None = knob(None, "seconds a lease lives", positive=True)
+    restart: str | None = knob(
+        None, "workers: never, or on-exit (back on their host when they exit)", choices=RESTARTS
+    )
+    restart_limit: int | None = knob(
+        None, f"on-exit: restarts within {RESTART_WINDOW_S:g} s before a worker is given up on "
+        f"(None: {RESTART_LIMIT})", min=0,
+    )  # fmt: skip
+    restart_backoff: float | None = knob(
+        None,
+        f"on-exit: seconds before a restart, doubled for each recent one (None: {RESTART_BACKOFF_S:g})",
+        min=0,
+    )
+    canaries: bool = knob(
+        False, f"dynamo: Dynamo's health-check canaries on every worker idle for {CANARY_WAIT_S} s"
+    )
+    etcd_endpoints: str = knob("", "attach: the cluster's etcd, to list the instances it believes live")
+    worker_models: tuple[str, ...] = knob(
+        (), "attach: the model each system URL's worker serves, e.g. A,A,B,B"
+    )
+    worker_args: tuple[str, ...] = knob((), "an extra argument for every worker", each=True)
+    frontend_args: tuple[str, ...] = knob((), "an extra argument for the frontend", each=True)
+    progress: bool = False  # progress bars for bursts (the command line's --progress also shows the launch)
     params: Any = None  # the scenario's knobs; None: its defaults
 
     def __post_init__(self) -> None:
-        for name in ("models", "model_paths", "system_urls", "worker_args", "frontend_args", "worker_models"):
-            object.__setattr__(self, name, _tuple(getattr(self, name)))
-        object.__setattr__(self, "replicas", _tuple(self.replicas, int))
-        object.__setattr__(self, "weights", _tuple(self.weights, float))
+        for name, item in _tuple_fields():  # a list, a comma-separated string or nothing: a tuple
+            object.__setattr__(self, name, _tuple(getattr(self, name), item))
         scenario = self.definition  # an unknown scenario fails here
         check_knob_names(scenario)
-        object.__setattr__(self, "params", scenario.params_from(self.params))
+        object.__setattr__(
+            self, "params", params_from(scenario.params_class, self.params, scenario=self.scenario)
+        )
         if self.stack not in STACKS:
             raise ConfigError(f"unknown stack {self.stack!r}; choose from {', '.join(STACKS.names())}")
         if self.engine not in ENGINES:
@@ -345,6 +400,12 @@ class ScenarioPlan:
             str(exc),
             engine="" if self.attached else self.engine,
         )
+
+
+@functools.cache
+def _tuple_fields() -> tuple[tuple[str, type], ...]:
+    """The plan's tuple fields and their items' type, read once from its knobs."""
+    return tuple((k.name, k.item) for k in knobs(ScenarioPlan) if k.item is not None)
 
 
 def check_knob_names(scenario: Scenario) -> None:

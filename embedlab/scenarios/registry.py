@@ -25,10 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cluster.stack_registry import stack_class, stacks_with
 from ..errors import ConfigError
 from ..plugins import Registry, resolve
-from .params import NoParams, check_params_class, params_of
+from .params import NoParams, check_params_class, params_from
 
 __all__ = ["LAYOUTS", "SCENARIOS", "Scenario", "get_scenario", "register_scenario", "scenario_names"]
 
@@ -46,7 +45,7 @@ class Scenario:
     """A registered scenario: how to run it, its knobs, and what a plan must know before it launches."""
 
     name: str
-    run: Run | str  # or "module:function", imported on first use
+    run: Run | str  # or "module:function", imported on first use (an entry point's)
     help: str = ""
     params: type | str = NoParams  # its knobs: a frozen dataclass, or "module:Class"
     deployment: Mapping[str, Any] = field(default_factory=dict)  # plan fields it sets: restart="on-exit"
@@ -84,14 +83,7 @@ class Scenario:
 
     def params_from(self, given: Any) -> Any:
         """Its params from what a plan was given: None (the defaults), a mapping, or an instance."""
-        cls = self.params_class
-        if given is None:
-            return cls()
-        if isinstance(given, cls):
-            return given
-        if isinstance(given, Mapping):
-            return params_of(cls, given, scenario=self.name)
-        raise ConfigError(f"{self.name} takes {cls.__name__} or a mapping of its knobs, not {given!r}")
+        return params_from(self.params_class, given, scenario=self.name)
 
 
 def _check_run(name: str, run: Any) -> None:
@@ -119,96 +111,28 @@ def _adapt(name: str, loaded: object) -> Scenario:
     raise ConfigError(f"the entry point for scenario {name!r} is neither a Scenario nor a function")
 
 
-def _needs_etcd(plan: Any) -> None:
-    if plan.attached:
-        return
-    if "etcd" not in stack_class(plan.stack).discoveries:
-        having = ", ".join(stacks_with(lambda s: "etcd" in s.discoveries)) or "none registered"
-        raise ConfigError(
-            f"{plan.scenario} needs etcd discovery, which the {plan.stack} stack does not have (stacks with it: {having})"
-        )
-    if plan.discovery != "etcd":
-        raise ConfigError(f"{plan.scenario} needs discovery='etcd' (--discovery etcd)")
-
-
-def _needs_cluster(plan: Any) -> None:
-    _needs_etcd(plan)
-    if plan.hosts < 2:
-        raise ConfigError(f"{plan.scenario} cuts a host off the network: it needs hosts >= 2 (--hosts 3)")
-
-
-def _builtin(name: str, module: str, run: str, params: str, help: str, **options: Any) -> Scenario:
-    return Scenario(
-        name=name, run=f"embedlab.scenarios.builtin.{module}:{run}", params=f"embedlab.scenarios.builtin.{module}:{params}",
-        help=help, **options,
-    )  # fmt: skip
-
-
-CLUSTER = {"restart": "on-exit", "lease_ttl": 5.0}  # the workers' leases lapse in the fault; they come back
+# The built-ins: each declared beside its function and its knobs, as `Scenario(...)`, and
+# imported when its name is first asked for.
+_BUILTIN = "embedlab.scenarios.builtin"
 
 SCENARIOS: Registry[Scenario] = Registry(
     "scenario",
     group="embedlab.scenarios",
     adapt=_adapt,
     builtins={
-        "same-model": _builtin(
-            "same-model", "dispatch", "run_same_model", "SameModelParams",
-            "several workers of one model: every one moves, the counters account for every request, "
-            "and the split fits the weights",
-        ),
-        "multi-model": _builtin(
-            "multi-model", "dispatch", "run_multi_model", "MultiModelParams",
-            "one burst per model: only that model's workers move", layout="per-model",
-        ),
-        "mixed": _builtin(
-            "mixed", "mixed", "run_mixed", "MixedParams",
-            "every model's requests interleaved in one burst per send order: per model, every replica "
-            "moves, its replicas count exactly its requests, and its split fits its weights",
-            layout="per-model", deployment={"workers": 2},
-        ),
-        "failover": _builtin(
-            "failover", "resilience", "run_failover", "FailoverParams",
-            "a worker is SIGKILLed mid-burst: lost requests and time out of dispatch "
-            "(asserted where the stack's own frontend promises it, reported elsewhere)", launches=True,
-        ),
-        "failover-no-retries": _builtin(
-            "failover-no-retries", "resilience", "run_failover_without_retries", "FailoverParams",
-            "failover with the frontend's retries switched off (where it has a switch): what clients see",
-            deploys=True,
-        ),
-        "drain": _builtin(
-            "drain", "drain", "run_drain", "DrainParams",
-            "a worker is taken out of dispatch while it keeps serving (the stack's own way): it must get "
-            "nothing, and come back after", launches=True,
-        ),
-        "client-mistakes": _builtin(
-            "client-mistakes", "probes", "run_client_mistakes", "MistakesParams",
-            "unknown model, malformed body, missing field: each a 4xx with OpenAI error JSON, and valid "
-            "traffic still flows right after a run of mistakes",
-        ),
-        "overhead": _builtin(
-            "overhead", "probes", "run_overhead", "OverheadParams",
-            "latency and throughput through the frontend against straight to a worker, at c=1 and c=32 "
-            "(reported)", launches=True,
-        ),
-        "partition": _builtin(
-            "partition", "cluster", "run_partition", "PartitionParams",
-            "a worker's host drops off the network mid-traffic, then comes back: failures, the longest hang "
-            "and the times to leave and rejoin dispatch are reported; recovery is asserted",
-            launches=True, check=_needs_cluster, deployment=CLUSTER,
-        ),
-        "etcd-restart": _builtin(
-            "etcd-restart", "cluster", "run_etcd_restart", "EtcdRestartParams",
-            "etcd stops mid-traffic and starts again: failures and whether dispatch went on are reported; "
-            "recovery is asserted", launches=True, check=_needs_etcd, deployment=CLUSTER,
-        ),
-        "lease-ttl-sweep": _builtin(
-            "lease-ttl-sweep", "cluster", "run_ttl_sweep", "TtlSweepParams",
-            "a worker is SIGKILLed at each lease TTL: time to leave dispatch and failed requests against "
-            "the TTL (reported)", deploys=True, check=_needs_etcd,
-        ),
+        "same-model": f"{_BUILTIN}.dispatch:SAME_MODEL",
+        "multi-model": f"{_BUILTIN}.dispatch:MULTI_MODEL",
+        "mixed": f"{_BUILTIN}.mixed:MIXED",
+        "failover": f"{_BUILTIN}.resilience:FAILOVER",
+        "failover-no-retries": f"{_BUILTIN}.resilience:FAILOVER_NO_RETRIES",
+        "drain": f"{_BUILTIN}.drain:DRAIN",
+        "client-mistakes": f"{_BUILTIN}.probes:CLIENT_MISTAKES",
+        "overhead": f"{_BUILTIN}.probes:OVERHEAD",
+        "partition": f"{_BUILTIN}.cluster:PARTITION",
+        "etcd-restart": f"{_BUILTIN}.cluster:ETCD_RESTART",
+        "lease-ttl-sweep": f"{_BUILTIN}.cluster:TTL_SWEEP",
     },
-)  # fmt: skip
+)
 
 
 def register_scenario(

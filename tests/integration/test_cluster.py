@@ -179,7 +179,7 @@ def test_a_worker_down_when_the_recovery_reads_it_makes_it_inconclusive_and_is_o
         killer = threading.Thread(target=kill_once_etcd_is_back)
         killer.start()
         try:
-            result = etcd_restart(dep, down_for=0.0)
+            result = etcd_restart(dep, down_s=0.0)
         finally:
             killer.join()
         assert dep.workers[0].alive() and not dep.workers[1].alive()

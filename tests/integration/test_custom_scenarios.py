@@ -213,7 +213,7 @@ def test_a_per_model_scenario_gets_one_worker_per_model(registered: list[str], t
         from embedlab import multi_model_dispatch
 
         seen.append(list(target.models))
-        return multi_model_dispatch(target, requests_per_burst=plan.params.requests)
+        return multi_model_dispatch(target, requests=plan.params.requests)
 
     registered.append("by-model")
     register_scenario("by-model", record, layout="per-model", params=PerBurst)

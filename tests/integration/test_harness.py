@@ -56,7 +56,7 @@ def test_both_scenarios_on_each_stack(stack: str, tmp_path) -> None:  # type: ig
     assert_torn_down(dep)
 
     with Deployment(DeploymentSpec.multi_model(["a", "b"], stack=stack), run_dir=tmp_path / "multi") as dep:
-        multi = multi_model_dispatch(dep, requests_per_burst=10)
+        multi = multi_model_dispatch(dep, requests=10)
     assert multi.passed, multi.summary()
     deltas = [[r.delta for r in b.check.rows] for b in multi.bursts]  # type: ignore[union-attr]
     assert deltas == [[10, 0], [0, 10]]

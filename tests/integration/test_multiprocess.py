@@ -200,7 +200,7 @@ def test_same_model_and_multi_model_pass_with_four_routing_processes(
         assert len(group_members(dep.frontend.pgid or 0)) == 4  # type: ignore[union-attr]
     multi = DeploymentSpec.multi_model(["a", "b"], router_mode=router_mode, frontend_args=four)
     with Deployment(multi, run_dir=tmp_path / "multi") as dep:
-        result = multi_model_dispatch(dep, requests_per_burst=10)
+        result = multi_model_dispatch(dep, requests=10)
         assert result.passed, result.summary()
 
 
@@ -209,7 +209,7 @@ def test_faults_and_drain_behave_as_with_one_process(tmp_path: Path) -> None:
     leaky = DeploymentSpec.multi_model(["a", "b"], frontend_args=(*two, "--fault", "leak:0.1"))
     with Deployment(leaky, run_dir=tmp_path / "leak") as dep:
         for _ in range(3):  # exactly one leak per 10 of a model, however the processes shared them
-            result = multi_model_dispatch(dep, requests_per_burst=10)
+            result = multi_model_dispatch(dep, requests=10)
             assert not result.passed and any("leaked" in r for r in result.reasons), result.summary()
     spec = DeploymentSpec.same_model("m", workers=2, frontend_args=two)
     with Deployment(spec, run_dir=tmp_path / "drain") as dep, httpx.Client(timeout=10) as client:

@@ -145,7 +145,7 @@ def test_injected_fault_is_caught(fault: str, scenario: str, tmp_path) -> None: 
     with Deployment(spec, run_dir=tmp_path) as dep:
         assert "FAULT INJECTION IS ON" in dep.log_paths["frontend"].read_text()
         if scenario == "multi":
-            result = multi_model_dispatch(dep, requests_per_burst=10)
+            result = multi_model_dispatch(dep, requests=10)
         elif scenario == "drain":
             result = drain(dep, victim=1, requests=20)
         else:

@@ -47,7 +47,7 @@ def test_tiny_bert_and_qwen3_serve_real_vectors(tiny_models: dict[str, Path], tm
             )
             dims = client.post("/v1/embeddings", json={"model": "tiny-bert", "input": "x", "dimensions": 8})
             assert dims.status_code == 400 and dims.json()["error"]["param"] == "dimensions"
-        result = multi_model_dispatch(dep, requests_per_burst=10)
+        result = multi_model_dispatch(dep, requests=10)
     assert result.passed, result.summary()
 
 

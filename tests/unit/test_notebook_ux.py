@@ -311,4 +311,8 @@ def test_the_cli_help_gives_the_scenarios_own_workers_default(scenario: str, def
     )  # fmt: skip
     text = " ".join(proc.stdout.split())
     assert f"--workers WORKERS replicas of each model (default: {default}" in text, text
-    assert "in place of --workers (give one of the two)" in text
+    assert "in place of workers (give one of the two)" in text
+    # The plan's fields under their own names: no option renamed on its way to the plan.
+    assert (
+        "--model-paths MODEL_PATHS, --model-path MODEL_PATHS" in text and "--system-urls SYSTEM_URLS" in text
+    )

@@ -73,7 +73,7 @@ def lab(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
 
 
 def test_multi_model_dispatch_passes(lab: Lab) -> None:
-    result = multi_model_dispatch(lab.dep, requests_per_burst=10)
+    result = multi_model_dispatch(lab.dep, requests=10)
     assert result.passed, result.summary()
     print(f"startup seconds: {json.dumps(lab.dep.startup_seconds)}")
 

@@ -82,7 +82,7 @@ def test_multi_model_on_the_dynamo_stack(tiny_models: dict[str, Path], tmp_path:
         startup_timeout=STARTUP_TIMEOUT,
     )
     with Deployment(spec, run_dir=tmp_path) as dep:
-        result = multi_model_dispatch(dep, requests_per_burst=10)
+        result = multi_model_dispatch(dep, requests=10)
         assert result.passed, result.summary()
         pids = deployment_pids(dep)
     assert_groups_gone(pids)

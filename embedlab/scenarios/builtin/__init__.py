@@ -1,4 +1,5 @@
-"""The built-in scenarios, one module per family, each registered by name in `registry.py`.
+"""The built-in scenarios, one module per family: each declares its `Scenario(...)` beside its
+function and its params class, and `registry.py` names it (`"same-model"`: `dispatch:SAME_MODEL`).
 
     dispatch    same-model, multi-model          mixed      interleaved models in one burst
     resilience  failover (a worker SIGKILLed)    drain      a worker drained mid-burst
@@ -6,7 +7,9 @@
                 steady traffic and every worker's counter, watched through the fault)
     probes      what a client meets: answers to its mistakes, the frontend's overhead
 
-A scenario may import `plan`, `burst`, `result` and `params`, and the layers below the
+A scenario's function takes its params object (`params=`) or its knobs by name; its
+`run(target, plan)` hands `plan.params` on as it is. A scenario may import `plan`, `burst`,
+`result`, `params` and `registry`, and the layers below the
 scenarios (the cluster family reuses `dispatch`'s same-model burst).
 Nothing is imported here: the registry loads a module when its scenario is asked for.
 """

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ import httpx
 
 from ...cluster.deployment import Deployment
 from ...cluster.events import Event
+from ...cluster.stack_registry import stack_class, stacks_with
 from ...errors import ConfigError, DeploymentStoppedError, MetricsError
 from ...evidence import clients
 from ...evidence.metrics import scrape
@@ -28,6 +29,8 @@ from ...evidence.traffic import BurstResult, run_sync
 from ...progress import LaunchProgress
 from ...verdicts import Verdict
 from ..burst import launched, serving, unread_events, workers_of
+from ..params import with_knobs
+from ..registry import Scenario
 from ..result import Burst, ScenarioResult
 from .cluster_figures import (
     RATE,
@@ -192,17 +195,16 @@ def _fault_run(
 
 
 def partition(
-    deployment: Deployment,
-    *,
-    victim: int = PartitionParams.victim,
-    concurrency: int = PartitionParams.concurrency,
-    progress: bool = False,
+    deployment: Deployment, *, params: PartitionParams | None = None, progress: bool = False, **knobs: Any
 ) -> ScenarioResult:
     """Cut worker `victim`'s host off the network mid-traffic, heal it after 2 lease TTLs + 2 s.
 
     Dynamo's worker exits once it finds its lease gone; the deployment's restart policy
-    (`restart="on-exit"`) brings it back on its host, and the recovery burst must pass.
+    (`restart="on-exit"`) brings it back on its host, and the recovery burst must pass. Its
+    knobs (`PartitionParams`) come in `params`, or as keywords.
     """
+    params = with_knobs(PartitionParams, params, knobs, scenario="partition")
+    victim = params.victim
     host = deployment.host_of(victim)
     if host == 0:
         raise ConfigError(
@@ -216,23 +218,22 @@ def partition(
         fault=f"partition of host {host}",
         victim=victim,
         seconds=LEAD_S + hold + max(15.0, 3 * ttl),
-        concurrency=concurrency,
+        concurrency=params.concurrency,
         progress=progress,
         begin=lambda: deployment.outages.partition(host),
         end=lambda: deployment.outages.heal(host),
         hold_s=hold,
-        params={"victim": victim, "host": host, "lease_ttl": ttl, "partition_s": hold, "rate": RATE},
+        params={**asdict(params), "host": host, "lease_ttl": ttl, "partition_s": hold, "rate": RATE},
     )
 
 
 def etcd_restart(
-    deployment: Deployment,
-    *,
-    down_for: float = EtcdRestartParams.down_s,
-    concurrency: int = EtcdRestartParams.concurrency,
-    progress: bool = False,
+    deployment: Deployment, *, params: EtcdRestartParams | None = None, progress: bool = False, **knobs: Any
 ) -> ScenarioResult:
-    """Stop etcd for `down_for` seconds mid-traffic and start it again on the same data dir."""
+    """Stop etcd for `down_s` seconds mid-traffic and start it again on the same data dir. Its knobs
+    (`EtcdRestartParams`) come in `params`, or as keywords."""
+    params = with_knobs(EtcdRestartParams, params, knobs, scenario="etcd-restart")
+    down_for = params.down_s
     if deployment.etcd_url is None:
         raise ConfigError("etcd-restart needs a deployment on etcd (discovery='etcd')")
     return _fault_run(
@@ -241,25 +242,27 @@ def etcd_restart(
         fault=f"etcd stop of {down_for:g} s",
         victim=None,
         seconds=LEAD_S + down_for + 8.0,
-        concurrency=concurrency,
+        concurrency=params.concurrency,
         progress=progress,
         begin=lambda: deployment.outages.restart_etcd(down_for=down_for),
         end=lambda: None,
         hold_s=0.0,
-        params={"down_s": down_for, "lease_ttl": deployment.spec.lease_ttl, "rate": RATE},
+        params={**asdict(params), "lease_ttl": deployment.spec.lease_ttl, "rate": RATE},
     )
 
 
 def lease_ttl_sweep(
     make: Callable[[float], Deployment],
     *,
-    ttls: Sequence[float] = TtlSweepParams.ttls,
-    victim: int = TtlSweepParams.victim,
-    concurrency: int = TtlSweepParams.concurrency,
+    params: TtlSweepParams | None = None,
     progress: bool = False,
+    **knobs: Any,
 ) -> ScenarioResult:
     """For each TTL, a fresh deployment (`make(ttl)`), a worker SIGKILLed mid-traffic, and how long
-    the frontend kept dispatching to it. Reported: the relation to the TTL is Dynamo's."""
+    the frontend kept dispatching to it. Reported: the relation to the TTL is Dynamo's. Its knobs
+    (`TtlSweepParams`) come in `params`, or as keywords."""
+    params = with_knobs(TtlSweepParams, params, knobs, scenario="lease-ttl-sweep")
+    ttls, victim, concurrency = params.ttls, params.victim, params.concurrency
     points: list[TtlPoint] = []
     bursts: list[Burst] = []
     events: list[Event] = []
@@ -315,7 +318,7 @@ def lease_ttl_sweep(
     return ScenarioResult(
         scenario="lease-ttl-sweep",
         stack=stack,
-        params={"ttls": list(ttls), "victim": victim, "rate": RATE},
+        params={**asdict(params), "ttls": list(ttls), "rate": RATE},
         workers=workers,
         bursts=bursts,
         verdict=Verdict.REPORTED,
@@ -330,27 +333,22 @@ def lease_ttl_sweep(
 
 
 def run_partition(target: Any, plan: ScenarioPlan) -> ScenarioResult:
-    params: PartitionParams = plan.params
     return partition(
         launched(target, scenario="partition", changes="the cluster"),
-        victim=params.victim,
-        concurrency=params.concurrency,
+        params=plan.params,
         progress=plan.progress,
     )
 
 
 def run_etcd_restart(target: Any, plan: ScenarioPlan) -> ScenarioResult:
-    params: EtcdRestartParams = plan.params
     return etcd_restart(
         launched(target, scenario="etcd-restart", changes="the cluster"),
-        down_for=params.down_s,
-        concurrency=params.concurrency,
+        params=plan.params,
         progress=plan.progress,
     )
 
 
 def run_ttl_sweep(target: Any, plan: ScenarioPlan) -> ScenarioResult:
-    params: TtlSweepParams = plan.params
     base = plan.deployment_spec()
     return lease_ttl_sweep(
         # One deployment per TTL, each in its own folder: etcd's data dir must not carry over.
@@ -359,8 +357,45 @@ def run_ttl_sweep(target: Any, plan: ScenarioPlan) -> ScenarioResult:
             run_dir=Path(plan.run_dir) / f"ttl-{ttl:g}" if plan.run_dir else None,
             progress=LaunchProgress() if plan.progress else None,
         ),
-        ttls=params.ttls,
-        victim=params.victim,
-        concurrency=params.concurrency,
+        params=plan.params,
         progress=plan.progress,
     )
+
+
+def _needs_etcd(plan: ScenarioPlan) -> None:
+    if plan.attached:
+        return
+    if "etcd" not in stack_class(plan.stack).discoveries:
+        having = ", ".join(stacks_with(lambda s: "etcd" in s.discoveries)) or "none registered"
+        raise ConfigError(
+            f"{plan.scenario} needs etcd discovery, which the {plan.stack} stack does not have (stacks with it: {having})"
+        )
+    if plan.discovery != "etcd":
+        raise ConfigError(f"{plan.scenario} needs discovery='etcd' (--discovery etcd)")
+
+
+def _needs_cluster(plan: ScenarioPlan) -> None:
+    _needs_etcd(plan)
+    if plan.hosts < 2:
+        raise ConfigError(f"{plan.scenario} cuts a host off the network: it needs hosts >= 2 (--hosts 3)")
+
+
+CLUSTER = {"restart": "on-exit", "lease_ttl": 5.0}  # the workers' leases lapse in the fault; they come back
+
+PARTITION = Scenario(
+    name="partition", run=run_partition, params=PartitionParams,
+    launches=True, check=_needs_cluster, deployment=CLUSTER,
+    help="a worker's host drops off the network mid-traffic, then comes back: failures, the longest hang "
+    "and the times to leave and rejoin dispatch are reported; recovery is asserted",
+)  # fmt: skip
+ETCD_RESTART = Scenario(
+    name="etcd-restart", run=run_etcd_restart, params=EtcdRestartParams,
+    launches=True, check=_needs_etcd, deployment=CLUSTER,
+    help="etcd stops mid-traffic and starts again: failures and whether dispatch went on are reported; "
+    "recovery is asserted",
+)  # fmt: skip
+TTL_SWEEP = Scenario(
+    name="lease-ttl-sweep", run=run_ttl_sweep, params=TtlSweepParams, deploys=True, check=_needs_etcd,
+    help="a worker is SIGKILLed at each lease TTL: time to leave dispatch and failed requests against "
+    "the TTL (reported)",
+)  # fmt: skip

@@ -8,8 +8,9 @@ result.ok, table(result), plot(result)
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...cluster.deployment import Deployment
@@ -21,7 +22,8 @@ from ...evidence.target import Target, target_of
 from ...evidence.traffic import Input, RequestRecord, default_inputs, run_sync
 from ...verdicts import Verdict
 from ..burst import BurstSpec, judge, run_burst, served_models, serving, status_codes, workers_of
-from ..params import knob
+from ..params import knob, with_knobs
+from ..registry import Scenario
 from ..result import Burst, DataFigures, ScenarioResult
 
 if TYPE_CHECKING:
@@ -95,8 +97,7 @@ class DispatchFigures(DataFigures):
 def same_model_load_balance(
     deployment: Deployment | Target,
     *,
-    requests: int = SameModelParams.requests,
-    concurrency: int = SameModelParams.concurrency,
+    params: SameModelParams | None = None,
     model: str | None = None,
     weights: Sequence[float] | None = None,
     fairness_alpha: float | None = FAIRNESS_ALPHA,
@@ -107,8 +108,11 @@ def same_model_load_balance(
     progress: bool = False,
     on_response: Callable[[RequestRecord], None] | None = None,
     split: Split = Split.WEIGHTS,
+    **knobs: Any,
 ) -> ScenarioResult:
     """Two or more workers serve one model: every one must move, and the split must fit the policy.
+
+    Its knobs (`SameModelParams`: `requests`, `concurrency`) come in `params`, or as keywords.
 
     The verdict fails if a worker stays still, if the counters moved by other than the
     requests sent, or if the split does not fit `split`, the router's policy: `weights`
@@ -123,6 +127,8 @@ def same_model_load_balance(
     if split not in tuple(Split):
         raise ConfigError(f"split must be one of {', '.join(Split)}, got {split!r}")
     split = Split(split)
+    params = with_knobs(SameModelParams, params, knobs, scenario="same-model")
+    requests = params.requests
     target = target_of(deployment)
     served_models(target.frontend_url)
     model, indices = serving(target, model)
@@ -132,20 +138,12 @@ def same_model_load_balance(
     alpha = FAIRNESS_ALPHA if fairness_alpha is None else fairness_alpha
     still = still_chance([weights[i] for i in indices], requests) if split is Split.WEIGHTS else None
     all_move = split is Split.EXACT or (still is not None and still.value < alpha)
-    params = {
-        "requests": requests,
-        "concurrency": concurrency,
-        "model": model,
-        "weights": weights,
-        "fairness_alpha": fairness_alpha,
-        "split": split,
-    }
     spec = BurstSpec(
         name=model,
         model=model,
         expected=frozenset(indices),
         requests=requests,
-        concurrency=concurrency,
+        concurrency=params.concurrency,
         inputs=inputs or default_inputs(requests),
         min_total_delta=min_total_delta,
         weights=weights,
@@ -168,7 +166,13 @@ def same_model_load_balance(
     return ScenarioResult(
         scenario="same-model",
         stack=target.stack,
-        params=params,
+        params={
+            **asdict(params),
+            "model": model,
+            "weights": weights,
+            "fairness_alpha": fairness_alpha,
+            "split": split,
+        },
         workers=workers_of(deployment),
         bursts=[burst],
         verdict=verdict,
@@ -205,16 +209,28 @@ def multi_model_dispatch(
     deployment: Deployment | Target,
     models: Sequence[str] | None = None,
     *,
-    requests_per_burst: int = MultiModelParams.requests,
-    concurrency: int = MultiModelParams.concurrency,
+    params: MultiModelParams | None = None,
     min_total_delta: float | None = None,
     settle_seconds: float = 0.0,
     inputs: Sequence[Input] | None = None,
     timeout: float = 60.0,
     progress: bool = False,
     on_response: Callable[[RequestRecord], None] | None = None,
+    **knobs: Any,
 ) -> ScenarioResult:
-    """One burst per model, one snapshot pair per burst: only that model's workers may move."""
+    """One burst per model, one snapshot pair per burst: only that model's workers may move.
+
+    Its knobs (`MultiModelParams`: `requests` per burst, `concurrency`) come in `params`, or as keywords.
+    """
+    if "requests_per_burst" in knobs:  # its name before the knob's own (issue 29)
+        warnings.warn(
+            "multi_model_dispatch(requests_per_burst=) is deprecated: use requests=",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        knobs["requests"] = knobs.pop("requests_per_burst")
+    params = with_knobs(MultiModelParams, params, knobs, scenario="multi-model")
+    requests = params.requests
     target = target_of(deployment)
     served_models(target.frontend_url)
     if any(m is None for m in target.models):
@@ -228,7 +244,6 @@ def multi_model_dispatch(
     missing = [m for m in models if m not in served]
     if missing:
         raise ConfigError(f"no worker serves {missing}; workers serve {served}")
-    params = {"requests_per_burst": requests_per_burst, "concurrency": concurrency, "models": models}
     replicas = {model: [i for i, m in enumerate(target.models) if m == model] for model in models}
     weights = list(target.weights) if target.weights else [1.0] * len(target.models)
     specs = [
@@ -237,11 +252,10 @@ def multi_model_dispatch(
             model=model,
             expected=frozenset(replicas[model]),
             # Several replicas of a model: each must move only where a correct router rarely leaves one still.
-            require_all=still_chance([weights[i] for i in replicas[model]], requests_per_burst).value
-            < FAIRNESS_ALPHA,
-            requests=requests_per_burst,
-            concurrency=concurrency,
-            inputs=inputs or default_inputs(requests_per_burst),
+            require_all=still_chance([weights[i] for i in replicas[model]], requests).value < FAIRNESS_ALPHA,
+            requests=requests,
+            concurrency=params.concurrency,
+            inputs=inputs or default_inputs(requests),
             min_total_delta=min_total_delta,
             weights=list(target.weights) if target.weights else None,
             settle_seconds=settle_seconds,
@@ -267,7 +281,7 @@ def multi_model_dispatch(
     return ScenarioResult(
         scenario="multi-model",
         stack=target.stack,
-        params=params,
+        params={**asdict(params), "models": models},
         workers=workers_of(deployment),
         bursts=bursts,
         verdict=verdict,
@@ -277,7 +291,7 @@ def multi_model_dispatch(
     )
 
 
-# -- as registered scenarios: run(target, plan) -------------------------------------------------
+# -- as registered scenarios: run(target, plan), the plan's knobs as they are ---------------------
 
 
 def run_same_model(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
@@ -285,11 +299,9 @@ def run_same_model(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioR
     split = (
         target.stack.split_for(target.spec.router_mode) if isinstance(target, Deployment) else Split.WEIGHTS
     )
-    params: SameModelParams = plan.params
     return same_model_load_balance(
         target,
-        requests=params.requests,
-        concurrency=params.concurrency,
+        params=plan.params,
         model=plan.models[0] if plan.models else None,
         weights=plan.weights or None,
         progress=plan.progress,
@@ -298,11 +310,20 @@ def run_same_model(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioR
 
 
 def run_multi_model(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
-    params: MultiModelParams = plan.params
     return multi_model_dispatch(
         target,
         plan.resolved_models()[0] if not plan.attached or plan.models else None,
-        requests_per_burst=params.requests,
-        concurrency=params.concurrency,
+        params=plan.params,
         progress=plan.progress,
     )
+
+
+SAME_MODEL = Scenario(
+    name="same-model", run=run_same_model, params=SameModelParams,
+    help="several workers of one model: every one moves, the counters account for every request, "
+    "and the split fits the weights",
+)  # fmt: skip
+MULTI_MODEL = Scenario(
+    name="multi-model", run=run_multi_model, params=MultiModelParams, layout="per-model",
+    help="one burst per model: only that model's workers move",
+)  # fmt: skip

@@ -6,7 +6,7 @@ Drain needs a deployment embedlab launched: each stack drains a worker its own w
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...cluster.deployment import Deployment
@@ -14,7 +14,8 @@ from ...errors import ConfigError
 from ...evidence.target import Target
 from ...evidence.traffic import default_inputs, run_sync
 from ..burst import BurstSpec, judge, launched, run_burst, serving, workers_of
-from ..params import knob
+from ..params import knob, with_knobs
+from ..registry import Scenario
 from ..result import DataFigures, ScenarioResult
 
 if TYPE_CHECKING:
@@ -56,19 +57,20 @@ class DrainFigures(DataFigures):
 def drain(
     deployment: Deployment,
     *,
-    victim: int = DrainParams.victim,
-    requests: int = DrainParams.requests,
-    concurrency: int = DrainParams.concurrency,
+    params: DrainParams | None = None,
     model: str | None = None,
     resume: bool = True,
     progress: bool = False,
+    **knobs: Any,
 ) -> ScenarioResult:
     """Take worker `victim` out of dispatch while it keeps serving, then check it receives nothing.
 
     Each stack drains its own way: embedlab's worker deregisters, vllm-router and
     sglang-router remove it through their worker APIs. With `resume` it is put back
-    afterwards, so the deployment can be reused.
+    afterwards, so the deployment can be reused. Its knobs (`DrainParams`) come in `params`, or as keywords.
     """
+    params = with_knobs(DrainParams, params, knobs, scenario="drain")
+    victim, requests = params.victim, params.requests
     deployment = launched(deployment, scenario="drain")
     model, indices = serving(deployment, model)
     if victim not in indices:
@@ -79,7 +81,7 @@ def drain(
         model=model,
         expected=frozenset(i for i in indices if i != victim),
         requests=requests,
-        concurrency=concurrency,
+        concurrency=params.concurrency,
         inputs=default_inputs(requests),
     )
     started = time.monotonic()
@@ -96,7 +98,7 @@ def drain(
     return ScenarioResult(
         scenario="drain",
         stack=deployment.spec.stack,
-        params={"requests": requests, "victim": victim, "model": model},
+        params={**asdict(params), "model": model},
         workers=workers_of(deployment),
         bursts=[burst],
         verdict=verdict,
@@ -111,12 +113,16 @@ def drain(
 
 
 def run_drain(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
-    params: DrainParams = plan.params
     return drain(
         launched(target, scenario="drain"),
-        victim=params.victim,
-        requests=params.requests,
-        concurrency=params.concurrency,
+        params=plan.params,
         model=plan.models[0] if plan.models else None,
         progress=plan.progress,
     )
+
+
+DRAIN = Scenario(
+    name="drain", run=run_drain, params=DrainParams, launches=True,
+    help="a worker is taken out of dispatch while it keeps serving (the stack's own way): it must get "
+    "nothing, and come back after",
+)  # fmt: skip

@@ -20,7 +20,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...cluster.deployment import Deployment
@@ -33,7 +33,8 @@ from ...evidence.target import Target, target_of
 from ...evidence.traffic import default_inputs, run_sync
 from ...verdicts import Verdict
 from ..burst import BurstSpec, judge, run_burst, served_models, workers_of
-from ..params import knob
+from ..params import knob, with_knobs
+from ..registry import Scenario
 from ..result import Burst, DataFigures, ScenarioResult, WorkerInfo
 
 if TYPE_CHECKING:
@@ -126,14 +127,17 @@ def send_order(models: Sequence[str], per_model: int, pattern: str, *, seed: int
 def mixed_traffic(
     deployment: Deployment | Target,
     *,
-    patterns: Sequence[str] = MixedParams.patterns,
-    requests: int = MixedParams.requests,
-    concurrency: int = MixedParams.concurrency,
-    order_seed: int = MixedParams.order_seed,
+    params: MixedParams | None = None,
     split: Split = Split.WEIGHTS,
     progress: bool = False,
+    **knobs: Any,
 ) -> ScenarioResult:
-    """One interleaved burst per send order over every model of the pool, judged per model."""
+    """One interleaved burst per send order over every model of the pool, judged per model.
+
+    Its knobs (`MixedParams`) come in `params`, or as keywords: `mixed_traffic(dep, requests=20)`.
+    """
+    params = with_knobs(MixedParams, params, knobs, scenario="mixed")
+    requests = params.requests
     target = target_of(deployment)
     served_models(target.frontend_url)
     if any(m is None for m in target.models):
@@ -159,14 +163,14 @@ def mixed_traffic(
             f" (not asserted for {m}: a correct router leaves one of its replicas still {still[m].of_the_time()})"
             for m in loose
         )
-    for pattern in patterns:
-        order = send_order(models, requests, pattern, seed=order_seed)
+    for pattern in params.patterns:
+        order = send_order(models, requests, pattern, seed=params.order_seed)
         spec = BurstSpec(
             name=pattern,
             model="+".join(models),
             expected=frozenset(i for indices in pool.values() for i in indices),
             requests=len(order),
-            concurrency=concurrency,
+            concurrency=params.concurrency,
             inputs=default_inputs(len(order)),
             models=order,
             require_all=False,
@@ -198,12 +202,7 @@ def mixed_traffic(
     return ScenarioResult(
         scenario="mixed",
         stack=target.stack,
-        params={
-            "patterns": list(patterns),
-            "requests_per_model": requests,
-            "models": models,
-            "split": str(split),
-        },
+        params={**asdict(params), "models": models, "split": str(split)},
         workers=workers,
         bursts=bursts,
         verdict=verdict,
@@ -263,16 +262,14 @@ def _served_elsewhere(burst: Burst, model: str, replicas: list[int], workers: li
 
 
 def run_mixed(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
-    params: MixedParams = plan.params
     split = (
         target.stack.split_for(target.spec.router_mode) if isinstance(target, Deployment) else Split.WEIGHTS
     )
-    return mixed_traffic(
-        target,
-        patterns=params.patterns,
-        requests=params.requests,
-        concurrency=params.concurrency,
-        order_seed=params.order_seed,
-        split=split,
-        progress=plan.progress,
-    )
+    return mixed_traffic(target, params=plan.params, split=split, progress=plan.progress)
+
+
+MIXED = Scenario(
+    name="mixed", run=run_mixed, params=MixedParams, layout="per-model", deployment={"workers": 2},
+    help="every model's requests interleaved in one burst per send order: per model, every replica "
+    "moves, its replicas count exactly its requests, and its split fits its weights",
+)  # fmt: skip

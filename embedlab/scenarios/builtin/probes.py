@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...cluster.deployment import Deployment
@@ -18,7 +18,8 @@ from ...evidence.target import Target, target_of
 from ...evidence.traffic import asend_burst, default_inputs, run_sync
 from ...verdicts import Verdict
 from ..burst import BurstSpec, judge, run_burst, serving, status_codes, workers_of
-from ..params import knob
+from ..params import knob, with_knobs
+from ..registry import Scenario
 from ..result import DataFigures, ScenarioResult
 
 if TYPE_CHECKING:
@@ -140,13 +141,15 @@ class OverheadFigures(DataFigures):
 def client_mistakes(
     deployment: Deployment | Target,
     *,
-    repeat: int = MistakesParams.repeat,
-    requests: int = MistakesParams.requests,
-    concurrency: int = MistakesParams.concurrency,
+    params: MistakesParams | None = None,
+    **knobs: Any,
 ) -> ScenarioResult:
     """Each mistake once: a 4xx, with OpenAI error JSON. Then `repeat` unknown-model requests, and
     right after them a burst of valid ones, which must all be answered and counted (a router that
-    counts a worker's 404 as its failure can take itself down for everyone)."""
+    counts a worker's 404 as its failure can take itself down for everyone). Its knobs
+    (`MistakesParams`) come in `params`, or as keywords."""
+    params = with_knobs(MistakesParams, params, knobs, scenario="client-mistakes")
+    repeat, requests = params.repeat, params.requests
     target = target_of(deployment)
     model, indices = serving(target, None, at_least=1)
     url = target.frontend_url + "/v1/embeddings"
@@ -172,7 +175,7 @@ def client_mistakes(
         model=model,
         expected=frozenset(indices),
         requests=requests,
-        concurrency=concurrency,
+        concurrency=params.concurrency,
         inputs=default_inputs(requests),
         require_all=False,
     )
@@ -190,7 +193,7 @@ def client_mistakes(
     return ScenarioResult(
         scenario="client-mistakes",
         stack=target.stack,
-        params={"repeat": repeat, "requests": requests, "model": model},
+        params={**asdict(params), "model": model},
         workers=workers_of(deployment),
         bursts=[burst],
         verdict=verdict,
@@ -205,9 +208,11 @@ def client_mistakes(
     )
 
 
-def overhead(deployment: Deployment, *, requests: int = OverheadParams.requests) -> ScenarioResult:
+def overhead(deployment: Deployment, *, params: OverheadParams | None = None, **knobs: Any) -> ScenarioResult:
     """Latency at c=1 and throughput at c=32, through the frontend and straight to worker 0. Reported:
     a Python client measures the router and itself (bench/router_overhead.py uses hey)."""
+    params = with_knobs(OverheadParams, params, knobs, scenario="overhead")
+    requests = params.requests
     if not isinstance(deployment, Deployment):
         raise ConfigError(
             "overhead compares the frontend with a worker's own URL: it needs a deployment embedlab launched"
@@ -253,7 +258,7 @@ def overhead(deployment: Deployment, *, requests: int = OverheadParams.requests)
     return ScenarioResult(
         scenario="overhead",
         stack=deployment.spec.stack,
-        params={"requests": requests, "direct": direct},
+        params={**asdict(params), "direct": direct},
         workers=workers_of(deployment),
         bursts=[],
         verdict=Verdict.FAILED if failed else Verdict.REPORTED,
@@ -267,12 +272,19 @@ def overhead(deployment: Deployment, *, requests: int = OverheadParams.requests)
 
 
 def run_client_mistakes(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
-    params: MistakesParams = plan.params
-    return client_mistakes(
-        target, repeat=params.repeat, requests=params.requests, concurrency=params.concurrency
-    )
+    return client_mistakes(target, params=plan.params)
 
 
 def run_overhead(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
-    params: OverheadParams = plan.params
-    return overhead(target, requests=params.requests)  # type: ignore[arg-type]
+    return overhead(target, params=plan.params)  # type: ignore[arg-type]
+
+
+CLIENT_MISTAKES = Scenario(
+    name="client-mistakes", run=run_client_mistakes, params=MistakesParams,
+    help="unknown model, malformed body, missing field: each a 4xx with OpenAI error JSON, and valid "
+    "traffic still flows right after a run of mistakes",
+)  # fmt: skip
+OVERHEAD = Scenario(
+    name="overhead", run=run_overhead, params=OverheadParams, launches=True,
+    help="latency and throughput through the frontend against straight to a worker, at c=1 and c=32 (reported)",
+)  # fmt: skip

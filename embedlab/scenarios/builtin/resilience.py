@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -36,7 +36,8 @@ from ..burst import (
     unread_of,
     workers_of,
 )
-from ..params import knob
+from ..params import knob, with_knobs
+from ..registry import Scenario
 from ..result import Burst, DataFigures, ScenarioResult, worker_label
 
 if TYPE_CHECKING:
@@ -146,23 +147,25 @@ async def _dispatchable(client: httpx.AsyncClient, deployment: Deployment, endpo
 def failover(
     deployment: Deployment,
     *,
-    requests: int = FailoverParams.requests,
-    concurrency: int = FailoverParams.concurrency,
-    kill_after: int = FailoverParams.kill_after,
-    victim: int = FailoverParams.victim,
+    params: FailoverParams | None = None,
     model: str | None = None,
     sig: int = signal.SIGKILL,
     assert_zero_loss: bool | None = None,
     timeout: float = 60.0,
     progress: bool = False,
+    **knobs: Any,
 ) -> ScenarioResult:
     """Kill worker `victim` after `kill_after` responses of a same-model burst.
+
+    Its knobs (`FailoverParams`) come in `params`, or as keywords: `failover(dep, kill_after=20)`.
 
     Where the stack asserts failover (`asserts_failover`: the embedded stack) the verdict
     asserts zero failed requests and that the dead instance leaves dispatch within 2 lease
     TTLs. Elsewhere (`assert_zero_loss=False`, the default there) the same figures are
     reported, not asserted.
     """
+    params = with_knobs(FailoverParams, params, knobs, scenario="failover")
+    requests, kill_after, victim = params.requests, params.kill_after, params.victim
     deployment = launched(deployment, scenario="failover")
     model, indices = serving(deployment, model)
     if victim not in indices:
@@ -221,7 +224,7 @@ def failover(
                 deployment.frontend_url,
                 model,
                 requests,
-                concurrency=concurrency,
+                concurrency=params.concurrency,
                 inputs=default_inputs(requests),
                 timeout=timeout,
                 progress=progress,
@@ -298,14 +301,7 @@ def failover(
     return ScenarioResult(
         scenario="failover",
         stack=deployment.spec.stack,
-        params={
-            "requests": requests,
-            "concurrency": concurrency,
-            "kill_after": kill_after,
-            "victim": victim,
-            "model": model,
-            "signal": signal.Signals(sig).name,
-        },
+        params={**asdict(params), "model": model, "signal": signal.Signals(sig).name},
         workers=workers,
         bursts=[burst],
         verdict=verdict,
@@ -356,13 +352,20 @@ def run_failover_without_retries(target: None, plan: ScenarioPlan) -> ScenarioRe
 
 
 def run_failover(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
-    params: FailoverParams = plan.params
     return failover(
         launched(target, scenario="failover"),
-        requests=params.requests,
-        concurrency=params.concurrency,
-        kill_after=params.kill_after,
-        victim=params.victim,
+        params=plan.params,
         model=plan.models[0] if plan.models else None,
         progress=plan.progress,
     )
+
+
+FAILOVER = Scenario(
+    name="failover", run=run_failover, params=FailoverParams, launches=True,
+    help="a worker is SIGKILLed mid-burst: lost requests and time out of dispatch "
+    "(asserted where the stack's own frontend promises it, reported elsewhere)",
+)  # fmt: skip
+FAILOVER_NO_RETRIES = Scenario(
+    name="failover-no-retries", run=run_failover_without_retries, params=FailoverParams, deploys=True,
+    help="failover with the frontend's retries switched off (where it has a switch): what clients see",
+)  # fmt: skip
