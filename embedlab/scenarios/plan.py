@@ -328,8 +328,7 @@ class ScenarioPlan:
         if len(weights) != len(shapes):
             raise ConfigError(f"{len(shapes)} workers but {len(weights)} weights")
         specs = tuple(
-            WorkerSpec(model=m, model_path=p, weight=w, **common)
-            for (m, p), w in zip(shapes, weights)
+            WorkerSpec(model=m, model_path=p, weight=w, **common) for (m, p), w in zip(shapes, weights)
         )
         return DeploymentSpec(
             stack=self.stack,
