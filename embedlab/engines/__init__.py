@@ -86,4 +86,7 @@ def engine_traits(name: str) -> EngineTraits:
     if name not in ENGINES:
         return EngineTraits()
     factory = ENGINES.get(name)
-    return EngineTraits(**{f.name: getattr(factory, f.name, f.default) for f in fields(EngineTraits)})
+    defaults = EngineTraits()
+    return EngineTraits(
+        **{f.name: bool(getattr(factory, f.name, getattr(defaults, f.name))) for f in fields(EngineTraits)}
+    )

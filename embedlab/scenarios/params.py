@@ -196,7 +196,7 @@ def with_knobs(cls: type[P], params: P | None, given: Mapping[str, Any], *, scen
     if not given:
         return params if params is not None else cls()
     base = {} if params is None else {k.name: getattr(params, k.name) for k in knobs(cls)}
-    return params_of(cls, {**base, **given}, scenario=scenario)  # type: ignore[no-any-return]
+    return params_of(cls, {**base, **given}, scenario=scenario)
 
 
 def check_params_class(cls: Any, *, scenario: str) -> None:
