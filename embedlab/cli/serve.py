@@ -181,7 +181,9 @@ def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
         # Not checked here: the engine says which pooling types it supports (exit 1, clearly).
         pooling = pooler.pop("pooling_type", None) or pooling
         if pooler:
-            given = extra.get("pooler_config") or {}  # --engine-arg pooler_config=... wins over --pooler-config
+            given = (
+                extra.get("pooler_config") or {}
+            )  # --engine-arg pooler_config=... wins over --pooler-config
             if not isinstance(given, dict):
                 raise ConfigError(f"--engine-arg pooler_config must be a JSON object, got {given!r}")
             extra["pooler_config"] = {**pooler, **given}

@@ -205,7 +205,7 @@ def client_mistakes(
     )
 
 
-def overhead(deployment: Deployment, *, requests: int = OverheadParams.requests) -> ScenarioResult:
+def overhead(deployment: Deployment | Target, *, requests: int = OverheadParams.requests) -> ScenarioResult:
     """Latency at c=1 and throughput at c=32, through the frontend and straight to worker 0. Reported:
     a Python client measures the router and itself (bench/router_overhead.py uses hey)."""
     if not isinstance(deployment, Deployment):
@@ -275,4 +275,4 @@ def run_client_mistakes(target: Deployment | Target, plan: ScenarioPlan) -> Scen
 
 def run_overhead(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
     params: OverheadParams = plan.params
-    return overhead(target, requests=params.requests)  # type: ignore[arg-type]
+    return overhead(target, requests=params.requests)

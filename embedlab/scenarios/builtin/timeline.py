@@ -105,7 +105,12 @@ class Watch:
         for sample in self.samples:
             if sample.worker != worker or sample.value is None:
                 continue
-            if sample.at_s >= after and previous is not None and sample.value != previous and sample.value > 0:
+            if (
+                sample.at_s >= after
+                and previous is not None
+                and sample.value != previous
+                and sample.value > 0
+            ):
                 return sample.at_s
             previous = sample.value
         return None

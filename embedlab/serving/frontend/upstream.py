@@ -95,7 +95,9 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A TCP connection's transport, from loop.create_connection: a Transport.
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:  # not our own abort()
