@@ -95,9 +95,8 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # A TCP connection's transport, from loop.create_connection: a Transport.
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport; uvloop's implement asyncio.Transport without subclassing it, so no isinstance can narrow.
+        self.transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:  # not our own abort()
