@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .defaults import PLUGINS_ENV, SAFE_PATH_ENV
 from .errors import ConfigError
@@ -121,8 +121,8 @@ def _a(kind: str) -> str:
     return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
 
 
-def resolve(target: str) -> object:
-    """Import `module:attribute`."""
+def resolve(target: str) -> Any:
+    """Import `module:attribute` (whatever it is: the caller checks it)."""
     module, _, attribute = target.partition(":")
     return getattr(importlib.import_module(module), attribute)
 
@@ -186,16 +186,17 @@ class Registry(Generic[T]):
             raise ConfigError(
                 f"unknown {self.kind} {name!r}; choose from {', '.join(self._entries)}"
             ) from None
-        if isinstance(target, str):
-            loaded = resolve(target)
-            registered = self._entries[name]
-            if not isinstance(registered, str):  # the import registered it, with its own options
-                return registered
-            target = self._adapt(name, loaded) if self._adapt else loaded  # type: ignore[assignment]
-            if self._check is not None:
-                self._check(name, target)  # type: ignore[arg-type]
-            self._entries[name] = target
-        return target  # type: ignore[return-value]
+        if not isinstance(target, str):
+            return target
+        loaded = resolve(target)
+        registered = self._entries[name]
+        if not isinstance(registered, str):  # the import registered it, with its own options
+            return registered
+        value: T = self._adapt(name, loaded) if self._adapt else loaded
+        if self._check is not None:
+            self._check(name, value)
+        self._entries[name] = value
+        return value
 
     def _load_plugins(self) -> None:
         if self._plugins_loaded:

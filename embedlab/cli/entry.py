@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import defaults
 from ..defaults import EXIT_CANNOT_RUN, EXIT_FAILED
@@ -29,7 +29,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         # One line and exit 2, as for every other reason a command cannot run.
         self.exit(EXIT_CANNOT_RUN, f"{self.prog}: error: {message}\n")
 

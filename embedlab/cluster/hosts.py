@@ -153,22 +153,23 @@ class Network:
 
     def partition(self, index: int) -> None:
         """Take host `index`'s link down: it reaches nothing, and nothing reaches it."""
-        host = self._remote(index)
-        _ip("-n", host.namespace, "link", "set", host.veth, "down", host=index)  # type: ignore[arg-type]
+        namespace, veth = self._link(index)
+        _ip("-n", namespace, "link", "set", veth, "down", host=index)
 
     def heal(self, index: int) -> None:
         """Bring host `index`'s link up again, with its route to the hub (a link going down drops it)."""
-        host = self._remote(index)
+        namespace, veth = self._link(index)
         assert self.subnet is not None
-        peer = str(ipaddress.ip_address(int(ipaddress.ip_address(host.address)) - 1))
-        _ip("-n", host.namespace, "link", "set", host.veth, "up", host=index)  # type: ignore[arg-type]
-        _ip("-n", host.namespace, "route", "replace", self.subnet, "via", peer, "dev", host.veth, host=index)  # type: ignore[arg-type]
+        peer = str(ipaddress.ip_address(int(ipaddress.ip_address(self.host(index).address)) - 1))
+        _ip("-n", namespace, "link", "set", veth, "up", host=index)
+        _ip("-n", namespace, "route", "replace", self.subnet, "via", peer, "dev", veth, host=index)
 
-    def _remote(self, index: int) -> Host:
+    def _link(self, index: int) -> tuple[str, str]:
+        """Host `index`'s namespace and its end of the link to host 0."""
         host = self.host(index)
-        if host.namespace is None:
+        if host.namespace is None or host.veth is None:
             raise ConfigError("host 0 is the harness's own: it has no link of its own to cut")
-        return host
+        return host.namespace, host.veth
 
     def destroy(self) -> None:
         """Delete every namespace (their veth ends go with them) and the hub address. Safe to repeat."""

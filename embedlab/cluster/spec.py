@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..defaults import (
     DISCOVERY,
@@ -149,7 +150,7 @@ class DeploymentSpec:
         model_path: Path | str | None = None,
         weights: Sequence[float] | None = None,
         stack: str = STACK,
-        **options: object,
+        **options: Any,
     ) -> DeploymentSpec:
         """N workers of one model, each on its own endpoint."""
         weights = list(weights) if weights else [1.0] * workers
@@ -158,7 +159,7 @@ class DeploymentSpec:
         specs = tuple(
             WorkerSpec(model=model, engine=engine, model_path=model_path, weight=float(w)) for w in weights
         )
-        return cls(stack=stack, workers=specs, **options)  # type: ignore[arg-type]
+        return cls(stack=stack, workers=specs, **options)
 
     @classmethod
     def multi_model(
@@ -168,14 +169,14 @@ class DeploymentSpec:
         engine: str = "hash",
         model_paths: Sequence[Path | str | None] | None = None,
         stack: str = STACK,
-        **options: object,
+        **options: Any,
     ) -> DeploymentSpec:
         """One worker per model, in order: worker i serves models[i]."""
         paths = list(model_paths) if model_paths else [None] * len(models)
         if len(paths) != len(models):
             raise ConfigError(f"{len(models)} models but {len(paths)} model paths")
         specs = tuple(WorkerSpec(model=m, engine=engine, model_path=p) for m, p in zip(models, paths))
-        return cls(stack=stack, workers=specs, **options)  # type: ignore[arg-type]
+        return cls(stack=stack, workers=specs, **options)
 
     @classmethod
     def pool(
@@ -187,7 +188,7 @@ class DeploymentSpec:
         engine: str = "hash",
         model_paths: Sequence[Path | str | None] | None = None,
         stack: str = STACK,
-        **options: object,
+        **options: Any,
     ) -> DeploymentSpec:
         """M models with K replicas each (or `replicas[m]` of model m), model by model: worker
         indices 0..K-1 serve models[0], the next K models[1], and so on; each worker on an
@@ -206,7 +207,7 @@ class DeploymentSpec:
             WorkerSpec(model=m, engine=engine, model_path=p, weight=float(w))
             for (m, p), w in zip(shapes, weights)
         )
-        return cls(stack=stack, workers=specs, **options)  # type: ignore[arg-type]
+        return cls(stack=stack, workers=specs, **options)
 
     def replicas_of(self, model: str) -> list[int]:
         """The indices of the workers serving `model`."""

@@ -12,6 +12,7 @@ and `resume`, `live_weights` with `set_weights`, `retries_switch` with `without_
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 
 from ..errors import ConfigError
 from .spec import DISCOVERY_BACKENDS
@@ -37,8 +38,8 @@ def _methods() -> list[str]:
     ]
 
 
-def _parameters(function: object) -> list[inspect.Parameter]:
-    return list(inspect.signature(function).parameters.values())[1:]  # type: ignore[arg-type]
+def _parameters(function: Callable[..., object]) -> list[inspect.Parameter]:
+    return list(inspect.signature(function).parameters.values())[1:]
 
 
 def _signature_mismatch(cls: type, method: str) -> str | None:

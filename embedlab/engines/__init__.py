@@ -20,15 +20,16 @@ Imports only the base modules: engines run in worker processes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from ..errors import ConfigError
 from ..plugins import Registry
-from .base import Embeddings, Engine, EngineOptions, InvalidInput, check_dimensions
+from .base import Embedder, Embeddings, Engine, EngineOptions, InvalidInput, check_dimensions
 
 __all__ = [
     "ENGINES",
     "Embeddings",
+    "Embedder",
     "Engine",
     "EngineOptions",
     "EngineTraits",
@@ -86,7 +87,7 @@ def engine_traits(name: str) -> EngineTraits:
     if name not in ENGINES:
         return EngineTraits()
     factory = ENGINES.get(name)
-    defaults = EngineTraits()
-    return EngineTraits(
-        **{f.name: bool(getattr(factory, f.name, getattr(defaults, f.name))) for f in fields(EngineTraits)}
+    return replace(
+        EngineTraits(),
+        **{f.name: getattr(factory, f.name) for f in fields(EngineTraits) if hasattr(factory, f.name)},
     )

@@ -13,6 +13,7 @@ from ..errors import EngineError
 
 if TYPE_CHECKING:  # numpy stays out of the frontend, which parses these flags too
     import numpy as np
+    from typing_extensions import TypeIs
 
 # In the order the vllm engine's error message has always listed them (upper-cased there).
 POOLINGS = ("mean", "last", "cls")
@@ -53,22 +54,25 @@ class EngineOptions:
     state_dir: Path | None = None
 
 
-class Engine(Protocol):
-    """An embedding engine. `start()` loads the model; `embed()` may be called concurrently.
-
-    `embed()` trusts its `dimensions`: callers pass it through `check_dimensions` first.
-    """
+class Embedder(Protocol):
+    """What a request handler needs of an engine: the engine itself, or an ingest process's
+    stand-in for it. `embed()` may be called concurrently, and trusts its `dimensions`:
+    callers pass it through `check_dimensions` first."""
 
     name: str
     dim: int
     max_model_len: int
     supports_dimensions: bool
 
-    async def start(self) -> None: ...
-
     async def embed(
         self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None
     ) -> Embeddings: ...
+
+
+class Engine(Embedder, Protocol):
+    """An embedding engine. `start()` loads the model."""
+
+    async def start(self) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -81,7 +85,12 @@ def check_length(tokens: int, max_model_len: int, index: int) -> None:
         )
 
 
-def check_dimensions(engine: Engine, dimensions: object) -> None:
+def are_texts(inputs: Sequence[str] | Sequence[Sequence[int]]) -> TypeIs[Sequence[str]]:
+    """Whether a request's inputs are texts, not token ids: a request is all one or the other."""
+    return isinstance(inputs[0], str)
+
+
+def check_dimensions(engine: Embedder, dimensions: object) -> None:
     """Refuse a `dimensions` the engine cannot honour, before the request reaches it.
 
     Called where requests enter an engine, not in each engine: the Dynamo worker passes

@@ -49,7 +49,7 @@ class Deferred:
         raise NotImplementedError
 
 
-RunBatch = Callable[[list[list[int]]], "np.ndarray | Deferred"]
+RunBatch = Callable[[list[Sequence[int]]], "np.ndarray | Deferred"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +86,7 @@ class _Request:
 class _Item:
     __slots__ = ("request", "index", "seq", "arrived")
 
-    def __init__(self, request: _Request, index: int, seq: list[int], arrived: float) -> None:
+    def __init__(self, request: _Request, index: int, seq: Sequence[int], arrived: float) -> None:
         self.request = request
         self.index = index
         self.seq = seq
@@ -168,10 +168,10 @@ class DynamicBatcher:
             "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
         }
 
-    async def submit(self, seqs: Sequence[list[int]]) -> np.ndarray:
+    async def submit(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
         return await self.submit_nowait(seqs)
 
-    def submit_nowait(self, seqs: Sequence[list[int]]) -> asyncio.Future[np.ndarray]:
+    def submit_nowait(self, seqs: Sequence[Sequence[int]]) -> asyncio.Future[np.ndarray]:
         """`submit` without the coroutine: the future its vectors arrive in.
 
         For callers that serve many requests from one loop callback (a worker's engine
@@ -294,15 +294,17 @@ class DynamicBatcher:
             work.add_done_callback(lambda finished: self._settle(finished, items))
 
     def _settle(self, done: asyncio.Future[np.ndarray | Deferred], items: list[_Item]) -> None:
-        if not done.cancelled() and done.exception() is None and isinstance(done.result(), Deferred):
+        result = done.result() if not done.cancelled() and done.exception() is None else None
+        if isinstance(result, Deferred):
             assert self._loop is not None
-            deferred: Deferred = done.result()  # type: ignore[assignment]
-            synced = self._loop.run_in_executor(self._waiter, deferred.wait)
+            synced = self._loop.run_in_executor(self._waiter, result.wait)
             synced.add_done_callback(lambda finished: self._deliver(finished, items))
             return
-        self._deliver(done, items)  # type: ignore[arg-type]
+        self._deliver(done, items)
 
-    def _deliver(self, done: asyncio.Future[np.ndarray], items: list[_Item]) -> None:
+    def _deliver(
+        self, done: asyncio.Future[np.ndarray] | asyncio.Future[np.ndarray | Deferred], items: list[_Item]
+    ) -> None:
         self._inflight -= 1
         error = done.exception() if not done.cancelled() else asyncio.CancelledError()
         vectors = done.result() if error is None else None
@@ -313,7 +315,7 @@ class DynamicBatcher:
             if error is not None:
                 request.future.set_exception(error)
                 continue
-            assert vectors is not None
+            assert vectors is not None and not isinstance(vectors, Deferred)  # _settle waited for it
             if request.remaining == 1 and request.vectors is None:
                 # One sequence: a view of the batch's rows, no copy.
                 request.future.set_result(vectors[row : row + 1])

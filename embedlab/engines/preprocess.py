@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import EngineError
-from .base import EngineOptions, InvalidInput, check_length
+from .base import EngineOptions, InvalidInput, are_texts, check_length
 
 if TYPE_CHECKING:
     import numpy as np
@@ -128,17 +128,26 @@ class TokenIngest:
 
     def tokenize(self, inputs: Sequence[str] | Sequence[Sequence[int]]) -> list[list[int]]:
         """The engine's `tokenize`, outside the engine: the same ids, the same refusals."""
-        if isinstance(inputs[0], str):
+        if are_texts(inputs):
             # One input: `encode`, which skips the batch path's hand-off to the thread pool.
             if len(inputs) == 1:
                 seqs = [self._tokenizer.encode(inputs[0], add_special_tokens=True).ids]
             else:
                 seqs = [e.ids for e in self._tokenizer.encode_batch(list(inputs), add_special_tokens=True)]
         else:
-            seqs = [list(ids) for ids in inputs]  # type: ignore[arg-type]
+            seqs = [list(ids) for ids in inputs]
             check_token_ids(seqs, self.spec.vocab_size)
         check_lengths(seqs, self.spec.max_model_len)
         return seqs
+
+
+@runtime_checkable
+class EmbedsInline(Protocol):
+    """An engine that computes on the calling thread, with no device to wait for."""
+
+    def embed_sync(
+        self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None = None
+    ) -> Embeddings: ...
 
 
 class LocalIngest:
@@ -148,13 +157,14 @@ class LocalIngest:
         from . import create_engine
 
         self.spec = spec
-        self.engine = create_engine(
-            spec.engine, EngineOptions(dim=spec.dim, max_model_len=spec.max_model_len)
-        )
+        engine = create_engine(spec.engine, EngineOptions(dim=spec.dim, max_model_len=spec.max_model_len))
+        # Only an engine with `runs_in_ingest` (the hash engine) gets here, and it has embed_sync.
+        if not isinstance(engine, EmbedsInline):
+            raise EngineError(f"the {spec.engine} engine cannot embed inside an ingest process")
+        self.engine: EmbedsInline = engine
 
     def embed(self, inputs: Sequence[str] | Sequence[Sequence[int]], *, dimensions: int | None) -> Embeddings:
-        # Only an engine with `runs_in_ingest` (the hash engine) gets here, and it has embed_sync.
-        return self.engine.embed_sync(inputs, dimensions=dimensions)  # type: ignore[attr-defined]
+        return self.engine.embed_sync(inputs, dimensions=dimensions)
 
 
 def pack_ids(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -296,7 +296,7 @@ class TransformersEngine:
         """Checked token ids from an ingest process into the batcher; the future holds their vectors."""
         if self._batcher is None:
             raise EngineError("the transformers engine was not started")
-        return self._batcher.submit_nowait(seqs)  # type: ignore[arg-type]
+        return self._batcher.submit_nowait(seqs)
 
     # -- the forward path ---------------------------------------------------------------
 
@@ -334,7 +334,7 @@ class TransformersEngine:
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
         return pooled
 
-    def bucket_vectors(self, seqs: list[list[int]], *, rows: int, width: int) -> np.ndarray:
+    def bucket_vectors(self, seqs: Sequence[Sequence[int]], *, rows: int, width: int) -> np.ndarray:
         """`seqs` padded to a (rows, width) bucket and run eagerly, as that bucket's graph would be.
 
         For parity checks on any device: padding rows and columns must not move a vector.
@@ -353,7 +353,7 @@ class TransformersEngine:
             lengths = torch.from_numpy(lengths_np).to(self._device)
             return self._compute(ids, lengths, padded=True)[: len(seqs)].cpu().numpy()
 
-    def _fill(self, ids: np.ndarray, lengths: np.ndarray, seqs: list[list[int]]) -> None:
+    def _fill(self, ids: np.ndarray, lengths: np.ndarray, seqs: Sequence[Sequence[int]]) -> None:
         """Right-pad `seqs` into `ids` [rows, width]; rows past them get one pad token each."""
         ids.fill(self._pad_id)
         lengths.fill(1)  # padding rows: their vectors are dropped
@@ -365,7 +365,7 @@ class TransformersEngine:
         """Whether a batch of this shape is a graph replay (queued on the event loop)."""
         return self._graphs.bucket(count, longest) is not None
 
-    def _forward(self, seqs: list[list[int]]) -> np.ndarray | Deferred:
+    def _forward(self, seqs: Sequence[Sequence[int]]) -> np.ndarray | Deferred:
         import torch
 
         count = len(seqs)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import ssl
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -78,11 +78,11 @@ def scrape_client(*, timeout: float = 5.0) -> httpx.AsyncClient:
     return async_client(timeout=timeout, transport=PerOriginTransport())
 
 
-def run_sync(coro: Awaitable[T]) -> T:
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine from sync code, also inside Jupyter, whose event loop is already running."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)  # type: ignore[arg-type]
+        return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()  # type: ignore[arg-type]
+        return pool.submit(asyncio.run, coro).result()

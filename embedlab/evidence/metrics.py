@@ -292,10 +292,7 @@ async def ascrape(
     if len(targets) == 1:
         return await one(targets[0])
     found = await asyncio.gather(*map(one, targets), return_exceptions=True)
-    for item in found:  # the first port's failure by order, as for workers
-        if isinstance(item, BaseException):
-            raise item
-    return _joined("+".join(targets), query, found)  # type: ignore[arg-type]
+    return _joined("+".join(targets), query, _all_read(found))
 
 
 async def ascrape_all(
@@ -328,10 +325,17 @@ async def ascrape_all(
     finally:
         if client is None:
             await http.aclose()
+    return _all_read(found)
+
+
+def _all_read(found: Sequence[Snapshot | BaseException]) -> list[Snapshot]:
+    """The snapshots, or the first failure by order (a worker's, or a port's)."""
+    snapshots = []
     for item in found:
         if isinstance(item, BaseException):
             raise item
-    return list(found)  # type: ignore[arg-type]
+        snapshots.append(item)
+    return snapshots
 
 
 def scrape_all(

@@ -48,6 +48,7 @@ def ipc_kernel_manager(folder: Path, on_start: Callable[[int | None], None]) -> 
         def _default_connection_file(self) -> str:
             return str(folder / "kernel.json")
 
+        # AsyncKernelManager makes KernelManager's sync start_kernel async, as its own stubs can't say.
         async def start_kernel(self, **kw: Any) -> None:  # type: ignore[override]
             await super().start_kernel(**kw)
             on_start(getattr(self.provisioner, "pgid", None))

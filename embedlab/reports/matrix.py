@@ -138,21 +138,20 @@ def load_matrix(path: str | Path | None = None, *, notebook_dir: Path | None = N
         scenarios = pset.get("scenarios", data.get("scenarios", []))
         if not isinstance(names, list) or not isinstance(scenarios, list) or not (names or scenarios):
             raise ConfigError(f"{where}: nothing to run (a `notebooks = [...]` or `scenarios = [...]` list)")
-        entries = [
+        entries: list[tuple[Path, str, str | None]] = [
             (_notebook_path(n, base=path.parent, notebooks_dir=notebooks_dir, where=where), n, None)
             for n in names
         ]
-        generic = (
-            _notebook_path(GENERIC_NOTEBOOK, base=path.parent, notebooks_dir=notebooks_dir, where=where)
-            if scenarios
-            else None
-        )
-        for scenario in scenarios:
-            if scenario not in SCENARIOS:
-                raise ConfigError(
-                    f"{where}: unknown scenario {scenario!r}; registered: {', '.join(SCENARIOS.names())}"
-                )
-            entries.append((generic, scenario, scenario))  # type: ignore[arg-type]
+        if scenarios:
+            generic = _notebook_path(
+                GENERIC_NOTEBOOK, base=path.parent, notebooks_dir=notebooks_dir, where=where
+            )
+            for scenario in scenarios:
+                if scenario not in SCENARIOS:
+                    raise ConfigError(
+                        f"{where}: unknown scenario {scenario!r}; registered: {', '.join(SCENARIOS.names())}"
+                    )
+                entries.append((generic, scenario, scenario))
         for notebook, label, scenario in entries:
             stem = Path(label).stem
             params = _params_for(stem, defaults, pset)

@@ -203,6 +203,7 @@ def check_params_class(cls: Any, *, scenario: str) -> None:
     """Refuse, when a scenario registers, a params class the CLI and matrices could not read."""
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         raise ConfigError(f"scenario {scenario!r}: params must be a dataclass, got {cls!r}")
+    # dataclasses has no public way to ask whether a class is frozen; typeshed leaves this out.
     if not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
         raise ConfigError(f"scenario {scenario!r}: params class {cls.__name__} must be frozen")
     for f in dataclasses.fields(cls):

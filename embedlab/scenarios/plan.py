@@ -176,7 +176,7 @@ class ScenarioPlan:
             paths = (
                 (None,) * len(models) if plan.hashes else (plan.model_paths or ("model-dir",)) * len(models)
             )
-            get_stack(plan.stack).check(plan._spec_of((models, paths[: len(models)]), workers=plan.workers))  # type: ignore[arg-type]
+            get_stack(plan.stack).check(plan._spec_of((models, paths[: len(models)]), workers=plan.workers))
         if scenario.check is not None:
             scenario.check(plan)
 
@@ -303,10 +303,10 @@ class ScenarioPlan:
 
     def deployment_spec(self) -> DeploymentSpec:
         plan = self.resolved()
-        return plan._spec_of(plan.resolved_models(), workers=plan.workers)  # type: ignore[arg-type]
+        return plan._spec_of(plan.resolved_models(), workers=plan.workers)
 
     def _spec_of(
-        self, resolved: tuple[tuple[str, ...], tuple[str | None, ...]], *, workers: int
+        self, resolved: tuple[tuple[str, ...], tuple[str | None, ...]], *, workers: int | None
     ) -> DeploymentSpec:
         models, paths = resolved
         common = dict(

@@ -70,7 +70,7 @@ class Scenario:
             check_params_class(self.params, scenario=self.name)
 
     def runner(self) -> Run:
-        return resolve(self.run) if isinstance(self.run, str) else self.run  # type: ignore[return-value]
+        return resolve(self.run) if isinstance(self.run, str) else self.run
 
     @property
     def params_class(self) -> type:
@@ -79,7 +79,8 @@ class Scenario:
             loaded = resolve(self.params)
             check_params_class(loaded, scenario=self.name)
             object.__setattr__(self, "params", loaded)
-        return self.params  # type: ignore[return-value]
+            return loaded
+        return self.params
 
     def params_from(self, given: Any) -> Any:
         """Its params from what a plan was given: None (the defaults), a mapping, or an instance."""

@@ -7,7 +7,7 @@ beyond the one-line `summary()`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -177,7 +177,9 @@ class DataFigures:
     """`to_json()` for a figures dataclass: its fields, nested dataclasses included."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
+        if not is_dataclass(self):
+            raise TypeError(f"{type(self).__name__} takes DataFigures' to_json but is no dataclass")
+        return asdict(self)
 
 
 @dataclass

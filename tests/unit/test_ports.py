@@ -98,3 +98,5 @@ def test_processes_reserving_side_by_side_never_share_a_port(tmp_path: Path) -> 
             if proc.stdin is not None:
                 proc.stdin.close()
             proc.wait(timeout=30)
+            if proc.stdout is not None:
+                proc.stdout.close()

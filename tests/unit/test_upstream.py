@@ -39,7 +39,8 @@ async def serve(
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
-        writer.close()
+        finally:  # also when asyncio.run cancels it: an open transport warns when collected
+            writer.close()
         await writer.wait_closed()
         if closed is not None:
             closed.set()
@@ -73,8 +74,10 @@ def test_chunked_response_split_across_packets() -> None:
     async def main() -> None:
         chunked = b"HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
         server, url, _ = await serve([chunked])
-        response = await UpstreamClient(timeout=5).post(url, b"{}")
+        client = UpstreamClient(timeout=5)
+        response = await client.post(url, b"{}")
         assert (response.status, response.body) == (400, b"hello world")
+        client.close()
         server.close()
 
     run(main())
@@ -90,6 +93,7 @@ def test_stale_idle_connection_is_retried_on_a_fresh_one() -> None:
         await closed.wait()  # the pooled connection is now stale
         assert (await client.post(url, b"{}")).status == 200
         assert len(seen) == 2
+        client.close()
         server.close()
 
     run(main())
@@ -104,7 +108,10 @@ def test_refused_and_timeout_are_upstream_errors() -> None:
             await UpstreamClient(timeout=5).post(url, b"{}")
 
         async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.read()  # until the client gives up and closes
+            try:
+                await reader.read()  # until the client gives up and closes
+            finally:
+                writer.close()
 
         silent = await asyncio.start_server(never_answer, "127.0.0.1", 0)
         silent_url = f"http://127.0.0.1:{silent.sockets[0].getsockname()[1]}"
@@ -210,7 +217,8 @@ def test_timeout_on_a_reused_connection_is_not_retried_on_a_fresh_one() -> None:
                         break
             except (asyncio.IncompleteReadError, ConnectionError):
                 pass
-            writer.close()
+            finally:  # also when asyncio.run cancels it
+                writer.close()
 
         server = await asyncio.start_server(answer_once_then_stall, "127.0.0.1", 0)
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
@@ -272,7 +280,8 @@ def test_drop_closes_the_pool_and_a_late_answer_is_not_parked() -> None:
                     await writer.drain()
             except (asyncio.IncompleteReadError, ConnectionError):
                 pass
-            writer.close()
+            finally:  # also when asyncio.run cancels it
+                writer.close()
 
         server = await asyncio.start_server(answer_when_released, "127.0.0.1", 0)
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"

@@ -36,6 +36,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -119,14 +120,12 @@ class Schedule:
                     )
 
     @classmethod
-    def same_model(cls, model: str, *, requests: int, **kwargs: object) -> Schedule:
+    def same_model(cls, model: str, *, requests: int, **kwargs: Any) -> Schedule:
         """Pairs of windows, one silent and one with `requests` of `model`, in random order."""
-        return cls(arms=(Arm("off"), Arm("on", {model: requests})), **kwargs)  # type: ignore[arg-type]
+        return cls(arms=(Arm("off"), Arm("on", {model: requests})), **kwargs)
 
     @classmethod
-    def per_model(
-        cls, models: Sequence[str], *, requests: int, mix: float = 0.0, **kwargs: object
-    ) -> Schedule:
+    def per_model(cls, models: Sequence[str], *, requests: int, mix: float = 0.0, **kwargs: Any) -> Schedule:
         """One arm per model: its window sends `requests`, of which a share `mix` spread over the
         other models (interleaved traffic, for the mixed scenario); the rest are of the arm's model."""
         models = list(dict.fromkeys(models))
@@ -146,7 +145,7 @@ class Schedule:
             )
             for m in models
         )
-        return cls(arms=arms, **kwargs)  # type: ignore[arg-type]
+        return cls(arms=arms, **kwargs)
 
     @property
     def models(self) -> tuple[str, ...]:

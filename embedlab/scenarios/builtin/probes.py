@@ -208,7 +208,9 @@ def client_mistakes(
     )
 
 
-def overhead(deployment: Deployment, *, params: OverheadParams | None = None, **knobs: Any) -> ScenarioResult:
+def overhead(
+    deployment: Deployment | Target, *, params: OverheadParams | None = None, **knobs: Any
+) -> ScenarioResult:
     """Latency at c=1 and throughput at c=32, through the frontend and straight to worker 0. Reported:
     a Python client measures the router and itself (bench/router_overhead.py uses hey)."""
     params = with_knobs(OverheadParams, params, knobs, scenario="overhead")
@@ -276,7 +278,7 @@ def run_client_mistakes(target: Deployment | Target, plan: ScenarioPlan) -> Scen
 
 
 def run_overhead(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioResult:
-    return overhead(target, params=plan.params)  # type: ignore[arg-type]
+    return overhead(target, params=plan.params)
 
 
 CLIENT_MISTAKES = Scenario(

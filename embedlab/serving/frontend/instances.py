@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from ...defaults import LEASE_TTL_S
 from ...errors import ConfigError
@@ -64,27 +65,43 @@ class Instance:
         }
 
 
-# What a routing process's replica needs of each instance (inflight stays each process's own).
-SHARED_FIELDS = (
-    "instance_id",
-    "endpoint",
-    "model",
-    "url",
-    "weight",
-    "pid",
-    "max_model_len",
-    "registered_at",
-    "last_heartbeat",
-    "suspect",
-)
+class InstanceFields(TypedDict):
+    """What a routing process's replica needs of each instance (inflight stays each process's own)."""
+
+    instance_id: str
+    endpoint: str
+    model: str
+    url: str
+    weight: float
+    pid: int | None
+    max_model_len: int | None
+    registered_at: float
+    last_heartbeat: float
+    suspect: bool
 
 
-def instance_from(fields: dict[str, object]) -> Instance:
-    return Instance(**fields)  # type: ignore[arg-type]
+class TableSnapshot(TypedDict):
+    known: list[str]
+    instances: list[InstanceFields]
 
 
-def instance_fields(instance: Instance) -> dict[str, object]:
-    return {name: getattr(instance, name) for name in SHARED_FIELDS}
+def instance_from(fields: InstanceFields) -> Instance:
+    return Instance(**fields)
+
+
+def instance_fields(instance: Instance) -> InstanceFields:
+    return InstanceFields(
+        instance_id=instance.instance_id,
+        endpoint=instance.endpoint,
+        model=instance.model,
+        url=instance.url,
+        weight=instance.weight,
+        pid=instance.pid,
+        max_model_len=instance.max_model_len,
+        registered_at=instance.registered_at,
+        last_heartbeat=instance.last_heartbeat,
+        suspect=instance.suspect,
+    )
 
 
 class InstanceTable:
@@ -209,28 +226,34 @@ class InstanceTable:
             for model, instances in sorted(self._by_model.items())
         }
 
-    def snapshot(self) -> dict[str, object]:
+    def snapshot(self) -> TableSnapshot:
         """The whole table as plain data, instances in registration order per model."""
-        return {
-            "known": sorted(self._known),
-            "instances": [instance_fields(i) for group in self._by_model.values() for i in group],
-        }
+        return TableSnapshot(
+            known=sorted(self._known),
+            instances=[instance_fields(i) for group in self._by_model.values() for i in group],
+        )
 
-    def apply_snapshot(self, snapshot: dict[str, object]) -> None:
+    def apply_snapshot(self, snapshot: TableSnapshot) -> None:
         """Become a copy of `snapshot`; instances that stay keep their objects (and in-flight counts)."""
         old, self._instances, self._by_model = self._instances, {}, {}
-        for fields in snapshot["instances"]:  # type: ignore[attr-defined]
+        for fields in snapshot["instances"]:
             instance = old.get(fields["instance_id"])
-            if instance is None or any(
-                getattr(instance, k) != fields[k] for k in ("endpoint", "model", "url")
+            if instance is None or (instance.endpoint, instance.model, instance.url) != (
+                fields["endpoint"],
+                fields["model"],
+                fields["url"],
             ):
                 instance = instance_from(fields)
-            else:
-                for name in SHARED_FIELDS[4:]:
-                    setattr(instance, name, fields[name])
+            else:  # the same worker: its lease and what it says of itself
+                instance.weight = fields["weight"]
+                instance.pid = fields["pid"]
+                instance.max_model_len = fields["max_model_len"]
+                instance.registered_at = fields["registered_at"]
+                instance.last_heartbeat = fields["last_heartbeat"]
+                instance.suspect = fields["suspect"]
             self._instances[instance.instance_id] = instance
             self._by_model.setdefault(instance.model, []).append(instance)
-        self._known = set(snapshot["known"])  # type: ignore[call-overload]
+        self._known = set(snapshot["known"])
         if self._on_remove is not None:
             for instance_id, instance in old.items():
                 if self._instances.get(instance_id) is not instance:

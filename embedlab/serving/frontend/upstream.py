@@ -95,6 +95,7 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport; uvloop's implement asyncio.Transport without subclassing it, so no isinstance can narrow.
         self.transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from ...defaults import WORKER_HEADER
-from ...engines import Engine, InvalidInput, check_dimensions
+from ...engines import Embedder, InvalidInput, check_dimensions
 from ..http import error_response, json_response, make_app
 from ..openai import ApiError, bad_request, embedding_response, parse_embedding_request
 from .config import LOAD_FORMATS, WorkerConfig
@@ -40,7 +40,7 @@ class RequestPlane:
         self,
         config: WorkerConfig,
         *,
-        engine: Engine,
+        engine: Embedder,
         metrics: WorkerMetrics | SlotMetrics,
         state: Callable[[], str],
         url: Callable[[], str],

@@ -119,7 +119,7 @@ async def serve_ingest(settings: IngestSettings, stop: asyncio.Event) -> int:
     os.close(settings.memory_fd)  # mapped: the mapping keeps it
     plane = RequestPlane(
         config,
-        engine=engine,  # type: ignore[arg-type]
+        engine=engine,
         metrics=SlotMetrics(board, settings.index),
         state=lambda: board.state,
         url=lambda: settings.url,

@@ -182,8 +182,8 @@ class IngestPool:
             return
         if done.cancelled():
             channel.send(failure(request_id, EngineError("the engine stopped before answering")))
-        elif done.exception() is not None:
-            channel.send(failure(request_id, done.exception()))  # type: ignore[arg-type]
+        elif (error := done.exception()) is not None:
+            channel.send(failure(request_id, error))
         else:
             channel.send(messages.vectors_reply(request_id, done.result()))
 
