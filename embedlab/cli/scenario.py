@@ -242,5 +242,7 @@ def _run_scenario(args: argparse.Namespace) -> int:
         image = BytesIO()  # rendered whole first: the file then appears at once (write_bytes_atomic)
         plot(result).savefig(image, dpi=100, format=args.plot.suffix[1:] or "png")
         write_bytes_atomic(args.plot, image.getvalue())
+    if result.evidence():
+        print(result.evidence())
     print(result.summary())
     return 0 if result.ok else EXIT_FAILED

@@ -7,22 +7,45 @@ result.ok, table(result), plot(result)
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...cluster.deployment import Deployment
-from ...defaults import FAIRNESS_ALPHA
+from ...defaults import BUSY_BUDGET_S, FAIRNESS_ALPHA
 from ...errors import ConfigError
+from ...evidence.busy import (
+    ProvenBy,
+    leak_power,
+    leak_requests,
+    moving_requests,
+    quiet_power,
+    required_requests,
+)
+from ...evidence.busy.constants import POWER
 from ...evidence.split import Split
 from ...evidence.stats import StillChance, still_chance
 from ...evidence.target import Target, target_of
 from ...evidence.traffic import Input, RequestRecord, default_inputs, run_sync
 from ...verdicts import Verdict
-from ..burst import BurstSpec, judge, run_burst, served_models, serving, status_codes, workers_of
+from ..burst import (
+    BurstSpec,
+    BusyKnobs,
+    busy_outcome,
+    judge,
+    needs_schedule,
+    run_burst,
+    run_schedule,
+    schedule_for,
+    served_models,
+    serving,
+    status_codes,
+    workers_of,
+)
 from ..params import knob
-from ..result import Burst, DataFigures, ScenarioResult
+from ..result import Burst, DataFigures, ScenarioResult, ScheduleRun
 
 if TYPE_CHECKING:
     from ..plan import ScenarioPlan
@@ -40,16 +63,26 @@ __all__ = [
 
 
 @dataclass(frozen=True, kw_only=True)
-class SameModelParams:
-    # 40: the smallest burst at which a 90/10 skew of a 50/50 pool is caught 99% of the time
-    # at the default alpha (bench/verification_power.py).
-    requests: int = knob(40, "requests in the burst", min=1)
+class SameModelParams(BusyKnobs):
+    # None: the smallest burst that catches an idle replica and a 0.9/0.1 skew with 99 % at this
+    # pool's size and weights (power.required_requests: 40 for two equal replicas, 690 for 16).
+    requests: int | None = knob(
+        None,
+        "requests in the burst (default: enough to catch an idle replica and a 0.9/0.1 skew with 99 %)",
+        min=1,
+    )
     concurrency: int = knob(4, "requests in flight at once", min=1)
 
 
 @dataclass(frozen=True, kw_only=True)
-class MultiModelParams:
-    requests: int = knob(10, "requests per burst, one burst per model", min=1)
+class MultiModelParams(BusyKnobs):
+    # None: 44 per model, the fewest in which a leak of 1 in 10 shows with 99 %, or more where a
+    # model's replicas must each move (power.moving_requests).
+    requests: int | None = knob(
+        None,
+        "requests per burst, one burst per model (default: enough to catch a 1-in-10 leak with 99 %)",
+        min=1,
+    )
     concurrency: int = knob(4, "requests in flight at once", min=1)
 
 
@@ -82,20 +115,26 @@ class DispatchFigures(DataFigures):
     codes: dict[str, int]  # HTTP status of the failed requests; "0": no answer
 
     def rows(self) -> list[tuple[str, str]]:
-        return [("counted on another model's worker", f"{self.wrong:.0f} of {self.counted:.0f}")] + [
+        return [("counted on another model's worker", self._wrong())] + [
             (f"failed with HTTP {c}" if c != "0" else "failed without an answer", str(n))
             for c, n in sorted(self.codes.items())
         ]
 
     def key_figures(self) -> dict[str, Any]:
         shown = f" (HTTP {', '.join(sorted(self.codes))})" if self.codes else ""
-        return {"counted on another model's worker": f"{self.wrong:.0f} of {self.counted:.0f}{shown}"}
+        return {"counted on another model's worker": f"{self._wrong()}{shown}"}
+
+    def _wrong(self) -> str:
+        # NaN: a busy pool, where no request is counted one by one (the schedule's bound says it).
+        if math.isnan(self.wrong):
+            return "not counted one by one on a busy pool (the schedule bounds it)"
+        return f"{self.wrong:.0f} of {self.counted:.0f}"
 
 
 def same_model_load_balance(
     deployment: Deployment | Target,
     *,
-    requests: int = SameModelParams.requests,
+    requests: int | None = SameModelParams.requests,
     concurrency: int = SameModelParams.concurrency,
     model: str | None = None,
     weights: Sequence[float] | None = None,
@@ -107,6 +146,8 @@ def same_model_load_balance(
     progress: bool = False,
     on_response: Callable[[RequestRecord], None] | None = None,
     split: Split = Split.WEIGHTS,
+    busy: bool = SameModelParams.busy,
+    budget_s: float = BUSY_BUDGET_S,
 ) -> ScenarioResult:
     """Two or more workers serve one model: every one must move, and the split must fit the policy.
 
@@ -119,6 +160,13 @@ def same_model_load_balance(
     Under `weights`, "every worker moves" is asserted only where a correct router would
     leave some worker still less often than `fairness_alpha` (1:4 over 20 requests does
     1.2% of the time): otherwise the split's p-value alone judges, and the burst's rule says so.
+
+    `requests` None sizes the burst from the pool (`power.required_requests`); a burst that
+    cannot catch an idle replica and a 0.9/0.1 skew with 99 % ends inconclusive, never passed,
+    and the verdict's power sentence says what it would have caught. Where the quiet windows
+    see traffic embedlab did not send and no response names its worker, or with `busy`, the
+    check runs the randomized on/off schedule up to `budget_s` instead, and its verdict is the
+    schedule's.
     """
     if split not in tuple(Split):
         raise ConfigError(f"split must be one of {', '.join(Split)}, got {split!r}")
@@ -129,6 +177,9 @@ def same_model_load_balance(
     weights = (
         list(weights) if weights is not None else list(target.weights or [1.0] * len(target.system_urls))
     )
+    own = [weights[i] for i in indices]
+    if requests is None:
+        requests = required_requests(own).requests
     alpha = FAIRNESS_ALPHA if fairness_alpha is None else fairness_alpha
     still = still_chance([weights[i] for i in indices], requests) if split is Split.WEIGHTS else None
     all_move = split is Split.EXACT or (still is not None and still.value < alpha)
@@ -139,7 +190,15 @@ def same_model_load_balance(
         "weights": weights,
         "fairness_alpha": fairness_alpha,
         "split": split,
+        "busy": busy,
+        "budget_s": budget_s,
     }
+    started = time.monotonic()
+    power, short = _same_model_power(split, requests, own)
+    if busy:
+        return _same_model_busy(
+            deployment, target, model, indices, weights, split, [], started, params, budget_s
+        )
     spec = BurstSpec(
         name=model,
         model=model,
@@ -156,8 +215,11 @@ def same_model_load_balance(
         on_response=on_response,
         rule=_same_model_rule(split, all_move=all_move, still=still, alpha=fairness_alpha, requests=requests),
     )
-    started = time.monotonic()
     burst = run_sync(run_burst(target, spec, progress=progress))
+    if needs_schedule([burst]):
+        return _same_model_busy(
+            deployment, target, model, indices, weights, split, [burst], started, params, budget_s
+        )
     verdict, reasons = judge([burst], exact_total=True)
     deltas = [burst.delta(i) or 0.0 for i in indices]
     shown = "/".join(f"{d:.0f}" for d in deltas)
@@ -165,6 +227,8 @@ def same_model_load_balance(
         verdict, reasons = Verdict.FAILED, [f"{model}: round-robin split {shown} is not even"]
     elif verdict == Verdict.PASSED and split is Split.REPORT:
         verdict, reasons = Verdict.REPORTED, [f"{model}: split {shown} (the policy decides; not asserted)"]
+    elif verdict == Verdict.PASSED and short:
+        verdict, reasons = Verdict.INCONCLUSIVE, [f"{model}: {short}"]
     return ScenarioResult(
         scenario="same-model",
         stack=target.stack,
@@ -177,7 +241,102 @@ def same_model_load_balance(
         figures=SplitFigures(
             deltas=tuple(deltas), split=str(split), p_value=burst.check.p_value if burst.check else None
         ),
+        power=power,
+        proven_by=ProvenBy.ATTRIBUTION if burst.proven_by else ProvenBy.QUIET,
     )
+
+
+def _same_model_power(split: Split, requests: int, weights: Sequence[float]) -> tuple[str, str]:
+    """The faults a quiet burst of `requests` over replicas with `weights` catches, in words, and
+    why it falls short of the target ("": it does not): an idle replica and a 0.9/0.1 skew caught
+    with 99 % (round-robin: any replica more than one request off the even split)."""
+    k = len(weights)
+    if split is Split.REPORT:
+        return (
+            f"{requests} requests over {k} replicas: the split is reported, not asserted, so no fault of it is ruled out",
+            "",
+        )
+    if split is Split.EXACT:
+        # An idle replica leaves the others requests/(k-1) each, two or more off its share of none.
+        enough = requests >= 2 * (k - 1)
+        said = (
+            f"{requests} requests over {k} replicas, round-robin: a replica more than one request off the even "
+            f"split fails, so an idle replica and a 0.9/0.1 skew are {'caught for certain' if enough else 'not always caught'}"
+        )
+        return (
+            said,
+            "" if enough else f"{requests} requests cannot show an idle replica of {k}; {2 * (k - 1)} can",
+        )
+    q = quiet_power(requests, weights)
+    if q.require_all and q.idle >= POWER and q.skew >= POWER:
+        return q.sentence, ""
+    needed = required_requests(weights).requests
+    return q.sentence, (
+        f"{requests} requests cannot catch an idle replica and a 0.9/0.1 skew with {POWER:.0%} probability "
+        f"over {k} replicas ({q.sentence}); {needed} can, the default"
+    )
+
+
+def _same_model_busy(
+    deployment: Deployment | Target,
+    target: Target,
+    model: str,
+    indices: list[int],
+    weights: list[float],
+    split: Split,
+    bursts: list[Burst],
+    started: float,
+    params: dict[str, Any],
+    budget_s: float,
+) -> ScenarioResult:
+    """same-model on a busy pool: the randomized on/off schedule's verdict."""
+    if split is Split.REPORT:
+        reason = f"{model}: the pool is busy, and the router's policy decides the split: nothing to test it against"
+        verdict, reasons, power, run = Verdict.INCONCLUSIVE, [reason], "", None
+    else:
+        models = [m if m is not None else model for m in target.models]
+        run = run_sync(
+            run_schedule(
+                target,
+                schedule_for([model], workers=len(indices)),
+                models=models,
+                weights=weights,
+                budget_s=budget_s,
+            )
+        )
+        verdict, reasons, power = _busy_outcome(run, bursts)
+    return ScenarioResult(
+        scenario="same-model",
+        stack=target.stack,
+        params=params,
+        workers=workers_of(deployment),
+        bursts=bursts,
+        verdict=verdict,
+        reasons=reasons,
+        wall_seconds=time.monotonic() - started,
+        figures=_busy_split(run, indices, split),
+        power=power,
+        proven_by=ProvenBy.SCHEDULE,
+        schedule=run,
+    )
+
+
+def _busy_outcome(run: ScheduleRun, bursts: Sequence[Burst]) -> tuple[Verdict, list[str], str]:
+    """The schedule's verdict; a quiet burst before it that failed a request still fails the check."""
+    verdict, reasons, power = busy_outcome(run)
+    failed = [
+        f"{b.name}: {len(b.traffic.failures)} of {b.traffic.n} requests failed ({b.traffic.failures[0].error})"
+        for b in bursts
+        if b.traffic.failures
+    ]
+    if failed and verdict != Verdict.FAILED:
+        return Verdict.FAILED, [*failed, *reasons], power
+    return verdict, [*failed, *reasons], power
+
+
+def _busy_split(run: ScheduleRun | None, indices: Sequence[int], split: Split) -> SplitFigures:
+    moved = run.on_minus_off() if run is not None else {}
+    return SplitFigures(deltas=tuple(moved.get(i, 0.0) for i in indices), split=str(split), p_value=None)
 
 
 def _same_model_rule(
@@ -205,7 +364,7 @@ def multi_model_dispatch(
     deployment: Deployment | Target,
     models: Sequence[str] | None = None,
     *,
-    requests_per_burst: int = MultiModelParams.requests,
+    requests_per_burst: int | None = MultiModelParams.requests,
     concurrency: int = MultiModelParams.concurrency,
     min_total_delta: float | None = None,
     settle_seconds: float = 0.0,
@@ -213,8 +372,15 @@ def multi_model_dispatch(
     timeout: float = 60.0,
     progress: bool = False,
     on_response: Callable[[RequestRecord], None] | None = None,
+    busy: bool = MultiModelParams.busy,
+    budget_s: float = BUSY_BUDGET_S,
 ) -> ScenarioResult:
-    """One burst per model, one snapshot pair per burst: only that model's workers may move."""
+    """One burst per model, one snapshot pair per burst: only that model's workers may move.
+
+    `requests_per_burst` None: 44 per model (a leak of 1 in 10 shows with 99 %), more where a
+    model's replicas must each move. A burst too small for its replicas' moving to be asserted
+    ends inconclusive, never passed. A busy pool (or `busy`) runs the randomized schedule, one
+    arm per model, up to `budget_s`, and its verdict is the schedule's."""
     target = target_of(deployment)
     served_models(target.frontend_url)
     if any(m is None for m in target.models):
@@ -228,9 +394,27 @@ def multi_model_dispatch(
     missing = [m for m in models if m not in served]
     if missing:
         raise ConfigError(f"no worker serves {missing}; workers serve {served}")
-    params = {"requests_per_burst": requests_per_burst, "concurrency": concurrency, "models": models}
     replicas = {model: [i for i, m in enumerate(target.models) if m == model] for model in models}
     weights = list(target.weights) if target.weights else [1.0] * len(target.models)
+    if requests_per_burst is None:
+        requests_per_burst = max(
+            [leak_requests(), *(moving_requests([weights[i] for i in replicas[m]]) for m in models)]
+        )
+    params = {
+        "requests_per_burst": requests_per_burst,
+        "concurrency": concurrency,
+        "models": models,
+        "busy": busy,
+        "budget_s": budget_s,
+    }
+    power, short = _multi_model_power(
+        requests_per_burst, {m: [weights[i] for i in replicas[m]] for m in models}
+    )
+    started = time.monotonic()
+    if busy:
+        return placement_busy(
+            "multi-model", deployment, target, models, weights, [], started, params, budget_s
+        )
     specs = [
         BurstSpec(
             name=model,
@@ -251,13 +435,18 @@ def multi_model_dispatch(
         )
         for model in models
     ]
-    started = time.monotonic()
 
     async def run_all() -> list[Burst]:
         return [await run_burst(target, spec, progress=progress) for spec in specs]
 
     bursts = run_sync(run_all())
+    if needs_schedule(bursts):
+        return placement_busy(
+            "multi-model", deployment, target, models, weights, bursts, started, params, budget_s
+        )
     verdict, reasons = judge(bursts, exact_total=True)
+    if verdict == Verdict.PASSED and short:
+        verdict, reasons = Verdict.INCONCLUSIVE, short
     rows = [(b, r) for b in bursts if b.check for r in b.check.rows]
     figures = DispatchFigures(
         wrong=sum(r.delta for b, r in rows if r.index not in b.expected),
@@ -274,6 +463,65 @@ def multi_model_dispatch(
         reasons=reasons,
         wall_seconds=time.monotonic() - started,
         figures=figures,
+        power=power,
+        proven_by=ProvenBy.ATTRIBUTION if any(b.proven_by for b in bursts) else ProvenBy.QUIET,
+    )
+
+
+def _multi_model_power(requests: int, pool: dict[str, list[float]]) -> tuple[str, list[str]]:
+    """What a quiet multi-model check of `requests` per model catches, and why it falls short of
+    the target (an idle replica caught for certain: every replica must move) where it does."""
+    parts, short = [leak_power(requests).sentence], []
+    for model, weights in pool.items():
+        if len(weights) < 2:
+            continue
+        needed = moving_requests(weights)
+        if requests >= needed:
+            parts.append(f"every replica of '{model}' must move, so an idle one is caught")
+        else:
+            short.append(
+                f"{model}: {requests} requests cannot assert that each of its {len(weights)} replicas moves "
+                f"(a correct router leaves one still too often); {needed} can"
+            )
+            parts.append(f"an idle replica of '{model}' is not caught at {requests} requests")
+    return "; ".join(parts), short
+
+
+def placement_busy(
+    scenario: str,
+    deployment: Deployment | Target,
+    target: Target,
+    models: list[str],
+    weights: list[float],
+    bursts: list[Burst],
+    started: float,
+    params: dict[str, Any],
+    budget_s: float,
+    figures: Any = None,
+) -> ScenarioResult:
+    """multi-model and mixed on a busy pool: the schedule's verdict, one arm per model."""
+    pool = [m for m in target.models if m is not None]
+    run = run_sync(
+        run_schedule(
+            target, schedule_for(models, workers=len(pool)), models=pool, weights=weights, budget_s=budget_s
+        )
+    )
+    verdict, reasons, power = _busy_outcome(run, bursts)
+    moved = run.on_minus_off()
+    return ScenarioResult(
+        scenario=scenario,
+        stack=target.stack,
+        params=params,
+        workers=workers_of(deployment),
+        bursts=bursts,
+        verdict=verdict,
+        reasons=reasons,
+        wall_seconds=time.monotonic() - started,
+        figures=figures
+        or DispatchFigures(wrong=math.nan, counted=sum(moved.values()), codes=status_codes(bursts)),
+        power=power,
+        proven_by=ProvenBy.SCHEDULE,
+        schedule=run,
     )
 
 
@@ -294,6 +542,8 @@ def run_same_model(target: Deployment | Target, plan: ScenarioPlan) -> ScenarioR
         weights=plan.weights or None,
         progress=plan.progress,
         split=split,
+        busy=params.busy,
+        budget_s=params.budget_s,
     )
 
 
@@ -305,4 +555,6 @@ def run_multi_model(target: Deployment | Target, plan: ScenarioPlan) -> Scenario
         requests_per_burst=params.requests,
         concurrency=params.concurrency,
         progress=plan.progress,
+        busy=params.busy,
+        budget_s=params.budget_s,
     )
