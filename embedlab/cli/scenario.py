@@ -53,7 +53,8 @@ def _knobs(scenario: Any) -> list[Any]:
 def _add_knob(group: argparse._ArgumentGroup, knob: Any) -> str:
     """`--name` for a knob, converting as its type says; returns the name it is stored under."""
     shown = ",".join(map(str, knob.default)) if isinstance(knob.default, tuple) else knob.default
-    help = f"{knob.help} (default: {shown})"
+    # argparse formats help with %: a knob's "99 %" would be read as a format.
+    help = f"{knob.help} (default: {shown})".replace("%", "%%")
     if knob.base is bool:
         group.add_argument(knob.option, dest=knob.name, action=argparse.BooleanOptionalAction, help=help)
     else:

@@ -284,11 +284,16 @@ async def run_schedule(
     timeout: float = 60.0,
 ) -> ScheduleRun:
     """The check as a randomized on/off schedule: every worker read at every window boundary, each
-    window's arm sent right after its opening read, a verdict after every window (BusyMonitor)
-    until one stands or the budget is spent. `models`: each worker's model, by index.
+    window's arm sent right after its opening read, a verdict after every block (BusyMonitor)
+    until one stands or `budget_s` of wall time is spent. `models`: each worker's model, by index.
 
-    Boundaries are on one clock (`start + k * window_s`); a window's requests go out at once and
-    are counted as `sent` if answered before its closing read, `late` if not."""
+    A block's boundaries are on one clock (its start + k * window_s). A window's requests go out
+    at once; one still unanswered at the window's closing read (late) would count in the next
+    window, perhaps of another arm, so its whole block is set aside: the check waits for every
+    answer, reads again, and runs the same block (the same drawn order) anew. Whether a block is
+    late does not depend on its order (each arm sends the same requests wherever it stands),
+    so the blocks kept still have uniformly random orders. Measured on a 2-core machine at load
+    11: p99 latency 1 s, a quarter of the blocks set aside, the rest decided."""
     windows: list[ScheduleWindow] = []
     records: list[RequestRecord] = []
     pending: set[asyncio.Task[BurstResult]] = set()
@@ -311,48 +316,68 @@ async def run_schedule(
 
         try:
             schedule = await _fitted(schedule, target, http, limits, timeout)
-            monitor = BusyMonitor(schedule, models, weights, budget_s=budget_s)
+            # The budget is wall time, blocks set aside included: the monitor only counts what it is fed.
+            monitor = BusyMonitor(schedule, models, weights, budget_s=math.inf)
+            arms = len(schedule.arms)
             before = await read()
-            t0 = time.perf_counter()
-            for window in schedule.windows():
-                answered: list[RequestRecord] = []
-                n = sum(window.arm.requests.values())
-                task = None
-                if n:
-                    order = [m for m, k in window.arm.requests.items() for _ in range(k)]
-                    task = asyncio.create_task(
-                        asend_burst(
-                            target.frontend_url,
-                            window.arm.name,
-                            n,
-                            concurrency=min(n, limits),
-                            inputs=default_inputs(n, seed=window.index),
-                            timeout=timeout,
-                            client=http,
-                            models=order,
-                            on_response=answered.append,
+            origin = time.perf_counter()
+            block = 0
+            while True:
+                t0 = time.perf_counter()
+                found: list[ScheduleWindow] = []
+                for position in range(arms):
+                    window = schedule.window(block * arms + position)
+                    at = t0 - origin + position * schedule.window_s
+                    answered: list[RequestRecord] = []
+                    n = sum(window.arm.requests.values())
+                    if n:
+                        order = [m for m, k in window.arm.requests.items() for _ in range(k)]
+                        task = asyncio.create_task(
+                            asend_burst(
+                                target.frontend_url,
+                                window.arm.name,
+                                n,
+                                concurrency=min(n, limits),
+                                inputs=default_inputs(n, seed=window.index),
+                                timeout=timeout,
+                                client=http,
+                                models=order,
+                                on_response=answered.append,
+                            )
+                        )
+                        pending.add(task)
+                        task.add_done_callback(pending.discard)
+                        task.add_done_callback(lambda t, at=at: records.extend(_shifted(t, at)))
+                    await asyncio.sleep(
+                        max(0.0, t0 + (position + 1) * schedule.window_s - time.perf_counter())
+                    )
+                    # What counts in this window: the answers in hand when its closing read begins.
+                    counted = [r for r in answered if r.status]
+                    late = n - len(answered)
+                    after = await read()
+                    deltas = tuple(b.delta(a, worker_index=i) for i, (b, a) in enumerate(zip(before, after)))
+                    before = after
+                    sent: dict[str, int] = {}
+                    for r in counted:
+                        sent[r.model] = sent.get(r.model, 0) + 1
+                    found.append(
+                        ScheduleWindow(
+                            window.index, window.arm.name, at, at + schedule.window_s, deltas, sent, late
                         )
                     )
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
-                    task.add_done_callback(lambda t, at=window.start_s: records.extend(_shifted(t, at)))
-                await asyncio.sleep(max(0.0, t0 + window.end_s - time.perf_counter()))
-                # What counts in this window: the answers in hand when its closing read begins.
-                counted = [r for r in answered if r.status]
-                late = n - len(answered)
-                after = await read()
-                deltas = tuple(b.delta(a, worker_index=i) for i, (b, a) in enumerate(zip(before, after)))
-                before = after
-                sent: dict[str, int] = {}
-                for r in counted:
-                    sent[r.model] = sent.get(r.model, 0) + 1
-                windows.append(
-                    ScheduleWindow(
-                        window.index, window.arm.name, window.start_s, window.end_s, deltas, sent, late
-                    )
-                )
-                monitor.add(WindowRecord(index=window.index, deltas=deltas, sent=sent, late=late))
-                verdict = monitor.verdict()
+                kept = not any(w.late for w in found)
+                windows += [w if kept else dataclasses.replace(w, kept=False) for w in found]
+                if kept:
+                    for w in found:
+                        monitor.add(WindowRecord(index=w.index, deltas=w.deltas, sent=w.sent))
+                    block += 1
+                    verdict = monitor.verdict(final=False)
+                else:
+                    # Every answer in, then a fresh read: the next block starts from nothing in flight.
+                    await asyncio.gather(*pending, return_exceptions=True)
+                    before = await read()
+                if verdict is None and time.perf_counter() - origin >= budget_s:
+                    verdict = monitor.verdict(final=True)
                 if verdict is not None:
                     break
         except CounterResetError as exc:
@@ -394,7 +419,7 @@ async def _fitted(
             client=http, models=order, timeout=timeout,
         )  # fmt: skip
         took.append(time.perf_counter() - started)
-    rate = nominal / max(min(took), 1e-6)
+    rate = nominal / max(max(took), 1e-6)
     window, per_window = schedule.window_s, nominal
     while True:
         fits = math.floor(rate * window * schedule.send_fraction / 2)

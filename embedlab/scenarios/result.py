@@ -160,6 +160,7 @@ class ScheduleWindow:
     deltas: tuple[float, ...]  # by worker index
     sent: dict[str, int]  # answered before the window's closing snapshot, by model
     late: int = 0  # still in flight at that snapshot
+    kept: bool = True  # False: its block had a late request and was set aside (run again)
 
 
 @dataclass
@@ -192,9 +193,15 @@ class ScheduleRun:
             return {i: sum(by_arm[a][i] for a in on) - by_arm["off"][i] for i in range(workers)}
         return {i: max(by_arm[a][i] for a in arms) - min(by_arm[a][i] for a in arms) for i in range(workers)}
 
+    @property
+    def set_aside(self) -> int:
+        """Windows whose block had a late answer, run again: they judge nothing."""
+        return sum(not w.kept for w in self.windows)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict.to_json() if self.verdict else None,
+            "set_aside": self.set_aside,
             "why": self.why,
             "seed": self.seed,
             "window_s": self.window_s,
@@ -328,7 +335,11 @@ class ScenarioResult:
         """What the verdict stands on, in a line: its power and how placement was proven ("": none said)."""
         said = [f"power: {self.power}"] if self.power else []
         if self.proven_by:
-            how = f" ({self.schedule.verdict.how})" if self.schedule and self.schedule.verdict else ""
+            how = ""
+            if self.schedule and self.schedule.verdict:
+                aside = self.schedule.set_aside
+                again = f"; {aside} windows set aside for a late answer and run again" if aside else ""
+                how = f" ({self.schedule.verdict.how}{again})"
             said.append(f"placement proven by {self.proven_by}{how}")
         return "; ".join(said)
 

@@ -228,7 +228,7 @@ def test_the_battery_findings_on_embedded_litellm_and_vllm_router(tmp_path: Path
     )
     # Two models put it in its gateway mode (--enable-igw), workers joining with their model.
     assert verdict[("vllm-router", "multi-model")] == "passed"
-    assert cells[("vllm-router", "multi-model")].text.startswith("counted on another model's worker 0 of 20")
+    assert cells[("vllm-router", "multi-model")].text.startswith("counted on another model's worker 0 of 88")
     # Retries hide a dead worker; without them, clients see 500s.
     assert cells[("vllm-router", "failover")].text.startswith("lost 0 of 200")
     lost = cells[("vllm-router", "failover-no-retries")].text

@@ -68,7 +68,7 @@ class SameModelParams(BusyKnobs):
     # pool's size and weights (power.required_requests: 40 for two equal replicas, 690 for 16).
     requests: int | None = knob(
         None,
-        "requests in the burst (default: enough to catch an idle replica and a 0.9/0.1 skew with 99 %)",
+        "requests in the burst; None: enough to catch an idle replica and a 0.9/0.1 skew with 99 %",
         min=1,
     )
     concurrency: int = knob(4, "requests in flight at once", min=1)
@@ -80,7 +80,7 @@ class MultiModelParams(BusyKnobs):
     # model's replicas must each move (power.moving_requests).
     requests: int | None = knob(
         None,
-        "requests per burst, one burst per model (default: enough to catch a 1-in-10 leak with 99 %)",
+        "requests per burst, one burst per model; None: enough to catch a 1-in-10 leak with 99 %",
         min=1,
     )
     concurrency: int = knob(4, "requests in flight at once", min=1)

@@ -64,7 +64,7 @@ class MixedParams(BusyKnobs):
     # caught with 99 % (power.required_requests: 40 for two equal replicas): 44 on a 2x2 pool.
     requests: int | None = knob(
         None,
-        "requests per model in each burst (default: enough for 99 % power against a leak, an idle replica and a skew)",
+        "requests per model in each burst; None: enough for 99 % power against a leak, an idle replica and a skew",
         min=1,
     )
     concurrency: int = knob(8, "requests in flight at once", min=1)
