@@ -218,7 +218,8 @@ def _run_scenario(args: argparse.Namespace) -> int:
         plan, launch_progress=sys.stderr.isatty() if args.progress is None else args.progress
     )
     frame = table(result)
-    print(frame.drop(columns=[c for c in ("ok",) if c in frame.columns]).to_string(index=False))
+    if len(frame):  # a busy check judged by its schedule alone has no burst to tabulate
+        print(frame.drop(columns=[c for c in ("ok",) if c in frame.columns]).to_string(index=False))
     for burst in result.bursts:
         if burst.rule:
             print(f"asserted ({burst.name}): {burst.rule}")
