@@ -267,9 +267,10 @@ def needs_schedule(bursts: Sequence[Burst]) -> bool:
 
 
 def busy_rate(workers: int) -> float:
-    """The busy check's own rate while a window is on: BUSY_RATE_PER_S for a pool of two, and
-    proportionally more for larger pools, so that each replica's share of a window stays
-    about the same (up to 8x: a 64-worker snapshot and the sender bound it)."""
+    """The busy check's own rate while a window is on, for a model of `workers` replicas (one
+    model's requests per window): BUSY_RATE_PER_S for two, proportionally more for more, so that
+    each replica's share of a window stays about the same (up to 8x: the sender bounds it, and
+    `_fitted` lowers it further to what the sender and router answer in time)."""
     return BUSY_RATE_PER_S * min(8.0, max(1.0, workers / 2))
 
 
@@ -394,7 +395,7 @@ async def run_schedule(
         wall_seconds=windows[-1].end_s if windows else 0.0,
     )
     rate = max(sum(a.requests.values()) for a in schedule.arms) / schedule.window_s
-    return ScheduleRun(windows, verdict, traffic, schedule.seed, schedule.window_s, rate, why)
+    return ScheduleRun(windows, verdict, traffic, schedule.seed, schedule.window_s, rate, why, tuple(models))
 
 
 async def _fitted(
@@ -452,7 +453,8 @@ def _shifted(task: asyncio.Task[BurstResult], at: float) -> list[RequestRecord]:
 
 
 def schedule_for(models: Sequence[str], *, workers: int) -> Schedule:
-    """The schedule of a busy check: on/off windows for one model, one arm per model for several."""
+    """The schedule of a busy check: on/off windows for one model, one arm per model for several;
+    `workers`: the most replicas any of them has."""
     per_window = max(1, round(busy_rate(workers) * WINDOW_S))
     models = list(dict.fromkeys(models))
     if len(models) == 1:

@@ -178,20 +178,26 @@ class ScheduleRun:
     window_s: float
     rate_per_s: float
     why: str = ""
+    worker_models: tuple[str, ...] = ()  # each worker's model, by index
 
     def on_minus_off(self) -> dict[int, float]:
-        """Worker index -> its counts in windows that sent something minus those in off windows
-        (same-model), or in its own model's windows minus the mean of the others' (per model):
-        what the check's own traffic did to each counter, the other clients' cancelled out."""
-        arms = list(dict.fromkeys(w.arm for w in self.windows))
-        workers = len(self.windows[0].deltas) if self.windows else 0
-        by_arm = {
-            a: [sum(w.deltas[i] for w in self.windows if w.arm == a) for i in range(workers)] for a in arms
-        }
+        """Worker index -> what the check's own traffic did to its counter, the other clients'
+        cancelled out, over the blocks kept: its counts in on windows minus those in off windows
+        (same-model), or in its own model's windows minus the mean of the other models' (per model)."""
+        kept = [w for w in self.windows if w.kept]
+        arms = list(dict.fromkeys(w.arm for w in kept))
+        workers = len(kept[0].deltas) if kept else 0
+        by_arm = {a: [sum(w.deltas[i] for w in kept if w.arm == a) for i in range(workers)] for a in arms}
         if "off" in by_arm:
             on = [a for a in arms if a != "off"]
             return {i: sum(by_arm[a][i] for a in on) - by_arm["off"][i] for i in range(workers)}
-        return {i: max(by_arm[a][i] for a in arms) - min(by_arm[a][i] for a in arms) for i in range(workers)}
+        moved = {}
+        for i in range(workers):
+            own = self.worker_models[i] if i < len(self.worker_models) else None
+            others = [by_arm[a][i] for a in arms if a != own]
+            mine = by_arm[own][i] if own in by_arm else 0.0
+            moved[i] = mine - (sum(others) / len(others) if others else 0.0)
+        return moved
 
     @property
     def set_aside(self) -> int:

@@ -503,7 +503,11 @@ def placement_busy(
     pool = [m for m in target.models if m is not None]
     run = run_sync(
         run_schedule(
-            target, schedule_for(models, workers=len(pool)), models=pool, weights=weights, budget_s=budget_s
+            target,
+            schedule_for(models, workers=max(pool.count(m) for m in models)),
+            models=pool,
+            weights=weights,
+            budget_s=budget_s,
         )
     )
     verdict, reasons, power = _busy_outcome(run, bursts)
