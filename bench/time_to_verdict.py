@@ -82,9 +82,13 @@ def quiet_window_cost(label: str, runs: int) -> dict[str, Any]:
     """Median wall time of one same-model burst and its check, with and without quiet windows."""
     from embedlab import Deployment, DeploymentSpec
     from embedlab.defaults import QUIET_WINDOW_S
+    from embedlab.evidence.busy import required_requests
     from embedlab.evidence.traffic import default_inputs, run_sync
     from embedlab.scenarios.builtin.dispatch import SameModelParams
     from embedlab.scenarios.burst import BurstSpec, judge, run_burst
+
+    # The scenario's own burst for two equal replicas (its default follows from the pool).
+    requests = required_requests([1.0, 1.0]).requests
 
     stack, discovery, hosts = STACKS[label]
     spec = DeploymentSpec.same_model("embed-model", workers=2, stack=stack, discovery=discovery, hosts=hosts)
@@ -98,9 +102,9 @@ def quiet_window_cost(label: str, runs: int) -> dict[str, Any]:
                 name="same-model",
                 model="embed-model",
                 expected=frozenset({0, 1}),
-                requests=SameModelParams.requests,
+                requests=requests,
                 concurrency=SameModelParams.concurrency,
-                inputs=default_inputs(SameModelParams.requests),
+                inputs=default_inputs(requests),
                 quiet_s=quiet,
             )
             started = time.perf_counter()
@@ -111,7 +115,7 @@ def quiet_window_cost(label: str, runs: int) -> dict[str, Any]:
     return {
         "stack": label,
         "runs": runs,
-        "requests": SameModelParams.requests,
+        "requests": requests,
         "window_s": QUIET_WINDOW_S,
         "with_windows_s": with_s,
         "without_windows_s": without_s,

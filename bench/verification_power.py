@@ -38,8 +38,8 @@ from embedlab import Deployment, DeploymentSpec, ScenarioPlan, ScenarioResult
 
 # Not in the public API: the named defaults themselves, which this benchmark reports on.
 from embedlab.defaults import FAIRNESS_ALPHA as DEFAULT_FAIRNESS_ALPHA
+from embedlab.evidence.busy import required_requests
 from embedlab.jsonio import write_text_atomic
-from embedlab.scenarios.builtin.dispatch import SameModelParams
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -66,7 +66,7 @@ class Case:
         return sum(self.outcomes) / len(self.outcomes) if self.outcomes else float("nan")
 
 
-DEFAULT_SAME_MODEL_REQUESTS = SameModelParams.requests
+DEFAULT_SAME_MODEL_REQUESTS = required_requests([1.0, 1.0]).requests  # the scenario's own, for two replicas
 
 
 def run_scenario(dep: Deployment, scenario: str, requests: int) -> ScenarioResult:
@@ -185,6 +185,65 @@ def smallest_burst(target: float = 0.99) -> int:
     return n
 
 
+# Not measured here: what the burst path does on a busy pool since issue 30, and Dynamo's attribution finding.
+BUSY_SECTION = """\
+## On a busy pool: the randomized schedule (issue 30)
+
+The attached figures above predate it: since issue 30, a check whose quiet windows see traffic
+embedlab did not send, and whose responses name no worker, no longer stops at *inconclusive*. It
+runs a randomized on/off schedule instead (`--busy` asks for it on a quiet pool too; `--budget-s`,
+default 60 s) and its verdict is the schedule's; `docs/busy-method.md` has the method and its
+simulated figures, `tests/integration/test_other_traffic.py` the real pool (attached to 2 models x 2
+replicas, `hey` sending both models' requests at 40 a second: a correct router passes, `leak:0.1`
+and `stick` fail, counters only).
+
+- **Design.** Windows of 0.25 s (longer where the sender cannot answer a window's requests within
+  it), every worker read at every boundary, in blocks of one window per arm (same-model: off and
+  on; multi-model and mixed: one model per window) in an order drawn at random per block: a
+  switchback design (Bojinov, Simchi-Levi and Zhao, *Design and Analysis of Switchback
+  Experiments*, Management Science 69(7), 2023). A block in which a request was still unanswered
+  at a window's end is set aside and run again, so every count kept belongs to its own window.
+- **Test.** Per unit (a model's replicas, one replica's share), a randomization test over the
+  block's orders turned into a bet, its running product an e-process (the aGRAPA bet of
+  Waudby-Smith and Ramdas, JRSS-B 2024; Ramdas, Grünwald, Vovk and Shafer, *Game-theoretic
+  statistics and safe anytime-valid inference*, Stat. Sci. 2023), inverted into confidence
+  sequences: the false-alarm rate (0.1 % per check) holds at whatever block the check stops,
+  whatever the other clients send. Lindon and Malek (NeurIPS 2022) and Lindon et al. (KDD 2022)
+  treat the same shared time-varying rate for counting processes; their `savvi`, `confseq` and
+  `expectation` were read and not used (`docs/busy-method.md`, "Why no library").
+- **Verdicts.** Passed only once an idle replica, a 0.9/0.1 skew and (with two models or more) a
+  leak of 1 in 10 are all ruled out; failed where a unit's expected value is ruled out; at the
+  budget, inconclusive with what it could rule out. Each verdict says how placement was proven:
+  the counters on a quiet pool, the schedule's on-minus-off counts, or per-response attribution.
+- **Power on a quiet pool.** Every same-model, multi-model and mixed verdict states the smallest
+  fault it would have caught with 99 %, and the default burst follows from the pool
+  (`power.required_requests`: 40 requests for two equal replicas, 690 for 16, 4350 for 64;
+  44 per model for a 1-in-10 leak). A burst given by hand that cannot reach 99 % against an idle
+  replica and a 0.9/0.1 skew ends inconclusive, never passed.
+- **A header the counters refute.** Where the `x-embedlab-worker` header proves placement, every
+  worker's counter must rise by at least the responses naming it in the same burst; a router that
+  replays a cached response fails, naming the worker and both numbers
+  (`tests/integration/test_header_replay.py`).
+
+### Dynamo's own attribution
+
+Dynamo 1.6.1's frontend answers `/v1/embeddings` with no worker header and no `nvext` field, even
+when the request asks for `nvext: {"extra_fields": ["worker_id"]}` (that field exists for
+completions), and its `/metrics` carry no per-worker series (their labels: model, endpoint,
+request type, status, error type, router id, stage, and `worker` for a tokio thread). One signal
+exists: with `DYN_LOG='warn,dynamo_runtime::pipeline::network::egress::push_router=info'` the frontend
+logs `Selected worker` (target `dynamo_runtime::pipeline::network::egress::push_router`) for every
+routing attempt, with `worker_id` (the instance id, which the frontend's `/health` maps to its
+component, `embed-worker-N`) and the client's `x_request_id`, which the frontend also echoes on its
+answer. Measured: 400 requests at concurrency 8 with unique `x-request-id`s, 400 of 400 found in the
+log, and the per-worker counts from it (185 and 215) equal to the counters' deltas; random and
+least-loaded modes 200 of 200. A 404 for an unknown model is rejected before routing and logs no
+line; newer Dynamo sources log round-robin and random choices at trace level only, so the signal is
+1.6.1's. embedlab does not read that log yet: attached Dynamo checks use the counters (quiet pool or
+schedule).
+"""
+
+
 def render(
     cases: list[Case],
     clean: list[Case],
@@ -270,6 +329,7 @@ def render(
             " the header); attached, the counters alone end inconclusive and accuse nobody.",
             "",
         ]
+    lines += BUSY_SECTION.rstrip("\n").split("\n") + [""]
     lines += [
         "## Burst size for the fairness test",
         "",

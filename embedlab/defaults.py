@@ -97,6 +97,14 @@ FAIRNESS_ALPHA = 0.001  # a same-model split with a p-value below this does not 
 # The quiet window before a burst's first request and after its last response (settled): no
 # request of embedlab's is in flight, so a counter that moves there counts someone else's.
 QUIET_WINDOW_S = 0.2
+# A check on a busy pool (traffic seen in the quiet windows, or `--busy`) runs its randomized
+# on/off schedule up to this long, then ends inconclusive saying what it could still rule out
+# (`--budget-s`; docs/busy-method.md).
+BUSY_BUDGET_S = 60.0
+# The busy check's own rate while a window is on, for a pool of two workers; larger pools send
+# more (scenarios.burst.busy_rate). At 80 req/s and another client at 40 req/s, a correct 2x2 pool
+# passed within 60 s in 100 % of simulated checks (median 17 s), at 40 req/s 47 % (docs/busy-method.md).
+BUSY_RATE_PER_S = 80.0
 # Scrapes of one snapshot in flight at once: every worker of a 64-worker pool together, and a
 # bound on the sockets (one per worker, kept alive) that a far larger pool would hold open.
 SCRAPE_CONCURRENCY = 64

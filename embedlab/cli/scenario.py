@@ -55,6 +55,7 @@ def _add_knob(group: Any, knob: Any, *, default: Any = None) -> str:
     shown = knob.default if default is None else default
     shown = ",".join(map(str, shown)) if isinstance(shown, tuple) else shown
     help = knob.help if shown in (None, "") else f"{knob.help} (default: {shown})"
+    help = help.replace("%", "%%")  # argparse formats help with %: a knob's "99 %" would be read as one
     if knob.base is bool:
         group.add_argument(knob.option, dest=knob.name, action=argparse.BooleanOptionalAction, help=help)
         return knob.name
@@ -149,7 +150,8 @@ def _run_scenario(args: argparse.Namespace) -> int:
         plan, launch_progress=sys.stderr.isatty() if args.progress is None else args.progress
     )
     frame = table(result)
-    print(frame.drop(columns=[c for c in ("ok",) if c in frame.columns]).to_string(index=False))
+    if len(frame):  # a busy check judged by its schedule alone has no burst to tabulate
+        print(frame.drop(columns=[c for c in ("ok",) if c in frame.columns]).to_string(index=False))
     for burst in result.bursts:
         if burst.rule:
             print(f"asserted ({burst.name}): {burst.rule}")
@@ -174,5 +176,7 @@ def _run_scenario(args: argparse.Namespace) -> int:
         image = BytesIO()  # rendered whole first: the file then appears at once (write_bytes_atomic)
         plot(result).savefig(image, dpi=100, format=args.plot.suffix[1:] or "png")
         write_bytes_atomic(args.plot, image.getvalue())
+    if result.evidence():
+        print(result.evidence())
     print(result.summary())
     return 0 if result.ok else EXIT_FAILED

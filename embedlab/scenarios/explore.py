@@ -297,5 +297,8 @@ class Explorer:
             model=self.model,
             fairness_alpha=self.fairness_alpha,
             progress=self.progress,
+            # An exploration's bursts are sized by hand to watch the split move: their power is
+            # stated (result.power), not required of them.
+            require_power=False,
         )
         return Step(index=index, phase=phase, weights=self.weights, result=result)

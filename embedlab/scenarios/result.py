@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from ..cluster.events import Event
 from ..cluster.supervisor import GAVE_UP
+from ..evidence.busy import BusyVerdict
 from ..evidence.counters import CheckResult
 from ..evidence.traffic import BurstResult, latency_ms
 from ..jsonio import write_json
@@ -23,6 +24,8 @@ __all__ = [
     "DataFigures",
     "Figures",
     "ScenarioResult",
+    "ScheduleRun",
+    "ScheduleWindow",
     "Unread",
     "WorkerInfo",
     "given_up",
@@ -145,6 +148,76 @@ class Burst:
         }
 
 
+@dataclass(frozen=True)
+class ScheduleWindow:
+    """One window of a busy check's schedule: its arm, when it ran (seconds from the schedule's
+    start), every worker's counter delta over it, and the check's own requests in it."""
+
+    index: int
+    arm: str  # "off", "on", or the model whose requests it sent
+    start_s: float
+    end_s: float
+    deltas: tuple[float, ...]  # by worker index
+    sent: dict[str, int]  # answered before the window's closing snapshot, by model
+    late: int = 0  # still in flight at that snapshot
+    kept: bool = True  # False: its block had a late request and was set aside (run again)
+
+
+@dataclass
+class ScheduleRun:
+    """A check run as a randomized on/off schedule (a busy pool): its windows and its verdict.
+
+    `verdict` None: the schedule was cut short (`why`: a worker unread, a counter reset) and
+    decides nothing. `traffic`: every request the check sent, over every window.
+    """
+
+    windows: list[ScheduleWindow]
+    verdict: BusyVerdict | None
+    traffic: BurstResult
+    seed: int
+    window_s: float
+    rate_per_s: float
+    why: str = ""
+    worker_models: tuple[str, ...] = ()  # each worker's model, by index
+
+    def on_minus_off(self) -> dict[int, float]:
+        """Worker index -> what the check's own traffic did to its counter, the other clients'
+        cancelled out, over the blocks kept: its counts in on windows minus those in off windows
+        (same-model), or in its own model's windows minus the mean of the other models' (per model)."""
+        kept = [w for w in self.windows if w.kept]
+        arms = list(dict.fromkeys(w.arm for w in kept))
+        workers = len(kept[0].deltas) if kept else 0
+        by_arm = {a: [sum(w.deltas[i] for w in kept if w.arm == a) for i in range(workers)] for a in arms}
+        if "off" in by_arm:
+            on = [a for a in arms if a != "off"]
+            return {i: sum(by_arm[a][i] for a in on) - by_arm["off"][i] for i in range(workers)}
+        moved = {}
+        for i in range(workers):
+            own = self.worker_models[i] if i < len(self.worker_models) else None
+            others = [by_arm[a][i] for a in arms if a != own]
+            mine = by_arm[own][i] if own in by_arm else 0.0
+            moved[i] = mine - (sum(others) / len(others) if others else 0.0)
+        return moved
+
+    @property
+    def set_aside(self) -> int:
+        """Windows whose block had a late answer, run again: they judge nothing."""
+        return sum(not w.kept for w in self.windows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.to_json() if self.verdict else None,
+            "set_aside": self.set_aside,
+            "why": self.why,
+            "seed": self.seed,
+            "window_s": self.window_s,
+            "rate_per_s": self.rate_per_s,
+            "requests": self.traffic.n,
+            "windows": [asdict(w) for w in self.windows],
+            "on_minus_off": {str(i): d for i, d in self.on_minus_off().items()},
+        }
+
+
 def given_up(events: Iterable[Event]) -> list[str]:
     """What the restart policy recorded of each worker it gave up on, its log's last lines included."""
     return [e.detail for e in events if e.kind == GAVE_UP]
@@ -206,6 +279,13 @@ class ScenarioResult:
     # What ran behind the stack: the workers' engine ("hash"; "hash+vllm" for a mix); "": not
     # known (attached). Left empty, it is read from the workers.
     engine: str = ""
+    # The smallest faults the check would have caught with 99 % probability, in words (same-model,
+    # multi-model, mixed; "": a scenario that judges no placement), and how placement was proven
+    # (a ProvenBy value: the counters on a quiet pool, the schedule, per-response attribution).
+    power: str = ""
+    proven_by: str = ""
+    # The randomized schedule, where the pool was busy (or --busy asked for it): its verdict is the check's.
+    schedule: ScheduleRun | None = None
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
@@ -259,12 +339,25 @@ class ScenarioResult:
     def __str__(self) -> str:
         return self.summary()
 
+    def evidence(self) -> str:
+        """What the verdict stands on, in a line: its power and how placement was proven ("": none said)."""
+        said = [f"power: {self.power}"] if self.power else []
+        if self.proven_by:
+            how = ""
+            if self.schedule and self.schedule.verdict:
+                aside = self.schedule.set_aside
+                again = f"; {aside} windows set aside for a late answer and run again" if aside else ""
+                how = f" ({self.schedule.verdict.how}{again})"
+            said.append(f"placement proven by {self.proven_by}{how}")
+        return "; ".join(said)
+
     def worker_label(self, served_by: str | None) -> str:
         """`worker N` for an `x-embedlab-worker` value (`<endpoint>/<instance>`), by the endpoint."""
         return worker_label(self.workers, served_by)
 
     def latency_ms(self) -> dict[str, float]:
-        return latency_ms(r for b in self.bursts for r in b.traffic.records)
+        scheduled = self.schedule.traffic.records if self.schedule else []
+        return latency_ms([*(r for b in self.bursts for r in b.traffic.records), *scheduled])
 
     @property
     def p_values(self) -> dict[str, float | None]:
@@ -291,6 +384,9 @@ class ScenarioResult:
             "figures": self.figures.to_json() if self.figures is not None else None,
             "key_figures": self.key_figures(),
             "discovered": self.discovered,
+            "power": self.power,
+            "proven_by": self.proven_by,
+            "schedule": self.schedule.to_json() if self.schedule else None,
         }
 
     def key_figures(self) -> dict[str, Any]:

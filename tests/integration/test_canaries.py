@@ -78,6 +78,7 @@ def test_a_burst_with_canaries_in_its_quiet_windows_counts_exactly_what_it_sent(
 
 def test_same_model_passes_with_canaries_on(dep: Deployment) -> None:
     wait_for_canaries(dep, above=[0.0, 0.0])
-    result = same_model_load_balance(dep, requests=20)
+    # 40: two replicas' smallest burst that catches a 0.9/0.1 skew with 99 % (fewer ends inconclusive).
+    result = same_model_load_balance(dep, requests=40)
     assert result.passed, result.summary()
-    assert result.bursts[0].check is not None and result.bursts[0].check.total_delta == 20
+    assert result.bursts[0].check is not None and result.bursts[0].check.total_delta == 40

@@ -53,7 +53,7 @@ def test_a_second_start_stops_the_first_deployment(slot: str, tmp_path: Path) ->
     assert (tmp_path / "run" / "worker-1.log").is_file() and (
         tmp_path / "run" / "start-2" / "worker-1.log"
     ).is_file()
-    assert same_model_load_balance(second, requests=10).passed
+    assert same_model_load_balance(second, requests=40).passed  # 40: two replicas' 99 % power
     stop_deployment(key=slot)
     assert_groups_gone(second_pids)
     assert processes_under(tmp_path / "run") == []

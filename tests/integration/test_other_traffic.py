@@ -1,10 +1,15 @@
-"""A pool of two models with two replicas each, quiet and with another client sending one
-model's requests: attached to as a user would (URLs and `--worker-models`), and launched.
+"""A pool of two models with two replicas each, quiet and with another client sending both
+models' requests through the same router: attached to as a user would (URLs and
+`--worker-models`, counters only), and launched.
 
-The other client is `hey`, a separate process embedlab knows nothing about. Attached, the
-counters alone cannot tell its requests from the check's: the check names its traffic and
-judges nothing. Launched on a stack that names the serving worker on each response, the
-header proves placement, and says so.
+The other client is `hey`, separate processes embedlab knows nothing about, sending a bounded
+number of requests at about 40 a second in all. Attached, the counters alone cannot tell its
+requests from the check's in one before/after pair: the quiet windows see its traffic, and the
+check runs its randomized on/off schedule instead, whose on-minus-off counts judge placement
+(issue 30). A correct router passes; the embedded frontend's own faults (`leak:0.1`, one request
+in ten to another model's replica, and `stick`, every request of a model to its first replica)
+fail. Launched on a stack that names the serving worker on each response, the header proves
+placement where the counters agree with it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +31,8 @@ from embedlab import Deployment, DeploymentSpec, ScenarioPlan
 from embedlab.evidence.metrics import scrape
 
 MODELS = ("model-a", "model-b")
+# Each `hey` sends at most this many requests (20 a second: 5 minutes), so none outlives a stuck test.
+BOUNDED = 6000
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +47,7 @@ def attached(dep: Deployment, scenario: str, *extra: str) -> subprocess.Complete
     models = ",".join(w.model for w in dep.spec.workers)
     argv = ["scenario", scenario, "--frontend-url", dep.frontend_url, *urls, "--worker-models", models]
     return subprocess.run(
-        [sys.executable, "-m", "embedlab", *argv, *extra], capture_output=True, text=True, timeout=180
+        [sys.executable, "-m", "embedlab", *argv, *extra], capture_output=True, text=True, timeout=300
     )
 
 
@@ -48,50 +56,102 @@ def counted(dep: Deployment) -> list[float]:
 
 
 @contextmanager
-def another_client(dep: Deployment, model: str) -> Iterator[None]:
-    """`hey` sending `model`'s requests, 20 a second, until the block is done with it."""
+def another_client(dep: Deployment, *models: str, rate: int = 20) -> Iterator[None]:
+    """One `hey` per model, each sending `rate` requests a second (at most BOUNDED), until the block is done."""
     hey = shutil.which("hey")
     if hey is None:
         pytest.fail("hey is missing: `make test` installs it (apt-get install hey)")
-    body = json.dumps({"model": model, "input": "someone else's request"})
-    argv = [hey, "-z", "120s", "-c", "1", "-q", "20", "-m", "POST", "-T", "application/json", "-d", body]
-    proc = subprocess.Popen(
-        [*argv, f"{dep.frontend_url}/v1/embeddings"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
+    with ExitStack() as stack:
+        for model in models:
+            body = json.dumps({"model": model, "input": "someone else's request"})
+            argv = [
+                hey,
+                "-n",
+                str(BOUNDED),
+                "-c",
+                "1",
+                "-q",
+                str(rate),
+                "-m",
+                "POST",
+                "-T",
+                "application/json",
+            ]
+            proc = subprocess.Popen(
+                [*argv, "-d", body, f"{dep.frontend_url}/v1/embeddings"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            stack.callback(_stop, proc)
         # Ready when its requests show on the counters, not after a guessed delay.
-        start, deadline = sum(counted(dep)), time.monotonic() + 20
-        while sum(counted(dep)) - start < 2:
-            assert proc.poll() is None and time.monotonic() < deadline, "hey's requests never arrived"
+        start, deadline = sum(counted(dep)), time.monotonic() + 30
+        while sum(counted(dep)) - start < 2 * len(models):
+            assert time.monotonic() < deadline, "hey's requests never arrived"
             time.sleep(0.05)
         yield
-    finally:
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
+    proc.wait(timeout=10)
 
 
-def test_mixed_attached_with_worker_models_passes(pool: Deployment) -> None:
+def test_mixed_attached_with_worker_models_passes_and_states_its_power(pool: Deployment) -> None:
     proc = attached(pool, "mixed")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] == "mixed on attached: PASSED"
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == "mixed on attached: PASSED"
+    # 44 per model: a leak of 1 in 10 shows with 99 %; each model's 0.9/0.1 skew is caught with 99 % or more.
+    assert lines[-2].startswith(
+        "power: 44 requests per model: a leak of 1 in 10.1 or more shows with 99 %"
+    ), lines[-2]
+    assert "placement proven by the counters on a quiet pool" in lines[-2]
 
 
 @pytest.mark.parametrize("scenario", ["multi-model", "mixed"])
-def test_attached_another_clients_traffic_is_named_and_judges_nothing(
-    pool: Deployment, scenario: str
+def test_attached_on_a_busy_pool_a_correct_router_passes_by_the_schedule(
+    pool: Deployment, scenario: str, tmp_path: Path
 ) -> None:
-    with another_client(pool, MODELS[0]):
-        proc = attached(pool, scenario)
-    out = proc.stdout
-    assert proc.returncode == 1, out[-3000:] + proc.stderr[-3000:]
-    assert f"{scenario} on attached: INCONCLUSIVE" in out, out[-3000:]
-    assert "traffic embedlab did not send" in out and "leak" not in out.lower(), out[-3000:]
-    # Only model-a's replicas carry hey's requests, and the reason names them.
-    assert "worker 0 +" in out or "worker 1 +" in out, out[-3000:]
-    assert "worker 2 +" not in out and "worker 3 +" not in out, out[-3000:]
+    out = tmp_path / "result.json"
+    with another_client(pool, *MODELS):
+        proc = attached(pool, scenario, "--json", str(out))
+    text = proc.stdout
+    assert proc.returncode == 0, text[-3000:] + proc.stderr[-3000:]
+    assert text.strip().splitlines()[-1] == f"{scenario} on attached: PASSED", text[-3000:]
+    assert "placement proven by the schedule's on-minus-off counts" in text, text[-3000:]
+    result = json.loads(out.read_text())
+    assert result["proven_by"] == "the schedule's on-minus-off counts"
+    # The quiet bursts saw hey's traffic on both models' replicas, and judged nothing by it.
+    assert {int(i) for b in result["bursts"] for i in b["other_traffic"]} == {0, 1, 2, 3}
+    schedule = result["schedule"]
+    assert schedule["verdict"]["verdict"] == "passed" and schedule["windows"]
+    assert (
+        "an idle replica is ruled out" in result["power"]
+        and "landed on other models' replicas" in result["power"]
+    )
+
+
+@pytest.mark.parametrize("fault", ["leak:0.1", "stick"])
+def test_attached_on_a_busy_pool_a_faulty_router_fails(fault: str, tmp_path: Path) -> None:
+    spec = DeploymentSpec.pool(list(MODELS), replicas=2, frontend_args=("--fault", fault))
+    with Deployment(spec, run_dir=tmp_path / "run") as dep, another_client(dep, *MODELS):
+        found = {scenario: attached(dep, scenario) for scenario in ("multi-model", "mixed")}
+    for scenario, proc in found.items():
+        last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-2000:]
+        assert proc.returncode == 1 and last.startswith(f"{scenario} on attached: FAILED"), (
+            fault + ": " + proc.stdout[-3000:] + proc.stderr[-3000:]
+        )
+        assert "placement proven by the schedule's on-minus-off counts" in proc.stdout
+        # The schedule's own finding, beside any request the wrong replica refused (HTTP 404).
+        assert FOUND[fault] in last, last
+
+
+FOUND = {
+    "leak:0.1": "was counted on its replicas, not all of it",  # a model's share on its replicas below 1
+    "stick": "not its 50 %",  # a replica's share ruled out: the one left out, or the one that took all
+}
 
 
 def test_launched_the_header_proves_placement_and_the_verdict_says_so(pool: Deployment) -> None:
@@ -102,6 +162,7 @@ def test_launched_the_header_proves_placement_and_the_verdict_says_so(pool: Depl
         b.other_traffic and b.proven_by.startswith("the x-embedlab-worker header") for b in result.bursts
     )
     assert "placement proven by the x-embedlab-worker header" in result.summary()
+    assert result.proven_by == "per-response attribution"
 
 
 def test_launched_a_leak_is_caught_through_another_clients_traffic(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -111,4 +172,24 @@ def test_launched_a_leak_is_caught_through_another_clients_traffic(tmp_path) -> 
     assert result.verdict == "failed", result.summary()
     assert any("leaked" in r for r in result.reasons) and "placement proven by" in result.summary(), (
         result.summary()
+    )
+
+
+def test_same_model_attached_to_16_replicas_states_its_power(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    with Deployment(DeploymentSpec.same_model("m", workers=16), run_dir=tmp_path / "run") as dep:
+        urls = [arg for url in dep.system_urls for arg in ("--system-url", url)]
+        argv = ["scenario", "same-model", "--frontend-url", dep.frontend_url, *urls, "--json", str(out)]
+        proc = subprocess.run(
+            [sys.executable, "-m", "embedlab", *argv], capture_output=True, text=True, timeout=300
+        )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == "same-model on attached: PASSED"
+    # The burst follows from the pool: 690 requests catch an idle replica of 16 and a 0.9/0.1 skew with 99 %.
+    power = json.loads(out.read_text())["power"]
+    assert power.startswith("690 requests over 16 replicas") and "so every replica must move" in power, power
+    assert (
+        "a 0.9/0.1 skew between two replicas with 99" in power
+        and lines[-2] == f"power: {power}; placement proven by the counters on a quiet pool"
     )

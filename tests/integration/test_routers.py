@@ -150,10 +150,11 @@ def test_vllm_routers_gateway_mode_shares_one_round_robin_across_models(tmp_path
         str(tmp_path / "run"),
     )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "round-robin split 40/0 is not even" in proc.stdout or "0/40 is not even" in proc.stdout
+    # 44 per model: the mixed burst that catches a leak of 1 in 10 with 99 % (issue 30).
+    assert "round-robin split 44/0 is not even" in proc.stdout or "0/44 is not even" in proc.stdout
     (burst,) = json.loads(out.read_text())["bursts"]
     # Nothing crossed models, and the replica that got nothing is a different one for each.
-    assert sorted([burst["deltas"][:2], burst["deltas"][2:]]) == [[0, 40], [40, 0]], burst["deltas"]
+    assert sorted([burst["deltas"][:2], burst["deltas"][2:]]) == [[0, 44], [44, 0]], burst["deltas"]
     assert processes_under(tmp_path / "run") == []
 
 
@@ -228,7 +229,7 @@ def test_the_battery_findings_on_embedded_litellm_and_vllm_router(tmp_path: Path
     )
     # Two models put it in its gateway mode (--enable-igw), workers joining with their model.
     assert verdict[("vllm-router", "multi-model")] == "passed"
-    assert cells[("vllm-router", "multi-model")].text.startswith("counted on another model's worker 0 of 20")
+    assert cells[("vllm-router", "multi-model")].text.startswith("counted on another model's worker 0 of 88")
     # Retries hide a dead worker; without them, clients see 500s.
     assert cells[("vllm-router", "failover")].text.startswith("lost 0 of 200")
     lost = cells[("vllm-router", "failover-no-retries")].text

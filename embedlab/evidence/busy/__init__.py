@@ -19,7 +19,16 @@ here). It sits on its own floor of the import contract, just above stats.
 from __future__ import annotations
 
 from .monitor import BusyMonitor
-from .power import LeakPower, QuietPower, leak_power, quiet_power, required_requests, still_probability
+from .power import (
+    LeakPower,
+    QuietPower,
+    leak_power,
+    leak_requests,
+    moving_requests,
+    quiet_power,
+    required_requests,
+    still_probability,
+)
 from .results import BusyVerdict, ProvenBy, ShareEstimate
 from .schedule import Arm, Schedule, Window, WindowRecord
 from .sequential import Betting, RandomizationCS
@@ -38,6 +47,8 @@ __all__ = [
     "Window",
     "WindowRecord",
     "leak_power",
+    "leak_requests",
+    "moving_requests",
     "quiet_power",
     "required_requests",
     "still_probability",

@@ -1,12 +1,14 @@
-"""The busy-pool check's defaults, named once (the lead moves them to embedlab/defaults.py).
+"""The busy-pool check's statistical defaults, named once (the budget and the rate: embedlab/defaults.py).
 
 Each says why it is what it is; the figures behind them are in docs/busy-method.md.
 """
 
 from __future__ import annotations
 
+from ...defaults import BUSY_BUDGET_S
+
 # The longest a busy-pool check runs before it ends inconclusive, saying what it could rule out.
-BUDGET_S = 60.0
+BUDGET_S = BUSY_BUDGET_S
 # One window of the schedule. Under steady Poisson traffic the check's power depends on its rate
 # times the budget, not on the window; but each block at most doubles the evidence (a sign-flip),
 # and a burst edge inside a pair is noise, so shorter windows decide sooner: simulated at 40 req/s

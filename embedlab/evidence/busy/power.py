@@ -37,9 +37,18 @@ from ...errors import ConfigError
 
 # stats keeps its regularised gamma private; the chi-square critical values and powers need it too.
 from ..stats import _gamma_q, binom_acceptance
-from .constants import POWER, SKEW
+from .constants import LEAK, POWER, SKEW
 
-__all__ = ["LeakPower", "QuietPower", "leak_power", "quiet_power", "required_requests", "still_probability"]
+__all__ = [
+    "LeakPower",
+    "QuietPower",
+    "leak_power",
+    "leak_requests",
+    "moving_requests",
+    "quiet_power",
+    "required_requests",
+    "still_probability",
+]
 
 _MAX_TERMS = 200_000  # inclusion-exclusion terms before the union bound takes over
 
@@ -305,6 +314,28 @@ def leak_power(n: int, *, leaked: int = 0, power: float = POWER, confidence: flo
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if _binom_cdf(leaked, n, mid) > 1 - confidence else (lo, mid)
     return LeakPower(n, caught, hi if leaked < n else 1.0, leaked, power, confidence)
+
+
+def leak_requests(leak: float = LEAK, *, power: float = POWER) -> int:
+    """The fewest requests of a model in which a random leak of `leak` shows at least once with
+    `power` (a quiet burst's counters catch every leaked request): 44 for 1 in 10 at 99 %."""
+    return math.ceil(math.log(1 - power) / math.log(1 - leak) - 1e-9)
+
+
+def moving_requests(weights: Sequence[float], *, alpha: float = FAIRNESS_ALPHA) -> int:
+    """The smallest burst over `weights` for which a correct router leaves some replica still with
+    probability below `alpha`, so that "every replica moved" may be asserted (an idle replica is
+    then caught for certain); 1 for a single replica."""
+    if len(weights) < 2:
+        return 1
+    hi = len(weights)
+    while still_probability(weights, hi) >= alpha:
+        hi *= 2
+    lo = hi // 2
+    while hi - lo > 1:  # leaving one still only gets rarer with more requests
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if still_probability(weights, mid) < alpha else (mid, hi)
+    return hi
 
 
 def _binom_cdf(k: int, n: int, p: float) -> float:

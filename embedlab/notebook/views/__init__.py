@@ -32,7 +32,7 @@ from ...scenarios.explore import Explorer, Step, SweepResult
 from ...scenarios.result import ScenarioResult
 from . import figures, tables
 from .fault_figures import plot_fault_timeline, plot_timeline, plot_ttl_sweep
-from .figures import plot_convergence, plot_deltas, plot_matrix, plot_sweep
+from .figures import plot_convergence, plot_deltas, plot_matrix, plot_schedule, plot_sweep
 from .tables import (
     deployment_table,
     matrix_table,
@@ -54,6 +54,7 @@ __all__ = [
     "plot",
     "plot_convergence",
     "plot_deltas",
+    "plot_schedule",
     "plot_latency",
     "plot_sweep",
     "plot_timeline",
@@ -172,6 +173,8 @@ def _(result: ScenarioResult) -> Figure:
         from .inline import adopt
 
         return adopt(own(result))
+    if result.schedule is not None:  # a busy pool: the schedule's figure, its power under it
+        return plot_schedule(result)
     draw = next((f for kind, f in FIGURES.items() if isinstance(result.figures, kind)), plot_deltas)
     return draw(result)
 

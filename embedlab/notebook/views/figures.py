@@ -6,6 +6,7 @@ they never cover a bar or its label.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -116,6 +117,60 @@ def plot_deltas(result: ScenarioResult) -> Figure:
     if shares:
         _plot_share_ranges(axes[-1], result, tested[0])
     fig.suptitle(f"{result.scenario} on {result.where}: {result.verdict.upper()}", fontsize=10)
+    return fig
+
+
+def plot_schedule(result: ScenarioResult) -> Figure:
+    """A busy check's schedule and what it found: the on and off windows over time (top; a block
+    set aside for a late answer is faded), each worker's on-minus-off count (bottom) with the
+    range its share's confidence sequence allows at the verdict (and the share its weight
+    expects, grey), and the verdict's power as a sentence under both."""
+    run = result.schedule
+    assert run is not None
+    fig = new_figure(9.6, 4.6)
+    top, bottom = fig.subplots(2, 1, height_ratios=[1, 2.4])
+    arms = list(dict.fromkeys(w.arm for w in run.windows))
+    palette = {a: ("#bdbdbd" if a == "off" else f"C{k}") for k, a in enumerate(arms)}
+    for w in run.windows:
+        top.broken_barh(
+            [(w.start_s, w.end_s - w.start_s)], (0, 1), color=palette[w.arm], alpha=1.0 if w.kept else 0.25
+        )
+    for a in arms:
+        top.bar(0, 0, color=palette[a], label=a if a == "off" else f"on: {a}" if a != "on" else "on")
+    if run.set_aside:
+        top.bar(0, 0, color="#bdbdbd", alpha=0.25, label="set aside (late answer)")
+    top.set_yticks([])
+    top.set_xlabel("seconds from the schedule's start", fontsize=8)
+    how = run.verdict.how if run.verdict else run.why
+    top.set_title(f"schedule: {how}", fontsize=8)
+    legend_outside(top)
+    kept = [w for w in run.windows if w.kept]
+    sent: dict[str, float] = {}
+    for w in kept:
+        for m, k in w.sent.items():
+            sent[m] = sent.get(m, 0.0) + k
+    moved = run.on_minus_off()
+    workers = result.workers
+    x = np.arange(len(workers))
+    bottom.bar(x, [moved.get(w.index, 0.0) for w in workers], 0.6, color=OBSERVED, label="on minus off")
+    estimates = run.verdict.replicas + run.verdict.placement if run.verdict else ()
+    for k, w in enumerate(workers):
+        share = next((e for e in estimates if e.workers == (w.index,)), None)
+        if share is None or np.isnan(share.low):
+            continue
+        total = sent.get(share.model, 0.0)
+        high = min(share.high, 10.0) * total  # an unbounded range is drawn to ten times the requests
+        bottom.errorbar(
+            k, (share.low * total + high) / 2, yerr=(high - share.low * total) / 2, color="black", capsize=4
+        )
+        bottom.plot([k - 0.3, k + 0.3], [share.expected * total] * 2, color=EXPECTED, linewidth=3)
+    bottom.errorbar([], [], yerr=[], color="black", capsize=4, label="its share's range at the verdict")
+    bottom.plot([], [], color=EXPECTED, linewidth=3, label="expected by its weight")
+    bottom.set_xticks(x, [f"{w.label}\n{w.model or ''}" for w in workers], fontsize=8)
+    bottom.set_ylabel("requests counted:\non minus off windows", fontsize=8)
+    legend_outside(bottom)
+    fig.suptitle(f"{result.scenario} on {result.where}: {result.verdict.upper()}", fontsize=10)
+    fig.supxlabel(textwrap.fill(f"Power: {result.power}", 160), fontsize=7)
     return fig
 
 

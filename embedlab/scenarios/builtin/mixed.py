@@ -26,16 +26,19 @@ from typing import TYPE_CHECKING, Any
 from ...cluster.deployment import Deployment
 from ...defaults import FAIRNESS_ALPHA
 from ...errors import ConfigError
+from ...evidence.busy import ProvenBy, leak_power, leak_requests, quiet_power, required_requests
+from ...evidence.busy.constants import POWER
 from ...evidence.counters import fairness_p_value
 from ...evidence.split import Split
 from ...evidence.stats import still_chance
 from ...evidence.target import Target, target_of
 from ...evidence.traffic import default_inputs, run_sync
 from ...verdicts import Verdict
-from ..burst import BurstSpec, judge, run_burst, served_models, workers_of
+from ..burst import BurstSpec, BusyKnobs, judge, needs_schedule, run_burst, served_models, workers_of
 from ..params import knob, with_knobs
 from ..registry import Scenario
 from ..result import Burst, DataFigures, ScenarioResult, WorkerInfo
+from .dispatch import placement_busy
 
 if TYPE_CHECKING:
     from ..plan import ScenarioPlan
@@ -54,12 +57,17 @@ PATTERNS = ("alternate", "random")
 
 
 @dataclass(frozen=True, kw_only=True)
-class MixedParams:
+class MixedParams(BusyKnobs):
     patterns: tuple[str, ...] = knob(
         PATTERNS, "send orders, one burst each: alternate (models in turn), random"
     )
-    # 40 per model: the same power against a skewed split as same-model's burst.
-    requests: int = knob(40, "requests per model in each burst", min=1)
+    # None: per model, the most of what a 1-in-10 leak (44) and its replicas' split need to be
+    # caught with 99 % (power.required_requests: 40 for two equal replicas): 44 on a 2x2 pool.
+    requests: int | None = knob(
+        None,
+        "requests per model in each burst; None: enough for 99 % power against a leak, an idle replica and a skew",
+        min=1,
+    )
     concurrency: int = knob(8, "requests in flight at once", min=1)
     order_seed: int = knob(0, "the seed of the random send order")
 
@@ -71,8 +79,9 @@ class MixedParams:
             )
 
     def describe(self) -> str:
+        each = "the pool's own number of" if self.requests is None else str(self.requests)
         return (
-            f"one burst per send order ({', '.join(self.patterns)}), {self.requests} requests per model each, "
+            f"one burst per send order ({', '.join(self.patterns)}), {each} requests per model each, "
             f"at concurrency {self.concurrency}"
         )
 
@@ -135,6 +144,10 @@ def mixed_traffic(
     """One interleaved burst per send order over every model of the pool, judged per model.
 
     Its knobs (`MixedParams`) come in `params`, or as keywords: `mixed_traffic(dep, requests=20)`.
+    `requests` None sizes the bursts from the pool; one too small to catch a 1-in-10 leak, an
+    idle replica and a 0.9/0.1 skew with 99 % ends inconclusive, never passed. A busy pool (or
+    `busy`) runs the randomized schedule up to `budget_s` (one model per window: interleaving
+    models inside a window cut leak detection in half, docs/busy-method.md).
     """
     params = with_knobs(MixedParams, params, knobs, scenario="mixed")
     requests = params.requests
@@ -151,6 +164,15 @@ def mixed_traffic(
     weights = list(target.weights or [1.0] * len(target.models))
     workers = workers_of(deployment)
     started = time.monotonic()
+    own = {m: [weights[i] for i in pool[m]] for m in models}
+    if requests is None:
+        requests = max(
+            [leak_requests(), *(required_requests(own[m]).requests for m in models if len(own[m]) > 1)]
+        )
+    recorded = {**asdict(params), "requests": requests, "models": models, "split": str(split)}
+    power, short = _mixed_power(requests, own, split)
+    if params.busy:
+        return _busy(deployment, target, models, weights, [], started, recorded, params.budget_s, split)
     bursts, splits = [], []
     # A model's replicas must each move where a correct router rarely leaves one still.
     still = {m: still_chance([weights[i] for i in pool[m]], requests) for m in models}
@@ -190,6 +212,8 @@ def mixed_traffic(
             splits += [
                 _judge_model(burst, m, pool[m], weights, sent[m], split, workers, must_move) for m in models
             ]
+    if needs_schedule(bursts):
+        return _busy(deployment, target, models, weights, bursts, started, recorded, params.budget_s, split)
     verdict, reasons = judge(bursts, exact_total=True)
     if verdict == Verdict.PASSED:
         failed = [s for s in splits if s.verdict == Verdict.FAILED]
@@ -199,16 +223,62 @@ def mixed_traffic(
         elif split is Split.REPORT:
             verdict = Verdict.REPORTED
             reasons = [f"{s.burst}: {s.model} split {'/'.join(f'{d:.0f}' for d in s.deltas)}" for s in splits]
+        elif short:
+            verdict, reasons = Verdict.INCONCLUSIVE, short
     return ScenarioResult(
         scenario="mixed",
         stack=target.stack,
-        params={**asdict(params), "models": models, "split": str(split)},
+        params=recorded,
         workers=workers,
         bursts=bursts,
         verdict=verdict,
         reasons=reasons,
         wall_seconds=time.monotonic() - started,
         figures=MixedFigures(splits=tuple(splits), judged=str(split)),
+        power=power,
+        proven_by=ProvenBy.ATTRIBUTION if any(b.proven_by for b in bursts) else ProvenBy.QUIET,
+    )
+
+
+def _mixed_power(requests: int, pool: dict[str, list[float]], split: Split) -> tuple[str, list[str]]:
+    """What each interleaved burst of `requests` per model catches, and why it falls short of the
+    target where it does: a leak of 1 in 10, an idle replica and a 0.9/0.1 skew, each with 99 %."""
+    parts, short = [leak_power(requests).sentence], []
+    for model, weights in pool.items():
+        if len(weights) < 2 or split is Split.REPORT:
+            continue
+        q = quiet_power(requests, weights)
+        parts.append(f"'{model}': {q.sentence}")
+        if split is Split.WEIGHTS and not (q.require_all and q.idle >= POWER and q.skew >= POWER):
+            short.append(
+                f"{model}: {requests} requests cannot catch an idle replica and a 0.9/0.1 skew of its "
+                f"{len(weights)} replicas with {POWER:.0%} probability; {required_requests(weights).requests} can"
+            )
+    return "; ".join(parts), short
+
+
+def _busy(
+    deployment: Deployment | Target,
+    target: Target,
+    models: list[str],
+    weights: list[float],
+    bursts: list[Burst],
+    started: float,
+    params: dict[str, Any],
+    budget_s: float,
+    split: Split,
+) -> ScenarioResult:
+    return placement_busy(
+        "mixed",
+        deployment,
+        target,
+        models,
+        weights,
+        bursts,
+        started,
+        params,
+        budget_s,
+        figures=MixedFigures(splits=(), judged=str(split)),
     )
 
 

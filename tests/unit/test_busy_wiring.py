@@ -1,0 +1,124 @@
+"""The busy schedule's wiring into the burst path, in its pure parts: the knobs, the bursts
+sized from the pool, the power gate, the header the counters refute, the schedule's counts."""
+
+from __future__ import annotations
+
+import pytest
+
+from embedlab.evidence.busy import ProvenBy, leak_requests, moving_requests, required_requests
+from embedlab.evidence.counters import DispatchCheck
+from embedlab.evidence.metrics import DEFAULT_METRIC, Snapshot
+from embedlab.evidence.split import Split
+from embedlab.evidence.traffic import BurstResult
+from embedlab.scenarios.builtin.dispatch import MultiModelParams, SameModelParams, _same_model_power
+from embedlab.scenarios.builtin.mixed import MixedParams
+from embedlab.scenarios.burst import _counters_agree, busy_rate, needs_schedule, schedule_for
+from embedlab.scenarios.params import knobs, params_of
+from embedlab.scenarios.result import Burst, ScenarioResult, ScheduleRun, ScheduleWindow
+
+
+def test_the_busy_knobs_are_declared_once_and_every_placement_scenario_takes_them() -> None:
+    for cls in (SameModelParams, MultiModelParams, MixedParams):
+        names = [k.name for k in knobs(cls)]
+        assert names[:2] == ["busy", "budget_s"], names
+        assert params_of(cls, {"busy": True, "budget_s": "30"}, scenario="x").budget_s == 30.0
+        assert cls().busy is False and cls().budget_s == 60.0 and cls().requests is None
+
+
+def test_the_default_bursts_follow_from_the_pool_and_reach_99_percent_up_to_64() -> None:
+    assert leak_requests() == 44 and moving_requests([1, 1]) == 11 and moving_requests([1]) == 1
+    for k, n in [(2, 40), (16, 690), (64, 4350)]:
+        q = required_requests([1.0] * k)
+        assert q.requests == n and q.require_all and q.idle >= 0.99 and q.skew >= 0.99
+
+
+def test_a_burst_too_small_for_99_percent_power_says_why_and_what_would_do() -> None:
+    enough, short = _same_model_power(Split.WEIGHTS, 40, [1.0, 1.0])
+    assert short == "" and enough.startswith("40 requests over 2 replicas")
+    said, short = _same_model_power(Split.WEIGHTS, 40, [1.0] * 16)
+    assert "40 requests cannot catch an idle replica and a 0.9/0.1 skew" in short and "690 can" in short
+    assert (
+        _same_model_power(Split.EXACT, 2, [1.0] * 4)[1]
+        and not _same_model_power(Split.EXACT, 6, [1.0] * 4)[1]
+    )
+    assert _same_model_power(Split.REPORT, 3, [1.0] * 4)[1] == ""
+
+
+def _snap(value: float) -> Snapshot:
+    return Snapshot(url="http://w", query=DEFAULT_METRIC, series=(((), value),))
+
+
+def test_a_header_naming_a_worker_whose_counter_did_not_rise_as_far_fails_with_both_numbers() -> None:
+    check = DispatchCheck(["http://w0", "http://w1"], {0, 1}, raise_on_failure=False, min_total_delta=10)
+    check.before = [_snap(5), _snap(7)]
+    check.after = [_snap(16), _snap(8)]  # worker 0 rose 11 (another client's too), worker 1 only 1
+    judged = check.judge_attributed({0: 5, 1: 5})
+    assert judged.passed, judged.reasons
+    refuted = _counters_agree(judged, check, {0: 5, 1: 5})
+    assert not refuted.passed
+    assert refuted.reasons == (
+        "worker 1's counter rose by 1 while 5 responses named it "
+        "(the x-embedlab-worker header is contradicted by the counters)",
+    )
+    assert _counters_agree(judged, check, {0: 5, 1: 1}) is judged
+
+
+def test_only_other_traffic_nothing_accounted_for_sends_a_check_to_its_schedule() -> None:
+    def burst(other: dict[int, float], proven_by: str = "") -> Burst:
+        traffic = BurstResult(model="m", n=0, concurrency=1, records=[], wall_seconds=0.0)
+        return Burst("m", "m", frozenset({0}), traffic, other_traffic=other, proven_by=proven_by)
+
+    assert not needs_schedule([burst({})])
+    assert needs_schedule([burst({}), burst({1: 3.0})])
+    assert not needs_schedule(
+        [burst({1: 3.0}, proven_by="the x-embedlab-worker header on 4 of its 4 responses")]
+    )
+
+
+def test_the_schedule_sends_one_model_on_and_off_or_one_model_per_window() -> None:
+    same = schedule_for(["m"], workers=2)
+    assert [a.name for a in same.arms] == ["off", "on"] and same.arms[1].requests == {"m": 20}
+    per = schedule_for(["a", "b", "a"], workers=2)
+    assert [dict(a.requests) for a in per.arms] == [{"a": 20}, {"b": 20}]
+    assert busy_rate(2) == 80.0 and busy_rate(16) == 640.0 and busy_rate(64) == busy_rate(16)
+
+
+def test_on_minus_off_counts_only_the_blocks_kept_and_the_json_says_how_it_was_proven() -> None:
+    windows = [
+        ScheduleWindow(0, "off", 0.0, 0.25, (3.0, 4.0), {}),
+        ScheduleWindow(1, "on", 0.25, 0.5, (9.0, 10.0), {"m": 12}),
+        ScheduleWindow(2, "on", 0.5, 0.75, (50.0, 50.0), {"m": 5}, late=7, kept=False),
+        ScheduleWindow(3, "off", 0.75, 1.0, (1.0, 1.0), {}, kept=False),
+    ]
+    traffic = BurstResult(model="m", n=0, concurrency=1, records=[], wall_seconds=1.0)
+    run = ScheduleRun(windows, None, traffic, seed=1, window_s=0.25, rate_per_s=80.0, why="cut short")
+    assert run.on_minus_off() == {0: 6.0, 1: 6.0} and run.set_aside == 2
+    per_model = [
+        ScheduleWindow(0, "a", 0.0, 0.25, (12.0, 2.0), {"a": 10}),
+        ScheduleWindow(1, "b", 0.25, 0.5, (3.0, 11.0), {"b": 10}),
+    ]
+    leaked = ScheduleRun(
+        per_model, None, traffic, seed=1, window_s=0.25, rate_per_s=80.0, worker_models=("a", "b")
+    )
+    assert leaked.on_minus_off() == {0: 9.0, 1: 9.0}
+    result = ScenarioResult(
+        scenario="same-model", stack="attached", params={}, workers=[], bursts=[], verdict="inconclusive",
+        reasons=["cut short"], power="nothing ruled out", proven_by=ProvenBy.SCHEDULE, schedule=run,
+    )  # fmt: skip
+    shown = result.to_json()
+    assert (
+        shown["proven_by"] == "the schedule's on-minus-off counts" and shown["power"] == "nothing ruled out"
+    )
+    assert shown["schedule"]["set_aside"] == 2 and shown["schedule"]["on_minus_off"] == {"0": 6.0, "1": 6.0}
+    assert (
+        result.evidence()
+        == "power: nothing ruled out; placement proven by the schedule's on-minus-off counts"
+    )
+
+
+@pytest.mark.parametrize("scenario", ["same-model", "multi-model", "mixed"])
+def test_the_cli_takes_busy_and_budget_s(scenario: str) -> None:
+    from embedlab.cli.entry import build_parser
+
+    args = build_parser().parse_args(["scenario", scenario, "--busy", "--budget-s", "12"])
+    assert args.busy is True and args.budget_s == 12.0
