@@ -85,7 +85,10 @@ class Worker:
 
     async def _describe(self) -> dict[str, object] | None:
         describe = getattr(self.engine, "describe", None)
-        return describe() if describe is not None else None
+        info = describe() if describe is not None else None
+        if self.pool is not None and info is not None:
+            info = {**info, "ingest": self.pool.stats()}  # where a request's time goes, per process
+        return info
 
     # -- system port --------------------------------------------------------------------
 

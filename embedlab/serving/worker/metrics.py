@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.samples import Sample
 
 from ...defaults import METRIC
-from ..channel import map_memory
+from ..channel import COUNTS, map_memory
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 COUNTERS = (
@@ -55,11 +55,13 @@ class WorkerMetrics:
         self.inflight = Gauge(*INFLIGHT, names, registry=self.prom).labels(**labels)
 
 
-# A slot: the four counters, inflight, the duration's sum, count and per-bucket counts (+Inf last).
+# A slot: the four counters, inflight, the duration's sum, count and per-bucket counts (+Inf last),
+# then what the process's side of its channel counted (its copy, refreshed now and then).
 _SLOT_FIELDS = 4 + 1 + 2 + len(DURATION_BUCKETS) + 1
+_CHANNEL_FIELDS = _SLOT_FIELDS
 _SLOT_BYTES = 8 * 32
 _HEADER_BYTES = 64
-assert _SLOT_FIELDS <= 32
+assert _SLOT_FIELDS + len(COUNTS) <= 32
 
 
 class _Cell:
@@ -128,6 +130,21 @@ class Board:
     @state.setter
     def state(self, value: str) -> None:
         self._header[0] = STATES.index(value)
+
+    def put_counts(self, index: int, counts: dict[str, int]) -> None:
+        """An ingest process's copy of its channel's counts, for the engine process to report."""
+        values = self.slot(index)
+        for i, name in enumerate(COUNTS):
+            values[_CHANNEL_FIELDS + i] = counts[name]
+
+    def process_figures(self, index: int) -> dict[str, float]:
+        """One slot's requests, time answering them, and its channel's counts as last copied."""
+        values = self.slot(index)
+        return {
+            "requests": values[0],
+            "seconds_answering": values[5],
+            **{name: values[_CHANNEL_FIELDS + i] for i, name in enumerate(COUNTS)},
+        }
 
     def total(self, field: int) -> float:
         return sum(self.slot(i)[field] for i in range(self.slots))

@@ -35,6 +35,8 @@ from . import messages
 
 log = logging.getLogger("embedlab.worker")
 
+COUNTS_EVERY_S = 0.25  # how often a process copies its channel's counts to its board slot
+
 
 class RemoteEngine:
     """The engine, as an ingest process sees it: the same attributes, `embed` across the channel."""
@@ -64,7 +66,9 @@ class RemoteEngine:
             return self._local.embed(inputs, dimensions=dimensions)
         assert self._tokens is not None
         lengths, ids = pack_ids(self._tokens.tokenize(inputs))
-        vectors = await self._call(lambda rid: messages.embed_request(rid, lengths, ids, dimensions))
+        vectors = await self._call(
+            lambda rid: messages.embed_request(rid, lengths, ids, dimensions, messages.stamp_now())
+        )
         return Embeddings(vectors=vectors, prompt_tokens=int(lengths.sum()))
 
     async def describe(self) -> dict[str, Any] | None:
@@ -135,11 +139,20 @@ async def serve_ingest(settings: IngestSettings, stop: asyncio.Event) -> int:
     if settings.metrics_port is not None:
         runners.append(await _serve_own_metrics(settings, board, config.labels))
     assert engine.channel is not None
-    engine.channel.send(messages.json_message(messages.READY, 0, None))
+    channel = engine.channel
+
+    def copy_counts() -> None:
+        nonlocal copier
+        board.put_counts(settings.index, channel.counts.as_dict())
+        copier = asyncio.get_running_loop().call_later(COUNTS_EVERY_S, copy_counts)
+
+    copier = asyncio.get_running_loop().call_later(COUNTS_EVERY_S, copy_counts)
+    channel.send(messages.json_message(messages.READY, 0, None))
     waits = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(engine.lost.wait())}
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for task in waits:
         task.cancel()
+    copier.cancel()
     for each in runners:
         await each.cleanup()  # answers what it holds while the engine is still there
     engine.channel.close()
