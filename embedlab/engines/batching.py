@@ -45,9 +45,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 # Bucket bounds of `Durations`, in milliseconds (one more open bucket above the last).
-DURATION_BOUNDS_MS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000, 2000)
+DURATION_BOUNDS_MS = (
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2,
+    3,
+    5,
+    7.5,
+    10,
+    15,
+    20,
+    30,
+    50,
+    75,
+    100,
+    150,
+    200,
+    300,
+    500,
+    1000,
+    2000,
+)
 _BOUNDS_S = tuple(b / 1000 for b in DURATION_BOUNDS_MS)
 
 

@@ -25,7 +25,9 @@ when the other died: EOF. A producer whose ring is full keeps the rest in a back
 retries on every doorbell and on a 1 ms timer until it drains.
 
 Each side counts what its doorbell did (`Channel.counts`): bytes rung and skipped,
-wake-ups and the messages each drained, messages only the poll found, sends that backed up.
+wake-ups and the records each drained, records the poll drained while their byte was
+still unread (early, not late) or with no byte to come (stranded: they waited for the
+poll), sends that backed up.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def _align(n: int) -> int:
     return (n + 15) & ~15
 
 
-COUNTS = ("rung", "skipped", "wakeups", "received", "polled", "backlogged")
+COUNTS = ("rung", "skipped", "wakeups", "received", "polled", "stranded", "backlogged")
 
 
 class Counts:
@@ -187,8 +189,16 @@ class Channel:
         if self._rx.pending():
             # A byte was skipped for a flag left set: clear it, or every later message would
             # wait for this poll too.
+            try:
+                rung = bool(self._sock.recv(1, socket.MSG_PEEK))  # its byte waits: the reader is next
+            except (BlockingIOError, OSError):
+                rung = False
             self._rx.bell = False
-            self.counts.polled += self.drain()
+            found = self.drain()
+            if rung:
+                self.counts.polled += found
+            else:
+                self.counts.stranded += found
         assert self._loop is not None
         self._poller = self._loop.call_later(POLL_S, self._poll)
 

@@ -22,7 +22,7 @@ from ...engines import create_engine
 from ...errors import EngineError
 from ..http import json_response, make_app, start_site
 from .config import WorkerConfig
-from .metrics import Board, BoardCollector, WorkerMetrics
+from .metrics import Board, BoardCollector, GcPauses, WorkerMetrics
 from .multiprocess.pool import IngestPool
 from .request_plane import RequestPlane
 
@@ -40,6 +40,7 @@ class Worker:
         self.metrics = WorkerMetrics(config.labels)
         self.registry = self.metrics.prom  # what the system port's /metrics exposes
         self.engine = create_engine(config.engine, config.engine_options)
+        self.gc = GcPauses()
         self._state = "starting"
         self.url = ""
         self.board: Board | None = None  # with ingest processes: their counters and our state
@@ -87,7 +88,8 @@ class Worker:
         describe = getattr(self.engine, "describe", None)
         info = describe() if describe is not None else None
         if self.pool is not None and info is not None:
-            info = {**info, "ingest": self.pool.stats()}  # where a request's time goes, per process
+            # where a request's time goes: per ingest process, and this process's collector
+            info = {**info, "ingest": self.pool.stats(), "gc": self.gc.stats()}
         return info
 
     # -- system port --------------------------------------------------------------------
@@ -258,6 +260,7 @@ class Worker:
         if self._session is not None:
             await self._session.close()
         await self.engine.close()
+        self.gc.close()
 
 
 class RegistrationRefused(Exception):

@@ -14,6 +14,7 @@ what the engine process knows (loading, ready, draining).
 from __future__ import annotations
 
 import bisect
+import gc
 import time
 from collections.abc import Iterator
 
@@ -187,3 +188,40 @@ class BoardCollector:
         inflight = GaugeMetricFamily(*INFLIGHT, labels=self._names)
         inflight.add_metric(self._values, sum(s[4] for s in slots))
         yield inflight
+
+
+class GcPauses:
+    """The cyclic garbage collector's pauses in this process, by generation, for /health.
+
+    A pause stops the process's event loop: in an engine process, whose heap holds the
+    model's modules and torch.compile's artifacts, a full collection walks all of them.
+    """
+
+    def __init__(self) -> None:
+        self._started = 0.0
+        self.collections = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.longest = [0.0, 0.0, 0.0]
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        generation = info["generation"]
+        took = time.perf_counter() - self._started
+        self.collections[generation] += 1
+        self.seconds[generation] += took
+        self.longest[generation] = max(self.longest[generation], took)
+
+    def close(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "collections": list(self.collections),
+            "seconds": [round(s, 6) for s in self.seconds],
+            "longest_ms": [round(1000 * s, 3) for s in self.longest],
+            "frozen_objects": gc.get_freeze_count(),
+        }

@@ -68,7 +68,9 @@ def embed_sequences(view: memoryview, count: int, tokens: int) -> list[np.ndarra
 
 def vectors_reply(request_id: int, vectors: np.ndarray) -> bytes:
     rows, dim = vectors.shape
-    return HEAD.pack(VECTORS, request_id, rows, dim, 0, 0) + np.ascontiguousarray(vectors, np.float32).tobytes()
+    return (
+        HEAD.pack(VECTORS, request_id, rows, dim, 0, 0) + np.ascontiguousarray(vectors, np.float32).tobytes()
+    )
 
 
 def read_vectors(view: memoryview, rows: int, dim: int) -> np.ndarray:
