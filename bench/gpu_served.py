@@ -355,8 +355,13 @@ def server_profile(after: dict[str, Any], before: dict[str, Any], requests: int)
             "engine_skipped": sum(p["engine_side"]["skipped"] for p in procs),
             "ingest_wakeups_per_request": sum(p["ingest_side"]["wakeups"] for p in procs) / total,
             "ingest_polled": sum(p["ingest_side"]["polled"] for p in procs),
-            "engine_stranded": sum(p["engine_side"]["stranded"] for p in procs),
-            "ingest_stranded": sum(p["ingest_side"]["stranded"] for p in procs),
+            "engine_unrung": sum(p["engine_side"]["unrung"] for p in procs),
+            "ingest_unrung": sum(p["ingest_side"]["unrung"] for p in procs),
+            "reply_travel_ms_mean": 1000
+            * sum(p["ingest_side"].get("reply_travel_s", 0) for p in procs)
+            / max(1, sum(p["requests"] for p in procs)),
+            "replies_over_1ms": sum(p["ingest_side"].get("replies_over_1ms", 0) for p in procs),
+            "replies_over_5ms": sum(p["ingest_side"].get("replies_over_5ms", 0) for p in procs),
             "backlogged": sum(p["engine_side"]["backlogged"] + p["ingest_side"]["backlogged"] for p in procs),
             "processes": procs,
         }
@@ -482,7 +487,7 @@ def step(
             else ""
         )
         + (
-            f"  stranded {server['ingest']['engine_stranded'] + server['ingest']['ingest_stranded']}"
+            f"  unrung {server['ingest']['engine_unrung'] + server['ingest']['ingest_unrung']:.0f}"
             if server.get("ingest")
             else ""
         )

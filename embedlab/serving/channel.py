@@ -26,8 +26,8 @@ retries on every doorbell and on a 1 ms timer until it drains.
 
 Each side counts what its doorbell did (`Channel.counts`): bytes rung and skipped,
 wake-ups and the records each drained, records the poll drained while their byte was
-still unread (early, not late) or with no byte to come (stranded: they waited for the
-poll), sends that backed up.
+still unread (`polled`: early, not late) or before any byte was there (`unrung`: rung
+late, or never, and so waiting for the poll), sends that backed up.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _align(n: int) -> int:
     return (n + 15) & ~15
 
 
-COUNTS = ("rung", "skipped", "wakeups", "received", "polled", "stranded", "backlogged")
+COUNTS = ("rung", "skipped", "wakeups", "received", "polled", "unrung", "backlogged")
 
 
 class Counts:
@@ -198,7 +198,7 @@ class Channel:
             if rung:
                 self.counts.polled += found
             else:
-                self.counts.stranded += found
+                self.counts.unrung += found
         assert self._loop is not None
         self._poller = self._loop.call_later(POLL_S, self._poll)
 

@@ -57,12 +57,15 @@ class WorkerMetrics:
 
 
 # A slot: the four counters, inflight, the duration's sum, count and per-bucket counts (+Inf last),
-# then what the process's side of its channel counted (its copy, refreshed now and then).
+# then what the process's side of its channel counted (its copy, refreshed now and then), then
+# the vectors replies' trip from the engine process: seconds in all, and how many took over 1 and 5 ms.
 _SLOT_FIELDS = 4 + 1 + 2 + len(DURATION_BUCKETS) + 1
 _CHANNEL_FIELDS = _SLOT_FIELDS
+_REPLY_FIELDS = _CHANNEL_FIELDS + len(COUNTS)
+REPLY_FIGURES = ("reply_travel_s", "replies_over_1ms", "replies_over_5ms")
 _SLOT_BYTES = 8 * 32
 _HEADER_BYTES = 64
-assert _SLOT_FIELDS + len(COUNTS) <= 32
+assert _REPLY_FIELDS + len(REPLY_FIGURES) <= 32
 
 
 class _Cell:
@@ -132,11 +135,14 @@ class Board:
     def state(self, value: str) -> None:
         self._header[0] = STATES.index(value)
 
-    def put_counts(self, index: int, counts: dict[str, int]) -> None:
-        """An ingest process's copy of its channel's counts, for the engine process to report."""
+    def put_counts(self, index: int, counts: dict[str, float]) -> None:
+        """An ingest process's copy of its channel's counts and its replies' trip (`REPLY_FIGURES`),
+        for the engine process to report."""
         values = self.slot(index)
         for i, name in enumerate(COUNTS):
             values[_CHANNEL_FIELDS + i] = counts[name]
+        for i, name in enumerate(REPLY_FIGURES):
+            values[_REPLY_FIELDS + i] = counts.get(name, 0.0)
 
     def process_figures(self, index: int) -> dict[str, float]:
         """One slot's requests, time answering them, and its channel's counts as last copied."""
@@ -145,6 +151,7 @@ class Board:
             "requests": values[0],
             "seconds_answering": values[5],
             **{name: values[_CHANNEL_FIELDS + i] for i, name in enumerate(COUNTS)},
+            **{name: values[_REPLY_FIELDS + i] for i, name in enumerate(REPLY_FIGURES)},
         }
 
     def total(self, field: int) -> float:

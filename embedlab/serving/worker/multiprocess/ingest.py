@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +53,8 @@ class RemoteEngine:
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self.channel: Channel | None = None
         self.lost = asyncio.Event()
+        # vectors replies' trip from the engine process's send to this loop (see messages.py)
+        self.replies = {"reply_travel_s": 0.0, "replies_over_1ms": 0.0, "replies_over_5ms": 0.0}
 
     def connect(self, *, memory_fd: int, doorbell: socket.socket) -> None:
         self.channel = Channel(
@@ -92,6 +95,11 @@ class RemoteEngine:
         if future is None or future.done():
             return  # its client went away
         if kind == messages.VECTORS:
+            now = time.monotonic()
+            took = now - messages.sent_at(view, now)
+            self.replies["reply_travel_s"] += took
+            self.replies["replies_over_1ms"] += took > 0.001
+            self.replies["replies_over_5ms"] += took > 0.005
             future.set_result(messages.read_vectors(view, rows, dim))
         elif kind == messages.INFO:
             future.set_result(messages.read_json(view))
@@ -143,7 +151,7 @@ async def serve_ingest(settings: IngestSettings, stop: asyncio.Event) -> int:
 
     def copy_counts() -> None:
         nonlocal copier
-        board.put_counts(settings.index, channel.counts.as_dict())
+        board.put_counts(settings.index, {**channel.counts.as_dict(), **engine.replies})
         copier = asyncio.get_running_loop().call_later(COUNTS_EVERY_S, copy_counts)
 
     copier = asyncio.get_running_loop().call_later(COUNTS_EVERY_S, copy_counts)

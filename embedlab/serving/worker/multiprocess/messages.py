@@ -2,9 +2,9 @@
 
 Fixed binary layouts, no pickling: a 24-byte head, then int32 token ids (lengths first) one
 way and float32 vectors the other. Only the rare messages (a failure, `/health`'s engine
-info) carry JSON. An embed request's head ends with the moment it was sent, in
-microseconds of the machine's monotonic clock modulo 2**32 (which every process reads
-alike), so the engine process can tell how long it travelled and waited.
+info) carry JSON. An embed request's head and a vectors reply's end with the moment it was
+sent, in microseconds of the machine's monotonic clock modulo 2**32 (which every process
+reads alike), so the receiver can tell how long it travelled and waited.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ def embed_sequences(view: memoryview, count: int, tokens: int) -> list[np.ndarra
 def vectors_reply(request_id: int, vectors: np.ndarray) -> bytes:
     rows, dim = vectors.shape
     return (
-        HEAD.pack(VECTORS, request_id, rows, dim, 0, 0) + np.ascontiguousarray(vectors, np.float32).tobytes()
+        HEAD.pack(VECTORS, request_id, rows, dim, 0, stamp_now())
+        + np.ascontiguousarray(vectors, np.float32).tobytes()
     )
 
 
