@@ -377,9 +377,11 @@ def spec(
     max_batch: int,
     api: int,
     frontend: int,
+    also: tuple[int, ...] = (),
 ) -> DeploymentSpec:
-    """The served deployment: the transformers worker with `api` ingest processes, and a hash
-    worker (answers in microseconds) for the loopback round trip, behind one frontend."""
+    """The served deployment: the transformers worker with `api` ingest processes, a hash
+    worker (answers in microseconds) for the loopback round trip, and transformers workers
+    with `also` ingest processes for side rows, behind one frontend."""
     args = (
         "--dtype",
         dtype,
@@ -393,23 +395,30 @@ def spec(
         f"compile={'true' if compile_ else 'false'}",
         "--engine-arg",
         f"pipeline_min={PIPELINE_MIN}",
-        "--api-processes",
-        str(api),
     )
+
+    def transformers(name: str, processes: int) -> WorkerSpec:
+        return WorkerSpec(
+            model=name,
+            engine="transformers",
+            model_path=model_dir,
+            device=None if device == "cuda" else "cpu",
+            extra_args=(*args, "--api-processes", str(processes)),
+        )
+
     return DeploymentSpec(
         workers=(
-            WorkerSpec(
-                model=MODEL,
-                engine="transformers",
-                model_path=model_dir,
-                device=None if device == "cuda" else "cpu",
-                extra_args=args,
-            ),
+            transformers(MODEL, api),
             WorkerSpec(model=HASH_MODEL, engine="hash", extra_args=("--dim", "1024")),
+            *(transformers(also_name(n), n) for n in also),
         ),
         frontend_args=("--processes", str(frontend)),
         startup_timeout=900,
     )
+
+
+def also_name(processes: int) -> str:
+    return f"{MODEL}-api{processes}"
 
 
 def health(system_url: str) -> dict[str, Any]:
@@ -580,6 +589,13 @@ def limit_at(histogram: dict[int, int], replay: dict[str, Any], bucket: Callable
 # -- the whole run -----------------------------------------------------------------------
 
 
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
 def median(values: list[float]) -> float:
     return float(statistics.median(values))
 
@@ -610,6 +626,14 @@ def main() -> int:
         "--frontend-processes", type=int, default=FRONTEND_PROCESSES, help="the frontend's --processes"
     )
     parser.add_argument(
+        "--api-also",
+        type=int,
+        action="append",
+        default=[],
+        metavar="N",
+        help="a further worker with N ingest processes, at saturation each round (a side row)",
+    )
+    parser.add_argument(
         "--sysctl",
         action="append",
         default=[],
@@ -628,6 +652,15 @@ def main() -> int:
             "python": platform.python_version(),
             "kernel": platform.release(),
             "sysctl": sysctls(),
+            "cpu0_siblings": _read("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list"),
+            "cpu_model": next(
+                (
+                    x.split(":", 1)[1].strip()
+                    for x in _read("/proc/cpuinfo").splitlines()
+                    if x.startswith("model name")
+                ),
+                "",
+            ),
         },
         "command": " ".join(sys.argv),
     }
@@ -804,6 +837,7 @@ def main() -> int:
             max_batch=args.max_batch,
             api=args.api,
             frontend=front,
+            also=tuple(args.api_also),
         )
         tmp = Path(tempfile.mkdtemp(prefix="gpu-bodies-"))
         bodies = {
@@ -813,6 +847,12 @@ def main() -> int:
                 tmp / "128x16", text_bodies(MODEL, texts[128], inputs=16, count=len(texts[128]) // 16)
             ),
             "hash": Bodies(tmp / "hash", text_bodies(HASH_MODEL, texts[13], inputs=1, count=len(texts[13]))),
+            **{
+                n: Bodies(
+                    tmp / f"api{n}", text_bodies(also_name(n), texts[13], inputs=1, count=len(texts[13]))
+                )
+                for n in args.api_also
+            },
         }
         try:
             with Deployment(the_spec) as dep:
@@ -848,7 +888,11 @@ def main() -> int:
                         concurrency=c,
                         inputs=inputs,
                         seconds=secs or (c1_seconds if c == 1 else seconds),
-                        system_url=None if key == "hash" else main_url,
+                        system_url=None
+                        if key == "hash"
+                        else dep.system_urls[2 + args.api_also.index(key)]
+                        if isinstance(key, int)
+                        else main_url,
                         frontend_processes=front,
                     )
 
@@ -893,6 +937,10 @@ def main() -> int:
                     row["long"] = [
                         run(f"round {r}", (128, 16), 128, 64, 16),
                         run(f"round {r}", (128, 1), 128, 256 if not quick else 8, 1),
+                    ]
+                    row["also"] = [
+                        {**run(f"round {r}, api x{n}", n, 13, saturation, 1), "api_processes": n}
+                        for n in args.api_also
                     ]
                     out["rounds"].append(row)
                     save_partial(out)
@@ -969,6 +1017,18 @@ def _round_figures(rnd: dict[str, Any], saturation: int) -> dict[str, Any]:
         if replay:
             out["replay_batch1_ms"] = replay["batch1"]["p50_ms"]
             out["c1_over_floor_ms"] = c1["p50_ms"] - replay["batch1"]["p50_ms"] - rnd["hash_c1"]["p50_ms"]
+    out["also"] = [
+        {
+            "api_processes": a["api_processes"],
+            "seq_per_s": a["seq_per_s"],
+            "p99_over_mean": a["p99_over_mean"],
+            "vs_limit": a["seq_per_s"]
+            / (limit_at({int(k): v for k, v in a["batch_histogram"].items()}, replay, _bucketer(replay)) or 1)
+            if replay and a["batch_histogram"]
+            else None,
+        }
+        for a in rnd.get("also") or []
+    ]
     out["p99_over_mean"] = {str(s["concurrency"]): s["p99_over_mean"] for s in rnd["steps"]}
     out["worst_p99_over_mean"] = max((s["p99_over_mean"] or 0) for s in rnd["steps"])
     long = rnd.get("long") or []

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from ...defaults import LEASE_TTL_S, api_processes_for
 from ...engines import create_engine
 from ...errors import EngineError
-from ..http import json_response, make_app, start_site
+from ..http import freeze_heap, json_response, make_app, start_site
 from .config import WorkerConfig
 from .metrics import Board, BoardCollector, GcPauses, WorkerMetrics
 from .multiprocess.pool import IngestPool
@@ -35,8 +35,10 @@ EXIT_START_FAILED = 1
 
 
 class Worker:
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(self, config: WorkerConfig, *, own_process: bool = False) -> None:
         self.config = config
+        # The process is this worker's alone (`serve_worker`): its start-up heap is frozen.
+        self.own_process = own_process
         self.metrics = WorkerMetrics(config.labels)
         self.registry = self.metrics.prom  # what the system port's /metrics exposes
         self.engine = create_engine(config.engine, config.engine_options)
@@ -134,6 +136,8 @@ class Worker:
         log.info("system server on http://%s:%d (metrics, health, live)", cfg.system_host, system_port)
         self.state = "loading"
         await self.engine.start()
+        if self.own_process:
+            log.info("%d objects of the engine's start frozen (out of the collector's walks)", freeze_heap())
         processes = self._api_processes()
         if processes > 1:
             self.pool = IngestPool(
@@ -271,7 +275,7 @@ class RegistrationRefused(Exception):
 
 
 async def serve_worker(config: WorkerConfig, stop: asyncio.Event) -> int:
-    worker = Worker(config)
+    worker = Worker(config, own_process=True)
     # A stop during start-up cancels the start rather than waiting for it: a vLLM engine
     # takes a minute to start on 2 cores, and registration waits for a frontend that a
     # launch script may already have stopped.

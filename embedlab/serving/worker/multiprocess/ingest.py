@@ -28,7 +28,15 @@ from ....engines.base import Embeddings, InvalidInput
 from ....engines.preprocess import IngestSpec, LocalIngest, TokenIngest, pack_ids
 from ....errors import RemoteEngineError
 from ...channel import Channel, map_memory
-from ...http import configure_logging, die_with_parent, make_app, reuseport_socket, run_service, start_site
+from ...http import (
+    configure_logging,
+    die_with_parent,
+    freeze_heap,
+    make_app,
+    reuseport_socket,
+    run_service,
+    start_site,
+)
 from ..config import IngestSettings
 from ..metrics import Board, BoardCollector, SlotMetrics
 from ..request_plane import RequestPlane
@@ -127,6 +135,7 @@ async def serve_ingest(settings: IngestSettings, stop: asyncio.Event) -> int:
     board = Board(settings.board_fd)
     config = settings.worker_config()
     engine = RemoteEngine(spec)
+    freeze_heap()  # the tokenizer and the libraries: kept for life, never walked
     engine.connect(memory_fd=settings.memory_fd, doorbell=socket.socket(fileno=settings.doorbell_fd))
     os.close(settings.memory_fd)  # mapped: the mapping keeps it
     plane = RequestPlane(
