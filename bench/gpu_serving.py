@@ -10,6 +10,7 @@ Measured in one call, on one machine, with a random-weight Qwen3-Embedding-0.6B-
   and one forward alone (batch 1's latency);
 - one transformers worker (`--api-processes 6`, compiled, CUDA graphs, `pipeline_min=64`)
   and a hash worker behind one embedded frontend of 4 routing processes (`--processes 4`);
+  `--api-also N` adds a worker with N ingest processes, measured at saturation each round;
 - alternating rounds (3 by default), each with its own references: sentence-transformers'
   best batch of 1024/2048/4096, the replayed forward at every bucket and batch 1, the compiled
   plain forward at 128 tokens, then the served steps: the hash worker at c=1 (the loopback
@@ -27,7 +28,7 @@ Measured in one call, on one machine, with a random-weight Qwen3-Embedding-0.6B-
 on the device, a torch-profiler summary of the device's idle gaps, and a check with
 `torch.cuda.set_sync_debug_mode("error")` that no forward synchronises.
 
-    python bench/gpu_serving.py --out bench/results/gpu_short_inputs.json        # on the GPU machine
+    python bench/gpu_serving.py --api-also 8 --out bench/results/gpu_short_inputs.json   # on the GPU machine
     python bench/gpu_serving.py --shape tiny --device cpu --quick --api 2        # a CPU dry run
 """
 
