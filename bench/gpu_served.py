@@ -1,21 +1,26 @@
 """Load steps against a served deployment, with the profile of each: what `gpu_serving.py` measures.
 
-A step sends text bodies for a fixed time, from `hey` (Go: a few tens of microseconds of
-CPU per request, so the client does not measure itself) where it is on the PATH, else from
-`bench/loadgen.py`. Around it, the step reads:
+A step sends text bodies for a fixed time from `loadgen.run_bodies` (a bare keep-alive
+HTTP client in a few processes; each request a body of its own, so no text repeats within
+a step; connections opened and used once before the clock starts). Around it, the step reads:
 
+- the client's latencies: p50, mean, p99, and where the slow ones (over 3x the mean) lie in
+  time and over connections;
 - the CPU (utime + stime from /proc) of every process of the frontend's and each worker's
   process group, by role: the frontend's owner and its routing processes, the engine
-  process and its ingest processes;
+  process and its ingest processes, each process's share too;
 - the device's busy share (NVML's utilisation, sampled every 50 ms), where NVML is there;
-- the worker's batch-size histogram, from its /health.
+- the worker's /health: its batch-size histogram, the batcher's queueing (ingest process's
+  send to batch start, per sequence) and forward times, each ingest process's requests and
+  its channel's doorbell counts;
+- the machine's TCP counters (retransmissions, timeouts, listen and backlog drops) and the
+  softnet backlog's drops.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import threading
 import time
@@ -24,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from loadgen import run_load
-from measure import hey_many, machine_jiffies
+from loadgen import run_bodies, write_bodies
+from measure import machine_jiffies
 
 from embedlab import Deployment
 from embedlab.cluster.process import ManagedProcess
@@ -136,39 +141,231 @@ class GpuBusy:
         return sum(self.samples) / len(self.samples) / 100 if self.samples else None
 
 
+def health_info(system_url: str) -> dict[str, Any]:
+    return httpx.get(system_url + "/health", timeout=10).json().get("engine_info") or {}  # type: ignore[no-any-return]
+
+
 def batch_sizes(system_url: str) -> dict[str, int]:
-    info = httpx.get(system_url + "/health", timeout=10).json().get("engine_info") or {}
-    return (info.get("batching") or {}).get("batch_sizes", {})
+    return (health_info(system_url).get("batching") or {}).get("batch_sizes", {})
 
 
-def load(url: str, bodies: Sequence[bytes], *, concurrency: int, seconds: float) -> dict[str, float]:
-    if shutil.which("hey"):
-        clients = max(1, min(len(bodies), concurrency, 8))
-        result = hey_many(
-            [(url, b) for b in bodies[:clients]],
-            requests=0,
-            concurrency=max(1, concurrency // clients),
-            seconds=seconds,
-        )
-        return {
-            "requests": result.requests,
-            "failed": result.failed,
-            "seconds": result.seconds,
-            "rps": result.rps,
-            "p50_ms": result.p50_ms,
-            "p99_ms": result.p99_ms,
-            "client": f"hey x{clients}",
-        }
-    lg = run_load(url, bodies[0], requests=10**9, seconds=seconds, concurrency=concurrency, processes=8)
+# -- histograms and counters, as differences over a step ---------------------------------
+
+
+def hist_diff(after: dict[str, Any] | None, before: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A `Durations` snapshot's counts over a step (after - before)."""
+    if not after:
+        return None
+    counts = [
+        a - b for a, b in zip(after["counts"], (before or {}).get("counts") or [0] * len(after["counts"]))
+    ]
     return {
-        "requests": lg.requests,
-        "failed": lg.failed,
-        "seconds": lg.seconds,
-        "rps": lg.rps,
-        "p50_ms": lg.p50_ms,
-        "p99_ms": lg.p99_ms,
-        "client": "loadgen x8",
+        "bounds_ms": after["bounds_ms"],
+        "counts": counts,
+        "sum_s": after["sum_s"] - (before or {}).get("sum_s", 0.0),
     }
+
+
+def hist_quantile(hist: dict[str, Any] | None, q: float) -> float | None:
+    """The q-quantile of a bucketed histogram in ms, linear inside its bucket (None if empty;
+    the last bound if it falls in the open bucket above it)."""
+    if not hist:
+        return None
+    total = sum(hist["counts"])
+    if not total:
+        return None
+    bounds = [0.0, *hist["bounds_ms"]]
+    want, seen = q * total, 0
+    for i, n in enumerate(hist["counts"]):
+        if n and seen + n >= want:
+            if i >= len(hist["bounds_ms"]):
+                return float(hist["bounds_ms"][-1])
+            lo, hi = bounds[i], bounds[i + 1]
+            return lo + (hi - lo) * (want - seen) / n
+        seen += n
+    return float(hist["bounds_ms"][-1])
+
+
+def hist_summary(hist: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not hist or not sum(hist["counts"]):
+        return None
+    n = sum(hist["counts"])
+    return {
+        "count": n,
+        "mean_ms": 1000 * hist["sum_s"] / n,
+        "p50_ms": hist_quantile(hist, 0.5),
+        "p90_ms": hist_quantile(hist, 0.9),
+        "p99_ms": hist_quantile(hist, 0.99),
+        "over_100ms": sum(c for b, c in zip([*hist["bounds_ms"], float("inf")], hist["counts"]) if b > 100),
+    }
+
+
+NET_KEYS = {
+    "Tcp": ("RetransSegs", "OutSegs", "InErrs", "ActiveOpens", "PassiveOpens"),
+    "TcpExt": (
+        "TCPTimeouts",
+        "TCPLossProbes",
+        "TCPSynRetrans",
+        "TCPFastRetrans",
+        "TCPSlowStartRetrans",
+        "ListenOverflows",
+        "ListenDrops",
+        "TCPBacklogDrop",
+        "TCPRcvQDrop",
+        "TCPOFOQueue",
+        "PruneCalled",
+        "TCPRcvCollapsed",
+        "TCPZeroWindowDrop",
+        "TCPDelivered",
+    ),
+}
+
+
+def net_counters() -> dict[str, int]:
+    """The machine's TCP counters that say whether a loopback packet was dropped and resent,
+    and the softnet backlog's drops (per-CPU queues of received packets), from /proc."""
+    out: dict[str, int] = {}
+    for name in ("/proc/net/snmp", "/proc/net/netstat"):
+        try:
+            lines = Path(name).read_text().splitlines()
+        except OSError:
+            continue
+        for head, values in zip(lines[::2], lines[1::2]):
+            group, keys = head.split(":", 1)
+            if group in NET_KEYS:
+                for key, value in zip(keys.split(), values.split(":", 1)[1].split()):
+                    if key in NET_KEYS[group]:
+                        out[f"{group}.{key}"] = int(value)
+    try:
+        rows = [line.split() for line in Path("/proc/net/softnet_stat").read_text().splitlines()]
+        out["softnet.processed"] = sum(int(r[0], 16) for r in rows)
+        out["softnet.dropped"] = sum(int(r[1], 16) for r in rows)
+        out["softnet.time_squeeze"] = sum(int(r[2], 16) for r in rows)
+    except (OSError, IndexError, ValueError):
+        pass
+    return out
+
+
+def sysctls() -> dict[str, str]:
+    found = {}
+    for key in (
+        "net.core.netdev_max_backlog",
+        "net.core.somaxconn",
+        "net.ipv4.tcp_max_syn_backlog",
+        "net.core.netdev_budget",
+        "net.ipv4.tcp_rmem",
+        "net.ipv4.tcp_wmem",
+    ):
+        try:
+            found[key] = Path("/proc/sys/" + key.replace(".", "/")).read_text().strip()
+        except OSError:
+            pass
+    return found
+
+
+# -- the client's view of a step ---------------------------------------------------------
+
+
+TAIL_BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 150, 200, 250, 300, 400, 500, 1000, 2000)
+
+
+def tail_profile(result: Any, window_s: float = 0.05) -> dict[str, Any]:
+    """Where a step's slow requests (over 3x the mean) lie: in time (50 ms windows of their
+    start), over connections, and by latency."""
+    import numpy as np
+
+    lat, starts, conns = result.latencies, result.starts, result.connections
+    if not len(lat):
+        return {}
+    mean = float(lat.mean())
+    slow = lat > 3 * mean
+    windows = np.floor(starts[slow] / window_s).astype(int)
+    per_window = np.bincount(windows) if len(windows) else np.zeros(0, dtype=int)
+    top = np.argsort(per_window)[::-1][:5]
+    edges = [0.0, *TAIL_BOUNDS_MS, float("inf")]
+    slow_ms = 1000 * lat[slow]
+    return {
+        "threshold_ms": 3000 * mean,
+        "slow": int(slow.sum()),
+        "slow_share": float(slow.mean()),
+        "windows_with_slow": int((per_window > 0).sum()),
+        "windows": int(np.ceil(float(starts.max()) / window_s)) if len(starts) else 0,
+        "top_windows": [
+            {"start_ms": int(i * window_s * 1000), "slow": int(per_window[i])} for i in top if per_window[i]
+        ],
+        "connections_with_slow": int(len(set(conns[slow].tolist()))),
+        "connections": int(len(set(conns.tolist()))),
+        "slow_ms_histogram": {
+            f"{edges[i]:g}-{edges[i + 1]:g}": int(n)
+            for i, n in enumerate(np.histogram(slow_ms, bins=edges)[0])
+            if n
+        },
+        "max_ms": float(1000 * lat.max()),
+    }
+
+
+def server_profile(after: dict[str, Any], before: dict[str, Any], requests: int) -> dict[str, Any]:
+    """The worker's own figures over a step: the batcher's queueing and forwards, the trip
+    from an ingest process to the engine's loop, each ingest process's share and doorbell."""
+    batching_a, batching_b = after.get("batching") or {}, before.get("batching") or {}
+    out: dict[str, Any] = {
+        "queued": hist_summary(hist_diff(batching_a.get("queued"), batching_b.get("queued"))),
+        "forward": hist_summary(hist_diff(batching_a.get("forward"), batching_b.get("forward"))),
+    }
+    gc_a, gc_b = after.get("gc"), before.get("gc") or {}
+    if gc_a:
+        # the engine process's collector over the step; longest_ms is since start
+        out["gc"] = {
+            "collections": [a - b for a, b in zip(gc_a["collections"], gc_b.get("collections") or [0, 0, 0])],
+            "seconds": [a - b for a, b in zip(gc_a["seconds"], gc_b.get("seconds") or [0, 0, 0])],
+            "longest_ms_since_start": gc_a["longest_ms"],
+            "frozen_objects": gc_a["frozen_objects"],
+        }
+    ingest_a, ingest_b = after.get("ingest"), before.get("ingest") or {}
+    if ingest_a:
+        out["travelled"] = hist_summary(hist_diff(ingest_a.get("travelled"), ingest_b.get("travelled")))
+        procs = []
+        for i, now in enumerate(ingest_a["processes"]):
+            was = (ingest_b.get("processes") or [{}] * (i + 1))[i] if ingest_b else {}
+            row = {
+                "requests": now["requests_sent"] - (was.get("requests_sent") or 0),
+                "engine_side": {
+                    k: v - (was.get("engine_side") or {}).get(k, 0) for k, v in now["engine_side"].items()
+                },
+                "ingest_side": {k: v - (was.get("ingest") or {}).get(k, 0) for k, v in now["ingest"].items()},
+            }
+            procs.append(row)
+        counts = [p["requests"] for p in procs]
+        total = sum(counts) or 1
+        wakeups = sum(p["engine_side"]["wakeups"] for p in procs)
+        received = sum(p["engine_side"]["received"] for p in procs)
+        out["ingest"] = {
+            "requests": counts,
+            "share_max_over_mean": max(counts) / (total / len(counts)) if counts else None,
+            "share_min_over_mean": min(counts) / (total / len(counts)) if counts else None,
+            # answering: the ingest process's time per request, HTTP read to answer sent
+            "ms_answering": [
+                1000 * p["ingest_side"]["seconds_answering"] / max(1, p["ingest_side"]["requests"])
+                for p in procs
+            ],
+            "engine_wakeups_per_request": wakeups / total,
+            "engine_records_per_wakeup": received / wakeups if wakeups else None,
+            "engine_polled": sum(p["engine_side"]["polled"] for p in procs),
+            "engine_rung": sum(p["engine_side"]["rung"] for p in procs),
+            "engine_skipped": sum(p["engine_side"]["skipped"] for p in procs),
+            "ingest_wakeups_per_request": sum(p["ingest_side"]["wakeups"] for p in procs) / total,
+            "ingest_polled": sum(p["ingest_side"]["polled"] for p in procs),
+            "engine_unrung": sum(p["engine_side"]["unrung"] for p in procs),
+            "ingest_unrung": sum(p["ingest_side"]["unrung"] for p in procs),
+            "reply_travel_ms_mean": 1000
+            * sum(p["ingest_side"].get("reply_travel_s", 0) for p in procs)
+            / max(1, sum(p["requests"] for p in procs)),
+            "replies_over_1ms": sum(p["ingest_side"].get("replies_over_1ms", 0) for p in procs),
+            "replies_over_5ms": sum(p["ingest_side"].get("replies_over_5ms", 0) for p in procs),
+            "backlogged": sum(p["engine_side"]["backlogged"] + p["ingest_side"]["backlogged"] for p in procs),
+            "processes": procs,
+        }
+    return out
 
 
 def step(
@@ -176,25 +373,40 @@ def step(
     *,
     label: str,
     url: str,
-    bodies: Sequence[bytes],
+    bodies: Bodies,
     tokens: int,
     concurrency: int,
     inputs: int,
     seconds: float,
-    system_url: str,
+    system_url: str | None,
+    frontend_processes: int,
     extra: dict[str, ManagedProcess] | None = None,
+    load_processes: int = 4,
 ) -> dict[str, Any]:
-    """One load step and its profile."""
+    """One load step and its profile: the client's figures, CPU by role, the GPU's busy share,
+    the worker's batching and ingest figures and the machine's TCP counters, over the step."""
+    import numpy as np
+
     groups = roles(dep, extra)
     each0 = {p: cpu_seconds(p) or 0.0 for pids in groups.values() for p in pids}
-    hist0 = batch_sizes(system_url)
+    info0 = health_info(system_url) if system_url else {}
+    net0 = net_counters()
     busy0, total0 = machine_jiffies()
     with GpuBusy() as gpu:
-        result = load(url, bodies, concurrency=concurrency, seconds=seconds)
+        result = run_bodies(
+            url,
+            bodies.path,
+            bodies=bodies.count,
+            concurrency=concurrency,
+            seconds=seconds,
+            processes=min(load_processes, concurrency),
+            offset=bodies.take(concurrency),
+        )
     busy1, total1 = machine_jiffies()
-    hist1 = batch_sizes(system_url)
-    wall = result["seconds"]
-    requests = max(1, int(result["requests"]))
+    net1 = net_counters()
+    info1 = health_info(system_url) if system_url else {}
+    wall = result.seconds
+    requests = max(1, result.requests)
     cpu = {}
     for role, pids in groups.items():
         # a process that exited during the step (an idle compile worker) took its CPU time
@@ -202,23 +414,48 @@ def step(
         now = {p: cpu_seconds(p) for p in pids}
         each = [now[p] - each0[p] for p in pids if now[p] is not None]
         spent = sum(each)
-        busiest = max(each, default=0.0) / wall if wall else 0.0
         cpu[role] = {
             "processes": len(pids),
             "exited": sum(now[p] is None for p in pids),
             "ms_per_request": 1000 * spent / requests,
             "cores": spent / wall if wall else 0.0,
-            "busiest_process_cores": busiest,
+            "busiest_process_cores": max(each, default=0.0) / wall if wall else 0.0,
+            "each_process_cores": [round(x / wall, 3) for x in each] if wall else [],
         }
-    histogram = {int(k): v - hist0.get(k, 0) for k, v in hist1.items() if v - hist0.get(k, 0)}
+    cpu["load generator"] = {
+        "processes": min(load_processes, concurrency),
+        "ms_per_request": 1000 * result.cpu_s / requests,
+        "cores": result.cpu_s / wall if wall else 0.0,
+    }
+    h0 = (info0.get("batching") or {}).get("batch_sizes", {})
+    h1 = (info1.get("batching") or {}).get("batch_sizes", {})
+    histogram = {int(k): v - h0.get(k, 0) for k, v in h1.items() if v - h0.get(k, 0)}
     forwards = sum(histogram.values())
+    lat = result.latencies
+    mean_ms = float(1000 * lat.mean()) if len(lat) else float("nan")
+    p = {q: float(1000 * np.percentile(lat, q)) if len(lat) else float("nan") for q in (50, 90, 99, 99.9)}
     row = {
         "path": label,
+        "frontend_processes": frontend_processes,
         "tokens": tokens,
         "concurrency": concurrency,
         "inputs_per_request": inputs,
-        **result,
-        "seq_per_s": result["rps"] * inputs,
+        "requests": result.requests,
+        "failed": result.failed,
+        "seconds": wall,
+        "rps": result.rps,
+        "seq_per_s": result.rps * inputs,
+        "mean_ms": mean_ms,
+        "p50_ms": p[50],
+        "p90_ms": p[90],
+        "p99_ms": p[99],
+        "p999_ms": p[99.9],
+        "p99_over_mean": p[99] / mean_ms if mean_ms else None,
+        "client": f"run_bodies x{min(load_processes, concurrency)}",
+        "bodies_sent": result.bodies_sent,
+        "bodies_repeated": result.repeated,
+        "connect_ms_max": max(result.connect_ms, default=0.0),
+        "first_request_ms_max": max(result.first_ms, default=0.0),
         "forwards": forwards,
         "mean_batch": sum(k * v for k, v in histogram.items()) / forwards if forwards else 0.0,
         "batch_histogram": dict(sorted(histogram.items())),
@@ -226,14 +463,53 @@ def step(
         # every process of the machine, the load generator's too
         "machine_busy_cores": (busy1 - busy0) / max(1, total1 - total0) * (os.cpu_count() or 1),
         "gpu_busy": gpu.share,
+        "tail": tail_profile(result),
+        "server": server_profile(info1, info0, result.requests) if info1 else None,
+        "net": {k: v - net0.get(k, 0) for k, v in net1.items() if v - net0.get(k, 0)},
     }
+    server = row["server"] or {}
+    queued = server.get("queued") or {}
+    net = row["net"]
     log(
-        f"  {label:<28} {tokens:>3} tok c={concurrency:<4} x{inputs:<2} {row['seq_per_s']:>9,.0f} seq/s  "
-        f"p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.1f}  failed {row['failed']}  batch {row['mean_batch']:5.1f}  "
-        f"gpu {'-' if gpu.share is None else f'{gpu.share:.0%}'}  machine {row['machine_busy_cores']:.1f} cores  "
-        + "  ".join(f"{r} {c['ms_per_request']:.3f} ms ({c['cores']:.2f} cores)" for r, c in cpu.items())
+        f"  {label:<22} fe x{frontend_processes} {tokens:>3} tok c={concurrency:<4} x{inputs:<2} {row['seq_per_s']:>9,.0f} seq/s  "
+        f"p50 {row['p50_ms']:7.2f} mean {mean_ms:7.2f} p99 {row['p99_ms']:7.1f} ms (p99/mean {row['p99_over_mean'] or 0:.1f}) "
+        f"failed {row['failed']}  batch {row['mean_batch']:5.1f}  gpu {'-' if gpu.share is None else f'{gpu.share:.0%}'}  "
+        f"machine {row['machine_busy_cores']:.1f} cores"
+        + (
+            f"  queued p50 {queued.get('p50_ms') or 0:.2f} p99 {queued.get('p99_ms') or 0:.1f} ms"
+            if queued
+            else ""
+        )
+        + f"  retrans {net.get('Tcp.RetransSegs', 0)} rto {net.get('TcpExt.TCPTimeouts', 0)} softdrop {net.get('softnet.dropped', 0)}"
+        + (
+            f"  gc2 {server['gc']['collections'][2]} ({1000 * server['gc']['seconds'][2]:.0f} ms)"
+            if server.get("gc")
+            else ""
+        )
+        + (
+            f"  unrung {server['ingest']['engine_unrung'] + server['ingest']['ingest_unrung']:.0f}"
+            if server.get("ingest")
+            else ""
+        )
+        + f"  slow {row['tail'].get('slow', 0)} in {row['tail'].get('windows_with_slow', 0)} windows"
     )
     return row
+
+
+class Bodies:
+    """A file of distinct request bodies (`loadgen.write_bodies`) and where the next step starts in it."""
+
+    def __init__(self, path: Path, bodies: Sequence[bytes]) -> None:
+        write_bodies(str(path), list(bodies))
+        self.path = str(path)
+        self.count = len(bodies)
+        self._next = 0
+
+    def take(self, concurrency: int) -> int:
+        """The offset of the next step's run: steps go round the file, so neighbours differ."""
+        offset = self._next
+        self._next = (self._next + self.count // 3) % self.count
+        return offset
 
 
 class ExtraFrontend:

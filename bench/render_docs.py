@@ -9,7 +9,6 @@ the page always shows the numbers the scripts measured, never hand-copied ones.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -21,6 +20,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
+import render_gpu  # noqa: E402
 from render_scale import (  # noqa: E402
     NOTES as SCALE_VERDICT_NOTES,
     TEXT as SCALE_VERDICT_TEXT,  # noqa: E402
@@ -600,337 +600,16 @@ def plot_gpu(data: dict[str, Any]) -> None:
     save(fig, "gpu_serving.png")
 
 
-SHORT_MODES = {"graphs": "embedlab, CUDA graphs", "graphs + compile": "embedlab, graphs + torch.compile"}
-
-
-def _count(path: str, word: str) -> int | None:
-    found = re.search(rf"{word} x(\d+)", path)
-    return int(found.group(1)) if found else None
-
-
-def _roles(row: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """A step's CPU by role: the frontend (its owner and routing processes), ingest, engine.
-
-    Process counts come from the step's configuration (`frontend xN, api xM`): a worker's
-    group also holds torch.compile's compile workers, idle while serving, which the run
-    files under its ingest processes' role.
-    """
-    out: dict[str, dict[str, float]] = {}
-    for role, c in row.get("cpu", {}).items():
-        if role.endswith("other"):
-            continue
-        kind = (
-            "frontend"
-            if role.startswith("frontend")
-            else "ingest"
-            if role.endswith("ingest")
-            else "engine"
-            if role.startswith("worker")
-            else role
-        )
-        if c["cores"] < 0.05 and kind != "frontend":
-            continue  # a worker the step did not use
-        agg = out.setdefault(kind, {"ms_per_request": 0.0, "cores": 0.0, "busiest": 0.0})
-        agg["ms_per_request"] += c["ms_per_request"]
-        agg["cores"] += c["cores"]
-        agg["busiest"] = max(agg["busiest"], c["busiest_process_cores"])
-    processes = {
-        "frontend": 0 if row["path"].startswith("direct") else _count(row["path"], "frontend"),
-        "ingest": _count(row["path"], "api"),
-        "engine": 1,
-    }
-    for kind, agg in out.items():
-        agg["processes"] = processes.get(kind) or 0
-    return out
-
-
 def gpu_short_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
-    served = data["served"]
-    setup = data["setup"]
-    parts = ["**Targets, as ratios in this run:**\n"]
-    rows = [[t["target"], t["goal"], t["measured"], met(t["met"]), t["detail"]] for t in data["targets"]]
-    rows.append(
-        [
-            "two workers on two GPUs vs one",
-            ">= 1.9x",
-            "not run",
-            "**not measured**",
-            "no two-GPU kind was lent to this session",
-        ]
+    """Issue 33's run, beside the same bench before the fix and the run the issue was filed against."""
+    return render_gpu.gpu_short_section(
+        data,
+        before=load("gpu_short_inputs_gc_before"),
+        landed=load("gpu_short_inputs_landed"),
+        table=table,
+        met=met,
+        plot=partial(render_gpu.plot_gpu_short, plt=plt, save=save),
     )
-    parts.append(table(["target", "goal", "measured", "", "how"], rows, "lllll"))
-
-    rounds = served.get("rounds") or []
-    if rounds:
-        parts.append(
-            f"\n**Sentence-transformers and the served path in alternating rounds** (13-token texts, "
-            f"1 input per request at c={served['best_concurrency']}, through the frontend; "
-            "sentence-transformers' best batch of each round):\n"
-        )
-        parts.append(
-            table(
-                [
-                    "round",
-                    "ST batch 256",
-                    "ST batch 1024",
-                    "served seq/s",
-                    "served p50 ms",
-                    "GPU busy",
-                    "ratio",
-                ],
-                [
-                    [
-                        r["round"],
-                        num(next(x["seq_per_s"] for x in r["sentence_transformers"] if x["batch"] == 256)),
-                        num(next(x["seq_per_s"] for x in r["sentence_transformers"] if x["batch"] == 1024)),
-                        num(r["served"]["seq_per_s"]),
-                        num(r["served"]["p50_ms"], 1),
-                        f"{r['served']['gpu_busy']:.0%}" if r["served"].get("gpu_busy") is not None else "-",
-                        f"{r['ratio']:.2f}x",
-                    ]
-                    for r in rounds
-                ],
-            )
-        )
-
-    parts.append(
-        "\n**References, same call: a plain batched forward (token ids) and sentence-transformers `encode` "
-        "(texts), seq/s:**\n"
-    )
-    plain = {(r["tokens"], r["batch"]): r["seq_per_s"] for r in data["plain_forward"]}
-    st = {(r["tokens"], r["batch"]): r["seq_per_s"] for r in data["sentence_transformers"]}
-    parts.append(
-        table(
-            ["tokens", "batch", "plain forward", "sentence-transformers"],
-            [[t, b, num(plain[(t, b)]), num(st[(t, b)])] for t, b in sorted(plain)],
-        )
-    )
-
-    profile = data.get("profile")
-    if profile:
-        prof_rows = [
-            [
-                path,
-                f"{r['rows']} x {r['tokens']}",
-                num(r["host_ms_per_forward"], 2),
-                num(r["device_ms_per_forward"], 2),
-                num(r["wall_ms_per_forward"], 2),
-                num(r["seq_per_s"]),
-            ]
-            for path, body in profile["paths"].items()
-            for r in body["rows"]
-        ]
-        parts.append("\n**The forward paths in-process, back to back, two in flight:**\n")
-        parts.append(
-            table(["path", "batch x tokens", "host ms", "device ms", "wall ms", "seq/s"], prof_rows, "llrrrr")
-        )
-
-    parts.append(
-        "\n**Served** (text inputs, base64 answers; CPU is utime + stime over the step per request, summed "
-        "over each role's processes; GPU busy is NVML's utilisation sampled every 50 ms; machine is every "
-        "process's CPU, the load generator's included):\n"
-    )
-    served_rows = []
-    for r in served["rows"]:
-        roles = _roles(r)
-        served_rows.append(
-            [
-                r["path"],
-                r["tokens"],
-                r["concurrency"],
-                r["inputs_per_request"],
-                num(r["seq_per_s"]),
-                num(r["p50_ms"], 2),
-                num(r["p99_ms"], 1),
-                num(r["mean_batch"], 1),
-                f"{r['gpu_busy']:.0%}" if r.get("gpu_busy") is not None else "-",
-                num(r["machine_busy_cores"], 1),
-                num(roles.get("frontend", {}).get("ms_per_request", 0), 3)
-                if not r["path"].startswith("direct")
-                else "-",
-                num(roles.get("ingest", {}).get("ms_per_request", 0), 3) if "ingest" in roles else "-",
-                num(roles.get("engine", {}).get("ms_per_request", 0), 3),
-            ]
-        )
-    parts.append(
-        table(
-            [
-                "path",
-                "tokens",
-                "c",
-                "inputs/req",
-                "seq/s",
-                "p50 ms",
-                "p99 ms",
-                "mean batch",
-                "GPU busy",
-                "machine cores",
-                "frontend CPU ms/req",
-                "ingest CPU ms/req",
-                "engine CPU ms/req",
-            ],
-            served_rows,
-            "lrrrrrrrrrrrr",
-        )
-    )
-    best = served["best_concurrency"]
-    focus = [
-        r
-        for r in served["rows"]
-        if r["tokens"] == 13
-        and r["concurrency"] == best
-        and r["inputs_per_request"] == 1
-        and not r["path"].startswith("round")
-    ]
-    parts.append(
-        f"\n**Per process at c={best}, 13 tokens** (cores: CPU seconds per second of the step, all of a role's "
-        "processes; busiest: the busiest one of them):\n"
-    )
-    per = []
-    for r in focus:
-        for kind, c in _roles(r).items():
-            per.append(
-                [
-                    r["path"],
-                    kind,
-                    int(c["processes"]),
-                    num(c["ms_per_request"], 3),
-                    num(c["cores"], 2),
-                    num(c["busiest"], 2),
-                ]
-            )
-    parts.append(
-        table(["path", "role", "processes", "CPU ms/req", "cores", "busiest process, cores"], per, "llrrrr")
-    )
-    info = served["engine_info"]
-    parity = served.get("parity")
-    same = served.get("vs_single_process")
-    if parity and same:
-        parts.append(
-            f"\nThe workers: {len(info['cuda_graphs'])} CUDA graphs captured in {info['graph_capture_s']} s "
-            f"({num(info['graph_memory_mib'])} MiB), torch.compile on, `--max-batch-size {setup['max_batch_size']} "
-            f"--max-batch-tokens {setup['max_batch_tokens']} --engine-arg pipeline_min={setup['pipeline_min']}`; "
-            f"up in {served['startup_s']['total']:.0f} s, all {len(setup['api_processes'])} at once on the one GPU. "
-            f"Served vectors against an unpadded forward, {len(parity['cosines'])} vectors of {min(parity['lengths'])} "
-            f"to {max(parity['lengths'])} tokens: min cosine {parity['min_cosine']:.6f} "
-            f"(floor {parity['floor']}, {'passed' if parity['passed'] else '**below it**'}). "
-            f"The {setup['api_processes'][0]}-ingest-process worker against the 1-process worker, {same['requests']} "
-            f"texts one at a time: {same['identical']} identical vectors, largest difference {same['max_abs_diff']:g}."
-        )
-    notes = {k: v for k, v in (data.get("annotation") or {}).items() if k in ("parity", "cpu_profile")}
-    if notes:
-        parts.append("\n**Found in this run, after it:**\n")
-        parts.extend(f"- *{k.replace('_', ' ')}:* {v}" for k, v in notes.items())
-    cpu = load("cpu_path")
-    if cpu:
-        parts.append(
-            "\n**On CPU nothing of the above runs.** The CPU path against the landed engine (commit dc86faf), "
-            "`bench/cpu_path.py`: tiny models in-process, token-id requests, each tree in a fresh interpreter, "
-            f"the trees alternating, median of {cpu['rounds']} rounds, on the 2 shared cores:\n"
-        )
-        parts.append(
-            table(
-                ["case", "landed seq/s", "this seq/s", "ratio", "landed p50 ms", "this p50 ms"],
-                [
-                    [
-                        r["case"],
-                        num(r["baseline_seq_per_s"]),
-                        num(r["this_seq_per_s"]),
-                        f"{r['throughput_ratio']:.2f}x",
-                        num(r["baseline_p50_ms"], 2),
-                        num(r["this_p50_ms"], 2),
-                    ]
-                    for r in cpu["rows"]
-                ],
-                "lrrrrr",
-            )
-        )
-    plot_gpu_short(data)
-    found = [
-        (f"GPU short inputs: {t['target']}", t["goal"], f"{t['measured']}, {met(t['met'])}")
-        for t in data["targets"]
-    ]
-    after = RESULTS / "gpu_c1_after_load.txt"
-    if (data.get("annotation") or {}).get("fixed_after_the_run") and after.is_file():
-        # Re-measured on the fixed code by bench/gpu_c1_after_load.py, direct to the worker:
-        # beside the full run's figure, not in its place. The slowest worker after the load.
-        again = [float(m) for m in re.findall(r"^again .* p50\s+([\d.]+) ms", after.read_text(), re.M)]
-        if again:
-            worst = max(again)
-            found.append(
-                (
-                    "GPU c=1 p50 after the doorbell fix, after 3 s of c=512 (direct to the worker)",
-                    "<= 4.0 ms",
-                    f"{worst:g} ms, {met(worst <= 4.0)} (bench/results/gpu_c1_after_load.txt)",
-                )
-            )
-    found.append(
-        (
-            "GPU short inputs: two workers on two GPUs vs one",
-            ">= 1.9x",
-            "not measured: no two-GPU machine lent",
-        )
-    )
-    return "\n".join(parts), found
-
-
-def plot_gpu_short(data: dict[str, Any]) -> None:
-    served = data["served"]
-    main = served["rows"][0]["path"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for tokens, color in ((13, "#1f77b4"), (128, "#ff7f0e")):
-        rows = sorted(
-            (
-                r
-                for r in served["rows"]
-                if r["path"] == main and r["tokens"] == tokens and r["inputs_per_request"] == 1
-            ),
-            key=lambda r: r["concurrency"],
-        )
-        left.plot(
-            [r["concurrency"] for r in rows],
-            [r["seq_per_s"] for r in rows],
-            marker="o",
-            color=color,
-            label=f"served, {tokens} tokens, 1 input/request",
-        )
-        st = [r for r in data["sentence_transformers"] if r["tokens"] == tokens]
-        left.axhline(
-            max(r["seq_per_s"] for r in st),
-            color=color,
-            linestyle="--",
-            linewidth=1,
-            label=f"sentence-transformers' best, {tokens} tokens",
-        )
-    left.set_xscale("log", base=2)
-    left.set_xlabel("concurrency (closed loop, through the frontend)")
-    left.set_ylabel("sequences/s")
-    left.set_title(main)
-    left.legend(fontsize=7)
-    best = served["best_concurrency"]
-    picks = [
-        r
-        for r in served["rows"]
-        if r["tokens"] == 13
-        and r["concurrency"] == best
-        and r["inputs_per_request"] == 1
-        and (r["path"] == main or r["path"].startswith(("frontend x", "direct")))
-    ]
-    labels = [r["path"].replace("frontend", "fe").replace(", api", "\napi") for r in picks]
-    right.bar(range(len(picks)), [r["seq_per_s"] for r in picks], color="#1f77b4")
-    rounds = served.get("rounds") or []
-    if rounds:
-        ref = sorted(r["st_best_seq_per_s"] for r in rounds)[len(rounds) // 2]
-        right.axhline(
-            ref, color="#d62728", linestyle="--", linewidth=1, label="sentence-transformers, median of rounds"
-        )
-        right.axhline(2 * ref, color="#d62728", linestyle=":", linewidth=1, label="2x that (the target)")
-        right.legend(fontsize=7, loc="upper left")
-    right.set_xticks(range(len(picks)), labels, fontsize=7)
-    right.set_ylabel("sequences/s")
-    right.set_title(f"13 tokens, c={best}: frontend (fe) and ingest (api) processes")
-    fig.tight_layout()
-    save(fig, "gpu_short_inputs.png")
 
 
 def frontend_scale_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
@@ -1041,7 +720,7 @@ for `apt-get install hey` where it is missing):
 | time to verdict | `make bench-verdict` (= `make bench` then `.venv/bin/python bench/time_to_verdict.py`) | `bench/results/time_to_verdict.json` |
 | time to verdict, 2 to 64 workers; 16-replica splits | `make bench` then `.venv/bin/python bench/scale_verdict.py --mixed` (root for the 4-host rows) | `bench/results/scale_verdict.json` |
 | lease TTL sweep | `make bench-ttl` (= `make bench` then `.venv/bin/python bench/ttl_sweep.py`; root) | `bench/results/ttl_sweep.json` |
-| GPU short inputs | on an H200 machine, `hey` on the PATH: `python bench/gpu_serving.py --out bench/results/gpu_short_inputs.json` | `bench/results/gpu_short_inputs.json` |
+| GPU short inputs | on an H200 machine: `python bench/gpu_serving.py --api-also 8 --out bench/results/gpu_short_inputs.json` | `bench/results/gpu_short_inputs.json` |
 | frontend processes, 16 cores | on the H200 machine: `python bench/scale.py --settings frontend=1,frontend=2,frontend=4 --requests 40000 --concurrency 256 --encoding base64 --max-load 1000 --max-foreign 16 --json bench/results/scale_frontend_16cores.json` | `bench/results/scale_frontend_16cores.json` |
 | GPU serving (two GPUs, before issue 15) | `bench/gpu_serving.py` as of commit dc86faf, on a 2-GPU machine | `bench/results/gpu_h200x2.json` |
 | verification power | `.venv/bin/python bench/verification_power.py` | see [verification.md](verification.md) |
@@ -1215,23 +894,7 @@ workers on two other hosts (network namespaces): its launch includes etcd's star
 namespaces, its teardown their deletion.
 """
 
-GPU_SHORT_TEXT = """
-Run on the one-GPU machine from a copy of main's clean tree (commit 724ed7e), its JSON
-copied back; every figure below comes from that one call. The model has random weights
-and Qwen3-Embedding-0.6B's shapes (bf16, LAST pooling, normalised). Four transformers
-workers share the GPU behind one embedded frontend of 6 routing processes
-(`embedlab frontend --processes 6`): the main worker with 6 ingest processes
-(`embedlab worker --api-processes 6`) and, under model names of their own, workers with 4,
-2 and 1 for the ingest rows. The frontend rows (1, 2 and 4 processes) come from further
-`embedlab frontend --processes N` started beside the deployment and given the main worker
-through the registry API. All workers are compiled (`--engine-arg compile=true`) with
-`--max-batch-size 512 --max-batch-tokens 32768 --batch-wait-ms 2 --engine-arg
-pipeline_min=64`. Every input is text: the server gets the same texts of exactly 13 or 128
-tokens as sentence-transformers (8 different bodies per step, one per load process) and
-answers in base64. Load comes from `hey` (carried to the machine; 8 processes, keep-alive),
-4 s per step. The GPU image has neither orjson nor pyzmq: the servers serialise with the
-standard library, and the ingest-to-engine channel is shared memory.
-"""
+GPU_SHORT_TEXT = render_gpu.TEXT
 
 FRONTEND_SCALE_TEXT = """
 `bench/scale.py` on the device machine's 16 cores (kind `nvidia-h200`, the GPU unused): 16
@@ -1269,46 +932,6 @@ clean deployment: [docs/verification.md](verification.md), from
 # What the profiles showed: the bounds behind the numbers above (py-spy on the live
 # frontend under `hey`, and the frontend's per-request steps timed in-process).
 NOTES: dict[str, str] = {
-    "gpu_short_inputs": """
-**What bounds each figure.**
-
-- *13 tokens, one input per request* (19,648 seq/s at c=768 in the matrix, 19,260 at c=512;
-  18,227 to 19,654 in the three rounds, against sentence-transformers' 7,314 to 9,045,
-  median 2.07x): the GPU and the ingest processes together. The GPU is 91% busy on batches
-  of 150 on average, and the 6 ingest processes spend 0.283 ms of CPU per request, 5.6
-  cores, the busiest 0.96 of one. Past the frontend the worker answers 18,008, no more, so
-  the frontend is not the bound: its 6 processes spend 0.22 ms per request, none above 0.76
-  of a core. The rows scale with the processes until the GPU is nearly full: 1 ingest
-  process 3,010 seq/s (the single-process worker, one core at 0.34 ms per request: the old
-  ceiling), 2 processes 8,232, 4 processes 17,146, 6 processes 19,648; 1 frontend process
-  5,398 (its one core full at 0.19 ms per request), 2 processes 10,540 (both full), 4
-  processes 19,534. The engine process itself spends 0.03 ms per request, 0.58 of a core.
-- *The device between forwards.* With `pipeline_min=64` a partial batch of 64 or more is
-  queued behind the forward in flight instead of waiting for the device to go idle, so the
-  host's work between two forwards (delivering one batch's vectors, filling and launching
-  the next) overlaps the device's. A forward's wait for the device blocks in the driver
-  (a blocking CUDA event): the default spinning wait held a core of the engine process for
-  as long as the GPU was busy.
-- *c=1024 below c=768* (18,042, p99 489 ms): the GPU's busy share falls to 82% as batches
-  grow to 192; the long tail was not isolated.
-- *c=1 p50, 13 tokens: 3.1 ms through the frontend* (p99 3.7; goal 4 ms) to the 6-ingest
-  worker, 2.9 ms to the 1-process worker through the same frontend, 2.8 ms straight to the
-  6-ingest worker, that row measured after every loaded row of the matrix. The full run
-  before this one missed the goal at 5.3 ms: after a saturating load, every message on the
-  ingest channel waited for its 5 ms fallback poll. The consumer cleared the doorbell flag
-  *before* reading the socket, so a byte rung in between was read by the same recv and the
-  flag stayed set with no byte behind it. It now clears the flag after its read (and the
-  poll clears a flag it finds set); `tests/unit/test_multiprocess_parts.py` reproduces the
-  interleaving and fails against the old order. `bench/gpu_c1_after_load.py` isolated it
-  (`bench/results/gpu_c1_after_load.txt`: 2.9 ms before and after 3 s of c=512 once fixed).
-- *16 inputs per request* (22,114 seq/s at c=64): the GPU, 93% busy.
-- *128 tokens* (3,984 seq/s at 16 inputs per request, 2.33x the best plain batched forward,
-  1,713 at batch 1024; 3,187 at 1 input per request and c=256): the GPU, 94-95% busy on
-  compiled graphs, whose fused elementwise kernels the eager forward lacks.
-- *sentence-transformers* on 13-token texts: eager launching and its own per-batch CPU
-  (tokenizing, sorting, a copy to the host). Its batch-1024 figure moved between 7,314 and
-  9,045 seq/s within this one call, which is why the ratio is taken round by round.
-""",
     "scale_frontend_16cores": """
 **What bounds it.** One routing process answers 7,564 requests/s at 0.131 ms of CPU per
 request: its one core (0.131 ms is 7,600 per second). With 4 processes the frontend's CPU per

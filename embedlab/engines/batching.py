@@ -27,6 +27,10 @@ wait for the GIL, stands between a lone request and its forward. With a forward 
 queued, a launch can block until the device drains its queue (a graph of ~1,600 kernels
 behind another took 110 ms to queue at 256 x 128), so it goes to the forward thread,
 which releases the GIL while it blocks, and the event loop keeps serving HTTP.
+
+`stats()` also says where a sequence's time went: its wait from arrival (or from
+`since`, the moment its ingest process sent it) to the start of its batch, and each
+forward's time from launch to vectors home, in fixed millisecond buckets (`Durations`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,52 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+# Bucket bounds of `Durations`, in milliseconds (one more open bucket above the last).
+DURATION_BOUNDS_MS = (
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2,
+    3,
+    5,
+    7.5,
+    10,
+    15,
+    20,
+    30,
+    50,
+    75,
+    100,
+    150,
+    200,
+    300,
+    500,
+    1000,
+    2000,
+)
+_BOUNDS_S = tuple(b / 1000 for b in DURATION_BOUNDS_MS)
+
+
+class Durations:
+    """Counts of durations in the fixed buckets of `DURATION_BOUNDS_MS`: one bisect per sample.
+
+    Reported as counts since start; a reader takes two snapshots and subtracts them.
+    """
+
+    __slots__ = ("counts", "total_s")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(_BOUNDS_S) + 1)
+        self.total_s = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(_BOUNDS_S, seconds)] += 1
+        self.total_s += seconds
+
+    def snapshot(self) -> dict[str, object]:
+        return {"bounds_ms": list(DURATION_BOUNDS_MS), "counts": list(self.counts), "sum_s": self.total_s}
 
 
 class Deferred:
@@ -84,13 +134,16 @@ class _Request:
 
 
 class _Item:
-    __slots__ = ("request", "index", "seq", "arrived")
+    __slots__ = ("request", "index", "seq", "arrived", "since")
 
-    def __init__(self, request: _Request, index: int, seq: Sequence[int], arrived: float) -> None:
+    def __init__(
+        self, request: _Request, index: int, seq: Sequence[int], arrived: float, since: float
+    ) -> None:
         self.request = request
         self.index = index
         self.seq = seq
         self.arrived = arrived
+        self.since = since  # where its wait is counted from: arrival, or its ingest process's send
 
 
 class DynamicBatcher:
@@ -140,6 +193,8 @@ class DynamicBatcher:
         self.tokens = 0
         self.padded_tokens = 0
         self.batch_sizes: collections.Counter[int] = collections.Counter()
+        self.queued = Durations()  # per sequence: `since` to its batch's launch
+        self.forwards = Durations()  # per forward: launch to vectors home
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -166,16 +221,22 @@ class DynamicBatcher:
             "tokens": self.tokens,
             "padded_tokens": self.padded_tokens,
             "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
+            "queued": self.queued.snapshot(),
+            "forward": self.forwards.snapshot(),
         }
 
     async def submit(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
         return await self.submit_nowait(seqs)
 
-    def submit_nowait(self, seqs: Sequence[Sequence[int]]) -> asyncio.Future[np.ndarray]:
+    def submit_nowait(
+        self, seqs: Sequence[Sequence[int]], *, since: float | None = None
+    ) -> asyncio.Future[np.ndarray]:
         """`submit` without the coroutine: the future its vectors arrive in.
 
         For callers that serve many requests from one loop callback (a worker's engine
-        process, fed by its ingest processes): no task per request.
+        process, fed by its ingest processes): no task per request. `since` (monotonic
+        seconds, at most now) is when the request entered the worker, for `stats()`'s
+        queueing figures only: the policy counts from arrival here.
         """
         if self._closed:
             raise RuntimeError("the batcher is closed")
@@ -184,13 +245,14 @@ class DynamicBatcher:
         future: asyncio.Future[np.ndarray] = loop.create_future()
         request = _Request(future, len(seqs))
         now = time.monotonic()
+        origin = now if since is None else min(since, now)
         for index, seq in enumerate(seqs):
             width = self.shapes.width(len(seq))
             queue = self._queues.get(width)
             if queue is None:
                 queue = self._queues[width] = collections.deque()
                 bisect.insort(self._widths, width)
-            queue.append(_Item(request, index, seq, now))
+            queue.append(_Item(request, index, seq, now, origin))
         self._waiting += len(seqs)
         self._last_arrival = now
         self._pump()
@@ -278,6 +340,9 @@ class DynamicBatcher:
             else longest
         )
         self.batch_sizes[len(seqs)] += 1
+        launched = time.monotonic()
+        for item in items:
+            self.queued.add(launched - item.since)
         self._expected = len(seqs)
         idle = self._inflight == 0
         self._inflight += 1
@@ -288,23 +353,29 @@ class DynamicBatcher:
                 done.set_result(self._run_batch(seqs))
             except Exception as exc:  # delivered to the batch's requests as their error
                 done.set_exception(exc)
-            self._settle(done, items)
+            self._settle(done, items, launched)
         else:
             work = self._loop.run_in_executor(self._executor, self._run_batch, seqs)
-            work.add_done_callback(lambda finished: self._settle(finished, items))
+            work.add_done_callback(lambda finished: self._settle(finished, items, launched))
 
-    def _settle(self, done: asyncio.Future[np.ndarray | Deferred], items: list[_Item]) -> None:
+    def _settle(
+        self, done: asyncio.Future[np.ndarray | Deferred], items: list[_Item], launched: float
+    ) -> None:
         result = done.result() if not done.cancelled() and done.exception() is None else None
         if isinstance(result, Deferred):
             assert self._loop is not None
             synced = self._loop.run_in_executor(self._waiter, result.wait)
-            synced.add_done_callback(lambda finished: self._deliver(finished, items))
+            synced.add_done_callback(lambda finished: self._deliver(finished, items, launched))
             return
-        self._deliver(done, items)
+        self._deliver(done, items, launched)
 
     def _deliver(
-        self, done: asyncio.Future[np.ndarray] | asyncio.Future[np.ndarray | Deferred], items: list[_Item]
+        self,
+        done: asyncio.Future[np.ndarray] | asyncio.Future[np.ndarray | Deferred],
+        items: list[_Item],
+        launched: float,
     ) -> None:
+        self.forwards.add(time.monotonic() - launched)
         self._inflight -= 1
         error = done.exception() if not done.cancelled() else asyncio.CancelledError()
         vectors = done.result() if error is None else None

@@ -292,11 +292,16 @@ class TransformersEngine:
     def ingest_spec(self) -> IngestSpec:
         return token_ingest_spec(self, tokenizer=self._tokenizer, vocab_size=self._vocab_size)
 
-    def submit_ids(self, seqs: Sequence[Sequence[int]]) -> asyncio.Future[np.ndarray]:
-        """Checked token ids from an ingest process into the batcher; the future holds their vectors."""
+    def submit_ids(
+        self, seqs: Sequence[Sequence[int]], *, since: float | None = None
+    ) -> asyncio.Future[np.ndarray]:
+        """Checked token ids from an ingest process into the batcher; the future holds their vectors.
+
+        `since`: when the ingest process sent them (monotonic), for the batcher's queueing figures.
+        """
         if self._batcher is None:
             raise EngineError("the transformers engine was not started")
-        return self._batcher.submit_nowait(seqs)
+        return self._batcher.submit_nowait(seqs, since=since)
 
     # -- the forward path ---------------------------------------------------------------
 

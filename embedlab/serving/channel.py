@@ -23,6 +23,11 @@ its way when the consumer drains (the flag and the ring are plain memory, not fe
 a poll every few milliseconds picks the message up. The socketpair also tells each side
 when the other died: EOF. A producer whose ring is full keeps the rest in a backlog and
 retries on every doorbell and on a 1 ms timer until it drains.
+
+Each side counts what its doorbell did (`Channel.counts`): bytes rung and skipped,
+wake-ups and the records each drained, records the poll drained while their byte was
+still unread (`polled`: early, not late) or before any byte was there (`unrung`: rung
+late, or never, and so waiting for the poll), sends that backed up.
 """
 
 from __future__ import annotations
@@ -51,6 +56,22 @@ _HEAD, _TAIL, _BELL = 0, 8, 12  # 8-byte slots of the ring header: 0, 64 and 96 
 def _align(n: int) -> int:
     # 16 = the record header: the room left before the end is always 0 or a whole header.
     return (n + 15) & ~15
+
+
+COUNTS = ("rung", "skipped", "wakeups", "received", "polled", "unrung", "backlogged")
+
+
+class Counts:
+    """What one side of a channel's doorbell did, since start (see `COUNTS`)."""
+
+    __slots__ = COUNTS
+
+    def __init__(self) -> None:
+        for name in COUNTS:
+            setattr(self, name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in COUNTS}
 
 
 class Ring:
@@ -155,6 +176,7 @@ class Channel:
         self._poller: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
+        self.counts = Counts()
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -167,8 +189,16 @@ class Channel:
         if self._rx.pending():
             # A byte was skipped for a flag left set: clear it, or every later message would
             # wait for this poll too.
+            try:
+                rung = bool(self._sock.recv(1, socket.MSG_PEEK))  # its byte waits: the reader is next
+            except (BlockingIOError, OSError):
+                rung = False
             self._rx.bell = False
-            self.drain()
+            found = self.drain()
+            if rung:
+                self.counts.polled += found
+            else:
+                self.counts.unrung += found
         assert self._loop is not None
         self._poller = self._loop.call_later(POLL_S, self._poll)
 
@@ -189,6 +219,7 @@ class Channel:
         if not self._backlog and len(view) <= self._tx.max_payload and self._tx.write(view, WHOLE):
             self._doorbell()
             return
+        self.counts.backlogged += 1
         self._backlog.append([view, 0])
         self._flush()
 
@@ -232,7 +263,9 @@ class Channel:
     def _ring(self) -> None:
         self._ring_pending = False
         if self.closed or self._tx.bell:
+            self.counts.skipped += 1
             return  # the consumer has not yet acted on the last byte: it will drain this too
+        self.counts.rung += 1
         self._tx.bell = True
         try:
             self._sock.send(b"\x01")
@@ -257,16 +290,19 @@ class Channel:
         # would be read by the same recv, and the flag left set with no byte to clear it:
         # every later message would skip its byte and wait for the poll (5 ms at c=1).
         self._rx.bell = False
-        self.drain()
+        self.counts.wakeups += 1
+        self.counts.received += self.drain()
         if self._backlog:
             self._flush()
 
-    def drain(self) -> None:
-        """Hand every complete message in the receive ring to `on_message`."""
+    def drain(self) -> int:
+        """Hand every complete message in the receive ring to `on_message`; how many records it read."""
+        records = 0
         while not self.closed:
             record = self._rx.read()
             if record is None:
-                return
+                return records
+            records += 1
             flags, view, head = record
             try:
                 if flags == WHOLE:
@@ -281,6 +317,7 @@ class Channel:
             finally:
                 view.release()
                 self._rx.release(head)
+        return records
 
     def _lost(self) -> None:
         if not self.closed:

@@ -113,6 +113,14 @@ def test_ingest_processes_give_the_single_process_vectors_and_errors(
         health = client.get(f"{planes['two']}/health").json()
         assert health["status"] == "ready" and health["engine_info"]["device"] == "cpu"
         assert [len(counter_samples(u)) for u in dep.system_urls] == [1, 1]
+        # Where the time goes (the system port): the engine process's start-up heap is out of
+        # the collector's walks, and every request that reached the engine (each good one,
+        # direct and through the frontend) is counted against an ingest process and queued.
+        info = client.get(f"{dep.system_urls[1]}/health").json()["engine_info"]
+        assert info["gc"]["frozen_objects"] > 0
+        assert sum(p["requests_sent"] for p in info["ingest"]["processes"]) == 2 * len(requests)
+        sequences = sum(len(b["input"]) if isinstance(b["input"], list) else 1 for b in requests)
+        assert sum(info["batching"]["queued"]["counts"]) == 2 * sequences
 
 
 def _sockets_of(pid: int) -> set[str]:

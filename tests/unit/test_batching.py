@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -286,3 +287,28 @@ def test_bucket_widths_and_rows() -> None:
     assert [shapes.width(n) for n in (1, 16, 17, 64, 65, 300)] == [16, 16, 32, 64, 128, 512]
     assert [shapes.padded_rows(n) for n in (1, 3, 8, 9)] == [1, 4, 8, 9]
     assert BatchShapes().width(5) == 8
+
+
+def test_stats_count_each_sequence_wait_from_its_ingest_send_and_each_forward() -> None:
+    async def run() -> dict[str, object]:
+        runner = Recorder(gated=True)
+        batcher = DynamicBatcher(runner, max_batch_size=4, wait_ms=60_000, max_wait_ms=60_000)
+        batcher.start()
+        try:
+            # Sent by an ingest process 60 ms ago (the stamp), launched at once on an idle device.
+            first = batcher.submit_nowait([[1, 2], [3, 4]], since=time.monotonic() - 0.060)
+            await launched(runner, 1)
+            runner.pending[0].gate.set()
+            await asyncio.wait_for(first, timeout=10)
+            return batcher.stats()
+        finally:
+            await batcher.close()
+
+    stats = asyncio.run(run())
+    queued, forward = stats["queued"], stats["forward"]
+    bounds = queued["bounds_ms"]  # type: ignore[index]
+    # Both sequences fell in the bucket that holds 60 ms (50 to 75 ms), none elsewhere.
+    at = next(i for i, b in enumerate(bounds) if b >= 60)
+    assert queued["counts"][at] == 2 and sum(queued["counts"]) == 2  # type: ignore[index]
+    assert 0.12 <= queued["sum_s"] < 1.0  # type: ignore[index,operator]
+    assert sum(forward["counts"]) == 1  # type: ignore[index]

@@ -13,8 +13,10 @@ import multiprocessing as mp
 import os
 import random
 import socket
+import time
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -238,3 +240,17 @@ def test_a_doorbell_rung_while_the_consumer_reads_leaves_no_flag_set() -> None:
     stuck, got = asyncio.run(main())
     assert got == [b"one", b"two"]
     assert stuck is False, "the flag outlived the bytes it stood for"
+
+
+def test_a_message_stamp_tells_its_age_across_the_clock_wrap() -> None:
+    from embedlab.serving.worker.multiprocess import messages
+
+    lengths, ids = np.array([3], dtype=np.int32), np.array([5, 6, 7], dtype=np.int32)
+    now = 7_000.0
+    for age_us in (0, 250, 40_000):
+        stamp = (int(now * 1e6) - age_us) % (1 << 32)  # the stamp wraps every 71.6 minutes
+        view = memoryview(messages.embed_request(1, lengths, ids, None, stamp))
+        assert messages.head(view) == (messages.EMBED, 1, 1, 3, -1)
+        assert abs((now - messages.sent_at(view, now)) * 1e6 - age_us) < 2
+    reply = memoryview(messages.vectors_reply(9, np.ones((2, 4), dtype=np.float32)))
+    assert 0 <= time.monotonic() - messages.sent_at(reply, time.monotonic()) < 1.0

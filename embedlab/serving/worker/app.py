@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from ...defaults import LEASE_TTL_S, api_processes_for
 from ...engines import create_engine
 from ...errors import EngineError
-from ..http import json_response, make_app, start_site
+from ..http import freeze_heap, json_response, make_app, start_site
 from .config import WorkerConfig
-from .metrics import Board, BoardCollector, WorkerMetrics
+from .metrics import Board, BoardCollector, GcPauses, WorkerMetrics
 from .multiprocess.pool import IngestPool
 from .request_plane import RequestPlane
 
@@ -35,11 +35,14 @@ EXIT_START_FAILED = 1
 
 
 class Worker:
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(self, config: WorkerConfig, *, own_process: bool = False) -> None:
         self.config = config
+        # The process is this worker's alone (`serve_worker`): its start-up heap is frozen.
+        self.own_process = own_process
         self.metrics = WorkerMetrics(config.labels)
         self.registry = self.metrics.prom  # what the system port's /metrics exposes
         self.engine = create_engine(config.engine, config.engine_options)
+        self.gc = GcPauses()
         self._state = "starting"
         self.url = ""
         self.board: Board | None = None  # with ingest processes: their counters and our state
@@ -85,7 +88,11 @@ class Worker:
 
     async def _describe(self) -> dict[str, object] | None:
         describe = getattr(self.engine, "describe", None)
-        return describe() if describe is not None else None
+        info = describe() if describe is not None else None
+        if self.pool is not None and info is not None:
+            # where a request's time goes: per ingest process, and this process's collector
+            info = {**info, "ingest": self.pool.stats(), "gc": self.gc.stats()}
+        return info
 
     # -- system port --------------------------------------------------------------------
 
@@ -129,6 +136,8 @@ class Worker:
         log.info("system server on http://%s:%d (metrics, health, live)", cfg.system_host, system_port)
         self.state = "loading"
         await self.engine.start()
+        if self.own_process:
+            log.info("%d objects of the engine's start frozen (out of the collector's walks)", freeze_heap())
         processes = self._api_processes()
         if processes > 1:
             self.pool = IngestPool(
@@ -255,6 +264,7 @@ class Worker:
         if self._session is not None:
             await self._session.close()
         await self.engine.close()
+        self.gc.close()
 
 
 class RegistrationRefused(Exception):
@@ -265,7 +275,7 @@ class RegistrationRefused(Exception):
 
 
 async def serve_worker(config: WorkerConfig, stop: asyncio.Event) -> int:
-    worker = Worker(config)
+    worker = Worker(config, own_process=True)
     # A stop during start-up cancels the start rather than waiting for it: a vLLM engine
     # takes a minute to start on 2 cores, and registration waits for a frontend that a
     # launch script may already have stopped.

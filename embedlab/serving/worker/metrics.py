@@ -14,6 +14,7 @@ what the engine process knows (loading, ready, draining).
 from __future__ import annotations
 
 import bisect
+import gc
 import time
 from collections.abc import Iterator
 
@@ -22,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.samples import Sample
 
 from ...defaults import METRIC
-from ..channel import map_memory
+from ..channel import COUNTS, map_memory
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 COUNTERS = (
@@ -55,11 +56,16 @@ class WorkerMetrics:
         self.inflight = Gauge(*INFLIGHT, names, registry=self.prom).labels(**labels)
 
 
-# A slot: the four counters, inflight, the duration's sum, count and per-bucket counts (+Inf last).
+# A slot: the four counters, inflight, the duration's sum, count and per-bucket counts (+Inf last),
+# then what the process's side of its channel counted (its copy, refreshed now and then), then
+# the vectors replies' trip from the engine process: seconds in all, and how many took over 1 and 5 ms.
 _SLOT_FIELDS = 4 + 1 + 2 + len(DURATION_BUCKETS) + 1
+_CHANNEL_FIELDS = _SLOT_FIELDS
+_REPLY_FIELDS = _CHANNEL_FIELDS + len(COUNTS)
+REPLY_FIGURES = ("reply_travel_s", "replies_over_1ms", "replies_over_5ms")
 _SLOT_BYTES = 8 * 32
 _HEADER_BYTES = 64
-assert _SLOT_FIELDS <= 32
+assert _REPLY_FIELDS + len(REPLY_FIGURES) <= 32
 
 
 class _Cell:
@@ -129,6 +135,25 @@ class Board:
     def state(self, value: str) -> None:
         self._header[0] = STATES.index(value)
 
+    def put_counts(self, index: int, counts: dict[str, float]) -> None:
+        """An ingest process's copy of its channel's counts and its replies' trip (`REPLY_FIGURES`),
+        for the engine process to report."""
+        values = self.slot(index)
+        for i, name in enumerate(COUNTS):
+            values[_CHANNEL_FIELDS + i] = counts[name]
+        for i, name in enumerate(REPLY_FIGURES):
+            values[_REPLY_FIELDS + i] = counts.get(name, 0.0)
+
+    def process_figures(self, index: int) -> dict[str, float]:
+        """One slot's requests, time answering them, and its channel's counts as last copied."""
+        values = self.slot(index)
+        return {
+            "requests": values[0],
+            "seconds_answering": values[5],
+            **{name: values[_CHANNEL_FIELDS + i] for i, name in enumerate(COUNTS)},
+            **{name: values[_REPLY_FIELDS + i] for i, name in enumerate(REPLY_FIGURES)},
+        }
+
     def total(self, field: int) -> float:
         return sum(self.slot(i)[field] for i in range(self.slots))
 
@@ -170,3 +195,40 @@ class BoardCollector:
         inflight = GaugeMetricFamily(*INFLIGHT, labels=self._names)
         inflight.add_metric(self._values, sum(s[4] for s in slots))
         yield inflight
+
+
+class GcPauses:
+    """The cyclic garbage collector's pauses in this process, by generation, for /health.
+
+    A pause stops the process's event loop: in an engine process, whose heap holds the
+    model's modules and torch.compile's artifacts, a full collection walks all of them.
+    """
+
+    def __init__(self) -> None:
+        self._started = 0.0
+        self.collections = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.longest = [0.0, 0.0, 0.0]
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        generation = info["generation"]
+        took = time.perf_counter() - self._started
+        self.collections[generation] += 1
+        self.seconds[generation] += took
+        self.longest[generation] = max(self.longest[generation], took)
+
+    def close(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "collections": list(self.collections),
+            "seconds": [round(s, 6) for s in self.seconds],
+            "longest_ms": [round(1000 * s, 3) for s in self.longest],
+            "frozen_objects": gc.get_freeze_count(),
+        }

@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,13 +28,23 @@ from ....engines.base import Embeddings, InvalidInput
 from ....engines.preprocess import IngestSpec, LocalIngest, TokenIngest, pack_ids
 from ....errors import RemoteEngineError
 from ...channel import Channel, map_memory
-from ...http import configure_logging, die_with_parent, make_app, reuseport_socket, run_service, start_site
+from ...http import (
+    configure_logging,
+    die_with_parent,
+    freeze_heap,
+    make_app,
+    reuseport_socket,
+    run_service,
+    start_site,
+)
 from ..config import IngestSettings
 from ..metrics import Board, BoardCollector, SlotMetrics
 from ..request_plane import RequestPlane
 from . import messages
 
 log = logging.getLogger("embedlab.worker")
+
+COUNTS_EVERY_S = 0.25  # how often a process copies its channel's counts to its board slot
 
 
 class RemoteEngine:
@@ -50,6 +61,8 @@ class RemoteEngine:
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self.channel: Channel | None = None
         self.lost = asyncio.Event()
+        # vectors replies' trip from the engine process's send to this loop (see messages.py)
+        self.replies = {"reply_travel_s": 0.0, "replies_over_1ms": 0.0, "replies_over_5ms": 0.0}
 
     def connect(self, *, memory_fd: int, doorbell: socket.socket) -> None:
         self.channel = Channel(
@@ -64,7 +77,9 @@ class RemoteEngine:
             return self._local.embed(inputs, dimensions=dimensions)
         assert self._tokens is not None
         lengths, ids = pack_ids(self._tokens.tokenize(inputs))
-        vectors = await self._call(lambda rid: messages.embed_request(rid, lengths, ids, dimensions))
+        vectors = await self._call(
+            lambda rid: messages.embed_request(rid, lengths, ids, dimensions, messages.stamp_now())
+        )
         return Embeddings(vectors=vectors, prompt_tokens=int(lengths.sum()))
 
     async def describe(self) -> dict[str, Any] | None:
@@ -88,6 +103,11 @@ class RemoteEngine:
         if future is None or future.done():
             return  # its client went away
         if kind == messages.VECTORS:
+            now = time.monotonic()
+            took = now - messages.sent_at(view, now)
+            self.replies["reply_travel_s"] += took
+            self.replies["replies_over_1ms"] += took > 0.001
+            self.replies["replies_over_5ms"] += took > 0.005
             future.set_result(messages.read_vectors(view, rows, dim))
         elif kind == messages.INFO:
             future.set_result(messages.read_json(view))
@@ -115,6 +135,7 @@ async def serve_ingest(settings: IngestSettings, stop: asyncio.Event) -> int:
     board = Board(settings.board_fd)
     config = settings.worker_config()
     engine = RemoteEngine(spec)
+    freeze_heap()  # the tokenizer and the libraries: kept for life, never walked
     engine.connect(memory_fd=settings.memory_fd, doorbell=socket.socket(fileno=settings.doorbell_fd))
     os.close(settings.memory_fd)  # mapped: the mapping keeps it
     plane = RequestPlane(
@@ -135,11 +156,20 @@ async def serve_ingest(settings: IngestSettings, stop: asyncio.Event) -> int:
     if settings.metrics_port is not None:
         runners.append(await _serve_own_metrics(settings, board, config.labels))
     assert engine.channel is not None
-    engine.channel.send(messages.json_message(messages.READY, 0, None))
+    channel = engine.channel
+
+    def copy_counts() -> None:
+        nonlocal copier
+        board.put_counts(settings.index, {**channel.counts.as_dict(), **engine.replies})
+        copier = asyncio.get_running_loop().call_later(COUNTS_EVERY_S, copy_counts)
+
+    copier = asyncio.get_running_loop().call_later(COUNTS_EVERY_S, copy_counts)
+    channel.send(messages.json_message(messages.READY, 0, None))
     waits = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(engine.lost.wait())}
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for task in waits:
         task.cancel()
+    copier.cancel()
     for each in runners:
         await each.cleanup()  # answers what it holds while the engine is still there
     engine.channel.close()

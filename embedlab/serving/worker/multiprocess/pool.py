@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ....engines import InvalidInput
+from ....engines.batching import Durations
 from ....errors import EngineError
 from ....plugins import child_env
 from ...channel import Channel, create_memory
@@ -70,6 +71,11 @@ class IngestPool:
         self.channels: list[Channel] = []
         self._ready: list[asyncio.Future[None]] = []
         self.stopping = False
+        # Where the time goes, for /health: requests and sequences per ingest process, and
+        # each request's trip from its ingest process's send to this loop.
+        self.requests = [0] * processes
+        self.sequences = [0] * processes
+        self.travelled = Durations()
 
     async def start(self) -> None:
         cfg = self.config
@@ -153,9 +159,14 @@ class IngestPool:
         kind, request_id, count, tokens, dimensions = messages.head(view)
         channel = self.channels[index]
         if kind == messages.EMBED:
+            now = time.monotonic()
+            sent = messages.sent_at(view, now)
+            self.travelled.add(now - sent)
+            self.requests[index] += 1
+            self.sequences[index] += count
             seqs = messages.embed_sequences(view, count, tokens)
             try:
-                work = self._submit(seqs, None if dimensions < 0 else dimensions)
+                work = self._submit(seqs, None if dimensions < 0 else dimensions, sent)
             except Exception as exc:
                 channel.send(failure(request_id, exc))
                 return
@@ -166,10 +177,10 @@ class IngestPool:
         elif kind == messages.READY and not self._ready[index].done():
             self._ready[index].set_result(None)
 
-    def _submit(self, seqs: list[Any], dimensions: int | None) -> asyncio.Future[Any]:
+    def _submit(self, seqs: list[Any], dimensions: int | None, sent: float) -> asyncio.Future[Any]:
         submit = getattr(self.engine, "submit_ids", None)
         if submit is not None and dimensions is None:
-            return submit(seqs)
+            return submit(seqs, since=sent)
 
         async def embed() -> Any:
             result = await self.engine.embed([s.tolist() for s in seqs], dimensions=dimensions)
@@ -186,6 +197,23 @@ class IngestPool:
             channel.send(failure(request_id, error))
         else:
             channel.send(messages.vectors_reply(request_id, done.result()))
+
+    def stats(self) -> dict[str, Any]:
+        """Per ingest process: requests and sequences sent here, the board's figures (requests it
+        counted, seconds spent answering, its channel's counts), this side's channel counts;
+        and the requests' trip from an ingest process's send to this loop."""
+        return {
+            "processes": [
+                {
+                    "requests_sent": self.requests[i],
+                    "sequences_sent": self.sequences[i],
+                    "ingest": self.board.process_figures(i),
+                    "engine_side": channel.counts.as_dict(),
+                }
+                for i, channel in enumerate(self.channels)
+            ],
+            "travelled": self.travelled.snapshot(),
+        }
 
     def _lost(self, index: int) -> None:
         child = self.children[index]
