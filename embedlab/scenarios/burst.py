@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -348,7 +349,7 @@ async def run_schedule(
                         )
                         pending.add(task)
                         task.add_done_callback(pending.discard)
-                        task.add_done_callback(lambda t, at=at: records.extend(_shifted(t, at)))
+                        task.add_done_callback(functools.partial(_collect, records, at))
                     await asyncio.sleep(
                         max(0.0, t0 + (position + 1) * schedule.window_s - time.perf_counter())
                     )
@@ -443,6 +444,10 @@ async def _fitted(
 # 1 s windows still fit a 60 s budget twice over.
 _FEWEST = 4
 _LONGEST_S = 1.0
+
+
+def _collect(records: list[RequestRecord], at: float, task: asyncio.Task[BurstResult]) -> None:
+    records.extend(_shifted(task, at))
 
 
 def _shifted(task: asyncio.Task[BurstResult], at: float) -> list[RequestRecord]:

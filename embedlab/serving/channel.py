@@ -65,6 +65,13 @@ class Counts:
     """What one side of a channel's doorbell did, since start (see `COUNTS`)."""
 
     __slots__ = COUNTS
+    rung: int
+    skipped: int
+    wakeups: int
+    received: int
+    polled: int
+    unrung: int
+    backlogged: int
 
     def __init__(self) -> None:
         for name in COUNTS:

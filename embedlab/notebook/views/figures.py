@@ -131,9 +131,12 @@ def plot_schedule(result: ScenarioResult) -> Figure:
     top, bottom = fig.subplots(2, 1, height_ratios=[1, 2.4])
     arms = list(dict.fromkeys(w.arm for w in run.windows))
     palette = {a: ("#bdbdbd" if a == "off" else f"C{k}") for k, a in enumerate(arms)}
-    for w in run.windows:
+    for window in run.windows:
         top.broken_barh(
-            [(w.start_s, w.end_s - w.start_s)], (0, 1), color=palette[w.arm], alpha=1.0 if w.kept else 0.25
+            [(window.start_s, window.end_s - window.start_s)],
+            (0, 1),
+            color=palette[window.arm],
+            alpha=1.0 if window.kept else 0.25,
         )
     for a in arms:
         top.bar(0, 0, color=palette[a], label=a if a == "off" else f"on: {a}" if a != "on" else "on")
@@ -144,10 +147,10 @@ def plot_schedule(result: ScenarioResult) -> Figure:
     how = run.verdict.how if run.verdict else run.why
     top.set_title(f"schedule: {how}", fontsize=8)
     legend_outside(top)
-    kept = [w for w in run.windows if w.kept]
+    kept = [window for window in run.windows if window.kept]
     sent: dict[str, float] = {}
-    for w in kept:
-        for m, k in w.sent.items():
+    for window in kept:
+        for m, k in window.sent.items():
             sent[m] = sent.get(m, 0.0) + k
     moved = run.on_minus_off()
     workers = result.workers

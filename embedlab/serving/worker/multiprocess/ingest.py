@@ -158,6 +158,8 @@ async def serve_ingest(settings: IngestSettings, stop: asyncio.Event) -> int:
     assert engine.channel is not None
     channel = engine.channel
 
+    copier: asyncio.TimerHandle
+
     def copy_counts() -> None:
         nonlocal copier
         board.put_counts(settings.index, {**channel.counts.as_dict(), **engine.replies})
