@@ -102,7 +102,7 @@ QUIET_WINDOW_S = 0.2
 # (`--budget-s`; docs/busy-method.md).
 BUSY_BUDGET_S = 60.0
 # The busy check's own rate while a window is on, for a pool of two workers; larger pools send
-# more (scenarios.burst.busy_rate). At 80 req/s and another client at 40 req/s, a correct 2x2 pool
+# more (scenarios.schedule.busy_rate). At 80 req/s and another client at 40 req/s, a correct 2x2 pool
 # passed within 60 s in 100 % of simulated checks (median 17 s), at 40 req/s 47 % (docs/busy-method.md).
 BUSY_RATE_PER_S = 80.0
 # Scrapes of one snapshot in flight at once: every worker of a 64-worker pool together, and a

@@ -150,8 +150,12 @@ class Knob:
 
 
 def knobs(cls: type) -> list[Knob]:
-    """The knobs of a params class, in declaration order."""
+    """The knobs of a params class, in declaration order: its own first, then those it takes from
+    a shared base (the busy knobs), so that a scenario's options, notebook cell and errors lead
+    with what is its own."""
     hints = typing.get_type_hints(cls)
+    own = vars(cls).get("__annotations__", {})
+    ordered = sorted(dataclasses.fields(cls), key=lambda f: f.name not in own)
     return [
         Knob(
             name=f.name,
@@ -163,7 +167,7 @@ def knobs(cls: type) -> list[Knob]:
             choices=f.metadata.get("choices"),
             each=f.metadata.get("each", False),
         )
-        for f in dataclasses.fields(cls)
+        for f in ordered
     ]
 
 

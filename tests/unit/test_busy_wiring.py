@@ -12,15 +12,16 @@ from embedlab.evidence.split import Split
 from embedlab.evidence.traffic import BurstResult
 from embedlab.scenarios.builtin.dispatch import MultiModelParams, SameModelParams, _same_model_power
 from embedlab.scenarios.builtin.mixed import MixedParams
-from embedlab.scenarios.burst import _counters_agree, busy_rate, needs_schedule, schedule_for
+from embedlab.scenarios.burst import _counters_agree
 from embedlab.scenarios.params import knobs, params_of
 from embedlab.scenarios.result import Burst, ScenarioResult, ScheduleRun, ScheduleWindow
+from embedlab.scenarios.schedule import busy_rate, needs_schedule, schedule_for
 
 
 def test_the_busy_knobs_are_declared_once_and_every_placement_scenario_takes_them() -> None:
     for cls in (SameModelParams, MultiModelParams, MixedParams):
         names = [k.name for k in knobs(cls)]
-        assert names[:2] == ["busy", "budget_s"], names
+        assert names[-2:] == ["busy", "budget_s"], names  # its own knobs first, the shared ones after
         assert params_of(cls, {"busy": True, "budget_s": "30"}, scenario="x").budget_s == 30.0
         assert cls().busy is False and cls().budget_s == 60.0 and cls().requests is None
 

@@ -31,23 +31,11 @@ from ...evidence.stats import StillChance, still_chance
 from ...evidence.target import Target, target_of
 from ...evidence.traffic import Input, RequestRecord, default_inputs, run_sync
 from ...verdicts import Verdict
-from ..burst import (
-    BurstSpec,
-    BusyKnobs,
-    busy_outcome,
-    judge,
-    needs_schedule,
-    run_burst,
-    run_schedule,
-    schedule_for,
-    served_models,
-    serving,
-    status_codes,
-    workers_of,
-)
+from ..burst import BurstSpec, judge, run_burst, served_models, serving, status_codes, workers_of
 from ..params import knob, with_knobs
 from ..registry import Scenario
 from ..result import Burst, DataFigures, ScenarioResult, ScheduleRun
+from ..schedule import BusyKnobs, busy_outcome, needs_schedule, run_schedule, schedule_for
 
 if TYPE_CHECKING:
     from ..plan import ScenarioPlan

@@ -34,10 +34,11 @@ from ...evidence.stats import still_chance
 from ...evidence.target import Target, target_of
 from ...evidence.traffic import default_inputs, run_sync
 from ...verdicts import Verdict
-from ..burst import BurstSpec, BusyKnobs, judge, needs_schedule, run_burst, served_models, workers_of
+from ..burst import BurstSpec, judge, run_burst, served_models, workers_of
 from ..params import knob, with_knobs
 from ..registry import Scenario
 from ..result import Burst, DataFigures, ScenarioResult, WorkerInfo
+from ..schedule import BusyKnobs, needs_schedule
 from .dispatch import placement_busy
 
 if TYPE_CHECKING:

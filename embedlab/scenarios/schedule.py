@@ -1,0 +1,270 @@
+"""The busy pool's check: a randomized on/off schedule run through the burst path.
+
+Where the quiet windows around a burst see traffic embedlab did not send (`needs_schedule`), or
+when asked (`busy`), a placement check runs `run_schedule` instead of judging its before/after
+pair; `busy_outcome` turns the schedule's sequential verdict into the scenario's. The method is
+in docs/busy-method.md; the statistics are in evidence/busy/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from ..defaults import BUSY_BUDGET_S, BUSY_RATE_PER_S
+from ..errors import CounterResetError, ScrapeError
+from ..evidence import clients
+from ..evidence.busy import BusyMonitor, Schedule, WindowRecord
+from ..evidence.busy.constants import WINDOW_S
+from ..evidence.metrics import Snapshot, ascrape_all
+from ..evidence.target import Target
+from ..evidence.traffic import BurstResult, RequestRecord, asend_burst, default_inputs
+from ..verdicts import Verdict
+from .params import knob
+from .result import Burst, ScheduleRun, ScheduleWindow
+
+__all__ = ["BusyKnobs", "busy_outcome", "busy_rate", "needs_schedule", "run_schedule", "schedule_for"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BusyKnobs:
+    """The knobs of a check that judges placement, declared once: same-model, multi-model and mixed
+    take them by subclassing (`--busy`, `--budget-s`; matrix and notebook keys `busy`, `budget_s`)."""
+
+    busy: bool = knob(
+        False,
+        "run the randomized on/off schedule even where the quiet windows see no other traffic "
+        "(it runs anyway where they do)",
+    )
+    budget_s: float = knob(
+        BUSY_BUDGET_S, "the longest the busy schedule runs before it ends inconclusive", min=1
+    )
+
+
+def needs_schedule(bursts: Sequence[Burst]) -> bool:
+    """Whether some burst saw traffic embedlab did not send that nothing per response accounted
+    for: the counters' before/after pair judges nothing there, and the check runs the schedule."""
+    return any(b.other_traffic and not b.proven_by and b.unread is None for b in bursts)
+
+
+def busy_rate(workers: int) -> float:
+    """The busy check's own rate while a window is on, for a model of `workers` replicas (one
+    model's requests per window): BUSY_RATE_PER_S for two, proportionally more for more, so that
+    each replica's share of a window stays about the same (up to 8x: the sender bounds it, and
+    `_fitted` lowers it further to what the sender and router answer in time)."""
+    return BUSY_RATE_PER_S * min(8.0, max(1.0, workers / 2))
+
+
+async def run_schedule(
+    target: Target,
+    schedule: Schedule,
+    *,
+    models: Sequence[str],
+    weights: Sequence[float] | None,
+    budget_s: float = BUSY_BUDGET_S,
+    concurrency: int = 4,
+    timeout: float = 60.0,
+) -> ScheduleRun:
+    """The check as a randomized on/off schedule: every worker read at every window boundary, each
+    window's arm sent right after its opening read, a verdict after every block (BusyMonitor)
+    until one stands or `budget_s` of wall time is spent. `models`: each worker's model, by index.
+
+    A block's boundaries are on one clock (its start + k * window_s). A window's requests go out
+    at once; one still unanswered at the window's closing read (late) would count in the next
+    window, perhaps of another arm, so its whole block is set aside: the check waits for every
+    answer, reads again, and runs the same block (the same drawn order) anew. Whether a block is
+    late does not depend on its order (each arm sends the same requests wherever it stands),
+    so the blocks kept still have uniformly random orders. Measured on a 2-core machine at load
+    11: p99 latency 1 s, a quarter of the blocks set aside, the rest decided."""
+    windows: list[ScheduleWindow] = []
+    records: list[RequestRecord] = []
+    pending: set[asyncio.Task[BurstResult]] = set()
+    limits = max(concurrency, max((sum(a.requests.values()) for a in schedule.arms), default=1))
+    why, verdict = "", None
+    async with (
+        clients.scrape_client(timeout=10.0) as scrape_client,
+        clients.async_client(
+            timeout=timeout,
+            transport=httpx.AsyncHTTPTransport(
+                retries=0,
+                limits=httpx.Limits(max_connections=limits, max_keepalive_connections=limits),
+                verify=clients.tls(),
+            ),
+        ) as http,
+    ):
+
+        async def read() -> list[Snapshot]:
+            return await ascrape_all(target.system_urls, metric=target.metric, client=scrape_client)
+
+        try:
+            schedule = await _fitted(schedule, target, http, limits, timeout)
+            # The budget is wall time, blocks set aside included: the monitor only counts what it is fed.
+            monitor = BusyMonitor(schedule, models, weights, budget_s=math.inf)
+            arms = len(schedule.arms)
+            before = await read()
+            origin = time.perf_counter()
+            block = 0
+            while True:
+                t0 = time.perf_counter()
+                found: list[ScheduleWindow] = []
+                for position in range(arms):
+                    window = schedule.window(block * arms + position)
+                    at = t0 - origin + position * schedule.window_s
+                    answered: list[RequestRecord] = []
+                    n = sum(window.arm.requests.values())
+                    if n:
+                        order = [m for m, k in window.arm.requests.items() for _ in range(k)]
+                        task = asyncio.create_task(
+                            asend_burst(
+                                target.frontend_url,
+                                window.arm.name,
+                                n,
+                                concurrency=min(n, limits),
+                                inputs=default_inputs(n, seed=window.index),
+                                timeout=timeout,
+                                client=http,
+                                models=order,
+                                on_response=answered.append,
+                            )
+                        )
+                        pending.add(task)
+                        task.add_done_callback(pending.discard)
+                        task.add_done_callback(functools.partial(_collect, records, at))
+                    await asyncio.sleep(
+                        max(0.0, t0 + (position + 1) * schedule.window_s - time.perf_counter())
+                    )
+                    # What counts in this window: the answers in hand when its closing read begins.
+                    counted = [r for r in answered if r.status]
+                    late = n - len(answered)
+                    after = await read()
+                    deltas = tuple(b.delta(a, worker_index=i) for i, (b, a) in enumerate(zip(before, after)))
+                    before = after
+                    sent: dict[str, int] = {}
+                    for r in counted:
+                        sent[r.model] = sent.get(r.model, 0) + 1
+                    found.append(
+                        ScheduleWindow(
+                            window.index, window.arm.name, at, at + schedule.window_s, deltas, sent, late
+                        )
+                    )
+                kept = not any(w.late for w in found)
+                windows += [w if kept else dataclasses.replace(w, kept=False) for w in found]
+                if kept:
+                    for w in found:
+                        monitor.add(WindowRecord(index=w.index, deltas=w.deltas, sent=w.sent))
+                    block += 1
+                    verdict = monitor.verdict(final=False)
+                else:
+                    # Every answer in, then a fresh read: the next block starts from nothing in flight.
+                    await asyncio.gather(*pending, return_exceptions=True)
+                    before = await read()
+                if verdict is None and time.perf_counter() - origin >= budget_s:
+                    verdict = monitor.verdict(final=True)
+                if verdict is not None:
+                    break
+        except CounterResetError as exc:
+            why = f"counter reset on worker {exc.worker_index} during the schedule"
+        except ScrapeError as exc:
+            why = f"worker {exc.worker_index} could not be read during the schedule"
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+    traffic = BurstResult(
+        model="+".join(schedule.models),
+        n=len(records),
+        concurrency=limits,
+        records=sorted(records, key=lambda r: r.started),
+        wall_seconds=windows[-1].end_s if windows else 0.0,
+    )
+    rate = max(sum(a.requests.values()) for a in schedule.arms) / schedule.window_s
+    return ScheduleRun(windows, verdict, traffic, schedule.seed, schedule.window_s, rate, why, tuple(models))
+
+
+async def _fitted(
+    schedule: Schedule, target: Target, http: httpx.AsyncClient, concurrency: int, timeout: float
+) -> Schedule:
+    """`schedule` fitted to this sender and router, before its first window: a window's requests
+    must be answered within half its sending part (one in flight at a window's end counts in
+    the next). The sender's rate is measured on the busiest arm's requests, sent twice before
+    the first read (the first pays for the connections). Where it falls short, each arm sends
+    fewer requests (down to `_FEWEST`), then windows grow (up to `_LONGEST_S`): a sign-flip test
+    needs blocks more than requests (14 at least at the check's level), so shorter windows come
+    first. Fitted before any order is drawn, the randomization still holds. Measured on a
+    2-core machine at load 12: 20 requests took 0.14-0.9 s, past a 0.25 s window's 0.175 s."""
+    busiest = max(schedule.arms, key=lambda a: sum(a.requests.values()))
+    nominal = sum(busiest.requests.values())
+    order = [m for m, k in busiest.requests.items() for _ in range(k)]
+    took = []
+    for _ in range(2):
+        started = time.perf_counter()
+        await asend_burst(
+            target.frontend_url, busiest.name, nominal, concurrency=min(nominal, concurrency),
+            client=http, models=order, timeout=timeout,
+        )  # fmt: skip
+        took.append(time.perf_counter() - started)
+    rate = nominal / max(max(took), 1e-6)
+    window, per_window = schedule.window_s, nominal
+    while True:
+        fits = math.floor(rate * window * schedule.send_fraction / 2)
+        if fits >= min(nominal, _FEWEST) or window >= _LONGEST_S:
+            per_window = max(1, min(nominal, fits))
+            break
+        window += WINDOW_S
+    if (window, per_window) == (schedule.window_s, nominal):
+        return schedule
+    arms = tuple(
+        dataclasses.replace(
+            a, requests={m: max(1, round(k * per_window / nominal)) for m, k in a.requests.items()}
+        )
+        for a in schedule.arms
+    )
+    return dataclasses.replace(schedule, arms=arms, window_s=window)
+
+
+# A window's fewest requests before windows grow, and the longest window: 14 blocks of two
+# 1 s windows still fit a 60 s budget twice over.
+_FEWEST = 4
+_LONGEST_S = 1.0
+
+
+def _collect(records: list[RequestRecord], at: float, task: asyncio.Task[BurstResult]) -> None:
+    records.extend(_shifted(task, at))
+
+
+def _shifted(task: asyncio.Task[BurstResult], at: float) -> list[RequestRecord]:
+    """A window's records, their start times counted from the schedule's start."""
+    if task.cancelled() or task.exception() is not None:
+        return []
+    return [dataclasses.replace(r, started=r.started + at) for r in task.result().records]
+
+
+def schedule_for(models: Sequence[str], *, workers: int) -> Schedule:
+    """The schedule of a busy check: on/off windows for one model, one arm per model for several;
+    `workers`: the most replicas any of them has."""
+    per_window = max(1, round(busy_rate(workers) * WINDOW_S))
+    models = list(dict.fromkeys(models))
+    if len(models) == 1:
+        return Schedule.same_model(models[0], requests=per_window)
+    return Schedule.per_model(models, requests=per_window)
+
+
+def busy_outcome(run: ScheduleRun) -> tuple[Verdict, list[str], str]:
+    """The verdict, reasons and power sentence a scenario reports from its schedule."""
+    if run.verdict is None:
+        return Verdict.INCONCLUSIVE, [run.why or "the schedule reached no verdict"], "nothing ruled out"
+    v = run.verdict
+    failed = run.traffic.failures
+    if failed and v.verdict is Verdict.PASSED:
+        # As on a quiet pool: a request the check sent that failed fails the check.
+        return (
+            Verdict.FAILED,
+            [f"{len(failed)} of the schedule's {run.traffic.n} requests failed ({failed[0].error})"],
+            v.power,
+        )
+    return v.verdict, list(v.reasons), v.power
