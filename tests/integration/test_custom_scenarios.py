@@ -67,7 +67,7 @@ def test_the_readme_commands_load_the_file_with_embedlab_plugins(tmp_path: Path)
             "--query",
             "hello there",
             "--requests",
-            "30",
+            "60",
             "--json",
             str(out),
             "--run-dir",
@@ -78,7 +78,7 @@ def test_the_readme_commands_load_the_file_with_embedlab_plugins(tmp_path: Path)
     )
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
     saved = json.loads(out.read_text())
-    assert saved["figures"]["query"] == "hello there" and saved["bursts"][0]["traffic"]["n"] == 30
+    assert saved["figures"]["query"] == "hello there" and saved["bursts"][0]["traffic"]["n"] == 60
     assert saved["key_figures"]["own"] == {"busiest share": round(saved["figures"]["busiest_share"], 3)}
     assert "busiest worker's share" in ran.stdout  # its rows, in the figures the CLI prints
     bad = run([*embedlab, "--requests", "many"], cwd=tmp_path, env=env)
@@ -120,7 +120,7 @@ def test_an_installed_entry_point_makes_the_scenario_known_to_the_cli(tmp_path: 
             "scenario",
             "one-hot-query",
             "--requests",
-            "20",
+            "60",
             "--json",
             str(out),
             "--run-dir",
@@ -132,7 +132,7 @@ def test_an_installed_entry_point_makes_the_scenario_known_to_the_cli(tmp_path: 
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "one-hot-query on embedded (hash): PASSED"
     # The burst the command line asked for, not the module's default of 40.
-    assert json.loads(out.read_text())["bursts"][0]["traffic"]["n"] == 20
+    assert json.loads(out.read_text())["bursts"][0]["traffic"]["n"] == 60
 
 
 @pytest.fixture

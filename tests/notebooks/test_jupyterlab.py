@@ -440,7 +440,7 @@ def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
     shot(page, tmp_path, mine, "jupyterlab-7c-table-after-typo-deleted.png")
     # That cell stays: the Run All below must refuse it too, as every cell below the plan cell.
 
-    params, plan = cell(page, "# embedded or dynamo"), cell(page, "ScenarioPlan.from_params(")
+    params, plan = cell(page, "# the stack: "), cell(page, "ScenarioPlan.from_params(")
     # Run All left the page at its end; a cell out of view has no innerText until it is drawn.
     params.scroll_into_view_if_needed()
     page.wait_for_function(

@@ -31,7 +31,7 @@ GAPS_S = (0.0, 0.02, 0.05)
 NOTEBOOKS_UNDER_TEST: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "same_model_load_balance": ({}, {"engine": "nonsense"}),
     "multi_model_dispatch": ({}, {"engine": "nonsense"}),
-    "mixed_traffic": ({"requests": 10}, {"engine": "nonsense"}),
+    "mixed_traffic": ({"requests": 44}, {"engine": "nonsense"}),
     "failover": ({}, {"engine": "nonsense"}),
     "scenario": ({"scenario": "same-model"}, {"engine": "nonsense"}),
     "explore_routing": ({"sweep_weights": [[1, 1]], "sweep_requests": 20, "bursts": 1}, {"engine": "nonsense"}),
