@@ -223,7 +223,9 @@ def test_nginx_cannot_route_two_models_and_says_why(tmp_path: Path) -> None:
     )
     last = proc.stdout.strip().splitlines()[-1]
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert last.startswith("multi-model on nginx (hash): UNSUPPORTED (nginx picks an upstream before it reads"), last
+    assert last.startswith(
+        "multi-model on nginx (hash): UNSUPPORTED (nginx picks an upstream before it reads"
+    ), last
     assert processes_under(tmp_path) == [] and not (tmp_path / "nginx" / "nginx.conf").exists()
 
 
