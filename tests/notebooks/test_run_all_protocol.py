@@ -14,6 +14,8 @@ its role and its own `In [N]`.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +36,10 @@ NOTEBOOKS_UNDER_TEST: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "mixed_traffic": ({"requests": 44}, {"engine": "nonsense"}),
     "failover": ({}, {"engine": "nonsense"}),
     "scenario": ({"scenario": "same-model"}, {"engine": "nonsense"}),
-    "explore_routing": ({"sweep_weights": [[1, 1]], "sweep_requests": 20, "bursts": 1}, {"engine": "nonsense"}),
+    "explore_routing": (
+        {"sweep_weights": [[1, 1]], "sweep_requests": 20, "bursts": 1},
+        {"engine": "nonsense"},
+    ),
     # Its good run is a quick same-model burst on Dynamo; what matters is that a result is bound.
     "cluster_faults": ({"scenario": "same-model", "discovery": "file", "hosts": 1}, {"engine": "nonsense"}),
     "router_conformance": ({"stacks": ["embedded"], "checks": ["same-model"]}, {"stacks": ["nonsense"]}),
@@ -48,7 +53,13 @@ class Kernel:
     def __init__(self, env: dict[str, str]) -> None:
         from jupyter_client.manager import KernelManager
 
-        self.manager = KernelManager(kernel_name=KERNEL_NAME, transport="ipc")
+        # Its sockets in a folder of its own: by default they are kernel-ipc-1 to -5 in the current
+        # directory, which every xdist worker shares, so two kernels starting at once can take the
+        # same sockets (and reject each other's messages: "Invalid Signature").
+        self.folder = Path(tempfile.mkdtemp(prefix="embedlab-test-kernel-"))
+        self.manager = KernelManager(
+            kernel_name=KERNEL_NAME, transport="ipc", connection_file=str(self.folder / "kernel.json")
+        )
         self.manager.start_kernel(env=env)
         self.client = self.manager.client()
         self.client.start_channels()
@@ -57,14 +68,20 @@ class Kernel:
 
     def send(self, code: str, cell_id: str) -> str:
         content = {
-            "code": code, "silent": False, "store_history": True, "user_expressions": {},
-            "allow_stdin": False, "stop_on_error": True,
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
         }
         msg = self.client.session.msg("execute_request", content, metadata={"cellId": cell_id})
         self.client.shell_channel.send(msg)
         return msg["header"]["msg_id"]
 
-    def collect(self, ids: list[str], *, timeout: float) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    def collect(
+        self, ids: list[str], *, timeout: float
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
         """Every reply's content and every iopub output, by request, until all replies are in."""
         statuses: dict[str, dict[str, Any]] = {}
         outputs: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
@@ -88,7 +105,9 @@ class Kernel:
         assert len(statuses) == len(ids), f"{len(ids) - len(statuses)} replies never came"
         return statuses, outputs
 
-    def run_all(self, cells: list[tuple[str, str]], *, gap: float | None, timeout: float = 240) -> list[tuple[str, list[dict[str, Any]]]]:
+    def run_all(
+        self, cells: list[tuple[str, str]], *, gap: float | None, timeout: float = 240
+    ) -> list[tuple[str, list[dict[str, Any]]]]:
         """Send every cell; `gap` None waits for each reply first (a careful user, or papermill).
         Returns each cell's reply status and outputs; `self.counts` holds their execution counts."""
         if gap is None:
@@ -111,6 +130,7 @@ class Kernel:
     def close(self) -> None:
         self.client.stop_channels()
         self.manager.shutdown_kernel(now=False)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -142,7 +162,9 @@ def text_of(output: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize("notebook", list(NOTEBOOKS_UNDER_TEST))
-def test_run_all_after_a_good_run_never_shows_a_verdict_below_the_failed_cell(notebook: str, runs: Path) -> None:
+def test_run_all_after_a_good_run_never_shows_a_verdict_below_the_failed_cell(
+    notebook: str, runs: Path
+) -> None:
     good, bad = NOTEBOOKS_UNDER_TEST[notebook]
     kernel = Kernel({**os.environ, RUN_ROOT_ENV: str(runs)})
     try:
@@ -163,7 +185,9 @@ def test_run_all_after_a_good_run_never_shows_a_verdict_below_the_failed_cell(no
             failed_cell = f" cell (In [{kernel.counts[1]}]) failed (ConfigError: "
             for number, (status, outputs) in enumerate(replies[2:], start=2):
                 shown = [o for o in outputs if o["type"] != "error"]
-                assert not shown, f"gap {gap * 1000:.0f} ms: cell {number} ran and showed {[text_of(o) for o in shown]}"
+                assert not shown, (
+                    f"gap {gap * 1000:.0f} ms: cell {number} ran and showed {[text_of(o) for o in shown]}"
+                )
                 if status == "aborted":
                     continue
                 assert status == "error", (gap, number, status)
