@@ -146,17 +146,7 @@ def run_load(
         ctx.Process(target=_process, args=((url, body, c, lane, start, seconds, queue),))
         for c, lane in zip(counts, lanes)
     ]
-    for p in procs:
-        p.start()
-    try:
-        # Bounded: a child that died never reports, and must not hang the benchmark.
-        results = [queue.get(timeout=600) for _ in procs]
-    except BaseException:
-        for p in procs:  # ours, by PID
-            p.kill()
-        raise
-    for p in procs:
-        p.join()
+    results = _run_all(procs, queue)
     start_at = min(started for _, _, started, _ in results)
     ended = max(done for _, _, _, done in results)
     latencies = np.array([x for lat, _, _, _ in results for x in lat])
@@ -426,16 +416,7 @@ def run_bodies(
         )
         for p in range(processes)
     ]
-    for p in procs:
-        p.start()
-    try:
-        results = [queue.get(timeout=600) for _ in procs]
-    except BaseException:
-        for p in procs:  # ours, by PID
-            p.kill()
-        raise
-    for p in procs:
-        p.join()
+    results = _run_all(procs, queue)
     errors = [r["error"] for r in results if "error" in r]
     if errors:
         raise RuntimeError(f"load process failed: {errors[0]}")
@@ -490,3 +471,19 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _run_all(procs: list, queue: Any) -> list:
+    """Start the sender processes and collect one result from each; on any failure, kill them."""
+    for p in procs:
+        p.start()
+    try:
+        # Bounded: a child that died never reports, and must not hang the benchmark.
+        results = [queue.get(timeout=600) for _ in procs]
+    except BaseException:
+        for p in procs:  # ours, by PID
+            p.kill()
+        raise
+    for p in procs:
+        p.join()
+    return results
