@@ -173,7 +173,18 @@ def mixed_traffic(
     recorded = {**asdict(params), "requests": requests, "models": models, "split": str(split)}
     power, short = _mixed_power(requests, own, split)
     if params.busy:
-        return _busy(deployment, target, models, weights, [], started, recorded, params.budget_s, split)
+        return placement_busy(
+            "mixed",
+            deployment,
+            target,
+            models,
+            weights,
+            [],
+            started,
+            recorded,
+            params.budget_s,
+            figures=MixedFigures(splits=(), judged=str(split)),
+        )
     bursts, splits = [], []
     # A model's replicas must each move where a correct router rarely leaves one still.
     still = {m: still_chance([weights[i] for i in pool[m]], requests) for m in models}
@@ -214,7 +225,18 @@ def mixed_traffic(
                 _judge_model(burst, m, pool[m], weights, sent[m], split, workers, must_move) for m in models
             ]
     if needs_schedule(bursts):
-        return _busy(deployment, target, models, weights, bursts, started, recorded, params.budget_s, split)
+        return placement_busy(
+            "mixed",
+            deployment,
+            target,
+            models,
+            weights,
+            bursts,
+            started,
+            recorded,
+            params.budget_s,
+            figures=MixedFigures(splits=(), judged=str(split)),
+        )
     verdict, reasons = judge(bursts, exact_total=True)
     if verdict == Verdict.PASSED:
         failed = [s for s in splits if s.verdict == Verdict.FAILED]
@@ -256,31 +278,6 @@ def _mixed_power(requests: int, pool: dict[str, list[float]], split: Split) -> t
                 f"{len(weights)} replicas with {POWER:.0%} probability; {required_requests(weights).requests} can"
             )
     return "; ".join(parts), short
-
-
-def _busy(
-    deployment: Deployment | Target,
-    target: Target,
-    models: list[str],
-    weights: list[float],
-    bursts: list[Burst],
-    started: float,
-    params: dict[str, Any],
-    budget_s: float,
-    split: Split,
-) -> ScenarioResult:
-    return placement_busy(
-        "mixed",
-        deployment,
-        target,
-        models,
-        weights,
-        bursts,
-        started,
-        params,
-        budget_s,
-        figures=MixedFigures(splits=(), judged=str(split)),
-    )
 
 
 def _judge_model(
