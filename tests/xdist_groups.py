@@ -5,15 +5,20 @@ worker, one after another in file order. The groups are computed from the tests 
 so that no test has to name one:
   - tests that share a fixture of module or session scope (a deployment per module, the
     regress run) are one group: the fixture is built once, not once on each worker that
-    happens to run one of them;
-  - CPU-heavy tests (marked heavy or vllm) are one group, so one runs at a time: vLLM pins
-    an engine to each of CI's two cores, and Chromium driving a live JupyterLab (kernel,
-    torch workers) keeps both busy too. The light browser tests (a static report) are not;
+    happens to run one of them. Two fixtures of one module are two groups: a module's vLLM
+    server does not hold back the tests of its Infinity server;
+  - tests marked vllm are one group, so one runs at a time: vLLM pins an engine to each of
+    CI's two cores. Those that start one engine at most (marked vllm(engines=1): a single
+    worker, or one that fails to start) are a second such lane, so that a one-engine test may
+    run beside a two-engine one, but never two pools at once. Tests marked heavy (Chromium driving a live JupyterLab, whose kernel
+    and torch workers keep both cores busy) are another: one of each may run at once, as
+    they were measured to fit, while the light browser tests (a static report) go anywhere.
+    One group for both was the suite's critical path: 1,284 s of 1,379 under a second load;
   - tests marked netns are one group: they compare the machine's network namespaces and
     lo's addresses before and after, which another test's cluster would change;
   - tests marked xdist_group(name) are one group per name, as with xdist's own loadgroup.
-Tests linked through any of these are one group (a module with a shared vLLM deployment is
-part of the heavy group).
+Tests linked through any of these are one group (the tests of a module's shared vLLM
+deployment are part of the vllm group).
 
 xdist's own loadgroup passes a test's group to the controller by appending "@group" to its
 node id, which pytest 9.2 no longer lets a plugin change (pytest-dev/pytest-xdist#1386): the
@@ -34,8 +39,8 @@ import pytest
 # Fixtures of wider scope that each worker may build for itself: cheap checks, or (tiny_models)
 # shared across workers through a lock.
 PER_WORKER = {"tiny_models", "project_kernel", "routers_installed", "kernel_reports"}
-HEAVY_MARKS = ("heavy", "vllm")
-CONSTRAINTS = ("heavy", "netns")
+LANES = ("heavy", "vllm", "netns")  # marks whose tests run one at a time, each mark its own lane
+ONE_ENGINE_LANE = "vllm-1"  # tests marked vllm(engines=1): one vLLM engine, beside a pool's two
 SCOPE_NODES = {"module": pytest.Module, "class": pytest.Class, "package": pytest.Package}
 GROUPS_FILE = "xdist-groups.json"
 
@@ -63,7 +68,7 @@ def _shared_fixtures(item: pytest.Item) -> Iterator[str]:
         if fixture.scope == "function" or not fixture.baseid or name in PER_WORKER:
             continue
         node = item.getparent(SCOPE_NODES[fixture.scope]) if fixture.scope in SCOPE_NODES else None
-        yield node.nodeid if node else name
+        yield f"{node.nodeid}::{name}" if node else name
 
 
 def _keys(item: pytest.Item) -> list[str]:
@@ -72,11 +77,10 @@ def _keys(item: pytest.Item) -> list[str]:
         f"xdist_group {m.args[0] if m.args else m.kwargs.get('name', 'default')}"
         for m in item.iter_markers("xdist_group")
     ]
-    if any(item.get_closest_marker(m) for m in HEAVY_MARKS):
-        keys.append("heavy")
-    if item.get_closest_marker("netns"):
-        keys.append("netns")
-    return keys
+    lanes = [mark for mark in LANES if item.get_closest_marker(mark)]
+    if any(m.kwargs.get("engines") == 1 for m in item.iter_markers("vllm")):
+        lanes = [ONE_ENGINE_LANE if lane == "vllm" else lane for lane in lanes]
+    return keys + lanes
 
 
 def groups(items: Iterable[pytest.Item]) -> dict[str, str]:
@@ -95,8 +99,11 @@ def groups(items: Iterable[pytest.Item]) -> dict[str, str]:
     members: dict[str, list[str]] = {}
     for key in parent:
         members.setdefault(find(key), []).append(key)
-    # Named for its constraint where it has one (heavy, netns), else for what its tests share.
-    names = {root: min(keys, key=lambda k: (k not in CONSTRAINTS, k)) for root, keys in members.items()}
+    # Named for its lane where it has one (heavy, vllm, netns), else for what its tests share.
+    names = {
+        root: min(keys, key=lambda k: (k not in (*LANES, ONE_ENGINE_LANE), k))
+        for root, keys in members.items()
+    }
     return {nodeid: names[find(keys[0])] for nodeid, keys in linked.items() if keys}
 
 

@@ -19,6 +19,9 @@ from ..conftest import REPO
 from ..proctools import assert_groups_gone, deployment_pids, descendants_of, group_members, wait_gone
 from .conftest import HostSnapshot
 
+# One vLLM engine at a time: these may run beside a two-engine pool (tests/xdist_groups.py).
+pytestmark = pytest.mark.vllm(engines=1)
+
 # Long enough for vLLM to fail on a loaded 2-core machine; a hang would still end here.
 BROKEN_TIMEOUT = 300.0
 

@@ -12,6 +12,9 @@ from ..minilm import EXPECTED, served_similarities
 from ..proctools import processes_under
 from .conftest import STARTUP_TIMEOUT
 
+# One vLLM engine at a time: these may run beside a two-engine pool (tests/xdist_groups.py).
+pytestmark = pytest.mark.vllm(engines=1)
+
 
 def test_minilm_through_a_vllm_worker_reproduces_the_sentence_transformers_docs(tmp_path: Path) -> None:
     # By name, with no --pooling: the vllm engine reads MEAN and Normalize from the model's files.
