@@ -64,6 +64,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         torch.set_num_threads(1)
 
 
+IN_PROCESS_LEASE_TTL_S = 120.0
+
+
 class InProcessStack:
     """A real frontend and real hash workers on loopback ports, served from one background loop.
 
@@ -91,7 +94,10 @@ class InProcessStack:
         return self
 
     async def _start(self) -> None:
-        self.frontend = Frontend(FrontendConfig(port=0, seed=0, **self.frontend_options))
+        # A long lease: this loop shares its process with the test, and a busy machine once
+        # stalled it past the default 3 s, so that both workers lapsed and a check got a 503.
+        options = {"lease_ttl": IN_PROCESS_LEASE_TTL_S, **self.frontend_options}
+        self.frontend = Frontend(FrontendConfig(port=0, seed=0, **options))
         await self.frontend.start()
         for i, model in enumerate(self.models):
             worker = Worker(
