@@ -76,6 +76,18 @@ def _looks_like_vllm(name: str, is_socket: bool) -> bool:
     return is_socket or uuid_like or any(k in lowered for k in VLLM_WORDS)
 
 
+def _another_workers_link(name: str) -> bool:
+    """A vLLM engine's short link to its socket dir (embedlab's, in /tmp) that leads into the
+    temp folder of another xdist worker: a vLLM test there (the one-engine lane runs beside a
+    pool) made it, and removes it at its own teardown."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    try:
+        target = os.readlink(f"/tmp/{name}")
+    except OSError:  # not a link, or gone
+        return False
+    return bool(worker) and f"/popen-{worker}/" not in target and "/popen-gw" in target
+
+
 def _mapped_shm() -> set[str]:
     """The /dev/shm files that some live process maps or holds open."""
     held: set[str] = set()
@@ -113,7 +125,11 @@ class HostSnapshot:
     def new_files(self) -> list[str]:
         """What appeared since, in /tmp, /dev/shm, ~/.cache, ~/.config and ~/.triton."""
         now = _tmp_entries()
-        tmp = [f"/tmp/{n}" for n, sock in now.items() if n not in self.tmp and _looks_like_vllm(n, sock)]
+        tmp = [
+            f"/tmp/{n}"
+            for n, sock in now.items()
+            if n not in self.tmp and _looks_like_vllm(n, sock) and not _another_workers_link(n)
+        ]
         # A segment that a live process still maps is that process's (another test on another
         # xdist worker, a program on a shared machine): a leak is one nobody holds.
         held = _mapped_shm()
