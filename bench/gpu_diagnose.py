@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
@@ -287,9 +289,72 @@ def gpu_part(out: Path, seconds: float) -> dict[str, Any]:
     return {"rows": rows}
 
 
+def engine_part(seconds: float) -> dict[str, Any]:
+    """The served forward with and without the last layer at the pooled token only, against
+    the compiled plain forward, in this process: back-to-back seq/s per bucket."""
+    import gpu_serving as gs
+    import torch
+    from transformers import AutoModel
+
+    from embedlab.engines.base import EngineOptions
+    from embedlab.engines.tiny import build_tiny_model
+    from embedlab.engines.transformers import TransformersEngine
+    from embedlab.engines.transformers_tuning import compile_repeated_blocks
+
+    model_dir = build_tiny_model(
+        "qwen3", Path("/tmp/embedlab-qwen3-0.6b-shape"), shape="qwen3-embedding-0.6b"
+    )
+    out: dict[str, Any] = {}
+    engines = {}
+    for pruned in (True, False):
+        engine = TransformersEngine(
+            EngineOptions(
+                model_path=model_dir,
+                device="cuda:0",
+                dtype="bfloat16",
+                max_batch_size=512,
+                max_batch_tokens=gs.MAX_BATCH_TOKENS,
+                extra_args={"compile": True, "graph_widths": [16, 128], "last_token_only": pruned},
+            )
+        )
+        engine._load()
+        engines[pruned] = engine
+        log(f"engine last_token_only={pruned}: info {engine.info.get('last_token_only')}")
+    rng = np.random.default_rng(5)
+    seqs = [rng.integers(10, 5000, int(n)).tolist() for n in rng.integers(1, 120, 64)]
+    a = engines[True].bucket_vectors(seqs, rows=64, width=128)
+    b = engines[False].bucket_vectors(seqs, rows=64, width=128)
+    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    out["pruned_vs_full_min_cosine"] = float(cos.min())
+    log(f"pruned vs full, 64 mixed lengths: min cosine {cos.min():.6f}")
+    for pruned, engine in engines.items():
+        replay = gs.Replay.__new__(gs.Replay)
+        replay.engine, replay.rng, replay.max_id = engine, np.random.default_rng(1), 5000
+        rows = {13: (64, 128, 192, 256, 512), 128: (128, 256)}
+        res = {}
+        for tokens, rs in rows.items():
+            for r in rs:
+                res[f"{r}x{tokens}"] = r / replay.per_forward(r, tokens, seconds)
+        out[f"replay_last_token_only_{pruned}"] = res
+        log(f"replay last_token_only={pruned}: " + ", ".join(f"{k}: {v:,.0f}" for k, v in res.items()))
+    del engines
+    torch.cuda.empty_cache()
+    model = AutoModel.from_pretrained(model_dir, dtype=torch.bfloat16).to("cuda:0").eval()
+    compile_repeated_blocks(model)
+    plain = {}
+    for tokens, batches in ((128, (256, 512, 1024)), (13, (256, 1024))):
+        for batch in batches:
+            plain[f"{batch}x{tokens}"] = gs.plain_forward(
+                model, device="cuda:0", batch=batch, tokens=tokens, seconds=1.5, vocab=5000
+            )["seq_per_s"]
+    out["plain_compiled"] = plain
+    log("plain compiled: " + ", ".join(f"{k}: {v:,.0f}" for k, v in plain.items()))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", action="append", choices=["frontend", "gpu"], default=[])
+    parser.add_argument("--part", action="append", choices=["frontend", "gpu", "engine"], default=[])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--hash-workers", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -302,6 +367,8 @@ def main() -> int:
         report["frontend"] = frontend_part(prof_dir, args.hash_workers, args.seconds)
     if "gpu" in args.part:
         report["gpu"] = gpu_part(prof_dir, args.seconds)
+    if "engine" in args.part:
+        report["engine"] = engine_part(min(args.seconds, 1.0))
     summary = "".join(summarize(p) for p in sorted(prof_dir.glob("*.txt")))
     (args.out / f"profiles{args.tag}.txt").write_text(summary)
     (args.out / f"diagnose{args.tag}.json").write_text(json.dumps(report, indent=1, default=str))
