@@ -37,7 +37,8 @@ class LastTokenLayer(nn.Module):
     """Stands in for a decoder layer; returns hidden states [rows, 1, hidden] at `lengths - 1`.
 
     `lengths` (a device tensor [rows]) is set by the caller before each forward: under a
-    CUDA graph it is the graph's static lengths buffer, read at every replay.
+    CUDA graph it is the graph's static lengths buffer, read at every replay. Set to None,
+    the layer runs whole (its own, compiled forward) and returns every position.
     """
 
     def __init__(self, layer: nn.Module) -> None:
@@ -53,8 +54,15 @@ class LastTokenLayer(nn.Module):
         **kwargs: Any,
     ) -> torch.Tensor:
         lengths = self.lengths
-        if lengths is None or position_embeddings is None:
-            raise RuntimeError("LastTokenLayer needs its lengths and the model's position embeddings")
+        if lengths is None:
+            return self.layer(  # type: ignore[no-any-return]
+                hidden_states,
+                attention_mask=attention_mask,
+                position_embeddings=position_embeddings,
+                **kwargs,
+            )
+        if position_embeddings is None:
+            raise RuntimeError("LastTokenLayer needs the model's position embeddings")
         layer = self.layer
         attn = layer.self_attn
         rows, width, _ = hidden_states.shape

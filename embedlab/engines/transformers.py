@@ -46,6 +46,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("embedlab.engines.transformers")
 
+# Batches narrower than this run the last layer whole. There the pruned layer, which runs
+# uncompiled, costs more launches than its saved work: on an H200, CUDA-graph replays at
+# 13 tokens (width 16) gave 17,160 against 17,548 seq/s at 64 rows and 21,120 against
+# 21,345 at 128; at 128 tokens, 3,889 against 3,842 at 256 rows (bench/gpu_diagnose.py).
+LAST_TOKEN_MIN_WIDTH = 17
+
 
 class TransformersEngine:
     name = "transformers"
@@ -218,8 +224,8 @@ class TransformersEngine:
 
         from .last_token import unwrap_last_layer, wrap_last_layer
 
-        lengths = [7, 4, 1]
-        ids = torch.full((3, 7), self._pad_id, dtype=torch.int64)
+        lengths = [LAST_TOKEN_MIN_WIDTH + 3, 9, 1]  # wide enough to take the pruned path
+        ids = torch.full((3, lengths[0]), self._pad_id, dtype=torch.int64)
         gen = torch.Generator().manual_seed(1)
         for row, n in enumerate(lengths):
             ids[row, :n] = torch.randint(min(10, self._vocab_size - 1), self._vocab_size, (n,), generator=gen)
@@ -374,14 +380,13 @@ class TransformersEngine:
                     ).min
         else:
             attention = valid.to(torch.int64) if valid is not None else None
+        last_only = self._last is not None and width >= LAST_TOKEN_MIN_WIDTH
         if self._last is not None:
-            self._last.lengths = lengths
+            self._last.lengths = lengths if last_only else None
         # No KV cache: decoder configs default to filling one, which an embedding never reads.
         hidden = self._model(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
         # With the last layer at the pooled token only, its one position is that token.
-        pooled = (
-            hidden[:, 0] if self._last is not None else pool(hidden, lengths, valid, self.pooling)
-        ).float()
+        pooled = (hidden[:, 0] if last_only else pool(hidden, lengths, valid, self.pooling)).float()
         if self.normalize:
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
         return pooled
