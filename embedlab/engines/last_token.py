@@ -55,7 +55,7 @@ class LastTokenLayer(nn.Module):
     ) -> torch.Tensor:
         lengths = self.lengths
         if lengths is None:
-            return self.layer(  # type: ignore[no-any-return]
+            return self.layer(
                 hidden_states,
                 attention_mask=attention_mask,
                 position_embeddings=position_embeddings,
@@ -63,8 +63,9 @@ class LastTokenLayer(nn.Module):
             )
         if position_embeddings is None:
             raise RuntimeError("LastTokenLayer needs the model's position embeddings")
-        layer = self.layer
-        attn = layer.self_attn
+        # A transformers decoder layer: its submodules are read by name, untyped.
+        layer: Any = self.layer
+        attn: Any = layer.self_attn
         rows, width, _ = hidden_states.shape
         head = attn.head_dim
         index = torch.arange(rows, device=hidden_states.device)
@@ -115,6 +116,6 @@ def wrap_last_layer(model: nn.Module) -> LastTokenLayer | None:
 
 def unwrap_last_layer(model: nn.Module, wrapper: LastTokenLayer) -> None:
     """Put the original last layer back."""
-    layers = model.layers
+    layers: Any = model.layers
     if layers[-1] is wrapper:
         layers[-1] = wrapper.layer
