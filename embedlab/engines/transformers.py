@@ -15,6 +15,9 @@ device computes the last:
   past the buckets, or past the graph memory budget, run eagerly on the same no-sync path.
 - `--engine-arg compile=true` compiles the repeated blocks (the decoder layers) with
   torch.compile before capture, so the graphs replay fused kernels.
+- With LAST pooling on a causal model the last decoder layer runs only at each row's
+  last token (`last_token.py`; `--engine-arg last_token_only=false` turns it off): the
+  other positions' outputs of that layer are never read.
 
 On CPU none of the CUDA machinery runs: a forward pads to the longest sequence in its
 batch, as before, with the same mask-free inputs.
@@ -42,6 +45,12 @@ if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger("embedlab.engines.transformers")
+
+# Batches narrower than this run the last layer whole. There the pruned layer, which runs
+# uncompiled, costs more launches than its saved work: on an H200, CUDA-graph replays at
+# 13 tokens (width 16) gave 17,160 against 17,548 seq/s at 64 rows and 21,120 against
+# 21,345 at 128; at 128 tokens, 3,889 against 3,842 at 256 rows (bench/gpu_diagnose.py).
+LAST_TOKEN_MIN_WIDTH = 17
 
 
 class TransformersEngine:
@@ -71,6 +80,7 @@ class TransformersEngine:
         # syncs; the fallback for models where neither of ours is known to be right).
         self.attention = "transformers"
         self._mask_mapping: dict[str, None] = {}
+        self._last: Any = None  # the LastTokenLayer in place of the model's last layer, if any
         self._graphs = GraphSet()
         self._slots: queue.SimpleQueue[Slot] = queue.SimpleQueue()
         self._batcher: DynamicBatcher | None = None
@@ -122,12 +132,15 @@ class TransformersEngine:
         pad = self._tokenizer.pad_token_id
         self._pad_id = int(pad if pad is not None else 0)
         self.attention = self._choose_attention()
+        if self.tuning.last_token_only and self.pooling == "last" and self.attention == "causal":
+            self._last_token_only()
         self.info = {
             "device": str(self._device),
             "dtype": self.options.dtype,
             "pooling": self.pooling,
             "normalize": self.normalize,
             "attention": self.attention,
+            "last_token_only": self._last is not None,
             "compile": self.tuning.compile,
             "cuda_graphs": [],
         }
@@ -204,6 +217,41 @@ class TransformersEngine:
             )
             return "transformers"
         return candidate
+
+    def _last_token_only(self) -> None:
+        """Run the last layer at the pooled token only, if a padded probe gives the same vectors."""
+        import torch
+
+        from .last_token import unwrap_last_layer, wrap_last_layer
+
+        lengths = [LAST_TOKEN_MIN_WIDTH + 3, 9, 1]  # wide enough to take the pruned path
+        ids = torch.full((3, lengths[0]), self._pad_id, dtype=torch.int64)
+        gen = torch.Generator().manual_seed(1)
+        for row, n in enumerate(lengths):
+            ids[row, :n] = torch.randint(min(10, self._vocab_size - 1), self._vocab_size, (n,), generator=gen)
+        ids = ids.to(self._device)
+        lens = torch.tensor(lengths, device=self._device)
+        with torch.inference_mode():
+            full = self._compute(ids, lens, padded=True)
+            wrapper = wrap_last_layer(self._model)
+            if wrapper is None:
+                return
+            try:
+                self._last = wrapper
+                ours = self._compute(ids, lens, padded=True)
+                cosine = (
+                    torch.nn.functional.cosine_similarity(ours.float(), full.float(), dim=-1).min().item()
+                )
+            except Exception as exc:  # a layer that is not what it looked like: the full forward
+                cosine, reason = float("nan"), f"{exc.__class__.__name__}: {exc}"
+            else:
+                reason = f"cosine {cosine:.5f}"
+        if not cosine >= 0.999:
+            self._last = None
+            unwrap_last_layer(self._model, wrapper)
+            log.warning(
+                "the last layer at the pooled token only disagrees (%s); computing it in full", reason
+            )
 
     def _capture_or_fall_back(self) -> None:
         """Capture; if that fails, serve without compile, then without graphs, and say so."""
@@ -332,9 +380,13 @@ class TransformersEngine:
                     ).min
         else:
             attention = valid.to(torch.int64) if valid is not None else None
+        last_only = self._last is not None and width >= LAST_TOKEN_MIN_WIDTH
+        if self._last is not None:
+            self._last.lengths = lengths if last_only else None
         # No KV cache: decoder configs default to filling one, which an embedding never reads.
         hidden = self._model(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
-        pooled = pool(hidden, lengths, valid, self.pooling).float()
+        # With the last layer at the pooled token only, its one position is that token.
+        pooled = (hidden[:, 0] if last_only else pool(hidden, lengths, valid, self.pooling)).float()
         if self.normalize:
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
         return pooled

@@ -29,6 +29,9 @@ class TransformersTuning:
     graph_memory_mb: stop capturing once graphs hold this much device memory; larger
         shapes then run eagerly.
     max_inflight: forwards queued on the device at once.
+    last_token_only: with LAST pooling on a causal model, compute the last decoder layer only
+        at each row's last token (`last_token.py`), once a probe forward agrees with the
+        full one.
     pipeline_min: launch a partial batch behind one in flight once it holds this many
         sequences (off by default: a partial batch waits for an idle device). With graph
         replays a forward's fixed cost is small, and under heavy load the device then
@@ -41,17 +44,26 @@ class TransformersTuning:
     graph_memory_mb: int = 16384
     max_inflight: int = 2
     pipeline_min: int | None = None
+    last_token_only: bool = True
 
     @classmethod
     def parse(cls, extra: Mapping[str, object]) -> TransformersTuning:
-        known = {"cuda_graphs", "compile", "graph_widths", "graph_memory_mb", "max_inflight", "pipeline_min"}
+        known = {
+            "cuda_graphs",
+            "compile",
+            "graph_widths",
+            "graph_memory_mb",
+            "max_inflight",
+            "pipeline_min",
+            "last_token_only",
+        }
         unknown = sorted(set(extra) - known)
         if unknown:
             raise EngineError(
                 f"unknown --engine-arg for the transformers engine: {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             )
         values: dict[str, Any] = {}
-        for key in ("cuda_graphs", "compile"):
+        for key in ("cuda_graphs", "compile", "last_token_only"):
             if key in extra:
                 value = extra[key]
                 if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):

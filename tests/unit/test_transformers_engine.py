@@ -136,6 +136,42 @@ def test_every_graph_bucket_matches_direct_forward(
         assert worst >= floor, f"bucket ({rows}, {width}): cosine {worst:.6f} < {floor}"
 
 
+@pytest.mark.parametrize(
+    "arch,pooling,extra,pruned",
+    [
+        ("qwen3", "last", {}, True),
+        ("qwen3", "last", {"last_token_only": False}, False),
+        ("qwen3", "mean", {}, False),  # mean reads every position of the last layer
+        ("bert", "cls", {}, False),  # bidirectional: every position sees every other
+    ],
+)
+def test_last_layer_runs_at_the_pooled_token_only_where_that_is_exact(
+    tiny_models: dict[str, Path], arch: str, pooling: str, extra: dict[str, object], pruned: bool
+) -> None:
+    """The pruned last layer is used exactly where LAST pooling on a causal model reads one
+    position, and there its vectors match the full layer's across a padded batch."""
+    options = EngineOptions(model_path=tiny_models[arch], device="cpu", pooling=pooling, extra_args=extra)
+    engine = TransformersEngine(options)
+    engine._load()
+    assert engine.info["last_token_only"] is pruned
+    assert (
+        (type(engine._model.layers[-1]).__name__ == "LastTokenLayer") is pruned if arch == "qwen3" else True
+    )
+    if not pruned:
+        return
+    full = TransformersEngine(
+        EngineOptions(
+            model_path=tiny_models[arch], device="cpu", pooling=pooling, extra_args={"last_token_only": False}
+        )
+    )
+    full._load()
+    rng = np.random.default_rng(3)
+    seqs = [rng.integers(10, engine._vocab_size, int(n)).tolist() for n in rng.integers(1, 60, 9)]
+    got = engine.bucket_vectors(seqs, rows=16, width=64)
+    want = full.bucket_vectors(seqs, rows=16, width=64)
+    assert cosines(got, want).min() >= 0.99999
+
+
 def test_served_batches_of_mixed_lengths_match_direct_forward(tiny_models: dict[str, Path]) -> None:
     """Through embed(): requests of many lengths and sizes batched together, some split."""
     model_dir = tiny_models["qwen3"]
@@ -177,6 +213,8 @@ def test_tuning_flags_are_checked() -> None:
         TransformersTuning.parse({"graph_widths": [0]})
     with pytest.raises(EngineError, match="true or false"):
         TransformersTuning.parse({"cuda_graphs": "maybe"})
+    assert TransformersTuning.parse({"last_token_only": "false"}).last_token_only is False
+    assert TransformersTuning.parse({}).last_token_only is True
 
 
 def test_graph_shapes_stay_within_the_token_budget() -> None:

@@ -169,7 +169,7 @@ class Frontend:
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         metrics = self.metrics
-        metrics.inflight.inc()
+        metrics.inflight_now += 1
         model_label = "__invalid__"
         status = 500
         try:
@@ -186,9 +186,8 @@ class Frontend:
             status = 413
             raise
         finally:
-            metrics.inflight.dec()
-            metrics.requests.labels(model_label, str(status)).inc()
-            metrics.duration.labels(model_label).observe(time.perf_counter() - started)
+            metrics.inflight_now -= 1
+            metrics.answered(model_label, status, time.perf_counter() - started)
 
     async def _dispatch(self, model: str, body: bytes) -> web.Response:
         live = self.instances.live(model)

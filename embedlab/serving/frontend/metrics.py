@@ -42,6 +42,14 @@ class FrontendMetrics:
         self.inflight = Gauge(
             "embedlab_frontend_inflight_requests", "Requests being answered.", registry=self.prom
         )
+        # Read at scrape time: a plain int costs a request nothing, where the gauge's own
+        # inc() and dec() take a lock each.
+        self.inflight_now = 0
+        self.inflight.set_function(lambda: self.inflight_now)
+        # Each label set's child, looked up once: labels() validates and locks on every
+        # call, and the series are never removed, so a child stays the series' own.
+        self._requests: dict[tuple[str, int], Any] = {}
+        self._durations: dict[str, Any] = {}
         self.retries = Counter(
             "embedlab_frontend_retries",
             "Requests retried on another instance.",
@@ -49,6 +57,17 @@ class FrontendMetrics:
             registry=self.prom,
         )
         self.prom.register(LiveInstances(instances))
+
+    def answered(self, model: str, status: int, seconds: float) -> None:
+        """Count one answered /v1/embeddings request and its duration."""
+        counter = self._requests.get((model, status))
+        if counter is None:
+            counter = self._requests[(model, status)] = self.requests.labels(model, str(status))
+        counter.inc()
+        duration = self._durations.get(model)
+        if duration is None:
+            duration = self._durations[model] = self.duration.labels(model)
+        duration.observe(seconds)
 
 
 class LiveInstances:
