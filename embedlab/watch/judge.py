@@ -85,6 +85,7 @@ class _Test:
     engine: BlockEngine
     started_at: float
     done: set[CheckKey] = field(default_factory=set)  # keys it passed (a test counts once per key)
+    last: Decision | None = None  # after its latest block
 
 
 @dataclass
@@ -145,7 +146,7 @@ class Judge:
         for test in list(self.tests):
             if test not in self.tests:
                 break  # a failure restarted every test
-            decision = test.engine.decide()
+            decision = test.last = test.engine.decide()
             for key, units in self._of.items():
                 if decision.misfit[list(units)].any():
                     changes += self._fail(key, now, self._failure_words(key, decision))
@@ -253,7 +254,7 @@ class Judge:
     # -- what goes out ---------------------------------------------------------------------------
 
     def states(self) -> list[KeyState]:
-        decisions = [(t, t.engine.decide()) for t in self.tests if t.engine.blocks]
+        decisions = [(t, t.last) for t in self.tests if t.last is not None]
         out = []
         for key, track in self.tracks.items():
             units = list(self._of[key])
@@ -294,10 +295,10 @@ class Judge:
 
     def shares(self) -> list[ShareState]:
         """Each worker's share of the check's requests for its model, from the longest-running test."""
-        live = [t for t in self.tests if t.engine.blocks]
+        live = [t.last for t in self.tests if t.last is not None]
         if not live:
             return []
-        d = live[0].engine.decide()
+        d = live[0]
         out = []
         for i, model in enumerate(self.pool.models):
             u = self._unit_of_worker(i, model)
