@@ -156,7 +156,7 @@ class Exporter:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self._collector = _Collector()
-        self.registry.register(self._collector)  # type: ignore[arg-type]
+        self.registry.register(self._collector)
         self._server: Any = None
         self.port: int | None = None
 

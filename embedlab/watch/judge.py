@@ -116,7 +116,7 @@ class Judge:
         self.alpha = alpha
         self.tests: list[_Test] = []
         self.tracks = {key: _Track() for key in pool.keys}
-        self._doses = {m: schedule.doses(m) for m in schedule.models}
+        self._doses: dict[str, Sequence[int]] = {m: schedule.doses(m) for m in schedule.models}
         probe = self._engine()
         self.units = probe.units
         self.models_sent = probe.models_sent

@@ -12,9 +12,10 @@ aside otherwise, never judged:
     late          a request still unanswered at its window's closing read (it counts in the next)
     unreadable    a worker's read failed or timed out (it is down, restarting, or cut off)
     reset         a worker's counter went down (it restarted)
-    refused       one of the check's requests got no answer from a worker: the frontend is down
-                  or restarting (no HTTP answer), or answered for itself (a 5xx, its own 404
-                  while workers re-register), and where a frontend retried, two counters moved
+    refused       some of the check's requests reached no worker: the frontend is down or
+                  restarting (no HTTP answer), or answered for itself (a 5xx; where it retried,
+                  two counters moved; or a 404 for every request of a model, while its workers
+                  register again)
 Whether a block is set aside does not depend on its order (each arm sends the same requests
 wherever it stands), so the orders of the blocks kept stay uniformly random. Each of these is
 an event (events_total{kind}) when it begins and when it ends, never a verdict.
@@ -337,10 +338,9 @@ class Watch:
             if len(counted) < len(wanted):
                 disturbed = disturbed or "late"
             for answer in counted:
-                if self._placed(answer):
-                    sent[models.index(answer.model), position] += 1
-                else:
-                    disturbed = disturbed or "refused"
+                sent[models.index(answer.model), position] += 1
+        if not disturbed and self._refused():
+            disturbed = "refused"
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._account()
@@ -369,14 +369,28 @@ class Watch:
                 f"llm_provider-{WORKER_HEADER}"
             )
         except httpx.HTTPError:
-            pass
+            pass  # no HTTP answer: the frontend is down, restarting, or too slow
+        except Exception as exc:  # a request must never take the watch down; say what broke it
+            self._event("error", f"a request for '{model}' raised {exc.__class__.__name__}: {exc}")
         answer = _Answer(model, status, worker)
         into.append(answer)
         self._answers.append(answer)
 
-    def _placed(self, answer: _Answer) -> bool:
-        """Whether a worker answered it (its counter moved): a 200, or a worker's own refusal."""
-        return answer.status == 200 or (400 <= answer.status < 500 and answer.worker is not None)
+    def _refused(self) -> bool:
+        """Whether some of the block's requests reached no worker: no HTTP answer, a 5xx (the
+        frontend's own, or a retry that may have moved two counters), or a model all of whose
+        requests were refused (4xx) without naming a worker: the router does not know it (a
+        router that restarted, its workers not yet registered again). A 4xx among a model's 200s
+        is a worker's refusal, counted where it landed: a leaked request the wrong worker refused
+        (its counter moved), which the counters must see through a router that names no worker."""
+        answers = self._answers
+        if any(a.status == 0 or a.status >= 500 for a in answers):
+            return True
+        for model in {a.model for a in answers}:
+            own = [a for a in answers if a.model == model]
+            if all(400 <= a.status < 500 and a.worker is None for a in own):
+                return True
+        return False
 
     def _account(self) -> None:
         """Every answer of the block (late ones too): the check's counts, the frontend's health,
@@ -396,7 +410,7 @@ class Watch:
             self._begins("frontend", "unreachable", f"the frontend {self.target.frontend_url} did not answer")
         elif answers:
             self._ends("frontend", "reachable", "the frontend answers again")
-        failed = [a for a in answers if a.status and not self._placed(a)]
+        failed = [a for a in answers if a.status >= 500]
         if failed:
             self._begins(
                 "refused", "refused", f"{len(failed)} requests answered {failed[0].status} by the frontend"

@@ -28,9 +28,15 @@ FRONTEND = "http://frontend.test:8000"
 
 class MockPool:
     def __init__(
-        self, models: list[str], *, leak: float = 0.0, background: float = 0.08, seed: int = 0
+        self,
+        models: list[str],
+        *,
+        leak: float = 0.0,
+        background: float = 0.08,
+        seed: int = 0,
+        names: bool = True,
     ) -> None:
-        self.models, self.leak, self.background = models, leak, background
+        self.models, self.leak, self.background, self.names = models, leak, background, names
         self.rng = random.Random(seed)
         self.registries = [self._registry() for _ in models]
         self.unreadable: set[int] = set()
@@ -65,7 +71,7 @@ class MockPool:
         leaks = other and self.rng.random() < self.leak
         i = self.rng.choice(other if leaks else own)
         self.registries[i][1].inc()
-        headers = {WORKER_HEADER: f"dynamo.embed-worker-{i + 1}.generate/{i:016x}"}
+        headers = {WORKER_HEADER: f"dynamo.embed-worker-{i + 1}.generate/{i:016x}"} if self.names else {}
         if leaks:
             return httpx.Response(404, json={"error": {"code": "model_not_found"}}, headers=headers)
         return httpx.Response(200, json={"data": [{"embedding": [0.1]}]}, headers=headers)
@@ -181,3 +187,20 @@ def test_small_pools_decide_too(models: list[str]) -> None:
         MockPool(models, seed=4), seconds=60, until=lambda w: all(s.state == names.OK for s in w.states())
     )
     assert set(verdicts(exporter).values()) == {names.OK}
+
+
+def test_through_a_router_that_names_no_worker_the_counters_find_a_leak() -> None:
+    # The wrong worker's refusals carry no header: counted where they landed, the counters convict.
+    pool = MockPool(["a", "a", "b", "b"], seed=5, names=False)
+
+    def script(now: float) -> None:
+        pool.leak = 0.3 if now >= 2 else 0.0
+
+    watch, exporter = watch_on(
+        pool, seconds=60, script=script, until=lambda w: any(t.alarm for t in w.transitions)
+    )
+    # A leak of 0.3 also takes a share from each replica of the model it leaks from: the
+    # same-model check may convict it first (its replicas' shares off their weights').
+    alarms = [t for t in watch.transitions if t.alarm]
+    assert all("counters rule out a correct router" in t.why and t.at >= 2 for t in alarms), alarms
+    assert sum(watch.misplaced.values()) == 0
