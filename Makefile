@@ -30,7 +30,7 @@ cluster-debs:
 
 # hey plays another client sharing an attached pool (tests/integration/test_attached_pool.py).
 test-debs:
-	@scripts/ensure-debs "on a Debian or Ubuntu machine" hey:hey
+	@scripts/ensure-debs "on a Debian or Ubuntu machine" hey:hey promtool:prometheus
 ifneq ($(EMBEDLAB_ALLOW_NO_BROWSER),1)
 	@scripts/ensure-debs "or skip the browser tests on purpose: make test EMBEDLAB_ALLOW_NO_BROWSER=1" chromium:chromium
 endif
