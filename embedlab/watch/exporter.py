@@ -160,6 +160,10 @@ class Exporter:
         self._server: Any = None
         self.port: int | None = None
 
+    @property
+    def latest(self) -> WatchSnapshot | None:
+        return self._collector.latest
+
     def update(self, watch: Watch) -> WatchSnapshot:
         self._collector.latest = snap = snapshot(watch)
         return snap

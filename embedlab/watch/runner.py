@@ -127,7 +127,7 @@ class Watch:
         target: Target,
         config: WatchConfig | None = None,
         *,
-        on_update: Callable[[Watch], None] | None = None,
+        on_update: Callable[[Watch], object] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         """`on_update` is called on the loop after every block; `transport` (for unit tests:
