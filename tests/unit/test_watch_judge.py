@@ -24,8 +24,10 @@ BLOCK_S = 1.5  # 2 windows of 6 requests each at the default 8 req/s cap
 class Feed:
     """Blocks of a 2 x 2 pool under a router that may leak, at BLOCK_S each."""
 
-    def __init__(self, judge: Judge, *, background: float = 4.0, seed: int = 0) -> None:
-        self.judge, self.background = judge, background
+    def __init__(
+        self, judge: Judge, *, background: float = 4.0, seed: int = 0, block_s: float = BLOCK_S
+    ) -> None:
+        self.judge, self.background, self.block_s = judge, background, block_s
         self.rng = np.random.default_rng(seed)
         self.block, self.now = 0, 0.0
         self.transitions: list = []
@@ -46,7 +48,7 @@ class Feed:
                 for m in range(sent.shape[0]):
                     deltas[:, t] += self.rng.multinomial(sent[m, t], routing[m])
                 deltas[:, t] += self.rng.poisson(self.background * 0.25 * even)
-            self.now += BLOCK_S
+            self.now += self.block_s
             self.transitions += self.judge.add_block(deltas, sent.astype(float), observed, now=self.now)
             self.block += 1
 
@@ -124,3 +126,17 @@ def test_an_ok_with_no_newer_pass_grows_inconclusive() -> None:
     assert feed.state(key) == OK
     [stale] = judge.tick(feed.now + 200)
     assert (stale.key, stale.new) == (key, INCONCLUSIVE)
+
+
+def test_a_fault_after_an_hour_meets_a_young_test() -> None:
+    # Blocks 10 s apart (the judge reads only their times): an hour of a correct router, then a
+    # leak. The newest test is at most a stagger old when the fault starts, so it is found as
+    # soon as after a minute of watching, not after the hour's evidence has been outweighed.
+    judge = judge_for(["a", "a", "b", "b"], horizon_s=300, stagger_s=60)
+    feed = Feed(judge, seed=8, block_s=10.0)
+    feed.run(3600)
+    assert not [t for t in feed.transitions if t.new == FAILING]
+    fault_at = feed.now
+    feed.run(600, fault="leak:0.3")
+    [alarm] = [t for t in feed.transitions if t.alarm and t.key == CheckKey(MULTI_MODEL, "a")]
+    assert alarm.at - fault_at <= 60 * 10, alarm  # within 60 blocks of the fault

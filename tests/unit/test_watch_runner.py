@@ -204,3 +204,60 @@ def test_through_a_router_that_names_no_worker_the_counters_find_a_leak() -> Non
     alarms = [t for t in watch.transitions if t.alarm]
     assert all("counters rule out a correct router" in t.why and t.at >= 2 for t in alarms), alarms
     assert sum(watch.misplaced.values()) == 0
+
+
+def test_the_page_shows_the_verdicts_alarms_and_events(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from embedlab.watch.page import Page
+
+    pool = MockPool(["a", "b"], seed=7)
+
+    def script(now: float) -> None:
+        pool.leak = 0.05 if now >= 1 else 0.0
+
+    watch, exporter = watch_on(
+        pool, seconds=60, script=script, until=lambda w: any(t.alarm for t in w.transitions)
+    )
+    Page(tmp_path / "page").write(watch, exporter.update(watch), force=True)
+    page = (tmp_path / "page" / "index.html").read_text()
+    assert '<meta http-equiv="refresh"' in page and "<svg" in page
+    assert all(str(k) in page for k in watch.pool.keys) and "failing" in page and "misplaced" in page
+    data = json.loads((tmp_path / "page" / "watch.json").read_text())
+    assert any(t["alarm"] for t in data["transitions"]) and data["events"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--system-url", "http://127.0.0.1:9"], "needs --frontend-url"),
+        (
+            ["--frontend-url", "http://127.0.0.1:9", "--system-url", "http://127.0.0.1:9"],
+            "each worker's model",
+        ),
+        (
+            [
+                "--frontend-url",
+                "http://127.0.0.1:9",
+                "--system-url",
+                "http://127.0.0.1:9",
+                "--worker-models",
+                "a",
+            ],
+            "nothing to check",
+        ),
+        (
+            ["--frontend-url", "x", "--system-url", "y", "--worker-models", "a", "--max-rate", "0"],
+            "must be positive",
+        ),
+    ],
+)
+def test_the_command_refuses_what_cannot_work_in_one_line(argv: list[str], says: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    from embedlab.cli import main
+
+    try:
+        code = main(["watch", *argv])
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and says in err and len(err.splitlines()) == 1, err
