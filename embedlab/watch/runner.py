@@ -165,6 +165,8 @@ class Watch:
         self._down: set[str] = set()  # conditions now on: "worker 3 unreadable", "frontend unreachable"
         self._inputs = default_inputs(64, seed=self.schedule.seed % 1000)
         self._answers: list[_Answer] = []  # the block's, late ones included
+        self._last_read: list[Snapshot] | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
         self._per_block = sum(sum(a.requests.values()) for a in self.schedule.arms)
 
     # -- what the exporter and the page read ----------------------------------------------------
@@ -227,6 +229,7 @@ class Watch:
         ):
             block = 0
             before: list[Snapshot] | None = None
+            stopping = asyncio.create_task(self._cancel_on(stop))
             while not self._over(stop):
                 if before is None:
                     before = await self._read(scraper)
@@ -243,8 +246,15 @@ class Watch:
                 if before is None or wait > 0.05:
                     await self._sleep(stop, max(wait, RETRY_S if before is None else 0.0))
                     before = None  # other clients' traffic of the gap: the next block reads afresh
+            stopping.cancel()
         self._event("stopped", f"after {self.now:.0f} s")
         self._update()
+
+    async def _cancel_on(self, stop: asyncio.Event) -> None:
+        """At a stop, the requests in flight are cancelled: a hung frontend never holds the exit."""
+        await stop.wait()
+        for task in self._inflight:
+            task.cancel()
 
     def _over(self, stop: asyncio.Event) -> bool:
         limit = self.config.duration_s
@@ -287,7 +297,22 @@ class Watch:
                 raise item
             else:
                 self._ends(f"worker {i}", "readable", f"worker {i} can be read again")
-        return [s for s in found if isinstance(s, Snapshot)] if ok else None
+        if not ok:
+            return None
+        snapshots = [s for s in found if isinstance(s, Snapshot)]
+        self._count_pool(snapshots)
+        return snapshots
+
+    def _count_pool(self, snapshots: list[Snapshot]) -> None:
+        """The pool's total rate, from every read (the gaps between blocks too)."""
+        last, self._last_read = self._last_read, snapshots
+        if last is None:
+            return
+        try:
+            total = sum(b.delta(a) for b, a in zip(last, snapshots))
+        except CounterResetError:
+            return  # a worker restarted: this interval's count is unknown, the next one is not
+        self.pool_rate.add(total, self.now)
 
     def _deltas(self, before: list[Snapshot], after: list[Snapshot]) -> np.ndarray | None:
         deltas = np.zeros(len(before))
@@ -298,10 +323,7 @@ class Watch:
             except CounterResetError:
                 reset = True
                 self._event("reset", f"worker {i}'s counter went down: it restarted")
-        if reset:
-            return None
-        self.pool_rate.add(float(deltas.sum()), self.now)
-        return deltas
+        return None if reset else deltas
 
     async def _block(
         self, block: int, before: list[Snapshot], scraper: httpx.AsyncClient, http: httpx.AsyncClient
@@ -322,7 +344,10 @@ class Watch:
             wanted = [m for m, k in window.arm.requests.items() for _ in range(k)]
             for k, model in enumerate(wanted):
                 text = self._inputs[(block * 7 + k) % len(self._inputs)]
-                tasks.append(asyncio.create_task(self._send(http, model, text, answered)))
+                task = asyncio.create_task(self._send(http, model, text, answered))
+                tasks.append(task)
+                self._inflight.add(task)
+                task.add_done_callback(self._inflight.discard)
             await asyncio.sleep(max(0.0, t0 + (position + 1) * self.window_s - time.perf_counter()))
             counted = list(answered)  # the answers in hand when the closing read begins
             after = await self._read(scraper)
