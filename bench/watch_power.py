@@ -94,7 +94,7 @@ def main() -> int:
         "\n| fault | meets a test after | caught within its life | blocks to conviction, median / p90 | seconds |"
     )
     print("|---|---|---|---|---|")
-    for fault in ("leak:0.1", "leak:0.05", "leak:0.01", "skew:0.9"):
+    for fault in ("leak:0.1", "leak:0.05", "leak:0.01", "skew:0.9", "idle"):
         for prefix in (0, int(names.STAGGER_S / BLOCK_S)):
             found = run(max(200, args.tests // 10), args.background, fault, prefix, LIFE, args.seed + 7)
             hit = found[found > 0]
