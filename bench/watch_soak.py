@@ -22,7 +22,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from embedlab import Deployment, DeploymentSpec
