@@ -366,6 +366,12 @@ class Watch:
                 sent[models.index(answer.model), position] += 1
         if not disturbed and self._refused():
             disturbed = "refused"
+            statuses = sorted({a.status for a in self._answers if a.status and a.status != 200})
+            self._begins(
+                "refused", "refused", f"the frontend answered for itself (HTTP {statuses}), not a worker"
+            )
+        elif not disturbed:
+            self._ends("refused", "answered", "every request reaches a worker again")
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._account()
@@ -435,13 +441,6 @@ class Watch:
             self._begins("frontend", "unreachable", f"the frontend {self.target.frontend_url} did not answer")
         elif answers:
             self._ends("frontend", "reachable", "the frontend answers again")
-        failed = [a for a in answers if a.status >= 500]
-        if failed:
-            self._begins(
-                "refused", "refused", f"{len(failed)} requests answered {failed[0].status} by the frontend"
-            )
-        elif answers:
-            self._ends("refused", "answered", "the frontend answers every request again")
 
     def _misplaced(self, answer: _Answer) -> str:
         if answer.worker is None:

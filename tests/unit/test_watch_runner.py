@@ -41,6 +41,7 @@ class MockPool:
         self.registries = [self._registry() for _ in models]
         self.unreadable: set[int] = set()
         self.frontend_down = False
+        self.registering = False  # a frontend that restarted: it knows no model until its workers register
 
     def _registry(self) -> tuple[CollectorRegistry, Counter]:
         registry = CollectorRegistry()
@@ -63,6 +64,8 @@ class MockPool:
             return httpx.Response(200, content=generate_latest(self.registries[i][0]))
         if self.frontend_down:
             raise httpx.ConnectError("connection refused", request=request)
+        if self.registering:
+            return httpx.Response(404, json={"error": {"code": "model_not_found"}})
         import json
 
         model = json.loads(request.content)["model"]
@@ -137,6 +140,7 @@ def test_a_correct_pool_through_restarts_timeouts_and_a_frontend_outage() -> Non
     def script(now: float) -> None:
         pool.unreadable = {1} if 3 <= now < 4 else set()
         pool.frontend_down = 6 <= now < 7
+        pool.registering = 7 <= now < 8
         if 5 <= now and not getattr(pool, "restarted", False):
             pool.restarted = True
             pool.restart(2)
@@ -146,7 +150,9 @@ def test_a_correct_pool_through_restarts_timeouts_and_a_frontend_outage() -> Non
 
     watch, exporter = watch_on(pool, seconds=60, script=script, until=settled)
     kinds = {e.kind for e in watch.events}
-    assert {"unreadable", "readable", "reset", "unreachable", "reachable"} <= kinds, kinds
+    assert {"unreadable", "readable", "reset", "unreachable", "reachable", "refused", "answered"} <= kinds, (
+        kinds
+    )
     assert "alarm" not in kinds and all(s.alarms == 0 for s in watch.states())
     assert watch.scrape_failures[1] >= 1 and watch.blocks["kept"] > 20
     assert set(verdicts(exporter).values()) == {names.OK}
