@@ -1,13 +1,13 @@
 """`embedlab watch`'s counters on simulated pools: false alarms per watch-hour, time to a fault.
 
 Each simulated test is what the watch runs (embedlab.watch.judge: a BlockEngine fed every
-block of its life, at the watch's defaults: 6 requests per model in 0.25 s windows, one
-block every 1.5 s under the 8 req/s cap, a test living 300 s, a new one every 60 s), on a
+block of its life, at the watch's defaults: 8 requests per model in 0.25 s windows, one
+block every 2 s under the 8 req/s cap, a test living 300 s, a new one every 60 s), on a
 2 x 2 pool with another client sending Poisson traffic over both models. A correct router's
 false alarms: tests whose units ever rule it out, over their whole life; each test started
 carries them, so alarms per watch-hour = that share x 60 tests an hour. A fault's detection:
 a test that meets the fault after `--prefix` blocks of correct routing (0: a test started with
-the fault; 40: the oldest a watch's newest test can be, a stagger of 60 s), blocks to its first
+the fault; 30: the oldest a watch's newest test can be, a stagger of 60 s), blocks to its first
 conviction. Counters only: the misplaced responses that name their worker (runner.py) find a
 leak far sooner where the router sets the header.
 
@@ -32,7 +32,7 @@ from embedlab.evidence.busy.sequential import orders
 from embedlab.evidence.busy.simulate import Pool
 from embedlab.watch import names
 
-BLOCK_S = 2 * names.WINDOW_REQUESTS / names.MAX_RATE  # 1.5 s: two windows of 6 requests at 8 req/s
+BLOCK_S = 2 * names.WINDOW_REQUESTS / names.MAX_RATE  # 2 s: two windows of 8 requests at 8 req/s
 LIFE = int(names.HORIZON_S / BLOCK_S)
 
 
