@@ -141,7 +141,9 @@ def all_ok(watcher: Watcher) -> bool:
     return bool(found) and set(found.values()) == {names.OK}
 
 
-def test_a_correct_router_under_another_client_is_ok_within_a_minute_and_stays_ok(tmp_path: Path) -> None:
+def test_a_correct_router_under_another_client_is_ok_within_a_minute_and_stays_ok_through_a_restart(
+    tmp_path: Path,
+) -> None:
     spec = DeploymentSpec.pool(list(MODELS), replicas=2)
     with Deployment(spec, run_dir=tmp_path / "run") as dep, another_client(dep, *MODELS, rate=OTHER_RATE):
         with watching(dep, tmp_path) as watch:
@@ -149,6 +151,11 @@ def test_a_correct_router_under_another_client_is_ok_within_a_minute_and_stays_o
                 (names.MULTI_MODEL, m) for m in MODELS
             }
             took = watch.wait_until("every check ok", lambda: all_ok(watch), deadline_s=240)
+            # A worker restarts (its counter resets): an event, never an alarm; the checks stay ok.
+            dep.outages.restart_worker(1)
+            watch.wait_until(
+                "the restart seen", lambda: " reset: " in watch.text() or " unreadable: " in watch.text(), 60
+            )
             held_until = time.monotonic() + 30
             while time.monotonic() < held_until:  # and it keeps it
                 assert all_ok(watch), watch.verdicts()
