@@ -28,6 +28,9 @@ HORIZON_S = 300.0
 STAGGER_S = 60.0
 SCRAPE_TIMEOUT_S = 5.0  # one read of a worker; longer, and the read failed (an event, never a verdict)
 RETRY_S = 1.0  # after a failed read or a disturbed block, the wait before the next try
+# After a worker was unreadable or restarted, blocks wait this long: a worker back on its port may
+# serve /metrics before its router sends it traffic again, and those seconds are not routing's.
+SETTLE_S = 5.0
 RATE_SPAN_S = 60.0  # the request rates shown are averages over this long
 
 # -- what the watch says ----------------------------------------------------------------------

@@ -16,9 +16,11 @@ aside otherwise, never judged:
                   restarting (no HTTP answer), or answered for itself (a 5xx; where it retried,
                   two counters moved; or a 404 for every request of a model, while its workers
                   register again)
-Whether a block is set aside does not depend on its order (each arm sends the same requests
-wherever it stands), so the orders of the blocks kept stay uniformly random. Each of these is
-an event (events_total{kind}) when it begins and when it ends, never a verdict.
+After a worker was unreadable or restarted, blocks wait `settle_s` before they run again (it may
+serve its counter before its router sends it anything). Whether a block is set aside does not
+depend on its order (each arm sends the same requests wherever it stands), so the orders of
+the blocks kept stay uniformly random. Each of these is an event (events_total{kind}) when it
+begins and when it ends, never a verdict.
 
 A response that names its worker (the `x-embedlab-worker` header the embedded frontend sets)
 and was refused by it with a 404 (that worker serves another model), or, where the target
@@ -55,6 +57,7 @@ from .names import (
     RATE_SPAN_S,
     RETRY_S,
     SCRAPE_TIMEOUT_S,
+    SETTLE_S,
     STAGGER_S,
     WINDOW_REQUESTS,
 )
@@ -79,6 +82,7 @@ class WatchConfig:
     stagger_s: float = STAGGER_S
     alpha: float = ALPHA
     scrape_timeout_s: float = SCRAPE_TIMEOUT_S
+    settle_s: float = SETTLE_S
     request_timeout_s: float = 30.0
     seed: int | None = None
     duration_s: float | None = None  # stop by itself after this long (tests, the notebook)
@@ -167,6 +171,7 @@ class Watch:
         self._answers: list[_Answer] = []  # the block's, late ones included
         self._last_read: list[Snapshot] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
+        self._settle_until = 0.0
         self._per_block = sum(sum(a.requests.values()) for a in self.schedule.arms)
 
     # -- what the exporter and the page read ----------------------------------------------------
@@ -231,6 +236,10 @@ class Watch:
             before: list[Snapshot] | None = None
             stopping = asyncio.create_task(self._cancel_on(stop))
             while not self._over(stop):
+                if self.now < self._settle_until:
+                    await self._sleep(stop, self._settle_until - self.now)
+                    before = None
+                    continue
                 if before is None:
                     before = await self._read(scraper)
                     if before is None:
@@ -292,6 +301,7 @@ class Watch:
             if isinstance(item, MetricsError):
                 ok = False
                 self.scrape_failures[i] += 1
+                self._settle_until = self.now + self.config.settle_s
                 self._begins(f"worker {i}", "unreadable", f"worker {i} ({urls[i]}) could not be read: {item}")
             elif isinstance(item, BaseException):
                 raise item
@@ -322,6 +332,7 @@ class Watch:
                 deltas[i] = b.delta(a, worker_index=i)
             except CounterResetError:
                 reset = True
+                self._settle_until = self.now + self.config.settle_s
                 self._event("reset", f"worker {i}'s counter went down: it restarted")
         return None if reset else deltas
 

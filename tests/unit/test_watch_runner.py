@@ -92,6 +92,7 @@ def watch_on(pool: MockPool, *, seconds: float, script=None, until=None) -> tupl
         duration_s=seconds,
         seed=3,
         scrape_timeout_s=1,
+        settle_s=0.3,
     )
     exporter = Exporter()
     stop = asyncio.Event()
@@ -146,7 +147,7 @@ def test_a_correct_pool_through_restarts_timeouts_and_a_frontend_outage() -> Non
             pool.restart(2)
 
     def settled(watch: Watch) -> bool:
-        return watch.now > 8 and all(s.state == names.OK for s in watch.states())
+        return watch.now > 11 and all(s.state == names.OK for s in watch.states())
 
     watch, exporter = watch_on(pool, seconds=60, script=script, until=settled)
     kinds = {e.kind for e in watch.events}
