@@ -378,9 +378,11 @@ class Watch:
         if not disturbed and self._refused():
             disturbed = "refused"
             statuses = sorted({a.status for a in self._answers if a.status and a.status != 200})
-            self._begins(
-                "refused", "refused", f"the frontend answered for itself (HTTP {statuses}), not a worker"
-            )
+            if statuses:  # no HTTP answer at all is the frontend unreachable (_account)
+                shown = ", ".join(map(str, statuses))
+                self._begins(
+                    "refused", "refused", f"the frontend answered for itself (HTTP {shown}), not a worker"
+                )
         elif not disturbed:
             self._ends("refused", "answered", "every request reaches a worker again")
         if tasks:
