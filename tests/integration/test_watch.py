@@ -168,7 +168,7 @@ def test_a_correct_router_under_another_client_is_ok_within_a_minute_and_stays_o
             pool_rate = found[names.POOL_RATE][0].value
             assert all(0 < r <= 8 for r in rates.values()) and pool_rate > sum(rates.values()) / 2
         assert watch.exit_code == 0, watch.text()[-3000:]
-        assert "stopped after" in watch.text()
+        assert "stopped: after" in watch.text()
     print(
         f"\nwatch: every check ok {took:.1f} s after the watch started; held 30 s; "
         f"own rate {rates} req/s (per check), pool {pool_rate:.1f} req/s; "
