@@ -138,18 +138,28 @@ def verdicts(exporter: Exporter) -> dict[tuple[str, str], str]:
 def test_a_correct_pool_through_restarts_timeouts_and_a_frontend_outage() -> None:
     pool = MockPool(["a", "a", "b", "b"], seed=1)
 
+    # Each trouble in turn, each lasting until the watch has said so (no guessed durations).
+    watch_of: list[Watch] = []
+
+    def seen(kind: str) -> bool:
+        return kind in watch_of[0].event_counts
+
     def script(now: float) -> None:
-        pool.unreadable = {1} if 3 <= now < 4 else set()
-        pool.frontend_down = 6 <= now < 7
-        pool.registering = 7 <= now < 8
-        if 5 <= now and not getattr(pool, "restarted", False):
+        if not watch_of:
+            return
+        pool.unreadable = {1} if now >= 2 and not seen("unreadable") else set()
+        if seen("readable") and not getattr(pool, "restarted", False):
             pool.restarted = True
             pool.restart(2)
+        pool.frontend_down = seen("reset") and not seen("unreachable")
+        pool.registering = seen("reachable") and not seen("refused")
 
     def settled(watch: Watch) -> bool:
-        return watch.now > 11 and all(s.state == names.OK for s in watch.states())
+        if not watch_of:
+            watch_of.append(watch)
+        return seen("answered") and all(s.state == names.OK for s in watch.states())
 
-    watch, exporter = watch_on(pool, seconds=60, script=script, until=settled)
+    watch, exporter = watch_on(pool, seconds=90, script=script, until=settled)
     kinds = {e.kind for e in watch.events}
     assert {"unreadable", "readable", "reset", "unreachable", "reachable", "refused", "answered"} <= kinds, (
         kinds
