@@ -28,9 +28,10 @@ test: install routers cluster-debs test-debs
 cluster-debs:
 	@scripts/ensure-debs "on a Debian or Ubuntu machine" etcd:etcd-server ip:iproute2 haproxy:haproxy nginx:nginx
 
-# hey plays another client sharing an attached pool (tests/integration/test_attached_pool.py).
+# hey plays another client sharing an attached pool (tests/integration/test_attached_pool.py);
+# Debian's prometheus brings promtool and the Prometheus that tests/integration/test_watch.py runs.
 test-debs:
-	@scripts/ensure-debs "on a Debian or Ubuntu machine" hey:hey
+	@scripts/ensure-debs "on a Debian or Ubuntu machine" hey:hey promtool:prometheus
 ifneq ($(EMBEDLAB_ALLOW_NO_BROWSER),1)
 	@scripts/ensure-debs "or skip the browser tests on purpose: make test EMBEDLAB_ALLOW_NO_BROWSER=1" chromium:chromium
 endif

@@ -99,6 +99,9 @@ _EXPORTS: dict[str, str] = {
     "similarity_table": "notebook.views",
     "table": "notebook.views",
     "verdict": "notebook.views",
+    "Watch": "watch.runner",
+    "WatchConfig": "watch.runner",
+    "watch_live": "watch.live",
 }
 
 # Old public name -> its new name: still importable, with a DeprecationWarning.
@@ -217,3 +220,5 @@ if TYPE_CHECKING:
     )
     from .scenarios.result import Figures as Figures, ScenarioResult as ScenarioResult
     from .verdicts import Verdict as Verdict
+    from .watch.live import watch_live as watch_live
+    from .watch.runner import Watch as Watch, WatchConfig as WatchConfig

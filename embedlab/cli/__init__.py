@@ -4,6 +4,7 @@
     scenario     `embedlab scenario NAME`: a subcommand per scenario, its knobs as options
     serve        `embedlab frontend`, `worker`, `dynamo-worker`, `make-tiny-model`
     stacks       `embedlab stacks`        regress, conformance: `embedlab regress`, `conformance`
+    watch        `embedlab watch`: the pool's checks continuously, on /metrics
 
 The top layer: it may import everything. `main` is the one name imported here (the
 console script's), and `entry` imports only the commands' parsers: the harness loads

@@ -22,6 +22,7 @@ from .regress import add_regress
 from .scenario import add_scenario
 from .serve import SERVING, engine_options_from_args
 from .stacks import STACK_COMMANDS
+from .watch import add_watch
 
 __all__ = ["build_parser", "engine_options_from_args", "main"]
 
@@ -54,6 +55,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_scenario,
     add_regress,
     add_conformance,
+    add_watch,
 ]
 
 

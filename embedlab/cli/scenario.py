@@ -17,7 +17,7 @@ from typing import Any
 
 from ..defaults import EXIT_FAILED
 
-__all__ = ["add_scenario"]
+__all__ = ["add_knob", "add_scenario"]
 
 
 def add_scenario(sub: argparse._SubParsersAction) -> None:
@@ -72,6 +72,10 @@ def _add_knob(group: Any, knob: Any, *, default: Any = None) -> str:
         help=help,
     )
     return knob.name
+
+
+# The watch's attach options are these knobs too (cli/watch.py).
+add_knob = _add_knob
 
 
 def _converter(knob: Any) -> Any:

@@ -66,8 +66,9 @@ def _add_frontend(sub: argparse._SubParsersAction) -> None:
         "--fault",
         action="append",
         default=[],
-        metavar="NAME[:PARAM]",
-        help=f"inject a routing fault, for proving checks ({', '.join(CATALOGUE)}); off by default",
+        metavar="NAME[:PARAM][@START[-STOP]]",
+        help=f"inject a routing fault, for proving checks ({', '.join(CATALOGUE)}); off by default; "
+        "@60s starts it 60 s after the frontend started, @30s-90s also stops it",
     )
     p.add_argument(
         "--processes",

@@ -9,12 +9,20 @@ Off by default. Each fault mimics a real dispatch bug:
     ghost     deregistered or lapsed instances keep receiving traffic
     drop:p    a fraction p of requests is answered 503 without dispatch
     slow:ms   the first instance of each model is reached ms milliseconds late
+
+Any fault may start late, and stop: `leak:0.01@60s` leaks from 60 s after the frontend
+started, `stick@30s-90s` sticks from 30 s to 90 s (the `s` is optional). Intermittent faults
+are what a continuous watch exists to catch (issue 32); each routing process counts from its
+own start, which on a multi-process frontend is within a second of the owner's.
 """
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Sequence
+import re
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ...errors import ConfigError
@@ -33,18 +41,47 @@ CATALOGUE: dict[str, tuple[bool, float, float]] = {
 }
 
 
+# `@START[s]` or `@START[s]-STOP[s]`: seconds after the frontend started.
+_WHEN = re.compile(r"^(\d+(?:\.\d+)?)s?(?:-(\d+(?:\.\d+)?)s?)?$")
+
+
 @dataclass(frozen=True)
 class Fault:
     name: str
     param: float = 0.0
+    start_s: float = 0.0  # active from this many seconds after the frontend started
+    stop_s: float = math.inf  # until this many
 
     def __str__(self) -> str:
-        return f"{self.name}:{self.param:g}" if CATALOGUE[self.name][0] else self.name
+        text = f"{self.name}:{self.param:g}" if CATALOGUE[self.name][0] else self.name
+        if self.start_s or not math.isinf(self.stop_s):
+            text += f"@{self.start_s:g}s" + ("" if math.isinf(self.stop_s) else f"-{self.stop_s:g}s")
+        return text
+
+    def active(self, elapsed_s: float) -> bool:
+        return self.start_s <= elapsed_s < self.stop_s
 
 
 def parse_fault(spec: str) -> Fault:
-    """Parse `NAME[:param]`, e.g. `leak:0.1`, `stick`, `slow:50`."""
-    name, _, raw = spec.strip().partition(":")
+    """Parse `NAME[:param][@START[-STOP]]`, e.g. `leak:0.1`, `stick`, `slow:50`, `leak:0.01@60s`."""
+    spec, at, when = spec.strip().partition("@")
+    start, stop = 0.0, math.inf
+    if at:
+        found = _WHEN.match(when.strip())
+        if not found:
+            raise ConfigError(
+                f"fault {spec!r}: {when!r} is not a start time: write @SECONDS or @START-STOP, e.g. @60s, @30s-90s"
+            )
+        start = float(found.group(1))
+        stop = float(found.group(2)) if found.group(2) is not None else math.inf
+        if stop <= start:
+            raise ConfigError(f"fault {spec!r}: it stops at {stop:g} s, not after it starts at {start:g} s")
+    fault = _parse_kind(spec)
+    return Fault(fault.name, fault.param, start, stop)
+
+
+def _parse_kind(spec: str) -> Fault:
+    name, _, raw = spec.partition(":")
     if name not in CATALOGUE:
         raise ConfigError(f"unknown fault {name!r}; choose from {', '.join(CATALOGUE)}")
     takes_param, low, high = CATALOGUE[name]
@@ -67,9 +104,16 @@ class FaultInjector:
     """Applies the configured faults around the normal routing policy."""
 
     def __init__(
-        self, faults: Sequence[Fault], *, seed: int | None = None, shared: SharedRouting | None = None
+        self,
+        faults: Sequence[Fault],
+        *,
+        seed: int | None = None,
+        shared: SharedRouting | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.faults = {f.name: f.param for f in faults}
+        self._configured = tuple(faults)
+        self._clock = clock
+        self._started = clock()
         self._rng = random.Random(seed)
         # With several routing processes the leak debt is theirs together (shared_routing.py).
         self._shared = shared
@@ -79,10 +123,16 @@ class FaultInjector:
         self._leak_debt: dict[str, float] = {}
 
     def __bool__(self) -> bool:
-        return bool(self.faults)
+        return bool(self._configured)
+
+    @property
+    def faults(self) -> dict[str, float]:
+        """The faults active now, name -> parameter: a timed one only between its start and stop."""
+        elapsed = self._clock() - self._started
+        return {f.name: f.param for f in self._configured if f.active(elapsed)}
 
     def describe(self) -> str:
-        return ", ".join(str(Fault(name, param)) for name, param in self.faults.items())
+        return ", ".join(map(str, self._configured))
 
     def remember(self, instance: Instance) -> None:
         """Instance-table hook: an instance left (deregistered or lapsed)."""
@@ -107,28 +157,29 @@ class FaultInjector:
         self._ghosts = ghosts
 
     def candidates(self, model: str, live: list[Instance]) -> list[Instance]:
-        ghosts = self._ghosts.get(model)
+        ghosts = self._ghosts.get(model) if "ghost" in self.faults else None
         return live + ghosts if ghosts else live
 
     def pick(
         self, model: str, live: Sequence[Instance], policy: Policy, instances: InstanceTable
     ) -> Instance:
-        if "leak" in self.faults and self._shared is not None:
+        faults = self.faults
+        if "leak" in faults and self._shared is not None:
             others = [i for m in instances.models() if m != model for i in instances.live(m)]
-            if self._shared.leak(model, self.faults["leak"], possible=bool(others)):
+            if self._shared.leak(model, faults["leak"], possible=bool(others)):
                 return self._rng.choice(others)
-        elif "leak" in self.faults:
-            debt = self._leak_debt.get(model, 0.0) + self.faults["leak"]
+        elif "leak" in faults:
+            debt = self._leak_debt.get(model, 0.0) + faults["leak"]
             if debt >= 1.0 - 1e-9:
                 others = [i for m in instances.models() if m != model for i in instances.live(m)]
                 if others:
                     self._leak_debt[model] = debt - 1.0
                     return self._rng.choice(others)
             self._leak_debt[model] = min(debt, 1.0)
-        if "stick" in self.faults:
+        if "stick" in faults:
             return live[0]
-        if "skew" in self.faults and len(live) > 1:
-            if self._rng.random() < self.faults["skew"]:
+        if "skew" in faults and len(live) > 1:
+            if self._rng.random() < faults["skew"]:
                 return live[0]
             return self._rng.choice(live[1:])
         return policy.pick(model, live)

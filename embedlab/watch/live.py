@@ -1,0 +1,222 @@
+"""The watch in a notebook: run it beside the kernel for a bounded time, its figure redrawn as it goes.
+
+    live = watch_live(dep, seconds=90, other_rate=2)   # blocks for 90 s, the figure updating
+    live.plot()                                        # the verdicts' timeline and each worker's share
+    verdict(live)                                      # no alarm on a correct router (one, with a fault)
+
+The watch runs on an event loop of its own in a daemon thread, so the kernel's loop (and
+JupyterLab's) is never blocked by it; `watch_live` waits in the kernel, redrawing one display.
+An interrupt (the kernel's stop button) or the end of `seconds` stops it: its requests, its
+other client, its /metrics server, and the thread. So does the kernel's exit (atexit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import math
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from ..evidence import clients
+from ..evidence.target import Target, target_of
+from ..evidence.traffic import default_inputs
+from .exporter import Exporter, WatchSnapshot
+from .names import FAILING, INCONCLUSIVE, OK
+from .page import Page
+from .runner import Watch, WatchConfig
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["LiveWatch", "watch_live"]
+
+_COLOURS = {OK: "#2e7d32", FAILING: "#c62828", INCONCLUSIVE: "#bdbdbd"}
+
+
+@dataclass
+class LiveWatch:
+    """A watch that ran (or runs) beside the kernel, and what it found."""
+
+    watch: Watch
+    exporter: Exporter
+    expect_fault: bool
+    port: int | None = None
+    _thread: threading.Thread | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    _stop: asyncio.Event | None = None
+
+    # -- running ----------------------------------------------------------------------------
+
+    def start(self, *, other_rate: float = 0.0, port: int | None = None) -> LiveWatch:
+        ready = threading.Event()
+
+        def main() -> None:
+            async def run() -> None:
+                self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+                ready.set()
+                other = asyncio.create_task(_other_client(self.watch.target, other_rate, self._stop))
+                try:
+                    await self.watch.run(self._stop)
+                finally:
+                    self._stop.set()
+                    await other
+
+            asyncio.run(run())
+
+        if port is not None:
+            self.port = self.exporter.serve(port)
+        self._thread = threading.Thread(target=main, name="embedlab-watch", daemon=True)
+        self._thread.start()
+        ready.wait(timeout=30)
+        atexit.register(self.stop)
+        return self
+
+    def stop(self) -> None:
+        """Stop the watch, its other client and its server; safe to call more than once."""
+        if (
+            self._loop is not None
+            and self._stop is not None
+            and self._thread is not None
+            and self._thread.is_alive()
+        ):
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(timeout=30)
+        self.exporter.close()
+        self.exporter.update(self.watch)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- what it found --------------------------------------------------------------------------
+
+    @property
+    def alarms(self) -> int:
+        return sum(s.alarms for s in self.watch.states())
+
+    @property
+    def ok(self) -> bool:
+        """As expected: a correct router reached ok on every check with no alarm; a faulty one raised one."""
+        states = self.watch.states()
+        if self.expect_fault:
+            return self.alarms >= 1
+        return self.alarms == 0 and all(s.state == OK for s in states)
+
+    def summary(self) -> str:
+        states = ", ".join(f"{s.key} {s.state}" for s in self.watch.states())
+        expected = "a fault was injected" if self.expect_fault else "the router is correct"
+        outcome = "as expected" if self.ok else "NOT as expected"
+        return (
+            f"watch {outcome} ({expected}): {self.alarms} alarm(s) in {self.watch.now:.0f} s; {states}; "
+            f"blocks {self.watch.blocks}"
+        )
+
+    def plot(self, snap: WatchSnapshot | None = None) -> Figure:
+        """The verdicts' timeline (one bar per check, an alarm marked) and each worker's share now."""
+        from matplotlib.figure import Figure
+
+        snap = snap or self.exporter.update(self.watch)
+        fig = Figure(figsize=(10, 3.2 + 0.35 * len(snap.states)), layout="constrained")
+        timeline, shares = fig.subplots(1, 2, width_ratios=[3, 2])
+        end = max(snap.uptime_s, 1.0)
+        for row, state in enumerate(snap.states):
+            at, current = 0.0, INCONCLUSIVE
+            for t in [t for t in self.watch.transitions if t.key == state.key]:
+                timeline.barh(row, t.at - at, left=at, color=_COLOURS[current], height=0.6)
+                if t.alarm:
+                    timeline.plot([t.at], [row], marker="v", color="black", markersize=9)
+                at, current = t.at, t.new
+            timeline.barh(row, end - at, left=at, color=_COLOURS[current], height=0.6)
+        timeline.set_yticks(range(len(snap.states)), [str(s.key) for s in snap.states])
+        timeline.set_xlim(0, end)
+        timeline.set_xlabel("seconds since the watch started")
+        timeline.set_title("verdicts: green ok, grey inconclusive, red failing; v an alarm")
+        for w in snap.shares:
+            low = w.estimate - w.low if not math.isnan(w.low) else 0
+            high = w.high - w.estimate if not (math.isnan(w.high) or math.isinf(w.high)) else 0
+            shares.errorbar(
+                [w.worker], [w.estimate], yerr=[[max(0, low)], [max(0, high)]], fmt="o", capsize=4
+            )
+            shares.plot([w.worker - 0.3, w.worker + 0.3], [w.expected] * 2, color="grey", linestyle="--")
+        shares.set_xticks(
+            range(len(self.watch.pool.models)), [f"{i}\n{m}" for i, m in enumerate(self.watch.pool.models)]
+        )
+        shares.set_ylim(0, 1.5)
+        shares.set_ylabel("share of its model's requests")
+        rates = ", ".join(f"{r:.1f}" for r in snap.request_rates.values() if not math.isnan(r))
+        shares.set_title(
+            f"each worker's share (dashed: its weight's); own {rates}, pool {snap.pool_rate:.1f} req/s"
+        )
+        return fig
+
+
+async def _other_client(target: Target, rate: float, stop: asyncio.Event) -> None:
+    """Another client of the pool for the demo: `rate` requests a second per model, until `stop`."""
+    if rate <= 0:
+        return
+    models = sorted({m for m in target.models if m})
+    inputs = default_inputs(32, seed=99)
+    async with clients.async_client(timeout=30) as http:
+        sent = 0
+        started = time.perf_counter()
+        while not stop.is_set():
+            model = models[sent % len(models)]
+            try:
+                await http.post(
+                    target.frontend_url + "/v1/embeddings", json={"model": model, "input": inputs[sent % 32]}
+                )
+            except httpx.HTTPError:
+                pass
+            sent += 1
+            wait = started + sent / (rate * len(models)) - time.perf_counter()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=max(0.0, wait))
+            except TimeoutError:
+                pass
+
+
+def watch_live(
+    deployment: Any,
+    *,
+    seconds: float,
+    max_rate: float | None = None,
+    other_rate: float = 0.0,
+    refresh_s: float = 3.0,
+    html: str | Path | None = None,
+    port: int | None = None,
+    expect_fault: bool = False,
+) -> LiveWatch:
+    """Watch `deployment` (a running Deployment or a Target) for `seconds`, redrawing one figure
+    every `refresh_s` in the notebook; then stop it and return what it found. `other_rate`:
+    another client's requests per second per model, for a demo pool nobody else uses. `port`:
+    also serve /metrics there; `html`: keep the self-updating page in that folder."""
+    from IPython.display import display
+
+    config = WatchConfig(max_rate=max_rate) if max_rate else WatchConfig()
+    exporter = Exporter()
+    page = Page(html) if html else None
+    # Snapshots are taken on the watch's own thread, after each block: the kernel reads the latest.
+    watch = Watch(target_of(deployment), config, on_update=exporter.update)
+    live = LiveWatch(watch, exporter, expect_fault)
+    shown = display(live.plot(), display_id=True)
+    live.start(other_rate=other_rate, port=port)
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and live.running:
+            time.sleep(min(refresh_s, max(0.0, end - time.monotonic())))
+            snap = exporter.latest or exporter.update(watch)
+            if page is not None:
+                page.write(watch, snap)
+            if shown is not None:
+                shown.update(live.plot(snap))
+    finally:
+        live.stop()
+        if page is not None:
+            page.write(watch, exporter.update(watch), force=True)
+    return live

@@ -1,0 +1,466 @@
+"""The watch's loop: blocks of the busy schedule, under a rate cap, through whatever a live pool does.
+
+    watch = Watch(target, WatchConfig(max_rate=8))
+    await watch.run(stop)            # until `stop` is set (or `duration_s` has passed)
+
+Each block is one window per arm, in the schedule's random order (checks.py). At every window
+boundary every worker is read; the window's requests go out right after its opening read and
+count where they were answered before its closing read. Between blocks the watch waits as
+long as the rate cap asks (a block of 16 requests at 8 req/s: 2 s from start to start), then
+reads again to open the next block. A block is kept only where nothing disturbed it, and set
+aside otherwise, never judged:
+    late          a request still unanswered at its window's closing read (it counts in the next)
+    unreadable    a worker's read failed or timed out (it is down, restarting, or cut off)
+    reset         a worker's counter went down (it restarted)
+    refused       some of the check's requests reached no worker: the frontend is down or
+                  restarting (no HTTP answer), or answered for itself (a 5xx; where it retried,
+                  two counters moved; or a 404 for every request of a model, while its workers
+                  register again)
+After a worker was unreadable or restarted, blocks wait `settle_s` before they run again (it may
+serve its counter before its router sends it anything). Whether a block is set aside does not
+depend on its order (each arm sends the same requests wherever it stands), so the orders of
+the blocks kept stay uniformly random. Each of these is an event (events_total{kind}) when it
+begins and when it ends, never a verdict.
+
+A response that names its worker (the `x-embedlab-worker` header the embedded frontend sets)
+and was refused by it with a 404 (that worker serves another model), or, where the target
+knows each worker's endpoint, names a worker of another model, is a misplaced request: the
+multi-model check fails at once, proven by attribution, with no statistics needed. It is how a
+leak of one request in 100 is found within minutes at a few requests a second, where the
+counters alone need thousands of blocks (docs/verification.md, "A continuous watch").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+import numpy as np
+
+from ..defaults import WORKER_HEADER
+from ..errors import ConfigError, CounterResetError, MetricsError
+from ..evidence import clients
+from ..evidence.busy.constants import ALPHA, WINDOW_S
+from ..evidence.metrics import Snapshot, ascrape
+from ..evidence.target import Target
+from ..evidence.traffic import default_inputs
+from .checks import WatchPool
+from .judge import Judge, KeyState, ShareState, Transition
+from .names import (
+    HORIZON_S,
+    MAX_RATE,
+    RATE_SPAN_S,
+    RETRY_S,
+    SCRAPE_TIMEOUT_S,
+    SETTLE_S,
+    STAGGER_S,
+    WINDOW_REQUESTS,
+)
+
+__all__ = ["Watch", "WatchConfig", "WatchEvent"]
+
+# Windows grow by this much, up to _LONGEST_S, where most recent blocks came late: the sender
+# and the router could not answer a window's requests within its sending part.
+_LONGER_S = WINDOW_S
+_LONGEST_S = 1.0
+_LATE_SPAN = 20  # blocks looked back on for that
+
+
+@dataclass(frozen=True, kw_only=True)
+class WatchConfig:
+    """How the watch runs; every field has the command line's default."""
+
+    max_rate: float = MAX_RATE  # the check's own requests per second, on average
+    window_requests: int = WINDOW_REQUESTS  # per model, in a window of its arm
+    window_s: float = WINDOW_S
+    horizon_s: float = HORIZON_S
+    stagger_s: float = STAGGER_S
+    alpha: float = ALPHA
+    scrape_timeout_s: float = SCRAPE_TIMEOUT_S
+    settle_s: float = SETTLE_S
+    request_timeout_s: float = 30.0
+    seed: int | None = None
+    duration_s: float | None = None  # stop by itself after this long (tests, the notebook)
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    at: float  # seconds since the watch started
+    wall: float  # epoch seconds
+    kind: str
+    detail: str
+
+
+@dataclass
+class _Answer:
+    model: str
+    status: int  # 0: no HTTP answer
+    worker: str | None
+
+
+@dataclass
+class _Rate:
+    """A count's rate over the last RATE_SPAN_S."""
+
+    total: float = 0.0
+    samples: deque[tuple[float, float]] = field(default_factory=deque)
+
+    def add(self, count: float, now: float) -> None:
+        self.total += count
+        self.samples.append((now, self.total))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= RATE_SPAN_S:
+            self.samples.popleft()
+
+    def per_s(self) -> float:
+        if len(self.samples) < 2 or self.samples[-1][0] <= self.samples[0][0]:
+            return math.nan
+        (t0, c0), (t1, c1) = self.samples[0], self.samples[-1]
+        return (c1 - c0) / (t1 - t0)
+
+
+class Watch:
+    """One pool watched: the judge, the counts and the events; `run` drives it."""
+
+    def __init__(
+        self,
+        target: Target,
+        config: WatchConfig | None = None,
+        *,
+        on_update: Callable[[Watch], object] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """`on_update` is called on the loop after every block; `transport` (for unit tests:
+        httpx.MockTransport) carries both the reads and the requests."""
+        self.target = target
+        self._transport = transport
+        self.config = config or WatchConfig()
+        if self.config.max_rate <= 0 or self.config.window_requests < 1:
+            raise ConfigError(
+                f"--max-rate must be positive and --window-requests at least 1, got "
+                f"{self.config.max_rate:g} and {self.config.window_requests}"
+            )
+        self.pool = WatchPool.of(target.models, target.weights)
+        self.schedule = self.pool.schedule(requests=self.config.window_requests, seed=self.config.seed)
+        self.judge = Judge(
+            self.pool,
+            self.schedule,
+            horizon_s=self.config.horizon_s,
+            stagger_s=self.config.stagger_s,
+            alpha=self.config.alpha,
+        )
+        self.window_s = self.config.window_s
+        self.on_update = on_update
+        self.events: deque[WatchEvent] = deque(maxlen=2000)
+        self.transitions: list[Transition] = []
+        self.event_counts: dict[str, int] = {}
+        self.blocks: dict[str, int] = {}
+        self.scrape_failures = [0] * len(target.system_urls)
+        self.requests = {m: 0 for m in self.pool.served}
+        self.misplaced = {m: 0 for m in self.pool.served}
+        self.own = {m: _Rate() for m in self.pool.served}
+        self.pool_rate = _Rate()
+        self._clock0 = time.perf_counter()
+        self._late: deque[bool] = deque(maxlen=_LATE_SPAN)
+        self._down: set[str] = set()  # conditions now on: "worker 3 unreadable", "frontend unreachable"
+        self._inputs = default_inputs(64, seed=self.schedule.seed % 1000)
+        self._answers: list[_Answer] = []  # the block's, late ones included
+        self._last_read: list[Snapshot] | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._settle_until = 0.0
+        self._per_block = sum(sum(a.requests.values()) for a in self.schedule.arms)
+
+    # -- what the exporter and the page read ----------------------------------------------------
+
+    @property
+    def now(self) -> float:
+        return time.perf_counter() - self._clock0
+
+    def states(self) -> list[KeyState]:
+        return self.judge.states()
+
+    def shares(self) -> list[ShareState]:
+        return self.judge.shares()
+
+    def request_rate(self, model: str) -> float:
+        return self.own[model].per_s()
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _event(self, kind: str, detail: str) -> None:
+        self.events.append(WatchEvent(self.now, time.time(), kind, detail))
+        self.event_counts[kind] = self.event_counts.get(kind, 0) + 1
+
+    def _begins(self, condition: str, kind: str, detail: str) -> None:
+        if condition not in self._down:
+            self._down.add(condition)
+            self._event(kind, detail)
+
+    def _ends(self, condition: str, kind: str, detail: str) -> None:
+        if condition in self._down:
+            self._down.discard(condition)
+            self._event(kind, detail)
+
+    def _judged(self, changes: list[Transition]) -> None:
+        for change in changes:
+            self.transitions.append(change)
+            self._event(
+                "alarm" if change.alarm else "verdict",
+                f"{change.key}: {change.old} -> {change.new} ({change.why})",
+            )
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Watch until `stop` is set, or `duration_s` has passed."""
+        stop = stop or asyncio.Event()
+        self._clock0 = time.perf_counter()
+        self._event(
+            "started", f"watching {len(self.pool.models)} workers: {', '.join(map(str, self.pool.keys))}"
+        )
+        most = max(sum(a.requests.values()) for a in self.schedule.arms)
+        limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
+        sender = self._transport or httpx.AsyncHTTPTransport(retries=0, limits=limits, verify=clients.tls())
+        async with (
+            clients.async_client(
+                timeout=self.config.scrape_timeout_s,
+                transport=self._transport or clients.PerOriginTransport(),
+            ) as scraper,
+            clients.async_client(timeout=self.config.request_timeout_s, transport=sender) as http,
+        ):
+            block = 0
+            before: list[Snapshot] | None = None
+            stopping = asyncio.create_task(self._cancel_on(stop))
+            while not self._over(stop):
+                if self.now < self._settle_until:
+                    await self._sleep(stop, self._settle_until - self.now)
+                    before = None
+                    continue
+                if before is None:
+                    before = await self._read(scraper)
+                    if before is None:
+                        self._update()  # the failures counted while no block can run
+                        await self._sleep(stop, RETRY_S)
+                        continue
+                started = time.perf_counter()
+                before = await self._block(block, before, scraper, http)
+                block += 1
+                self._update()
+                # The rate cap: the next block starts no sooner than this one's requests allow.
+                wait = started + self._per_block / self.config.max_rate - time.perf_counter()
+                if before is None or wait > 0.05:
+                    await self._sleep(stop, max(wait, RETRY_S if before is None else 0.0))
+                    before = None  # other clients' traffic of the gap: the next block reads afresh
+            stopping.cancel()
+        self._event("stopped", f"after {self.now:.0f} s")
+        self._update()
+
+    async def _cancel_on(self, stop: asyncio.Event) -> None:
+        """At a stop, the requests in flight are cancelled: a hung frontend never holds the exit."""
+        await stop.wait()
+        for task in self._inflight:
+            task.cancel()
+
+    def _over(self, stop: asyncio.Event) -> bool:
+        limit = self.config.duration_s
+        return stop.is_set() or (limit is not None and self.now >= limit)
+
+    async def _sleep(self, stop: asyncio.Event, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=max(0.0, seconds))
+        except TimeoutError:
+            pass
+        self._judged(self.judge.tick(self.now))
+
+    def _update(self) -> None:
+        if self.on_update is not None:
+            self.on_update(self)
+
+    async def _read(self, scraper: httpx.AsyncClient) -> list[Snapshot] | None:
+        """Every worker's counter, or None (each failure counted, its worker named in an event)."""
+        urls = self.target.system_urls
+        found = await asyncio.gather(
+            *(
+                ascrape(
+                    url,
+                    metric=self.target.metric,
+                    client=scraper,
+                    timeout=self.config.scrape_timeout_s,
+                    worker_index=i,
+                )
+                for i, url in enumerate(urls)
+            ),
+            return_exceptions=True,
+        )
+        ok = True
+        for i, item in enumerate(found):
+            if isinstance(item, MetricsError):
+                ok = False
+                self.scrape_failures[i] += 1
+                self._settle_until = self.now + self.config.settle_s
+                self._begins(f"worker {i}", "unreadable", f"worker {i} ({urls[i]}) could not be read: {item}")
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                self._ends(f"worker {i}", "readable", f"worker {i} can be read again")
+        if not ok:
+            return None
+        snapshots = [s for s in found if isinstance(s, Snapshot)]
+        self._count_pool(snapshots)
+        return snapshots
+
+    def _count_pool(self, snapshots: list[Snapshot]) -> None:
+        """The pool's total rate, from every read (the gaps between blocks too)."""
+        last, self._last_read = self._last_read, snapshots
+        if last is None:
+            return
+        try:
+            total = sum(b.delta(a) for b, a in zip(last, snapshots))
+        except CounterResetError:
+            return  # a worker restarted: this interval's count is unknown, the next one is not
+        self.pool_rate.add(total, self.now)
+
+    def _deltas(self, before: list[Snapshot], after: list[Snapshot]) -> np.ndarray | None:
+        deltas = np.zeros(len(before))
+        reset = False
+        for i, (b, a) in enumerate(zip(before, after)):
+            try:
+                deltas[i] = b.delta(a, worker_index=i)
+            except CounterResetError:
+                reset = True
+                self._settle_until = self.now + self.config.settle_s
+                self._event("reset", f"worker {i}'s counter went down: it restarted")
+        return None if reset else deltas
+
+    async def _block(
+        self, block: int, before: list[Snapshot], scraper: httpx.AsyncClient, http: httpx.AsyncClient
+    ) -> list[Snapshot] | None:
+        """Run one block from its opening read `before`; judge it if nothing disturbed it.
+        Returns the closing read (None where a read failed)."""
+        arms = len(self.schedule.arms)
+        models = self.judge.models_sent
+        deltas = np.zeros((len(self.pool.models), arms))
+        sent = np.zeros((len(models), arms))
+        disturbed = ""
+        tasks: list[asyncio.Task[None]] = []
+        t0 = time.perf_counter()
+        snapshots: list[Snapshot] | None = before
+        for position in range(arms):
+            window = self.schedule.window(block * arms + position)
+            answered: list[_Answer] = []
+            wanted = [m for m, k in window.arm.requests.items() for _ in range(k)]
+            for k, model in enumerate(wanted):
+                text = self._inputs[(block * 7 + k) % len(self._inputs)]
+                task = asyncio.create_task(self._send(http, model, text, answered))
+                tasks.append(task)
+                self._inflight.add(task)
+                task.add_done_callback(self._inflight.discard)
+            await asyncio.sleep(max(0.0, t0 + (position + 1) * self.window_s - time.perf_counter()))
+            counted = list(answered)  # the answers in hand when the closing read begins
+            after = await self._read(scraper)
+            if after is None:
+                disturbed, snapshots = "unreadable", None
+                break
+            window_deltas = self._deltas(snapshots or before, after)
+            snapshots = after
+            if window_deltas is None:
+                disturbed = "reset"
+                break
+            deltas[:, position] = window_deltas
+            if len(counted) < len(wanted):
+                disturbed = disturbed or "late"
+            for answer in counted:
+                sent[models.index(answer.model), position] += 1
+        if not disturbed and self._refused():
+            disturbed = "refused"
+            statuses = sorted({a.status for a in self._answers if a.status and a.status != 200})
+            if statuses:  # no HTTP answer at all is the frontend unreachable (_account)
+                shown = ", ".join(map(str, statuses))
+                self._begins(
+                    "refused", "refused", f"the frontend answered for itself (HTTP {shown}), not a worker"
+                )
+        elif not disturbed:
+            self._ends("refused", "answered", "every request reaches a worker again")
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._account()
+        self._late.append(disturbed == "late")
+        if disturbed:
+            self.blocks[disturbed] = self.blocks.get(disturbed, 0) + 1
+            self._lengthen()
+            return None  # what was in flight has been answered since: the next block reads afresh
+        self.blocks["kept"] = self.blocks.get("kept", 0) + 1
+        self._judged(self.judge.add_block(deltas, sent, self.schedule.order_index(block), now=self.now))
+        return snapshots
+
+    def _lengthen(self) -> None:
+        if len(self._late) == _LATE_SPAN and sum(self._late) > _LATE_SPAN / 2 and self.window_s < _LONGEST_S:
+            self.window_s = min(_LONGEST_S, self.window_s + _LONGER_S)
+            self._late.clear()
+            self._event("window", f"most blocks came late: windows are now {self.window_s:g} s")
+
+    async def _send(self, http: httpx.AsyncClient, model: str, text: str, into: list[_Answer]) -> None:
+        url = self.target.frontend_url + "/v1/embeddings"
+        status, worker = 0, None
+        try:
+            response = await http.post(url, json={"model": model, "input": text, "encoding_format": "float"})
+            status = response.status_code
+            worker = response.headers.get(WORKER_HEADER) or response.headers.get(
+                f"llm_provider-{WORKER_HEADER}"
+            )
+        except httpx.HTTPError:
+            pass  # no HTTP answer: the frontend is down, restarting, or too slow
+        except Exception as exc:  # a request must never take the watch down; say what broke it
+            self._event("error", f"a request for '{model}' raised {exc.__class__.__name__}: {exc}")
+        answer = _Answer(model, status, worker)
+        into.append(answer)
+        self._answers.append(answer)
+
+    def _refused(self) -> bool:
+        """Whether some of the block's requests reached no worker: no HTTP answer, a 5xx (the
+        frontend's own, or a retry that may have moved two counters), or a model all of whose
+        requests were refused (4xx) without naming a worker: the router does not know it (a
+        router that restarted, its workers not yet registered again). A 4xx among a model's 200s
+        is a worker's refusal, counted where it landed: a leaked request the wrong worker refused
+        (its counter moved), which the counters must see through a router that names no worker."""
+        answers = self._answers
+        if any(a.status == 0 or a.status >= 500 for a in answers):
+            return True
+        for model in {a.model for a in answers}:
+            own = [a for a in answers if a.model == model]
+            if all(400 <= a.status < 500 and a.worker is None for a in own):
+                return True
+        return False
+
+    def _account(self) -> None:
+        """Every answer of the block (late ones too): the check's counts, the frontend's health,
+        and misplaced requests."""
+        answers, self._answers = self._answers, []
+        now = self.now
+        for answer in answers:
+            if answer.status:
+                self.requests[answer.model] += 1
+                self.own[answer.model].add(1, now)
+            where = self._misplaced(answer)
+            if where:
+                self.misplaced[answer.model] += 1
+                self._event("misplaced", where)
+                self._judged(self.judge.misplaced(answer.model, now=now, why=where))
+        if any(a.status == 0 for a in answers):
+            self._begins("frontend", "unreachable", f"the frontend {self.target.frontend_url} did not answer")
+        elif answers:
+            self._ends("frontend", "reachable", "the frontend answers again")
+
+    def _misplaced(self, answer: _Answer) -> str:
+        if answer.worker is None:
+            return ""
+        index = self.target.index_of(answer.worker)
+        if index is not None and self.pool.models[index] != answer.model:
+            return f"a request for '{answer.model}' was answered by worker {index}, which serves '{self.pool.models[index]}'"
+        if answer.status == 404:
+            return f"a request for '{answer.model}' was refused (404) by worker {answer.worker}, which does not serve it"
+        return ""

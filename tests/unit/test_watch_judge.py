@@ -1,0 +1,142 @@
+"""The watch's sliding horizon on simulated pools: no false alarm, one alarm per fault, a fault seen to stop.
+
+The blocks are what a real watch feeds the judge (the schedule's own orders, the router's
+split, another client's Poisson counts on every worker); only the processes are simulated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from embedlab.errors import ConfigError
+from embedlab.evidence.busy.sequential import orders
+from embedlab.evidence.busy.simulate import Pool
+from embedlab.watch.checks import CheckKey, WatchPool
+from embedlab.watch.judge import Judge
+from embedlab.watch.names import FAILING, INCONCLUSIVE, MULTI_MODEL, OK, SAME_MODEL
+
+BLOCK_S = 1.5  # 2 windows of 6 requests each at the default 8 req/s cap
+
+
+class Feed:
+    """Blocks of a 2 x 2 pool under a router that may leak, at BLOCK_S each."""
+
+    def __init__(
+        self, judge: Judge, *, background: float = 4.0, seed: int = 0, block_s: float = BLOCK_S
+    ) -> None:
+        self.judge, self.background, self.block_s = judge, background, block_s
+        self.rng = np.random.default_rng(seed)
+        self.block, self.now = 0, 0.0
+        self.transitions: list = []
+
+    def run(self, seconds: float, fault: str = "") -> None:
+        names = {m: f"m{k}" for k, m in enumerate(self.judge.pool.served)}
+        routing = Pool(tuple(names[m] for m in self.judge.pool.models), fault=fault).routing()
+        even = Pool(tuple(names[m] for m in self.judge.pool.models)).routing().mean(axis=0)
+        schedule = self.judge.schedule
+        doses = np.array([schedule.doses(m) for m in self.judge.models_sent])  # models, arms
+        table = orders(len(schedule.arms))
+        end = self.now + seconds
+        while self.now < end:
+            observed = schedule.order_index(self.block)
+            sent = doses[:, table[observed]]  # models, windows
+            deltas = np.zeros((len(self.judge.pool.models), sent.shape[1]))
+            for t in range(sent.shape[1]):
+                for m in range(sent.shape[0]):
+                    deltas[:, t] += self.rng.multinomial(sent[m, t], routing[m])
+                deltas[:, t] += self.rng.poisson(self.background * 0.25 * even)
+            self.now += self.block_s
+            self.transitions += self.judge.add_block(deltas, sent.astype(float), observed, now=self.now)
+            self.block += 1
+
+    def state(self, key: CheckKey) -> str:
+        return next(s.state for s in self.judge.states() if s.key == key)
+
+
+def judge_for(models: list[str], **kw) -> Judge:
+    pool = WatchPool.of(models)
+    return Judge(pool, pool.schedule(requests=6, seed=7), **kw)
+
+
+def test_a_pool_gets_its_checks() -> None:
+    assert WatchPool.of(["a", "a", "b", "b"]).keys == (
+        CheckKey(SAME_MODEL, "a"), CheckKey(SAME_MODEL, "b"), CheckKey(MULTI_MODEL, "a"), CheckKey(MULTI_MODEL, "b"),
+    )  # fmt: skip
+    assert WatchPool.of(["a", "b"]).keys == (CheckKey(MULTI_MODEL, "a"), CheckKey(MULTI_MODEL, "b"))
+    assert WatchPool.of(["a", "a"]).keys == (CheckKey(SAME_MODEL, "a"),)
+    with pytest.raises(ConfigError, match="nothing to check"):
+        WatchPool.of(["a"])
+    with pytest.raises(ConfigError, match="each worker's model"):
+        WatchPool.of(["a", None])
+
+
+def test_a_correct_router_turns_ok_and_stays_ok() -> None:
+    judge = judge_for(["a", "a", "b", "b"], horizon_s=120, stagger_s=30)
+    feed = Feed(judge, seed=1)
+    feed.run(6 * 60)
+    assert all(s.alarms == 0 for s in judge.states())
+    assert not [t for t in feed.transitions if t.new == FAILING]
+    first_ok = {t.key: t.at for t in feed.transitions if t.new == OK}
+    assert set(first_ok) == set(judge.pool.keys) and max(first_ok.values()) < 120
+    assert all(s.state == OK for s in judge.states())
+    shares = judge.shares()
+    assert [s.worker for s in shares] == [0, 1, 2, 3]
+    assert all(s.low <= 0.5 <= s.high and s.expected == 0.5 for s in shares)
+
+
+def test_a_leak_that_starts_late_is_one_alarm_and_is_seen_to_stop() -> None:
+    judge = judge_for(["a", "a", "b", "b"], horizon_s=120, stagger_s=30, hold_s=60)
+    feed = Feed(judge, seed=2)
+    key = CheckKey(MULTI_MODEL, "a")
+    feed.run(3 * 60)
+    assert feed.state(key) == OK
+    fault_at = feed.now
+    feed.run(4 * 60, fault="leak:0.3")
+    failing = [t for t in feed.transitions if t.new == FAILING and t.key == key]
+    assert len(failing) == 1 and failing[0].alarm and failing[0].at - fault_at < 120
+    assert next(s.alarms for s in judge.states() if s.key == key) == 1
+    assert feed.state(key) == FAILING  # held while the fault lasts: still one alarm
+    assert feed.state(CheckKey(SAME_MODEL, "a")) != FAILING  # the replicas' shares are not at fault
+    feed.run(4 * 60)
+    assert feed.state(key) == OK  # the fault stopped, and a test started since has passed
+    assert next(s.alarms for s in judge.states() if s.key == key) == 1
+
+
+def test_misplaced_responses_fail_at_once_and_alarm_once() -> None:
+    judge = judge_for(["a", "b"], hold_s=60)
+    key = CheckKey(MULTI_MODEL, "b")
+    changes = judge.misplaced("b", now=5.0, why="worker 0 refused 'b'")
+    assert [(c.key, c.new, c.alarm) for c in changes] == [(key, FAILING, True)]
+    assert judge.misplaced("b", now=30.0, why="again") == []  # the same fault: no second alarm
+    assert judge.tick(100.0) == []  # 70 s since the last one, but no test has passed since
+    [back] = judge.tick(30.0 + judge.horizon_s)
+    assert back.new == INCONCLUSIVE  # a whole horizon without a failure, or a pass
+    state = next(s for s in judge.states() if s.key == key)
+    assert state.alarms == 1 and math.isnan(state.evidence_log10)
+
+
+def test_an_ok_with_no_newer_pass_grows_inconclusive() -> None:
+    judge = judge_for(["a", "a"], horizon_s=120, stagger_s=30)
+    feed = Feed(judge, seed=3, background=2.0)
+    feed.run(3 * 60)
+    key = CheckKey(SAME_MODEL, "a")
+    assert feed.state(key) == OK
+    [stale] = judge.tick(feed.now + 200)
+    assert (stale.key, stale.new) == (key, INCONCLUSIVE)
+
+
+def test_a_fault_after_an_hour_meets_a_young_test() -> None:
+    # Blocks 10 s apart (the judge reads only their times): an hour of a correct router, then a
+    # leak. The newest test is at most a stagger old when the fault starts, so it is found as
+    # soon as after a minute of watching, not after the hour's evidence has been outweighed.
+    judge = judge_for(["a", "a", "b", "b"], horizon_s=300, stagger_s=60)
+    feed = Feed(judge, seed=8, block_s=10.0)
+    feed.run(3600)
+    assert not [t for t in feed.transitions if t.new == FAILING]
+    fault_at = feed.now
+    feed.run(600, fault="leak:0.3")
+    [alarm] = [t for t in feed.transitions if t.alarm and t.key == CheckKey(MULTI_MODEL, "a")]
+    assert alarm.at - fault_at <= 60 * 10, alarm  # within 60 blocks of the fault
