@@ -70,6 +70,8 @@ class BurstSpec:
     rule: str = ""  # what the burst asserts, in words, for tables and reports
     models: Sequence[str] | None = None  # one per request, for a burst that interleaves models
     quiet_s: float = QUIET_WINDOW_S  # each quiet window's length; 0: none
+    # The workers it reads, by index (None: all): failover leaves out the one it kills mid-burst.
+    read: Sequence[int] | None = None
     on_response: Callable[[RequestRecord], None] | None = field(default=None, compare=False)
 
 
@@ -141,9 +143,11 @@ def serving(
 
 async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) -> Burst:
     """Snapshot every worker, send the burst, snapshot again, judge the deltas by worker index."""
+    read = list(spec.read) if spec.read is not None else list(range(len(target.system_urls)))
     check = DispatchCheck(
-        target.system_urls,
+        [target.system_urls[i] for i in read],
         spec.expected,
+        indices=read,
         min_total_delta=spec.requests if spec.min_total_delta is None else spec.min_total_delta,
         settle_seconds=spec.settle_seconds,
         metric=target.metric,
@@ -197,7 +201,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
                     for i in {*router_before, *router_after}
                 }
             closing = await _quiet_window(check, scrape_client, spec.quiet_s, first=False)
-            moved = {**_moved(opening, check.before), **_moved(check.after, closing)}
+            moved = {**_moved(opening, check.before, read), **_moved(check.after, closing, read)}
             if moved:
                 burst.other_traffic = moved
                 served = _attributed(target, traffic)
@@ -220,12 +224,13 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
 def _counters_agree(judged: Any, check: DispatchCheck, served: dict[int, int]) -> Any:
     """`judged` (the header's verdict), failed where some worker's counter rose by less than the
     responses naming it: a header the counters contradict proves nothing (a replayed or rewritten
-    response). Other clients only add to a counter, so "at least" is what the counters can say."""
+    response). Other clients only add to a counter, so "at least" is what the counters can say. A
+    worker the burst did not read (failover's victim, dead by its end) can neither agree nor refute."""
     assert check.before is not None and check.after is not None
     short = []
     for i, named in sorted(served.items()):
-        rose = check.before[i].delta(check.after[i], worker_index=i)
-        if rose < named:
+        rose = check.delta_of(i)
+        if rose is not None and rose < named:
             short.append(
                 f"worker {i}'s counter rose by {rose:g} while {named} responses named it "
                 f"(the {WORKER_HEADER} header is contradicted by the counters)"
@@ -267,11 +272,14 @@ async def _quiet_window(
     return await check.asnapshot(client)
 
 
-def _moved(earlier: Sequence[Snapshot] | None, later: Sequence[Snapshot] | None) -> dict[int, float]:
-    """Worker index -> how far its counter moved between two snapshot lists (a reset raises)."""
+def _moved(
+    earlier: Sequence[Snapshot] | None, later: Sequence[Snapshot] | None, indices: Sequence[int]
+) -> dict[int, float]:
+    """Worker index -> how far its counter moved between two snapshot lists of the workers
+    `indices` (a reset raises)."""
     if earlier is None or later is None:
         return {}
-    deltas = {i: a.delta(b, worker_index=i) for i, (a, b) in enumerate(zip(earlier, later))}
+    deltas = {i: a.delta(b, worker_index=i) for i, a, b in zip(indices, earlier, later)}
     return {i: d for i, d in deltas.items() if d}
 
 
