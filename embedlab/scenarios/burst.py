@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,6 +25,7 @@ from ..defaults import QUIET_WINDOW_S, WORKER_HEADER
 from ..errors import ConfigError, CounterResetError, ScrapeError, TrafficError
 from ..evidence import clients
 from ..evidence.counters import DispatchCheck
+from ..evidence.dynamo_log import SELECTED, FrontendLog, attributed, instances
 from ..evidence.metrics import Snapshot
 from ..evidence.target import Target, target_of
 from ..evidence.traffic import BurstResult, Input, RequestRecord, asend_burst, default_inputs
@@ -168,6 +171,8 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
         except ScrapeError as exc:
             # Sent all the same: what the requests met while a worker was down is the finding.
             unread = unread_of(exc, "before the burst")
+        log = FrontendLog(Path(target.dynamo_log)) if target.dynamo_log else None
+        since, ids = (log.mark(), f"embedlab-{secrets.token_hex(6)}-") if log else (0, None)
         traffic = await asend_burst(
             target.frontend_url,
             spec.model,
@@ -178,6 +183,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
             progress=progress,
             on_response=spec.on_response,
             models=spec.models,
+            request_ids=ids,
         )
         share_of = spec.weights if spec.weights is not None else [1.0] * len(target.system_urls)
         total = sum(share_of[i] for i in spec.expected) or 1.0
@@ -204,14 +210,15 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
             moved = {**_moved(opening, check.before, read), **_moved(check.after, closing, read)}
             if moved:
                 burst.other_traffic = moved
-                served = _attributed(target, traffic)
+                served, how = _attributed(target, traffic), f"the {WORKER_HEADER} header"
+                if served is None and log is not None and ids is not None:
+                    served = await _logged(log, since, ids, traffic, check.before, read)
+                    how = f"Dynamo's frontend log ('{SELECTED}' by x-request-id)"
                 if served is None:
                     burst.inconclusive = _unsent(moved, 2 * spec.quiet_s)
                 else:
                     burst.check = _counters_agree(check.judge_attributed(served), check, served)
-                    burst.proven_by = (
-                        f"the {WORKER_HEADER} header on {sum(served.values())} of its {traffic.n} responses"
-                    )
+                    burst.proven_by = f"{how} on {sum(served.values())} of its {traffic.n} responses"
         except CounterResetError as exc:
             burst.inconclusive = f"counter reset on worker {exc.worker_index}"
         except ScrapeError as exc:
@@ -305,6 +312,33 @@ def _attributed(target: Target, traffic: BurstResult) -> dict[int, int] | None:
         if index is not None:
             served[index] = served.get(index, 0) + 1
     return served
+
+
+async def _logged(
+    log: FrontendLog,
+    since: int,
+    ids: str,
+    traffic: BurstResult,
+    snapshots: Sequence[Snapshot] | None,
+    indices: Sequence[int],
+) -> dict[int, int] | None:
+    """Worker index -> the responses Dynamo's frontend log attributes to it (None: some answered
+    request has no single selection of a known worker). The frontend writes a selection before it
+    answers, but its log may reach the file later: read again for up to `_LOG_WAIT_S`."""
+    if snapshots is None:
+        return None
+    workers = instances(snapshots, indices)
+    statuses = {f"{ids}{r.index}": r.status for r in traffic.records}
+    deadline = time.perf_counter() + _LOG_WAIT_S
+    while True:
+        served = attributed(statuses, log.selected(since), workers)
+        if served is not None or time.perf_counter() >= deadline:
+            return served
+        await asyncio.sleep(0.1)
+
+
+# How long a burst waits for the frontend's log to show every selection of its answered requests.
+_LOG_WAIT_S = 2.0
 
 
 def _unsent(moved: dict[int, float], seconds: float) -> str:
