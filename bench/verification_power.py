@@ -700,8 +700,33 @@ def render_busy(results: dict[str, Any]) -> str:
                 f"steady {multiple:.2f}x | {_verdicts(runs)} | {each} | "
                 f"steady {nearest:g}x: {_rate(rate, cell['runs'])} {said}, {cell['median_s']:.0f} s |"
             )
+    lines += sender_lines()
     lines += ["", BUSY_END]
     return "\n".join(lines) + "\n"
+
+
+def sender_lines() -> list[str]:
+    """The check's own sender against `hey` (bench/time_to_verdict.py --sender), where measured."""
+    path = REPO / "bench" / "results" / "time_to_verdict_sender.json"
+    if not path.is_file():
+        return []
+    found = json.loads(path.read_text())
+    lines = [
+        "",
+        "### The check's own sender against `hey`",
+        "",
+        f"`.venv/bin/python bench/time_to_verdict.py --sender` ({found['turns']} turns each, medians; one "
+        f"embedded frontend, {found['workers']} hash workers, {found['requests']} requests at concurrency "
+        f"{found['concurrency']}, load {found['load_1m']} at the end): the sender bounds every time to verdict.",
+        "",
+        "| sender | req/s | p50 | CPU per request (the sender's process) |",
+        "|---|---|---|---|",
+    ]
+    for name, m in found["medians"].items():
+        cpu = f"{m['cpu_ms_per_request']:.2f} ms" if "cpu_ms_per_request" in m else "–"
+        lines.append(f"| {name} | {m['rps']:.0f} | {m['p50_ms']:.1f} ms | {cpu} |")
+    lines += ["", f"On hey's own body the sender reaches {found['sender_share_of_hey']:.0%} of hey's rate."]
+    return lines
 
 
 def write_busy_section(text: str, path: Path) -> None:
