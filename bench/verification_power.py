@@ -208,7 +208,8 @@ def smallest_burst(target: float = 0.99) -> int:
 BUSY_SECTION = """\
 ## On a busy pool: the randomized schedule (issue 30)
 
-The attached figures above predate it: since issue 30, a check whose quiet windows see traffic
+The attached figures above predate it (the measured and simulated table of the busy check is the
+next section): since issue 30, a check whose quiet windows see traffic
 embedlab did not send, and whose responses name no worker, no longer stops at *inconclusive*. It
 runs a randomized on/off schedule instead (`--busy` asks for it on a quiet pool too; `--budget-s`,
 default 60 s) and its verdict is the schedule's; `docs/busy-method.md` has the method and its
@@ -239,6 +240,10 @@ and `stick` fail, counters only).
   (`power.required_requests`: 40 requests for two equal replicas, 690 for 16, 4350 for 64;
   44 per model for a 1-in-10 leak). A burst given by hand that cannot reach 99 % against an idle
   replica and a 0.9/0.1 skew ends inconclusive, never passed.
+- **Failover.** Its burst is the burst path's (`run_burst`, every worker read but the victim):
+  quiet windows around it, the header believed only where the survivors' counters agree, and on a
+  busy pool (or `--busy`) the survivors judged after the kill by the schedule, the dead worker left
+  out of it (read by no window, in no unit).
 - **A header the counters refute.** Where the `x-embedlab-worker` header proves placement, every
   worker's counter must rise by at least the responses naming it in the same burst; a router that
   replays a cached response fails, naming the worker and both numbers
@@ -258,8 +263,17 @@ answer. Measured: 400 requests at concurrency 8 with unique `x-request-id`s, 400
 log, and the per-worker counts from it (185 and 215) equal to the counters' deltas; random and
 least-loaded modes 200 of 200. A 404 for an unknown model is rejected before routing and logs no
 line; newer Dynamo sources log round-robin and random choices at trace level only, so the signal is
-1.6.1's. embedlab does not read that log yet: attached Dynamo checks use the counters (quiet pool or
-schedule).
+1.6.1's. An attached check given that log (`--dynamo-log PATH`, `attach(..., dynamo_log=)`; the
+frontend's two variables are `embedlab.defaults.DYNAMO_ATTRIBUTION_ENV`) sends a unique `x-request-id`
+with every request and, where the quiet windows see traffic embedlab did not send, attributes each
+answered response by its `Selected worker` line, the instance id mapped to its worker by the
+`worker_id` label of that worker's counter (decimal or hex; `embedlab/evidence/dynamo_log.py`). The
+burst is then judged per response, and believed only where every worker's counter rose by at least
+the responses the log names for it (the header's rule). A request with no line, or with more than one
+(a reselection), leaves the burst to its counters, and so to the schedule; without the log, attached
+Dynamo checks use the counters (quiet pool or schedule). The launched dynamo stack keeps its
+frontend at `DYN_LOG=warn`; `DeploymentSpec(env=DYNAMO_ATTRIBUTION_ENV)` turns the log on
+(`tests/integration/test_other_traffic.py`, attached to two Dynamo workers with `hey` beside).
 """
 
 
