@@ -29,7 +29,7 @@ from typing import Any
 
 from .metrics import Snapshot
 
-__all__ = ["SELECTED", "FrontendLog", "attributed", "instances", "selected_workers"]
+__all__ = ["SELECTED", "FrontendLog", "attributed", "instances", "instances_from_health", "selected_workers"]
 
 SELECTED = "Selected worker"
 
@@ -81,6 +81,39 @@ def instances(snapshots: Sequence[Snapshot], indices: Sequence[int]) -> dict[int
                     found[int(value, base)] = index
                 except ValueError:
                     pass
+    return found
+
+
+def instances_from_health(
+    health: Any, snapshots: Sequence[Snapshot], indices: Sequence[int]
+) -> dict[int, int]:
+    """Instance id -> worker index, from the frontend's `/health` (`instances[]`: `instance_id`,
+    `namespace`, `component`, `endpoint`) and the `dynamo_namespace`/`dynamo_component`/
+    `dynamo_endpoint` labels of each worker's counter: where an endpoint is one worker's alone."""
+    if not isinstance(health, dict):
+        return {}
+    owner: dict[tuple[str, str, str], set[int]] = {}
+    for snapshot, index in zip(snapshots, indices):
+        for labels, _ in snapshot.series:
+            named = dict(labels)
+            key = (
+                named.get("dynamo_namespace", ""),
+                named.get("dynamo_component", ""),
+                named.get("dynamo_endpoint", ""),
+            )
+            if key[1]:
+                owner.setdefault(key, set()).add(index)
+    found: dict[int, int] = {}
+    for item in health.get("instances") or []:
+        if not isinstance(item, dict):
+            continue
+        key = (str(item.get("namespace", "")), str(item.get("component", "")), str(item.get("endpoint", "")))
+        workers = owner.get(key, set())
+        try:
+            if len(workers) == 1:
+                found[int(item["instance_id"])] = next(iter(workers))
+        except (KeyError, TypeError, ValueError):
+            continue
     return found
 
 

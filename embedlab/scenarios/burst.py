@@ -25,7 +25,7 @@ from ..defaults import QUIET_WINDOW_S, WORKER_HEADER
 from ..errors import ConfigError, CounterResetError, ScrapeError, TrafficError
 from ..evidence import clients
 from ..evidence.counters import DispatchCheck
-from ..evidence.dynamo_log import SELECTED, FrontendLog, attributed, instances
+from ..evidence.dynamo_log import SELECTED, FrontendLog, attributed, instances, instances_from_health
 from ..evidence.metrics import Snapshot
 from ..evidence.target import Target, target_of
 from ..evidence.traffic import BurstResult, Input, RequestRecord, asend_burst, default_inputs
@@ -212,7 +212,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
                 burst.other_traffic = moved
                 served, how = _attributed(target, traffic), f"the {WORKER_HEADER} header"
                 if served is None and log is not None and ids is not None:
-                    served = await _logged(log, since, ids, traffic, check.before, read)
+                    served = await _logged(target.frontend_url, log, since, ids, traffic, check.before, read)
                     how = f"Dynamo's frontend log ('{SELECTED}' by x-request-id)"
                 if served is None:
                     burst.inconclusive = _unsent(moved, 2 * spec.quiet_s)
@@ -315,6 +315,7 @@ def _attributed(target: Target, traffic: BurstResult) -> dict[int, int] | None:
 
 
 async def _logged(
+    frontend_url: str,
     log: FrontendLog,
     since: int,
     ids: str,
@@ -327,7 +328,14 @@ async def _logged(
     answers, but its log may reach the file later: read again for up to `_LOG_WAIT_S`."""
     if snapshots is None:
         return None
+    # The counter's own worker_id label first; the frontend's /health where a worker's endpoint is its own.
     workers = instances(snapshots, indices)
+    try:
+        async with clients.async_client(timeout=5.0) as http:
+            health = (await http.get(frontend_url.rstrip("/") + "/health")).json()
+        workers = {**instances_from_health(health, snapshots, indices), **workers}
+    except (httpx.HTTPError, ValueError):
+        pass
     statuses = {f"{ids}{r.index}": r.status for r in traffic.records}
     deadline = time.perf_counter() + _LOG_WAIT_S
     while True:

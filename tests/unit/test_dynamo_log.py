@@ -6,7 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from embedlab.evidence.dynamo_log import FrontendLog, attributed, instances, selected_workers
+from embedlab.evidence.dynamo_log import (
+    FrontendLog,
+    attributed,
+    instances,
+    instances_from_health,
+    selected_workers,
+)
 from embedlab.evidence.metrics import DEFAULT_METRIC, Snapshot
 from embedlab.scenarios.plan import ScenarioPlan
 
@@ -82,3 +88,25 @@ def test_an_attached_plan_hands_the_log_to_its_target() -> None:
         dynamo_log="/var/log/frontend.jsonl",
     )  # fmt: skip
     assert plan.target().dynamo_log == "/var/log/frontend.jsonl"
+
+
+def test_instance_ids_name_workers_by_the_frontends_health_where_an_endpoint_is_one_workers() -> None:
+    def snap(component: str) -> Snapshot:
+        labels = (
+            ("dynamo_component", component),
+            ("dynamo_endpoint", "generate"),
+            ("dynamo_namespace", "ns"),
+        )
+        return Snapshot(url="http://w", query=DEFAULT_METRIC, series=((labels, 1.0),))
+
+    health = {
+        "status": "healthy",
+        "instances": [
+            {"instance_id": A, "namespace": "ns", "component": "embed-worker-1", "endpoint": "generate"},
+            {"instance_id": B, "namespace": "ns", "component": "embed-worker-2", "endpoint": "generate"},
+            {"instance_id": 7, "namespace": "ns", "component": "shared", "endpoint": "generate"},
+        ],
+    }
+    snapshots = [snap("embed-worker-1"), snap("embed-worker-2"), snap("shared"), snap("shared")]
+    assert instances_from_health(health, snapshots, [0, 1, 2, 3]) == {A: 0, B: 1}  # "shared" is two workers'
+    assert instances_from_health("not json", snapshots, [0, 1, 2, 3]) == {}
