@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ...errors import ConfigError
 from ...verdicts import Verdict
 from .constants import ALPHA, BUDGET_S, RATE_PER_S, WINDOW_S
 from .engine import BlockEngine
@@ -178,7 +179,7 @@ def simulate(
     check's share of them drawn hypergeometrically) in place of "random" (each request leaks with p).
     """
     if leak_rule not in ("random", "debt"):
-        raise ValueError(f"leak_rule must be random or debt, got {leak_rule!r}")
+        raise ConfigError(f"leak_rule must be random or debt, got {leak_rule!r}")
     rng = np.random.default_rng(seed)
     served = pool.served
     per_window = int(round(rate_per_s * window_s)) if requests is None else requests
