@@ -9,6 +9,16 @@ the hash engine and with the tiny transformers model, and reports where the time
 The quiet windows' cost per burst is measured on one warm deployment per stack: the
 same-model burst with its quiet windows and without, in turns, on the same inputs.
 
+The check's own sender against `hey`, in one run, through one frontend, on the same input:
+
+    .venv/bin/python bench/time_to_verdict.py --sender [--sender-workers 8 --sender-requests 768 --sender-concurrency 32]
+
+In turns on one warm deployment (the embedded frontend, hash workers): `hey`; the sender that every
+burst uses (`asend_burst`) on hey's one body; the same sender on the check's own inputs (one per
+request); and the same-model scenario's burst at that size. Per turn: requests a second, p50, and
+the CPU seconds the sender's process (or hey) spent per request, which is what bounds it where the
+frontend and workers are not the limit.
+
 `dynamo-etcd-3hosts` is Dynamo on etcd with its workers on two other hosts (network
 namespaces; as root): etcd, the namespaces and their teardown count in the wall time.
 """
@@ -124,6 +134,78 @@ def quiet_window_cost(label: str, runs: int) -> dict[str, Any]:
     }
 
 
+SAME_INPUT = "the same input for both senders"
+
+
+def sender_vs_hey(workers: int, requests: int, concurrency: int, turns: int) -> dict[str, Any]:
+    """`hey` and the check's own sender in turns, on one frontend: rate, p50, CPU per request."""
+    import resource
+
+    from measure import hey
+
+    from embedlab import Deployment, DeploymentSpec, ScenarioPlan
+    from embedlab.evidence.traffic import asend_burst, default_inputs, run_sync
+
+    model = "embed-model"
+    body = json.dumps({"model": model, "input": SAME_INPUT}).encode()
+    found: dict[str, list[dict[str, float]]] = {"hey": [], "sender, hey's body": [], "sender, own inputs": []}
+    found["same-model burst"] = []
+    spec = DeploymentSpec.same_model(model, workers=workers)
+    with Deployment(spec) as dep:
+        url = f"{dep.frontend_url}/v1/embeddings"
+
+        def sender(inputs: list[Any]) -> dict[str, float]:
+            cpu = time.process_time()
+            burst = run_sync(
+                asend_burst(dep.frontend_url, model, requests, concurrency=concurrency, inputs=inputs)
+            )
+            spent = time.process_time() - cpu
+            return {
+                "rps": requests / burst.wall_seconds,
+                "p50_ms": burst.latency_ms()["p50"],
+                "failed": len(burst.failures),
+                "cpu_ms_per_request": 1000 * spent / requests,
+                "seconds": burst.wall_seconds,
+            }
+
+        sender([SAME_INPUT])  # connections and the frontend's first requests: not timed
+        for _ in range(turns):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            h = hey(url, body, requests=requests, concurrency=concurrency)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+            found["hey"].append(
+                {"rps": h.rps, "p50_ms": h.p50_ms, "failed": h.failed, "cpu_ms_per_request": 1000 * cpu / requests,
+                 "seconds": h.seconds}
+            )  # fmt: skip
+            found["sender, hey's body"].append(sender([SAME_INPUT]))
+            found["sender, own inputs"].append(sender(list(default_inputs(requests))))
+            plan = ScenarioPlan(
+                scenario="same-model", params={"requests": requests, "concurrency": concurrency}
+            )
+            result = plan.run_on(dep)
+            traffic = result.bursts[0].traffic
+            found["same-model burst"].append(
+                {"rps": requests / traffic.wall_seconds, "p50_ms": traffic.latency_ms()["p50"],
+                 "failed": len(traffic.failures), "seconds": traffic.wall_seconds,
+                 "verdict_s": result.wall_seconds}
+            )  # fmt: skip
+    medians = {
+        name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in found.items()
+    }
+    return {
+        "workers": workers,
+        "requests": requests,
+        "concurrency": concurrency,
+        "turns": turns,
+        "medians": medians,
+        "runs": found,
+        "machine": machine_info(),
+        "load_1m": round(os.getloadavg()[0], 2),
+        "sender_share_of_hey": medians["sender, hey's body"]["rps"] / medians["hey"]["rps"],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -135,7 +217,26 @@ def main() -> int:
         "--quiet-runs", type=int, default=10, help="bursts each way for the quiet windows' cost"
     )
     parser.add_argument("--quiet-only", action="store_true", help="measure the quiet windows' cost alone")
+    parser.add_argument("--sender", action="store_true", help="the check's own sender against hey, alone")
+    parser.add_argument("--sender-workers", type=int, default=8)
+    parser.add_argument("--sender-requests", type=int, default=768)
+    parser.add_argument("--sender-concurrency", type=int, default=32)
+    parser.add_argument("--sender-turns", type=int, default=3)
     args = parser.parse_args()
+    if args.sender:
+        # Not waiting for a quiet machine: both senders share whatever load there is, in turns.
+        found = sender_vs_hey(
+            args.sender_workers, args.sender_requests, args.sender_concurrency, args.sender_turns
+        )
+        for name, m in found["medians"].items():
+            cpu = f", {m['cpu_ms_per_request']:.2f} ms CPU a request" if "cpu_ms_per_request" in m else ""
+            print(
+                f"{name:<20} {m['rps']:8.0f} req/s  p50 {m['p50_ms']:7.1f} ms  failed {m['failed']:.0f}{cpu}"
+            )
+        print(f"the sender on hey's body reaches {found['sender_share_of_hey']:.0%} of hey's rate")
+        out = REPO / "bench" / "results" / "time_to_verdict_sender.json"
+        write_text_atomic(out, json.dumps(found, indent=2) + "\n")
+        return 0
     load = wait_for_quiet(
         max_load=args.max_load, max_foreign_cores=args.max_foreign
     )  # other people's tests on these cores would be timed too

@@ -13,6 +13,21 @@ during every run, and the checks run twice, on one deployment, in turns: launche
 embedded stack names the serving worker on each response, which proves placement) and as
 an attached user sees it (the counters alone, which cannot tell that client's requests
 from the check's).
+
+The busy-pool table (issue 30) is its own step, and rewrites only its section of the doc:
+
+    .venv/bin/python bench/verification_power.py --busy [--sim-clean-runs 200] [--sim-fault-runs 100]
+    .venv/bin/python bench/verification_power.py --busy --from-json   # re-render from the last results
+
+Attached, counters only, pools 1x2 (same-model), 2x1 (multi-model), 2x2 (mixed) and 1x16
+(same-model). Real runs (hash workers, the embedded frontend with `--fault`, `hey` as the other
+client) measure, per pool, what the check's schedule is on this machine: the window and the
+requests in it that the sender was fitted to, the wall time a kept block costs (the blocks set
+aside for a late answer included), the time before the schedule starts (the quiet bursts, the
+fitting) and the other client's variance per window. The hundreds of runs per cell are then
+simulated from those figures (`embedlab.evidence.busy.simulate`: the other client's arrivals at
+each shape and rate, the router's placement and the frontend's faults, feeding the same
+BlockEngine a real check decides with), and a few cells are run for real beside them.
 """
 
 from __future__ import annotations
@@ -31,15 +46,19 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 from scipy import stats
 
 from embedlab import Deployment, DeploymentSpec, ScenarioPlan, ScenarioResult
 
 # Not in the public API: the named defaults themselves, which this benchmark reports on.
 from embedlab.defaults import FAIRNESS_ALPHA as DEFAULT_FAIRNESS_ALPHA
-from embedlab.evidence.busy import required_requests
+from embedlab.evidence.busy import leak_requests, quiet_power, required_requests
+from embedlab.evidence.busy.simulate import Background, Pool, simulate
 from embedlab.jsonio import write_text_atomic
+from embedlab.verdicts import Verdict
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -189,7 +208,8 @@ def smallest_burst(target: float = 0.99) -> int:
 BUSY_SECTION = """\
 ## On a busy pool: the randomized schedule (issue 30)
 
-The attached figures above predate it: since issue 30, a check whose quiet windows see traffic
+The attached figures above predate it (the measured and simulated table of the busy check is the
+next section): since issue 30, a check whose quiet windows see traffic
 embedlab did not send, and whose responses name no worker, no longer stops at *inconclusive*. It
 runs a randomized on/off schedule instead (`--busy` asks for it on a quiet pool too; `--budget-s`,
 default 60 s) and its verdict is the schedule's; `docs/busy-method.md` has the method and its
@@ -220,6 +240,10 @@ and `stick` fail, counters only).
   (`power.required_requests`: 40 requests for two equal replicas, 690 for 16, 4350 for 64;
   44 per model for a 1-in-10 leak). A burst given by hand that cannot reach 99 % against an idle
   replica and a 0.9/0.1 skew ends inconclusive, never passed.
+- **Failover.** Its burst is the burst path's (`run_burst`, every worker read but the victim):
+  quiet windows around it, the header believed only where the survivors' counters agree, and on a
+  busy pool (or `--busy`) the survivors judged after the kill by the schedule, the dead worker left
+  out of it (read by no window, in no unit).
 - **A header the counters refute.** Where the `x-embedlab-worker` header proves placement, every
   worker's counter must rise by at least the responses naming it in the same burst; a router that
   replays a cached response fails, naming the worker and both numbers
@@ -239,8 +263,17 @@ answer. Measured: 400 requests at concurrency 8 with unique `x-request-id`s, 400
 log, and the per-worker counts from it (185 and 215) equal to the counters' deltas; random and
 least-loaded modes 200 of 200. A 404 for an unknown model is rejected before routing and logs no
 line; newer Dynamo sources log round-robin and random choices at trace level only, so the signal is
-1.6.1's. embedlab does not read that log yet: attached Dynamo checks use the counters (quiet pool or
-schedule).
+1.6.1's. An attached check given that log (`--dynamo-log PATH`, `attach(..., dynamo_log=)`; the
+frontend's two variables are `embedlab.defaults.DYNAMO_ATTRIBUTION_ENV`) sends a unique `x-request-id`
+with every request and, where the quiet windows see traffic embedlab did not send, attributes each
+answered response by its `Selected worker` line, the instance id mapped to its worker by the
+`worker_id` label of that worker's counter (decimal or hex; `embedlab/evidence/dynamo_log.py`). The
+burst is then judged per response, and believed only where every worker's counter rose by at least
+the responses the log names for it (the header's rule). A request with no line, or with more than one
+(a reselection), leaves the burst to its counters, and so to the schedule; without the log, attached
+Dynamo checks use the counters (quiet pool or schedule). The launched dynamo stack keeps its
+frontend at `DYN_LOG=warn`; `DeploymentSpec(env=DYNAMO_ATTRIBUTION_ENV)` turns the log on
+(`tests/integration/test_other_traffic.py`, attached to two Dynamo workers with `hey` beside).
 """
 
 
@@ -449,6 +482,414 @@ def render(
     return "\n".join(lines) + "\n"
 
 
+# -- issue 30: attached, counters only, another client sending: measured, then simulated ---------
+
+BUSY_BEGIN = "<!-- busy-table: regenerated by bench/verification_power.py --busy -->"
+BUSY_END = "<!-- /busy-table -->"
+BUSY_JSON = REPO / "bench" / "results" / "verification_busy.json"
+SHAPES = ("steady", "bursty", "ramp")
+MULTIPLES = (0.5, 1.0, 4.0)
+
+
+@dataclass(frozen=True)
+class BusyPool:
+    label: str  # models x replicas
+    scenario: str
+    models: tuple[str, ...]
+    replicas: int
+    faults: tuple[str, ...]
+
+    def spec(self, fault: str | None) -> DeploymentSpec:
+        args = ("--fault", fault) if fault else ()
+        if len(self.models) == 1:
+            return DeploymentSpec.same_model(self.models[0], workers=self.replicas, frontend_args=args)
+        return DeploymentSpec.pool(list(self.models), replicas=self.replicas, frontend_args=args)
+
+    def simulated(self, fault: str = "") -> Pool:
+        if len(self.models) == 1:
+            return Pool.same_model(self.replicas, fault=fault)
+        return Pool.multi_model(len(self.models), self.replicas, fault=fault)
+
+    @property
+    def title(self) -> str:
+        m, k = len(self.models), self.replicas
+        return f"{m} model{'s' * (m > 1)} x {k} replica{'s' * (k > 1)} ({self.scenario})"
+
+
+BUSY_POOLS = (
+    BusyPool("1x2", "same-model", ("embed-model",), 2, ("stick", "skew:0.9")),
+    BusyPool("2x1", "multi-model", ("model-a", "model-b"), 1, ("leak:0.1",)),
+    BusyPool("2x2", "mixed", ("model-a", "model-b"), 2, ("leak:0.1", "stick", "skew:0.9")),
+    BusyPool("1x16", "same-model", ("embed-model",), 16, ("stick", "skew:0.9")),
+)
+
+
+def _counted(dep: Deployment) -> float:
+    from embedlab.evidence.metrics import scrape_all
+
+    return sum(s.value for s in scrape_all(dep.system_urls))
+
+
+@contextlib.contextmanager
+def background(dep: Deployment, models: tuple[str, ...], rate: float) -> Iterator[None]:
+    """`hey` sending every model's requests, `rate` a second in all (paced per connection), for as
+    long as the block runs; in once its requests show on the counters."""
+    per = rate / len(models)
+    lanes = max(1, int(np.ceil(per / 20)))  # one paced connection keeps up with 20 a second under load
+    procs = []
+    for model in models:
+        body = json.dumps({"model": model, "input": "another client's request"})
+        argv = [HEY, "-z", "3600s", "-c", str(lanes), "-q", f"{per / lanes:g}", "-m", "POST"]
+        argv += ["-T", "application/json", "-d", body, f"{dep.frontend_url}/v1/embeddings"]
+        procs.append(
+            subprocess.Popen(
+                argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            )
+        )
+    try:
+        start, deadline = _counted(dep), time.monotonic() + 30
+        while _counted(dep) - start < 2 * len(models):
+            if time.monotonic() > deadline:
+                raise SystemExit("the other client's requests never reached the counters")
+            time.sleep(0.05)
+        yield
+    finally:
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+
+
+def schedule_stats(result: ScenarioResult) -> dict[str, Any] | None:
+    """What one real busy check's schedule was on this machine: the simulation's inputs."""
+    run = result.schedule
+    if run is None or not run.windows:
+        return None
+    kept = [w for w in run.windows if w.kept]
+    arms = len({w.arm for w in run.windows})
+    blocks = len(kept) // arms
+    span = run.windows[-1].end_s
+    other = np.array([sum(w.deltas) - sum(w.sent.values()) for w in kept], dtype=float)
+    mean = float(other.mean()) if len(other) else 0.0
+    return {
+        "window_s": run.window_s,
+        "requests": int(round(run.rate_per_s * run.window_s)),
+        "rate_per_s": run.rate_per_s,
+        "blocks": blocks,
+        "set_aside_blocks": run.set_aside // arms,
+        "block_s": span / blocks if blocks else float("nan"),
+        "overhead_s": result.wall_seconds - span,
+        "other_per_s": mean / run.window_s,
+        "fano": float(other.var(ddof=1) / mean) if mean > 0 and len(other) > 2 else 1.0,
+    }
+
+
+def real_check(target: Any, pool: BusyPool, budget_s: float | None) -> dict[str, Any]:
+    params = {"budget_s": budget_s} if budget_s is not None else {}
+    result = ScenarioPlan(scenario=pool.scenario, params=params).run_on(target)
+    return {
+        "verdict": str(result.verdict),
+        "seconds": result.wall_seconds,
+        "proven_by": result.proven_by,
+        "reasons": list(result.reasons[:2]),
+        "power": result.power,
+        "schedule": schedule_stats(result),
+    }
+
+
+def measure_busy_pool(pool: BusyPool, args: argparse.Namespace) -> dict[str, Any]:
+    """Real runs on one pool: quiet checks, then busy ones with `hey` beside them, clean and faulty."""
+    found: dict[str, Any] = {"pool": pool.label, "quiet": {}, "busy": {}, "background_per_s": args.real_rate}
+    for fault in (None, *pool.faults[: args.real_faults]):
+        name = fault or "clean"
+        started = time.monotonic()
+        with Deployment(pool.spec(fault)) as dep:
+            target = replace(dep.target(), endpoints=(), stack="attached")
+            found["quiet"][name] = [real_check(target, pool, None) for _ in range(args.quiet_runs)]
+            runs = args.real_runs if fault is None else args.real_fault_runs
+            with background(dep, pool.models, args.real_rate):
+                found["busy"][name] = [real_check(target, pool, args.budget_s) for _ in range(runs)]
+        shown = [(r["verdict"], round(r["seconds"], 1)) for r in found["busy"][name]]
+        print(f"{pool.label} {name}: quiet {[r['verdict'] for r in found['quiet'][name]]}, busy {shown}"
+              f" ({time.monotonic() - started:.0f} s)", flush=True)  # fmt: skip
+    return found
+
+
+def calibration(measured: dict[str, Any]) -> dict[str, Any]:
+    """The simulation's inputs for a pool, pooled over its real busy checks (clean and faulty)."""
+    stats_ = [r["schedule"] for runs in measured["busy"].values() for r in runs if r["schedule"]]
+    if not stats_:
+        return {}
+    # The sender is fitted per check: the schedule most checks were fitted to stands for all.
+    (window_s, requests), _ = Counter((s["window_s"], s["requests"]) for s in stats_).most_common(1)[0]
+    return {
+        "window_s": window_s,
+        "requests": requests,
+        "rate_per_s": requests / window_s,
+        "block_s": float(np.median([s["block_s"] for s in stats_])),
+        "overhead_s": float(np.median([s["overhead_s"] for s in stats_])),
+        "fano": float(np.median([s["fano"] for s in stats_])),
+        "other_per_s": float(np.median([s["other_per_s"] for s in stats_])),
+        "set_aside": sum(s["set_aside_blocks"] for s in stats_) / max(1, sum(s["blocks"] + s["set_aside_blocks"] for s in stats_)),
+        "runs": len(stats_),
+    }  # fmt: skip
+
+
+def nominal(pool: BusyPool) -> dict[str, Any]:
+    """The schedule as designed, unmeasured (--nominal: a dry run of the simulation and the table)."""
+    from embedlab.scenarios.schedule import busy_rate
+
+    arms = 2 if len(pool.models) == 1 else len(pool.models)
+    rate = busy_rate(pool.replicas)
+    return {
+        "window_s": 0.25, "requests": int(round(rate * 0.25)), "rate_per_s": rate, "block_s": arms * 0.25,
+        "overhead_s": 2.0, "fano": 1.0, "other_per_s": float("nan"), "set_aside": 0.0, "runs": 0,
+    }  # fmt: skip
+
+
+def _cell(sim: Any, verdict: Verdict) -> dict[str, Any]:
+    return {
+        "runs": sim.runs,
+        "count": sim.count(verdict),
+        "passed": sim.count(Verdict.PASSED),
+        "failed": sim.count(Verdict.FAILED),
+        "median_s": sim.seconds_to(None, 0.5),
+        "p95_s": sim.seconds_to(None, 0.95),
+    }
+
+
+def simulate_busy_pool(pool: BusyPool, cal: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    backgrounds = [Background(shape, m) for shape in SHAPES for m in MULTIPLES]
+    options = {
+        "rate_per_s": cal["rate_per_s"], "window_s": cal["window_s"], "requests": cal["requests"],
+        "block_s": cal["block_s"], "overhead_s": cal["overhead_s"], "fano": cal["fano"],
+        "leak_rule": "debt", "budget_s": args.budget_s,
+    }  # fmt: skip
+    clean = simulate(pool.simulated(), backgrounds=backgrounds, runs=args.sim_clean_runs, seed=1, **options)
+    cells: dict[str, Any] = {
+        f"{b.shape} {b.multiple:g}x": {"clean": _cell(c, Verdict.FAILED)} for b, c in zip(backgrounds, clean)
+    }
+    for n, fault in enumerate(pool.faults):
+        sims = simulate(
+            pool.simulated(fault), backgrounds=backgrounds, runs=args.sim_fault_runs, seed=2 + n, **options
+        )
+        for b, sim in zip(backgrounds, sims):
+            cells[f"{b.shape} {b.multiple:g}x"][fault] = _cell(sim, Verdict.FAILED)
+    return cells  # fmt: skip
+
+
+def quiet_exact(pool: BusyPool) -> dict[str, str]:
+    """What a quiet check of this pool catches, exactly (evidence.busy.power, the verdicts' own
+    sentences), at the scenario's default burst."""
+    k, weights = pool.replicas, [1.0] * pool.replicas
+    n = required_requests(weights).requests if k > 1 else 0
+    out: dict[str, str] = {}
+    if len(pool.models) > 1:
+        n = max(leak_requests(), n)
+        out["leak:0.1"] = f"100 % ({n} per model: {int(0.1 * n)} leaked in each, one fails it)"
+    if k > 1:
+        q = quiet_power(n, weights)
+        out["stick"] = "100 % (every replica must move)" if q.require_all else f"{q.idle:.1%}"
+        out["skew:0.9"] = f"{q.skew:.2%}" if k == 2 else f"≥ {q.skew:.2%} (0.9 on one of {k})"
+    return out
+
+
+def _rate(count: int, runs: int) -> str:
+    return f"{100 * count / runs:.1f} %" if runs else "–"
+
+
+def _time(cell: dict[str, Any]) -> str:
+    return f"{cell['median_s']:.0f} / {cell['p95_s']:.0f}"
+
+
+def _verdicts(runs: list[dict[str, Any]]) -> str:
+    found = Counter(r["verdict"] for r in runs)
+    return ", ".join(f"{v} {found[v]}" for v in ("passed", "failed", "inconclusive") if found[v]) or "–"
+
+
+def render_busy(results: dict[str, Any]) -> str:
+    meta = results["meta"]
+    lines = [
+        BUSY_BEGIN,
+        "## On a busy pool, attached with counters only: false alarms, detection, time to verdict",
+        "",
+        f"Regenerate: `.venv/bin/python bench/verification_power.py --busy --sim-clean-runs {meta['sim_clean_runs']} "
+        f"--sim-fault-runs {meta['sim_fault_runs']}` (machine: {meta['machine']}; {meta['when']}; real runs "
+        f"{meta['real_seconds']:.0f} s, simulation {meta['sim_seconds']:.0f} s).",
+        "",
+        "Attached as a user is (`--frontend-url`, `--system-url`s, counters only: no response names its worker), "
+        "while another client sends every model's requests through the same embedded frontend. **Measured**: "
+        "real runs on hash workers and the embedded frontend (`--fault` for the faulty routers), `hey` as the "
+        f"other client at {meta['real_rate']:g} requests a second in all; each real busy check measured what "
+        "its schedule was on this machine (first table). **Simulated**: the cells, "
+        f"{meta['sim_clean_runs']} clean and {meta['sim_fault_runs']} faulty checks each "
+        "(`embedlab.evidence.busy.simulate` fed those measurements: the other client's arrivals at each "
+        "shape and rate, with the variance per window measured; the router's weighted-random placement and "
+        "the frontend's own faults, `leak:0.1` as its exact one-in-ten rule over both clients' requests; "
+        "decided by the same `BlockEngine` a real check runs, stopped at its first decision or its budget). "
+        "The other client's rate is a multiple of the check's own rate while a window sends (the table "
+        "below); steady is Poisson-like at the measured variance, bursty 1 s at 3x then 2 s silent, a ramp "
+        f"from 0 to twice its mean over the budget ({meta['budget_s']:g} s). Times: seconds from the start "
+        "of the check to its verdict (the quiet bursts and the sender's fitting included; inconclusive at "
+        "the budget), median / p95 over every check of the cell.",
+        "",
+        "### What the real runs measured: the simulation's inputs",
+        "",
+        "| pool | window | requests per window | check's rate while on | a kept block costs (blocks set aside) | before the schedule | other client: measured rate, variance / mean per window | real busy checks |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for pool in BUSY_POOLS:
+        cal = results["calibration"].get(pool.label) or {}
+        if not cal:
+            lines.append(f"| {pool.title} | not measured | | | | | | 0 |")
+            continue
+        lines.append(
+            f"| {pool.title} | {cal['window_s']:g} s | {cal['requests']} | {cal['rate_per_s']:g} req/s | "
+            f"{cal['block_s']:.2f} s ({cal['set_aside']:.0%}) | {cal['overhead_s']:.1f} s | "
+            f"{cal['other_per_s']:.0f} req/s, {cal['fano']:.2f} | {cal['runs']} |"
+        )
+    for pool in BUSY_POOLS:
+        cells = results["simulated"].get(pool.label)
+        if not cells:
+            continue
+        head = ["other client (x the check's rate)", "false alarms", "passed", "time"]
+        for fault in pool.faults:
+            head += [f"`{fault}` caught", "time"]
+        lines += ["", f"### {pool.title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for name, cell in cells.items():
+            c = cell["clean"]
+            row = [name, f"{c['count']} of {c['runs']}", _rate(c["passed"], c["runs"]), _time(c)]
+            for fault in pool.faults:
+                f = cell[fault]
+                passed = f" ({f['passed']} passed)" if f["passed"] else ""
+                row += [_rate(f["count"], f["runs"]) + passed, _time(f)]
+            lines.append("| " + " | ".join(row) + " |")
+        quiet = results["measured"].get(pool.label, {}).get("quiet", {})
+        exact = quiet_exact(pool)
+        clean = quiet.get("clean", [])
+        times = [r["seconds"] for runs in quiet.values() for r in runs]
+        shown = f"{statistics.median(times):.1f} s" if times else "–"
+        row = ["**quiet pool** (exact; real runs)", f"≤ 0.1 % ({_verdicts(clean)})", "", shown]
+        for fault in pool.faults:
+            real = quiet.get(fault, [])
+            row += [f"{exact.get(fault, '–')}" + (f" ({_verdicts(real)})" if real else ""), ""]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "### Real busy checks beside the simulation",
+        "",
+        f"`hey` at {meta['real_rate']:g} requests a second, steady; the multiple is that rate over the "
+        "check's own rate while on, as measured. The simulated column is the cell nearest to it.",
+        "",
+        "| pool | router | runs | other client | verdicts | time to verdict, each (s) | simulated: nearest cell, its rate, median time |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for pool in BUSY_POOLS:
+        measured = results["measured"].get(pool.label)
+        cal = results["calibration"].get(pool.label) or {}
+        if not measured or not cal:
+            continue
+        multiple = meta["real_rate"] / cal["rate_per_s"]
+        nearest = min(MULTIPLES, key=lambda m: abs(np.log(m / multiple)))
+        for name, runs in measured["busy"].items():
+            cell = results["simulated"][pool.label][f"steady {nearest:g}x"][
+                "clean" if name == "clean" else name
+            ]
+            rate = cell["passed"] if name == "clean" else cell["count"]
+            said = "passed" if name == "clean" else "failed"
+            each = ", ".join(f"{r['seconds']:.0f}" for r in runs)
+            lines.append(
+                f"| {pool.title} | {'correct' if name == 'clean' else f'`{name}`'} | {len(runs)} | "
+                f"steady {multiple:.2f}x | {_verdicts(runs)} | {each} | "
+                f"steady {nearest:g}x: {_rate(rate, cell['runs'])} {said}, {cell['median_s']:.0f} s |"
+            )
+    lines += sender_lines()
+    lines += ["", BUSY_END]
+    return "\n".join(lines) + "\n"
+
+
+def sender_lines() -> list[str]:
+    """The check's own sender against `hey` (bench/time_to_verdict.py --sender), where measured."""
+    path = REPO / "bench" / "results" / "time_to_verdict_sender.json"
+    if not path.is_file():
+        return []
+    found = json.loads(path.read_text())
+    lines = [
+        "",
+        "### The check's own sender against `hey`",
+        "",
+        f"`.venv/bin/python bench/time_to_verdict.py --sender` ({found['turns']} turns each, medians; one "
+        f"embedded frontend, {found['workers']} hash workers, {found['requests']} requests at concurrency "
+        f"{found['concurrency']}, load {found['load_1m']} at the end): the sender bounds every time to verdict.",
+        "",
+        "| sender | req/s | p50 | CPU per request (the sender's process) |",
+        "|---|---|---|---|",
+    ]
+    for name, m in found["medians"].items():
+        cpu = f"{m['cpu_ms_per_request']:.2f} ms" if "cpu_ms_per_request" in m else "–"
+        lines.append(f"| {name} | {m['rps']:.0f} | {m['p50_ms']:.1f} ms | {cpu} |")
+    lines += ["", f"On hey's own body the sender reaches {found['sender_share_of_hey']:.0%} of hey's rate."]
+    return lines
+
+
+def write_busy_section(text: str, path: Path) -> None:
+    """Put the busy table into the doc, in place of its previous version (or before the burst-size section)."""
+    doc = path.read_text()
+    if BUSY_BEGIN in doc:
+        before, rest = doc.split(BUSY_BEGIN, 1)
+        after = rest.split(BUSY_END, 1)[1].lstrip("\n")
+        doc = before + text + "\n" + after
+    else:
+        anchor = "## Burst size for the fairness test"
+        doc = doc.replace(anchor, text + "\n" + anchor, 1) if anchor in doc else doc + "\n" + text
+    write_text_atomic(path, doc)
+
+
+def kept_busy_section(path: Path) -> str:
+    """The busy table as the doc has it now ("": none): the full regeneration keeps it."""
+    doc = path.read_text() if path.exists() else ""
+    if BUSY_BEGIN not in doc:
+        return ""
+    return BUSY_BEGIN + doc.split(BUSY_BEGIN, 1)[1].split(BUSY_END, 1)[0] + BUSY_END + "\n"
+
+
+def busy_main(args: argparse.Namespace) -> int:
+    if args.from_json:
+        results = json.loads(BUSY_JSON.read_text())
+    else:
+        results = {"measured": {}, "calibration": {}, "simulated": {}}
+        pools = [p for p in BUSY_POOLS if not args.pools or p.label in args.pools.split(",")]
+        started = time.monotonic()
+        if args.real_runs or args.quiet_runs:
+            for pool in pools:
+                results["measured"][pool.label] = measure_busy_pool(pool, args)
+                results["calibration"][pool.label] = calibration(results["measured"][pool.label])
+        real = time.monotonic() - started
+        for pool in pools:
+            if args.nominal and not results["calibration"].get(pool.label):
+                results["calibration"][pool.label] = nominal(pool)
+            cal = results["calibration"].get(pool.label)
+            if cal:
+                t0 = time.monotonic()
+                results["simulated"][pool.label] = simulate_busy_pool(pool, cal, args)
+                print(f"{pool.label}: simulated in {time.monotonic() - t0:.0f} s", flush=True)
+        results["meta"] = {
+            "machine": f"{platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} CPUs",
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "real_rate": args.real_rate,
+            "budget_s": args.budget_s,
+            "sim_clean_runs": args.sim_clean_runs,
+            "sim_fault_runs": args.sim_fault_runs,
+            "real_seconds": real,
+            "sim_seconds": time.monotonic() - started - real,
+        }
+        BUSY_JSON.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(BUSY_JSON, json.dumps(results, indent=2, default=float))
+    text = render_busy(results)
+    write_busy_section(text, args.out)
+    print(text)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50, help="runs per fault (at least 50 for the report)")
@@ -464,7 +905,36 @@ def main() -> int:
         default=1,
         help="routing processes of each deployment's frontend (embedlab frontend --processes)",
     )
+    busy = parser.add_argument_group("the busy-pool table (issue 30): --busy runs it alone")
+    busy.add_argument("--busy", action="store_true", help="measure and simulate the busy-pool table only")
+    busy.add_argument(
+        "--from-json", action="store_true", help="re-render it from bench/results/verification_busy.json"
+    )
+    busy.add_argument("--pools", default="", help="comma-separated pool labels (1x2,2x1,2x2,1x16); none: all")
+    busy.add_argument(
+        "--real-rate", type=float, default=40.0, help="the other client's rate in the real runs, in all"
+    )
+    busy.add_argument("--real-runs", type=int, default=2, help="real busy checks per pool, correct router")
+    busy.add_argument(
+        "--real-faults", type=int, default=1, help="faults per pool also run for real (in order)"
+    )
+    busy.add_argument(
+        "--real-fault-runs", type=int, default=1, help="real busy checks per fault run for real"
+    )
+    busy.add_argument("--quiet-runs", type=int, default=2, help="real quiet checks per deployment")
+    busy.add_argument(
+        "--nominal", action="store_true", help="simulate unmeasured pools at the designed schedule"
+    )
+    busy.add_argument("--budget-s", type=float, default=60.0, help="the busy checks' budget")
+    busy.add_argument(
+        "--sim-clean-runs", type=int, default=200, help="simulated clean checks per cell (>= 100)"
+    )
+    busy.add_argument(
+        "--sim-fault-runs", type=int, default=100, help="simulated faulty checks per cell (>= 50)"
+    )
     args = parser.parse_args()
+    if args.busy or args.from_json:
+        return busy_main(args)
     FRONTEND["processes"] = args.frontend_processes
 
     args.cpus = os.cpu_count()
@@ -523,6 +993,11 @@ def main() -> int:
         measured = old.rate if n == 20 else (cases[3].rate if n == same else None)
         sweep.append((n, power, fa, measured))
     text = render(cases, clean, sweep, args, background)
+    kept = kept_busy_section(args.out)
+    if kept:
+        text = text.replace(
+            "## Burst size for the fairness test", kept + "\n## Burst size for the fairness test", 1
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.out, text)
     args.json.parent.mkdir(parents=True, exist_ok=True)

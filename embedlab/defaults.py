@@ -105,6 +105,16 @@ BUSY_BUDGET_S = 60.0
 # more (scenarios.schedule.busy_rate). At 80 req/s and another client at 40 req/s, a correct 2x2 pool
 # passed within 60 s in 100 % of simulated checks (median 17 s), at 40 req/s 47 % (docs/busy-method.md).
 BUSY_RATE_PER_S = 80.0
+# Dynamo 1.6.1's frontend logs the worker it picks for every request ("Selected worker", with the
+# client's x-request-id) when its push router logs at info, in JSON lines with the second variable:
+# an attached Dynamo check given that log (`--dynamo-log`) attributes each response by it
+# (evidence/dynamo_log.py). Set on the frontend only: it adds about 1.3 KB of log per request.
+DYNAMO_ATTRIBUTION_ENV = (
+    ("DYN_LOG", "warn,dynamo_runtime::pipeline::network::egress::push_router=info"),
+    ("DYN_LOGGING_JSONL", "true"),
+)
+# The header a request's id travels in: Dynamo's frontend logs it and echoes it on its answer.
+REQUEST_ID_HEADER = "x-request-id"
 # Scrapes of one snapshot in flight at once: every worker of a 64-worker pool together, and a
 # bound on the sockets (one per worker, kept alive) that a far larger pool would hold open.
 SCRAPE_CONCURRENCY = 64

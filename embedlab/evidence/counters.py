@@ -259,6 +259,9 @@ class DispatchCheck:
     raise_on_failure: bool = True
     timeout: float = 5.0
     client: httpx.Client | None = None  # for the sync path, one worker after another; None: all at once
+    # `system_urls[k]` is worker `indices[k]` (default k): some of a deployment's workers, by their own
+    # indices (failover reads none of the worker it kills); `expected` and `weights` go by them too.
+    indices: Sequence[int] | None = None
     result: CheckResult | None = field(default=None, init=False)
     before: list[Snapshot] | None = field(default=None, init=False)
     after: list[Snapshot] | None = field(default=None, init=False)
@@ -266,15 +269,30 @@ class DispatchCheck:
     def __post_init__(self) -> None:
         self.system_urls = list(self.system_urls)
         self.expected = frozenset(self.expected_worker_indices_with_delta)
-        bad = [i for i in self.expected if not 0 <= i < len(self.system_urls)]
+        self._indices = list(self.indices) if self.indices is not None else list(range(len(self.system_urls)))
+        if len(self._indices) != len(self.system_urls):
+            raise ConfigError(f"{len(self.system_urls)} system URLs but {len(self._indices)} worker indices")
+        bad = sorted(i for i in self.expected if i not in self._indices)
         if bad:
             raise ConfigError(
                 f"expected worker indices {bad} are out of range for {len(self.system_urls)} workers"
+                if self.indices is None
+                else f"expected workers {bad} are not among the workers read ({self._indices})"
             )
         if isinstance(self.metric, str):
             self.metric = MetricQuery.parse(self.metric)
-        if self.weights is not None and len(self.weights) != len(self.system_urls):
-            raise ConfigError(f"{len(self.system_urls)} workers but {len(self.weights)} weights")
+        workers = len(self.system_urls) if self.indices is None else max(self._indices, default=-1) + 1
+        if self.weights is not None and (
+            len(self.weights) != workers if self.indices is None else len(self.weights) < workers
+        ):
+            raise ConfigError(f"{workers} workers but {len(self.weights)} weights")
+
+    def delta_of(self, index: int) -> float | None:
+        """Worker `index`'s counter delta between the baseline and the end (None: it was not read)."""
+        if self.before is None or self.after is None or index not in self._indices:
+            return None
+        k = self._indices.index(index)
+        return self.before[k].delta(self.after[k], worker_index=index)
 
     # -- sync -------------------------------------------------------------------------
 
@@ -289,9 +307,9 @@ class DispatchCheck:
             # The caller's own sync client (a transport it controls): one worker after the other.
             return [
                 scrape(u, metric=self.metric, client=self.client, worker_index=i)
-                for i, u in enumerate(self.system_urls)
+                for i, u in zip(self._indices, self.system_urls)
             ]
-        return scrape_all(self.system_urls, metric=self.metric, timeout=self.timeout)
+        return scrape_all(self.system_urls, metric=self.metric, timeout=self.timeout, indices=self._indices)
 
     def end(self) -> CheckResult:
         """Take the deltas (after `settle_seconds`) and judge them."""
@@ -348,14 +366,16 @@ class DispatchCheck:
 
     async def _scrape_all(self, client: httpx.AsyncClient | None) -> list[Snapshot]:
         # All workers at once; the first failure by index is raised (the same error every run).
-        return await ascrape_all(self.system_urls, metric=self.metric, client=client, timeout=self.timeout)
+        return await ascrape_all(
+            self.system_urls, metric=self.metric, client=client, timeout=self.timeout, indices=self._indices
+        )
 
     def judge_attributed(self, served: Mapping[int, int]) -> CheckResult:
         """The same judgement from per-request attribution instead of the counters' deltas:
         worker index -> the responses that named it. For a burst whose counters also carry
         traffic the check did not send; the rows show each worker's baseline plus its share."""
         assert self.before is not None
-        after = [b.plus(served.get(i, 0)) for i, b in enumerate(self.before)]
+        after = [b.plus(served.get(i, 0)) for i, b in zip(self._indices, self.before)]
         return self._judge(after=after)
 
     def _judge(self, *, after: Sequence[Snapshot] | None = None) -> CheckResult:
@@ -371,5 +391,6 @@ class DispatchCheck:
             fairness_alpha=self.fairness_alpha,
             require_all=self.require_all,
             must_move=self.must_move,
+            indices=self._indices,
         )
         return self.result

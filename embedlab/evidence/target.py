@@ -40,6 +40,10 @@ class Target:
     # What the router's own per-worker counters say it sent (index -> count), where it keeps
     # them: read beside the workers' counters around each burst, a second source of truth.
     router_counts: Callable[[], dict[int, float] | None] | None = field(default=None, compare=False)
+    # Dynamo 1.6.1's frontend log, where given (JSON lines, its push router at info): each burst
+    # sends a request id with every request and reads the worker picked for it there
+    # (evidence/dynamo_log.py), placement that other clients' traffic cannot fake. "": none.
+    dynamo_log: str = ""
 
     def index_of(self, served_by: str | None) -> int | None:
         """The worker index a response's `x-embedlab-worker` (`<endpoint>/<instance>`) names."""
@@ -54,12 +58,15 @@ def attach(
     models: Sequence[str | None] | None = None,
     metric: MetricQuery | str = DEFAULT_METRIC,
     weights: Sequence[float] | None = None,
+    dynamo_log: str = "",
 ) -> Target:
     """A deployment already running elsewhere. Launches nothing and stops nothing.
 
     `system_urls[i]` is worker i: its system URL, or, for a worker that counts on several
     metrics ports (one per process), a list of their URLs (or them joined by `+`), whose
-    counts are summed. `models[i]`, where given, is the model worker i serves.
+    counts are summed. `models[i]`, where given, is the model worker i serves. `dynamo_log`:
+    the path of a Dynamo 1.6.1 frontend's log, written with `defaults.DYNAMO_ATTRIBUTION_ENV`
+    set, by which a burst on a busy pool attributes each response to its worker.
     """
     if not system_urls:
         raise ConfigError("attach needs at least one system URL (one per worker)")
@@ -71,6 +78,7 @@ def attach(
         models=tuple(models) if models is not None else (None,) * len(system_urls),
         metric=query,
         weights=tuple(weights) if weights else None,
+        dynamo_log=dynamo_log,
     )
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ..defaults import WORKER_HEADER
+from ..defaults import REQUEST_ID_HEADER, WORKER_HEADER
 from ..errors import ConfigError, TrafficError
 from ..progress import Bar
 from . import clients
@@ -159,8 +159,12 @@ async def asend_burst(
     client: httpx.AsyncClient | None = None,
     rate: float | None = None,
     models: Sequence[str] | None = None,
+    request_ids: str | None = None,
 ) -> BurstResult:
     """Send `n` requests for `model` with at most `concurrency` in flight; record every one.
+
+    `request_ids`, a prefix: request i carries `x-request-id: {prefix}{i}`, by which a router's
+    own log can name the worker it picked (Dynamo 1.6.1's frontend: evidence/dynamo_log.py).
 
     `models`, one per request, interleaves several models in one burst (request i asks for
     `models[i]`); `model` then only names the burst.
@@ -197,7 +201,9 @@ async def asend_burst(
         status, worker, error = 0, None, None
         try:
             response = await http.post(
-                url, json={"model": model_of[i], "input": item, "encoding_format": encoding_format}
+                url,
+                json={"model": model_of[i], "input": item, "encoding_format": encoding_format},
+                headers={REQUEST_ID_HEADER: f"{request_ids}{i}"} if request_ids is not None else None,
             )
             status = response.status_code
             # LiteLLM passes a backend's headers on with an `llm_provider-` prefix.

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,6 +25,7 @@ from ..defaults import QUIET_WINDOW_S, WORKER_HEADER
 from ..errors import ConfigError, CounterResetError, ScrapeError, TrafficError
 from ..evidence import clients
 from ..evidence.counters import DispatchCheck
+from ..evidence.dynamo_log import SELECTED, FrontendLog, attributed, instances, instances_from_health
 from ..evidence.metrics import Snapshot
 from ..evidence.target import Target, target_of
 from ..evidence.traffic import BurstResult, Input, RequestRecord, asend_burst, default_inputs
@@ -70,6 +73,8 @@ class BurstSpec:
     rule: str = ""  # what the burst asserts, in words, for tables and reports
     models: Sequence[str] | None = None  # one per request, for a burst that interleaves models
     quiet_s: float = QUIET_WINDOW_S  # each quiet window's length; 0: none
+    # The workers it reads, by index (None: all): failover leaves out the one it kills mid-burst.
+    read: Sequence[int] | None = None
     on_response: Callable[[RequestRecord], None] | None = field(default=None, compare=False)
 
 
@@ -141,9 +146,11 @@ def serving(
 
 async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) -> Burst:
     """Snapshot every worker, send the burst, snapshot again, judge the deltas by worker index."""
+    read = list(spec.read) if spec.read is not None else list(range(len(target.system_urls)))
     check = DispatchCheck(
-        target.system_urls,
+        [target.system_urls[i] for i in read],
         spec.expected,
+        indices=read,
         min_total_delta=spec.requests if spec.min_total_delta is None else spec.min_total_delta,
         settle_seconds=spec.settle_seconds,
         metric=target.metric,
@@ -164,6 +171,8 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
         except ScrapeError as exc:
             # Sent all the same: what the requests met while a worker was down is the finding.
             unread = unread_of(exc, "before the burst")
+        log = FrontendLog(Path(target.dynamo_log)) if target.dynamo_log else None
+        since, ids = (log.mark(), f"embedlab-{secrets.token_hex(6)}-") if log else (0, None)
         traffic = await asend_burst(
             target.frontend_url,
             spec.model,
@@ -174,6 +183,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
             progress=progress,
             on_response=spec.on_response,
             models=spec.models,
+            request_ids=ids,
         )
         share_of = spec.weights if spec.weights is not None else [1.0] * len(target.system_urls)
         total = sum(share_of[i] for i in spec.expected) or 1.0
@@ -197,17 +207,18 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
                     for i in {*router_before, *router_after}
                 }
             closing = await _quiet_window(check, scrape_client, spec.quiet_s, first=False)
-            moved = {**_moved(opening, check.before), **_moved(check.after, closing)}
+            moved = {**_moved(opening, check.before, read), **_moved(check.after, closing, read)}
             if moved:
                 burst.other_traffic = moved
-                served = _attributed(target, traffic)
+                served, how = _attributed(target, traffic), f"the {WORKER_HEADER} header"
+                if served is None and log is not None and ids is not None:
+                    served = await _logged(target.frontend_url, log, since, ids, traffic, check.before, read)
+                    how = f"Dynamo's frontend log ('{SELECTED}' by x-request-id)"
                 if served is None:
                     burst.inconclusive = _unsent(moved, 2 * spec.quiet_s)
                 else:
                     burst.check = _counters_agree(check.judge_attributed(served), check, served)
-                    burst.proven_by = (
-                        f"the {WORKER_HEADER} header on {sum(served.values())} of its {traffic.n} responses"
-                    )
+                    burst.proven_by = f"{how} on {sum(served.values())} of its {traffic.n} responses"
         except CounterResetError as exc:
             burst.inconclusive = f"counter reset on worker {exc.worker_index}"
         except ScrapeError as exc:
@@ -220,12 +231,13 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
 def _counters_agree(judged: Any, check: DispatchCheck, served: dict[int, int]) -> Any:
     """`judged` (the header's verdict), failed where some worker's counter rose by less than the
     responses naming it: a header the counters contradict proves nothing (a replayed or rewritten
-    response). Other clients only add to a counter, so "at least" is what the counters can say."""
+    response). Other clients only add to a counter, so "at least" is what the counters can say. A
+    worker the burst did not read (failover's victim, dead by its end) can neither agree nor refute."""
     assert check.before is not None and check.after is not None
     short = []
     for i, named in sorted(served.items()):
-        rose = check.before[i].delta(check.after[i], worker_index=i)
-        if rose < named:
+        rose = check.delta_of(i)
+        if rose is not None and rose < named:
             short.append(
                 f"worker {i}'s counter rose by {rose:g} while {named} responses named it "
                 f"(the {WORKER_HEADER} header is contradicted by the counters)"
@@ -267,11 +279,14 @@ async def _quiet_window(
     return await check.asnapshot(client)
 
 
-def _moved(earlier: Sequence[Snapshot] | None, later: Sequence[Snapshot] | None) -> dict[int, float]:
-    """Worker index -> how far its counter moved between two snapshot lists (a reset raises)."""
+def _moved(
+    earlier: Sequence[Snapshot] | None, later: Sequence[Snapshot] | None, indices: Sequence[int]
+) -> dict[int, float]:
+    """Worker index -> how far its counter moved between two snapshot lists of the workers
+    `indices` (a reset raises)."""
     if earlier is None or later is None:
         return {}
-    deltas = {i: a.delta(b, worker_index=i) for i, (a, b) in enumerate(zip(earlier, later))}
+    deltas = {i: a.delta(b, worker_index=i) for i, a, b in zip(indices, earlier, later)}
     return {i: d for i, d in deltas.items() if d}
 
 
@@ -297,6 +312,41 @@ def _attributed(target: Target, traffic: BurstResult) -> dict[int, int] | None:
         if index is not None:
             served[index] = served.get(index, 0) + 1
     return served
+
+
+async def _logged(
+    frontend_url: str,
+    log: FrontendLog,
+    since: int,
+    ids: str,
+    traffic: BurstResult,
+    snapshots: Sequence[Snapshot] | None,
+    indices: Sequence[int],
+) -> dict[int, int] | None:
+    """Worker index -> the responses Dynamo's frontend log attributes to it (None: some answered
+    request has no single selection of a known worker). The frontend writes a selection before it
+    answers, but its log may reach the file later: read again for up to `_LOG_WAIT_S`."""
+    if snapshots is None:
+        return None
+    # The counter's own worker_id label first; the frontend's /health where a worker's endpoint is its own.
+    workers = instances(snapshots, indices)
+    try:
+        async with clients.async_client(timeout=5.0) as http:
+            health = (await http.get(frontend_url.rstrip("/") + "/health")).json()
+        workers = {**instances_from_health(health, snapshots, indices), **workers}
+    except (httpx.HTTPError, ValueError):
+        pass
+    statuses = {f"{ids}{r.index}": r.status for r in traffic.records}
+    deadline = time.perf_counter() + _LOG_WAIT_S
+    while True:
+        served = attributed(statuses, log.selected(since), workers)
+        if served is not None or time.perf_counter() >= deadline:
+            return served
+        await asyncio.sleep(0.1)
+
+
+# How long a burst waits for the frontend's log to show every selection of its answered requests.
+_LOG_WAIT_S = 2.0
 
 
 def _unsent(moved: dict[int, float], seconds: float) -> str:

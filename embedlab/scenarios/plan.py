@@ -137,6 +137,10 @@ class ScenarioPlan:
     worker_models: tuple[str, ...] = knob(
         (), "attach: the model each system URL's worker serves, e.g. A,A,B,B"
     )
+    dynamo_log: str = knob(
+        "", "attach: a Dynamo 1.6.1 frontend's log, JSON lines with its push router at info "
+        "(DYN_LOG, DYN_LOGGING_JSONL): each response attributed to its worker by it",
+    )  # fmt: skip
     worker_args: tuple[str, ...] = knob((), "an extra argument for every worker", each=True)
     frontend_args: tuple[str, ...] = knob((), "an extra argument for the frontend", each=True)
     progress: bool = False  # progress bars for bursts (the command line's --progress also shows the launch)
@@ -161,6 +165,10 @@ class ScenarioPlan:
             raise ConfigError(f"weights must be positive, got {list(self.weights)}")
         if bool(self.frontend_url) != bool(self.system_urls):
             raise ConfigError("attach mode needs both a frontend URL and one system URL per worker")
+        if self.dynamo_log and not self.attached:
+            raise ConfigError(
+                "dynamo_log reads an attached Dynamo frontend's log: give frontend_url and system_urls too"
+            )
         if self.attached and (scenario.launches or scenario.deploys):
             raise ConfigError(
                 f"{self.scenario} changes a worker: it cannot run attached, only on a deployment it launches"
@@ -371,6 +379,7 @@ class ScenarioPlan:
             models=models,
             metric=self.metric,
             weights=self.weights or None,
+            dynamo_log=self.dynamo_log,
         )
 
     def run_on(self, deployment: Deployment | Target | None) -> ScenarioResult:

@@ -178,7 +178,7 @@ class ScheduleRun:
     window_s: float
     rate_per_s: float
     why: str = ""
-    worker_models: tuple[str, ...] = ()  # each worker's model, by index
+    worker_models: tuple[str | None, ...] = ()  # each worker's model, by index (None: left out, not read)
 
     def on_minus_off(self) -> dict[int, float]:
         """Worker index -> what the check's own traffic did to its counter, the other clients'

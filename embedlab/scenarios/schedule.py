@@ -66,7 +66,7 @@ async def run_schedule(
     target: Target,
     schedule: Schedule,
     *,
-    models: Sequence[str],
+    models: Sequence[str | None],
     weights: Sequence[float] | None,
     budget_s: float = BUSY_BUDGET_S,
     concurrency: int = 4,
@@ -74,7 +74,9 @@ async def run_schedule(
 ) -> ScheduleRun:
     """The check as a randomized on/off schedule: every worker read at every window boundary, each
     window's arm sent right after its opening read, a verdict after every block (BusyMonitor)
-    until one stands or `budget_s` of wall time is spent. `models`: each worker's model, by index.
+    until one stands or `budget_s` of wall time is spent. `models`: each worker's model, by index;
+    None leaves a worker out: it is not read (its deltas are recorded as 0) and judges nothing
+    (failover's victim, dead when its schedule starts).
 
     A block's boundaries are on one clock (its start + k * window_s). A window's requests go out
     at once; one still unanswered at the window's closing read (late) would count in the next
@@ -99,9 +101,11 @@ async def run_schedule(
             ),
         ) as http,
     ):
+        read_at = [i for i, m in enumerate(models) if m is not None]
+        urls = [target.system_urls[i] for i in read_at]
 
         async def read() -> list[Snapshot]:
-            return await ascrape_all(target.system_urls, metric=target.metric, client=scrape_client)
+            return await ascrape_all(urls, metric=target.metric, client=scrape_client, indices=read_at)
 
         try:
             schedule = await _fitted(schedule, target, http, limits, timeout)
@@ -144,7 +148,8 @@ async def run_schedule(
                     counted = [r for r in answered if r.status]
                     late = n - len(answered)
                     after = await read()
-                    deltas = tuple(b.delta(a, worker_index=i) for i, (b, a) in enumerate(zip(before, after)))
+                    moved = {i: b.delta(a, worker_index=i) for i, b, a in zip(read_at, before, after)}
+                    deltas = tuple(moved.get(i, 0.0) for i in range(len(models)))
                     before = after
                     sent: dict[str, int] = {}
                     for r in counted:

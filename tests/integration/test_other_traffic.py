@@ -27,8 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from embedlab import Deployment, DeploymentSpec, ScenarioPlan
+from embedlab import Deployment, DeploymentSpec, ScenarioPlan, failover
+from embedlab.defaults import DYNAMO_ATTRIBUTION_ENV
 from embedlab.evidence.metrics import scrape
+from embedlab.stacks.dynamo import dynamo_installed
 
 MODELS = ("model-a", "model-b")
 # Each `hey` sends at most this many requests (20 a second: 5 minutes), so none outlives a stuck test.
@@ -199,3 +201,52 @@ def test_same_model_attached_to_16_replicas_states_its_power(tmp_path: Path) -> 
         "a 0.9/0.1 skew between two replicas with 99" in power
         and lines[-2] == f"power: {power}; placement proven by the counters on a quiet pool"
     )
+
+
+def test_failover_on_a_busy_pool_judges_the_survivors_by_the_schedule(tmp_path: Path) -> None:
+    """Failover's burst is the burst path's: quiet windows, and with `busy` the randomized schedule
+    after the kill, which reads the survivors alone (the victim is dead) and passes on their counters."""
+    with Deployment(DeploymentSpec.same_model("m", workers=3), run_dir=tmp_path / "run") as dep:
+        with another_client(dep, "m"):
+            result = failover(dep, requests=120, concurrency=8, kill_after=30, busy=True, budget_s=200)
+        assert not dep.workers[1].alive()
+    assert result.passed, result.summary()
+    assert result.figures is not None and result.figures.failed_requests == 0  # type: ignore[attr-defined]
+    (burst,) = result.bursts
+    # The quiet windows saw hey's requests; the header proved the burst's placement.
+    assert burst.other_traffic and burst.proven_by.startswith("the x-embedlab-worker header"), burst.proven_by
+    assert [r.index for r in burst.check.rows] == [0, 2]  # type: ignore[union-attr]
+    run = result.schedule
+    assert run is not None and run.verdict is not None and run.verdict.verdict == "passed"
+    assert result.proven_by == "the schedule's on-minus-off counts"
+    assert all(w.deltas[1] == 0 for w in run.windows) and run.worker_models == ("m", None, "m")
+    assert {u for e in run.verdict.replicas for u in e.workers} == {0, 2}
+
+
+def test_dynamo_attached_with_its_frontend_log_attributes_every_response(tmp_path: Path) -> None:
+    """Dynamo 1.6.1 names no worker on a response; its frontend's log does, by x-request-id. Attached
+    with that log on a busy pool, the burst is judged per response, where the counters agree."""
+    assert dynamo_installed()
+    spec = DeploymentSpec.same_model("m", workers=2, stack="dynamo", env=DYNAMO_ATTRIBUTION_ENV)
+    out = tmp_path / "result.json"
+    with Deployment(spec, run_dir=tmp_path / "run") as dep:
+        (log,) = [p for name, p in dep.log_paths.items() if name.startswith("frontend")]
+        urls = [arg for url in dep.system_urls for arg in ("--system-url", url)]
+        argv = ["scenario", "same-model", "--frontend-url", dep.frontend_url, *urls, "--dynamo-log", str(log)]
+        with another_client(dep, "m"):
+            proc = subprocess.run(
+                [sys.executable, "-m", "embedlab", *argv, "--json", str(out)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith(
+        "same-model on attached: PASSED (m: placement proven by Dynamo's frontend log ('Selected worker' by "
+        "x-request-id) on 40 of its 40 responses"
+    ), proc.stdout[-3000:]
+    result = json.loads(out.read_text())
+    (burst,) = result["bursts"]
+    assert burst["other_traffic"] and burst["proven_by"].startswith("Dynamo's frontend log"), burst
+    assert result["proven_by"] == "per-response attribution" and result["schedule"] is None

@@ -117,7 +117,7 @@ def test_on_minus_off_counts_only_the_blocks_kept_and_the_json_says_how_it_was_p
     )
 
 
-@pytest.mark.parametrize("scenario", ["same-model", "multi-model", "mixed"])
+@pytest.mark.parametrize("scenario", ["same-model", "multi-model", "mixed", "failover"])
 def test_the_cli_takes_busy_and_budget_s(scenario: str) -> None:
     from embedlab.cli.entry import build_parser
 

@@ -72,8 +72,11 @@ class Decision:
     estimate: np.ndarray
 
 
-def units_for(models: Sequence[str], weights: Sequence[float], sent: Sequence[str]) -> tuple[Unit, ...]:
-    """The units for a pool (worker index -> model, weight) and the models a schedule sends."""
+def units_for(
+    models: Sequence[str | None], weights: Sequence[float], sent: Sequence[str]
+) -> tuple[Unit, ...]:
+    """The units for a pool (worker index -> model, weight; None: a worker left out, in no unit)
+    and the models a schedule sends."""
     units = []
     for n, model in enumerate(sent):
         replicas = tuple(i for i, m in enumerate(models) if m == model)
@@ -92,7 +95,7 @@ class BlockEngine:
     def __init__(
         self,
         doses: dict[str, Sequence[int]],
-        models: Sequence[str],
+        models: Sequence[str | None],
         weights: Sequence[float] | None = None,
         *,
         alpha: float = ALPHA,
@@ -103,7 +106,7 @@ class BlockEngine:
         resolution: str = "full",
     ) -> None:
         """`doses`: model -> requests each arm plans per window (by arm index); `models`: each worker's
-        model. `resolution` "decisions" tests only the thetas the decision reads (the same decisions,
+        model (None: a worker left out of every unit, such as one that died). `resolution` "decisions" tests only the thetas the decision reads (the same decisions,
         no bounds worth showing): for simulations."""
         weights = list(weights) if weights is not None else [1.0] * len(models)
         if len(weights) != len(models) or min(weights) <= 0:
@@ -131,7 +134,7 @@ class BlockEngine:
             d = self._dose[u] @ np.array([doses[x] for x in self.models_sent], dtype=float)
             contrast[u] = d[table] - d.mean()
         self._contrast = contrast
-        self.asks_leak = len(set(models)) > 1
+        self.asks_leak = len({m for m in models if m is not None}) > 1
         self._build_grid(resolution)
         self.cs = RandomizationCS(self.grid, batch=batch, betting=betting)
         self._num = np.zeros((*batch, n_units))

@@ -33,13 +33,13 @@ __all__ = ["BusyMonitor"]
 class BusyMonitor:
     """Feed it every window's record, in order; ask it for a verdict after each.
 
-    `models`: each worker's model, by index; `weights`: each worker's routing weight (default equal).
+    `models`: each worker's model, by index (None: left out, its deltas ignored); `weights`: each worker's routing weight (default equal).
     """
 
     def __init__(
         self,
         schedule: Schedule,
-        models: Sequence[str],
+        models: Sequence[str | None],
         weights: Sequence[float] | None = None,
         *,
         alpha: float = ALPHA,

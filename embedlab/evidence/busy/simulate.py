@@ -18,10 +18,11 @@ runs) on the counts of its randomized schedule, and stops at its first decision 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ...errors import ConfigError
 from ...verdicts import Verdict
 from .constants import ALPHA, BUDGET_S, RATE_PER_S, WINDOW_S
 from .engine import BlockEngine
@@ -50,6 +51,20 @@ class Pool:
     @property
     def served(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(self.models))
+
+    def placement(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """(own, other, leak): where the router sends a model's requests that stay on its replicas
+        (models served x workers, each row summing to 1), where a leaked one lands (uniformly over
+        the other models' replicas; zeros where there are none), and the leak's share."""
+        name, _, param = self.fault.partition(":")
+        leak = float(param) if name == "leak" and len(self.served) > 1 else 0.0
+        kept = replace(self, fault="" if name == "leak" else self.fault)
+        own = kept.routing()
+        other = np.zeros_like(own)
+        for m, model in enumerate(self.served):
+            elsewhere = np.array([x != model for x in self.models], dtype=float)
+            other[m] = elsewhere / elsewhere.sum() if elsewhere.any() else 0.0
+        return own, other, leak
 
     def routing(self) -> np.ndarray:
         """(models served, workers): where the router sends each model's requests."""
@@ -115,6 +130,23 @@ class Simulation:
         return float(np.quantile(chosen, q)) if len(chosen) else float("nan")
 
 
+def _counts(rng: np.random.Generator, mean: np.ndarray, fano: float) -> np.ndarray:
+    """Counts with this mean and variance `fano` x mean: Poisson at 1, negative binomial above it,
+    binomial below it (paced arrivals, such as `hey -q`'s, are steadier than Poisson)."""
+    mean = np.maximum(mean, 0.0)
+    if abs(fano - 1.0) < 1e-9:
+        return rng.poisson(mean)
+    out = np.zeros(mean.shape, dtype=np.int64)
+    some = mean > 0
+    if fano > 1:
+        r = mean[some] / (fano - 1.0)
+        out[some] = rng.negative_binomial(r, r / (r + mean[some]))
+    else:
+        n = np.maximum(1, np.ceil(mean[some] / (1.0 - fano))).astype(np.int64)
+        out[some] = rng.binomial(n, np.minimum(1.0, mean[some] / n))
+    return out
+
+
 def simulate(
     pool: Pool,
     *,
@@ -127,16 +159,34 @@ def simulate(
     alpha: float = ALPHA,
     mix: float = 0.0,
     betting: Betting | None = None,
+    requests: int | None = None,
+    block_s: float | None = None,
+    overhead_s: float = 0.0,
+    fano: float = 1.0,
+    leak_rule: str = "random",
 ) -> list[Simulation]:
     """`runs` checks of `pool` under each of `backgrounds` (one batch); each check stops at its first
-    decision or its budget. One Simulation per background, in order."""
+    decision or its budget. One Simulation per background, in order.
+
+    What a real check measured can stand in for the defaults (bench/verification_power.py fits
+    them from real runs): `requests` per window (default: `rate_per_s` x `window_s`; the
+    background's rate stays a multiple of `rate_per_s`), `block_s` the wall time a kept block
+    costs (the blocks set aside for a late answer and the reads included; default: its windows),
+    which bounds the blocks within the budget, `overhead_s` added to every time to verdict (the
+    quiet bursts and the sender's fitting before the schedule), `fano` the background's variance
+    over its mean per window, and `leak_rule` "debt" for the embedded frontend's `leak:p` (exactly
+    one request in 1/p of a model's, the other client's and the check's counted together, the
+    check's share of them drawn hypergeometrically) in place of "random" (each request leaks with p).
+    """
+    if leak_rule not in ("random", "debt"):
+        raise ConfigError(f"leak_rule must be random or debt, got {leak_rule!r}")
     rng = np.random.default_rng(seed)
     served = pool.served
-    requests = int(round(rate_per_s * window_s))
+    per_window = int(round(rate_per_s * window_s)) if requests is None else requests
     if len(served) == 1:
-        schedule = Schedule.same_model(served[0], requests=requests, window_s=window_s, seed=0)
+        schedule = Schedule.same_model(served[0], requests=per_window, window_s=window_s, seed=0)
     else:
-        schedule = Schedule.per_model(served, requests=requests, mix=mix, window_s=window_s, seed=0)
+        schedule = Schedule.per_model(served, requests=per_window, mix=mix, window_s=window_s, seed=0)
     doses = np.array([schedule.doses(m) for m in served], dtype=np.int64)  # models, arms
     total = runs * len(backgrounds)
     engine = BlockEngine(
@@ -148,18 +198,19 @@ def simulate(
         betting=betting,
         resolution="decisions",
     )
-    routing = pool.routing()
+    own, other, leak = pool.placement()
     arms = len(schedule.arms)
+    block = arms * window_s if block_s is None else block_s
     table = orders(arms)
-    blocks = schedule.blocks_within(budget_s)
-    starts = np.arange(blocks * arms) * window_s
-    # The other client's requests per window and worker: its models evenly, routed like the check's.
+    blocks = max(1, int(budget_s // block + 1e-9))
+    starts = np.arange(blocks * arms) * (block / arms)
+    # The other client's requests per window and model: its models evenly, routed like the check's.
     mean = np.concatenate(
         [b.rates(starts, window_s, budget_s, rng.uniform(0, 3, runs)) for b in backgrounds]
-    ) * (rate_per_s * window_s)
-    spread = routing.mean(axis=0)  # workers
+    ) * (rate_per_s * window_s / len(served))
+    debt = rng.uniform(0, 1, (total, len(served)))  # the leak rule's debt per model, at a random phase
     verdict = np.full(total, Verdict.INCONCLUSIVE.value, dtype=object)
-    seconds = np.full(total, blocks * arms * window_s)
+    seconds = np.full(total, overhead_s + blocks * block)
     live = np.arange(total)  # the checks still running, as rows of the engine's batch
     for b in range(blocks):
         n = len(live)
@@ -169,14 +220,29 @@ def simulate(
         deltas = np.zeros((n, len(pool.models), arms))
         for t in range(arms):
             for m in range(len(served)):
-                deltas[:, :, t] += rng.multinomial(sent[:, m, t], routing[m])
-            deltas[:, :, t] += rng.poisson(mean[live, b * arms + t, None] * spread[None, :])
+                mine = sent[:, m, t]
+                theirs = _counts(rng, mean[live, b * arms + t], fano)
+                if leak == 0.0:
+                    leaked_mine = leaked_theirs = np.zeros(n, dtype=np.int64)
+                elif leak_rule == "debt":
+                    d = debt[live, m] + leak * (mine + theirs)
+                    leaks = np.floor(d + 1e-9).astype(np.int64)
+                    debt[live, m] = d - leaks
+                    leaks = np.minimum(leaks, mine + theirs)
+                    leaked_mine = rng.hypergeometric(np.maximum(mine, 0), np.maximum(theirs, 0), leaks)
+                    leaked_mine = np.where(leaks > 0, leaked_mine, 0)
+                    leaked_theirs = leaks - leaked_mine
+                else:
+                    leaked_mine, leaked_theirs = rng.binomial(mine, leak), rng.binomial(theirs, leak)
+                stay = mine - leaked_mine + theirs - leaked_theirs
+                deltas[:, :, t] += rng.multinomial(stay, own[m])
+                deltas[:, :, t] += rng.multinomial(leaked_mine + leaked_theirs, other[m])
         engine.add_block(deltas, sent.astype(float), observed)
         decision = engine.decide()
         done = decision.failed | decision.passed
         verdict[live[decision.failed]] = Verdict.FAILED.value
         verdict[live[decision.passed & ~decision.failed]] = Verdict.PASSED.value
-        seconds[live[done]] = (b + 1) * arms * window_s
+        seconds[live[done]] = overhead_s + (b + 1) * block
         if done.all():
             break
         if done.any():

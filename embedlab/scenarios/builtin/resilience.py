@@ -7,6 +7,7 @@ from the requests attributed to it, not from its counter.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from dataclasses import asdict, dataclass, replace
@@ -17,18 +18,18 @@ import httpx
 from ...cluster.deployment import Deployment
 from ...cluster.events import Event
 from ...cluster.stack_registry import get_stack
-from ...errors import ConfigError, CounterResetError, ScrapeError
+from ...errors import ConfigError, ScrapeError
 from ...evidence import clients
-from ...evidence.counters import evaluate
-from ...evidence.metrics import ascrape, ascrape_all
+from ...evidence.busy import ProvenBy
+from ...evidence.metrics import ascrape
 from ...evidence.target import Target
-from ...evidence.traffic import RequestRecord, asend_burst, default_inputs, run_sync
+from ...evidence.traffic import RequestRecord, default_inputs, run_sync
 from ...verdicts import Verdict
 from ..burst import (
+    BurstSpec,
     launched,
     mark_unread,
-    read_router_counts,
-    router_moved,
+    run_burst,
     served_models,
     serving,
     status_codes,
@@ -38,7 +39,8 @@ from ..burst import (
 )
 from ..params import knob, with_knobs
 from ..registry import Scenario
-from ..result import Burst, DataFigures, ScenarioResult, worker_label
+from ..result import Burst, DataFigures, ScenarioResult, ScheduleRun, Unread, worker_label
+from ..schedule import BusyKnobs, busy_outcome, needs_schedule, run_schedule, schedule_for
 
 if TYPE_CHECKING:
     from ..plan import ScenarioPlan
@@ -53,7 +55,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, kw_only=True)
-class FailoverParams:
+class FailoverParams(BusyKnobs):
     requests: int = knob(200, "requests in the burst", min=2)
     concurrency: int = knob(8, "requests in flight at once", min=1)
     kill_after: int = knob(50, "the victim is SIGKILLed after this many responses", min=1)
@@ -163,6 +165,14 @@ def failover(
     asserts zero failed requests and that the dead instance leaves dispatch within 2 lease
     TTLs. Elsewhere (`assert_zero_loss=False`, the default there) the same figures are
     reported, not asserted.
+
+    The burst is the burst path's (`run_burst`), reading every worker but the victim: quiet
+    windows around it, the `x-embedlab-worker` header where the stack names the serving worker
+    (believed only where the survivors' counters agree with it). Where the quiet windows see
+    traffic embedlab did not send and no response names its worker, or with `busy`, the
+    survivors' counters are judged by the randomized on/off schedule after the burst (the
+    victim left out) instead of the burst's before/after pair: with the victim dead, the
+    survivors must take every request of the check's.
     """
     params = with_knobs(FailoverParams, params, knobs, scenario="failover")
     requests, kill_after, victim = params.requests, params.kill_after, params.victim
@@ -175,37 +185,48 @@ def failover(
     stack = deployment.stack
     strict = stack.asserts_failover if assert_zero_loss is None else assert_zero_loss
     survivors = [i for i in indices if i != victim]
-    urls = deployment.system_urls
     endpoint = deployment.endpoint(victim)
     ttl = deployment.spec.lease_ttl
     watch_limit = stack.failover_watch_s(deployment.spec)
     target = deployment.target()
     served_models(deployment.frontend_url)
     started = time.monotonic()
+    state: dict[str, float | None] = {"killed": None, "excluded": None}
+    responses = 0
 
-    async def run() -> tuple[Any, ...]:
-        state: dict[str, float | None] = {"killed": None, "excluded": None}
-        responses = 0
+    def on_response(record: RequestRecord) -> None:
+        nonlocal responses
+        responses += 1
+        if responses == kill_after:
+            deployment.outages.kill_worker(victim, sig)
+            state["killed"] = time.perf_counter()
 
-        def on_response(record: RequestRecord) -> None:
-            nonlocal responses
-            responses += 1
-            if responses == kill_after:
-                deployment.outages.kill_worker(victim, sig)
-                state["killed"] = time.perf_counter()
+    spec = BurstSpec(
+        name=model,
+        model=model,
+        expected=frozenset(survivors),
+        requests=requests,
+        concurrency=params.concurrency,
+        inputs=default_inputs(requests),
+        # The victim served some of them and is not read: the survivors' total is not the burst's.
+        min_total_delta=0.0,
+        timeout=timeout,
+        read=survivors,
+        on_response=on_response,
+        rule="every survivor moves; the dead worker's share comes from the responses naming it",
+    )
 
+    async def run() -> tuple[Burst, float | None, Unread | None]:
+        victim_before = unread = None
         async with clients.scrape_client(timeout=5.0) as client:
-            before = after = victim_before = unread = None
             try:
-                before = await ascrape_all(
-                    [urls[i] for i in survivors], metric=target.metric, client=client, indices=survivors
-                )
-                victim_before = await ascrape(
-                    urls[victim], metric=target.metric, client=client, worker_index=victim
-                )
+                victim_before = (
+                    await ascrape(
+                        target.system_urls[victim], metric=target.metric, client=client, worker_index=victim
+                    )
+                ).value
             except ScrapeError as exc:  # sent all the same, as every burst is: the kill is the finding
                 unread = unread_of(exc, "before the burst")
-            router_before = await read_router_counts(target)
 
             async def watch() -> None:
                 while state["killed"] is None:
@@ -220,33 +241,32 @@ def failover(
                     await asyncio.sleep(0.01)
 
             watcher = asyncio.create_task(watch())
-            traffic = await asend_burst(
-                deployment.frontend_url,
-                model,
-                requests,
-                concurrency=params.concurrency,
-                inputs=default_inputs(requests),
-                timeout=timeout,
-                progress=progress,
-                on_response=on_response,
-            )
-            await watcher
-            if unread is None:
-                try:
-                    after = await ascrape_all(
-                        [urls[i] for i in survivors], metric=target.metric, client=client, indices=survivors
-                    )
-                except ScrapeError as exc:  # a survivor down or restarting: its delta is unknown
-                    unread = unread_of(exc, "after the burst")
-            router_after = await read_router_counts(target)
-        moved = (
-            None
-            if router_before is None or router_after is None
-            else router_moved(router_before, router_after)
-        )
-        return traffic, before, after, victim_before, state, moved, unread
+            try:
+                burst = await run_burst(target, spec, progress=progress)
+            finally:
+                if state["killed"] is None:  # no kill (the burst failed early): nothing to watch for
+                    watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+        return burst, victim_before, unread
 
-    traffic, before, after, victim_before, state, router_deltas, unread = run_sync(run())
+    burst, victim_before, unread = run_sync(run())
+    traffic = burst.traffic
+    if unread is not None and burst.unread is None:
+        mark_unread(burst, unread)
+    busy = None
+    if burst.unread is None and (params.busy or needs_schedule([burst])) and survivors:
+        # The victim is dead: left out of the schedule, which reads and judges the survivors alone.
+        pool = [None if i == victim else (m if m is not None else model) for i, m in enumerate(target.models)]
+        busy = run_sync(
+            run_schedule(
+                target,
+                schedule_for([model], workers=len(survivors)),
+                models=pool,
+                weights=list(target.weights or [1.0] * len(pool)),
+                budget_s=params.budget_s,
+            )
+        )
     killed_at = state["killed"] - traffic.origin if state["killed"] is not None else None
     excluded_after = (
         state["excluded"] - state["killed"]
@@ -256,6 +276,7 @@ def failover(
     failed = traffic.failures
     after_kill = [r for r in traffic.records if killed_at is not None and r.started + r.latency >= killed_at]
     workers = workers_of(deployment)
+    router_deltas = burst.router_deltas  # the dead worker's count stands beside no counter of its own
     figures = FailoverFigures(
         victim=victim,
         kill_after_responses=kill_after,
@@ -264,13 +285,13 @@ def failover(
         excluded_after_s=excluded_after,
         lease_ttl_s=stack.lease_ttl_s(deployment.spec),
         failed_requests=len(failed),
-        codes=status_codes([Burst(name=model, model=model, expected=frozenset(), traffic=traffic)]),
+        codes=status_codes([burst]),
         responses_after_kill=len(after_kill),
         errors_window_s=max(r.started + r.latency for r in failed) - killed_at
         if failed and killed_at is not None
         else 0.0,
         asserted=strict,
-        victim_counter_before=None if victim_before is None else victim_before.value,
+        victim_counter_before=victim_before,
         served_by={worker_label(workers, w): n for w, n in traffic.served_by().items()},
         router_counted_victim=None if router_deltas is None else router_deltas.get(victim, 0.0),
     )
@@ -279,25 +300,9 @@ def failover(
     )
     if killed_at is not None and excluded_after is not None:
         events.append(Event(killed_at + excluded_after, "out of dispatch", f"worker {victim}"))
-    burst = Burst(
-        name=model,
-        model=model,
-        expected=frozenset(survivors),
-        traffic=traffic,
-        expected_shares={i: 1 / len(survivors) for i in survivors},
-        router_deltas=router_deltas,  # the dead worker's count stands beside no counter of its own
-    )
-    if unread is not None:
-        mark_unread(burst, unread)
+    if burst.unread is not None:
         events = sorted([*events, *unread_events([burst], traffic.origin)], key=lambda e: e.at)
-    else:
-        try:
-            burst.check = evaluate(
-                [urls[i] for i in survivors], before, after, set(survivors), indices=survivors
-            )
-        except CounterResetError as exc:
-            burst.inconclusive = f"counter reset on worker {exc.worker_index}"
-    verdict, reasons = _failover_verdict(burst, figures, requests=requests, ttl=ttl)
+    verdict, reasons = _failover_verdict(burst, figures, requests=requests, ttl=ttl, busy=busy)
     return ScenarioResult(
         scenario="failover",
         stack=deployment.spec.stack,
@@ -309,22 +314,37 @@ def failover(
         wall_seconds=time.monotonic() - started,
         events=events,
         figures=figures,
+        power=busy_outcome(busy)[2] if busy is not None else "",
+        proven_by=(
+            ProvenBy.SCHEDULE
+            if busy is not None
+            else ProvenBy.ATTRIBUTION
+            if burst.proven_by
+            else ProvenBy.QUIET
+        ),
+        schedule=busy,
     )
 
 
 def _failover_verdict(
-    burst: Burst, figures: FailoverFigures, *, requests: int, ttl: float
+    burst: Burst, figures: FailoverFigures, *, requests: int, ttl: float, busy: ScheduleRun | None = None
 ) -> tuple[Verdict, list[str]]:
-    if burst.inconclusive:
+    """The failover verdict. `busy`: the schedule that judged the survivors' counters in place of the
+    burst's before/after pair (a busy pool), whose verdict stands for that pair's."""
+    if burst.inconclusive and busy is None:
         return Verdict.INCONCLUSIVE, [f"{burst.name}: {burst.inconclusive}"]
     excluded = figures.excluded_after_s
+    scheduled: tuple[Verdict, list[str]] | None = None
+    if busy is not None:
+        verdict, said, _ = busy_outcome(busy)
+        scheduled = verdict, [f"{burst.name}, the survivors after the kill: {r}" for r in said]
     if not figures.asserted:
         # Nothing asserted: the figures are the result, and the summary line carries them.
         shown = "not within the watch" if excluded is None else f"{excluded * 1000:.0f} ms after the kill"
-        return Verdict.REPORTED, [
-            f"{figures.failed_requests} of {requests} requests failed",
-            f"out of dispatch {shown}",
-        ]
+        reported = [f"{figures.failed_requests} of {requests} requests failed", f"out of dispatch {shown}"]
+        if scheduled is not None:
+            reported.append(f"the survivors after the kill, on a busy pool: {scheduled[0].value}")
+        return Verdict.REPORTED, reported
     reasons: list[str] = []
     failed = burst.traffic.failures
     if failed:
@@ -332,8 +352,15 @@ def _failover_verdict(
     if excluded is None or excluded > 2 * ttl:
         shown = "never" if excluded is None else f"after {excluded:.2f} s"
         reasons.append(f"the dead instance left dispatch {shown}, not within 2 TTLs ({2 * ttl:g} s)")
-    assert burst.check is not None
-    reasons += list(burst.check.reasons)
+    if scheduled is not None:
+        verdict, said = scheduled
+        if verdict is Verdict.FAILED:
+            return Verdict.FAILED, [*reasons, *said]
+        if verdict is not Verdict.PASSED and not reasons:
+            return Verdict.INCONCLUSIVE, said
+    else:
+        assert burst.check is not None
+        reasons += list(burst.check.reasons)
     return (Verdict.FAILED if reasons else Verdict.PASSED), reasons
 
 
