@@ -2,7 +2,8 @@
 
 The cells are a scenario notebook's (parameters, plan, run, table, verdict) with the real
 `ScenarioPlan.from_params`, `table` and `verdict`; only the run is a stand-in, a guarded
-function that makes a result from the plan without launching anything.
+function that makes a result from the plan without launching anything. The shell loads the
+extension first, as the `embedlab` kernel does (`--ext`, `embedlab.notebook.kernelspec`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from embedlab import EarlierCellFailedError
-from embedlab.cellguard import CellCode, Ledger, check_fresh, guarded
+from embedlab import EarlierCellFailedError, freshness
+from embedlab.defaults import CELL_GUARD_EXTENSION
+from embedlab.freshness import check_fresh, guarded
+from embedlab.notebook.cellguard import CellCode, Ledger
 
 LIBRARY = """
 from embedlab import ConfigError, Explorer, ScenarioPlan, table, verdict
-from embedlab.cellguard import guarded
+from embedlab.freshness import guarded
 from embedlab.scenarios.result import ScenarioResult
 from embedlab.verdicts import Verdict
 
@@ -53,9 +56,11 @@ VERDICT = "verdict(result)"
 def shell() -> Iterator[Any]:
     ip = InteractiveShell.instance()
     try:
+        assert run(ip, f"%load_ext {CELL_GUARD_EXTENSION}").success
         assert run(ip, LIBRARY).success
         yield ip
     finally:
+        run(ip, f"%unload_ext {CELL_GUARD_EXTENSION}")
         InteractiveShell.clear_instance()
 
 
@@ -203,7 +208,7 @@ def test_a_plan_cell_that_replaced_the_plan_and_then_failed_leaves_both_plans_st
     assert run(shell, "dep = start(plan)").success
     failed = run(shell, PLAN + "\nraise ConfigError('new_weights: 3 weights for 2 workers')")
     for code in ("dep = start(plan)", "check_fresh(dep)", "result = run(plan)"):
-        refused = refusal(run(shell, "from embedlab.cellguard import check_fresh\n" + code))
+        refused = refusal(run(shell, "from embedlab.freshness import check_fresh\n" + code))
         assert (refused.role, refused.cell) == ("the plan cell", f"In [{failed.execution_count}]"), code
 
 
@@ -234,11 +239,39 @@ def test_the_extension_loads_once_and_unloads() -> None:
     try:
         hooks = len(ip.events.callbacks["post_run_cell"])
         for _ in range(2):
-            assert run(ip, "%load_ext embedlab.cellguard").success
+            assert run(ip, f"%load_ext {CELL_GUARD_EXTENSION}").success
         assert len(ip.events.callbacks["post_run_cell"]) == hooks + 1
-        assert run(ip, "%unload_ext embedlab.cellguard").success
+        assert run(ip, f"%unload_ext {CELL_GUARD_EXTENSION}").success
         assert len(ip.events.callbacks["post_run_cell"]) == hooks
+        assert freshness.install_guard(None) is None  # the last shell followed took its guard away
     finally:
+        InteractiveShell.clear_instance()
+
+
+def test_a_shell_without_the_extension_refuses_nothing() -> None:
+    """The library no longer looks for a shell: only a kernel that loaded the guard is guarded."""
+    ip = InteractiveShell.instance()
+    try:
+        assert run(ip, LIBRARY).success
+        good_run(ip)
+        assert run(ip, PARAMS.replace('"hash"', '"nonsense"')).success
+        assert not run(ip, PLAN).success
+        assert run(ip, RUN).success  # the plan of the earlier run, unrefused
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def test_loaded_mid_cell_it_follows_that_cell_from_its_start() -> None:
+    """`%load_ext` in the plan cell itself (a kernel without `--ext`): that cell's failure counts."""
+    ip = InteractiveShell.instance()
+    try:
+        assert run(ip, LIBRARY).success
+        good = f"%load_ext {CELL_GUARD_EXTENSION}\n" + PARAMS + "\n" + PLAN.replace("%precision 3\n", "")
+        assert run(ip, good).success and run(ip, RUN).success
+        failed = run(ip, PARAMS.replace('"hash"', '"nonsense"') + "\n" + PLAN.replace("%precision 3\n", ""))
+        assert refusal(run(ip, TABLE)).cell == f"In [{failed.execution_count}]"
+    finally:
+        run(ip, f"%unload_ext {CELL_GUARD_EXTENSION}")
         InteractiveShell.clear_instance()
 
 

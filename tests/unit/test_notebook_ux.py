@@ -20,6 +20,7 @@ from embedlab import (
     ScenarioPlan,
     check_explore,
 )
+from embedlab.notebook import kernelspec
 from embedlab.progress import LaunchStep
 from embedlab.reports.regress import check_kernel
 
@@ -176,6 +177,23 @@ def test_check_kernel_says_how_to_install_a_missing_or_foreign_kernel(
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
     with pytest.raises(ConfigError, match="runs /other/.venv/bin/python, not this Python"):
         check_kernel("embedlab-elsewhere")
+
+
+def test_the_kernel_make_install_writes_loads_the_cell_guard_and_one_without_it_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    where = Path(kernelspec.install(name="embedlab-guarded"))
+    argv = json.loads((where / "kernel.json").read_text())["argv"]
+    assert argv[0] == sys.executable and argv[-2:] == ["--ext", "embedlab.notebook.cellguard"]
+    check_kernel("embedlab-guarded")
+    # As `ipykernel install` writes it: this Python, but no extension.
+    unguarded = tmp_path / "kernels" / "embedlab-unguarded" / "kernel.json"
+    unguarded.parent.mkdir(parents=True)
+    unguarded.write_text(json.dumps({"argv": argv[:-2], "display_name": "x", "language": "python"}))
+    with pytest.raises(ConfigError, match=r"does not load the cell guard .*embedlab.notebook.kernelspec"):
+        check_kernel("embedlab-unguarded")
 
 
 def test_launch_progress_counts_processes_launched_after_a_first_wait() -> None:
