@@ -61,6 +61,12 @@ def _exited(pid: int, state: str) -> bool:
         return True
 
 
+def unused_pid() -> int:
+    """A pid no process holds, found without starting one: one above the kernel's `pid_max`,
+    which it never gives out (kill says "no such process", /proc has no entry)."""
+    return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+
+
 def alive(pid: int) -> bool:
     """Not yet exited: running, or a zombie some of whose threads are still exiting. A zombie whose
     every thread is gone counts as dead (its parent has yet to reap it: that is the parent's to do)."""
