@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def embedlab(
+def run_embedlab(
     *args: str | Path,
     timeout: float = 180,
     env: Mapping[str, str] | None = None,

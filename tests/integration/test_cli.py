@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..commands import embedlab, with_repo_on_path
+from ..commands import run_embedlab, with_repo_on_path
 
 # argparse wraps --help at hyphens: wide enough that no option's text breaks.
 WIDE = {"COLUMNS": "500"}
@@ -12,7 +12,7 @@ WIDE = {"COLUMNS": "500"}
 
 def cli(*args: str, plugins: str = "") -> str:
     """A command's stdout, with `plugins` loaded (EMBEDLAB_PLUGINS); it must succeed."""
-    proc = embedlab(*args, env={**with_repo_on_path(), "EMBEDLAB_PLUGINS": plugins, **WIDE})
+    proc = run_embedlab(*args, env={**with_repo_on_path(), "EMBEDLAB_PLUGINS": plugins, **WIDE})
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
@@ -40,7 +40,7 @@ def cli(*args: str, plugins: str = "") -> str:
 )
 def test_the_cli_refuses_a_wrong_attach_in_one_line_with_exit_2(args: list[str], message: str) -> None:
     attach = ["--frontend-url", "http://127.0.0.1:9"] if "--system-url" in args else []
-    proc = embedlab("scenario", "mixed", *attach, *args, timeout=120)
+    proc = run_embedlab("scenario", "mixed", *attach, *args, timeout=120)
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("embedlab scenario: error: ") and message in line, line
@@ -82,7 +82,9 @@ def test_a_router_stack_from_a_plugin_module_is_listed_with_its_venv_and_joins_t
 
 
 def test_a_plugin_module_that_does_not_import_is_one_line_naming_it() -> None:
-    proc = embedlab("stacks", env={**with_repo_on_path(), "EMBEDLAB_PLUGINS": "tests.plugins.no_such_module"})
+    proc = run_embedlab(
+        "stacks", env={**with_repo_on_path(), "EMBEDLAB_PLUGINS": "tests.plugins.no_such_module"}
+    )
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert "cannot import plugin 'tests.plugins.no_such_module' (EMBEDLAB_PLUGINS)" in line, line

@@ -28,6 +28,7 @@ from embedlab import (
 from embedlab.scenarios.builtin.cluster import etcd_restart
 from embedlab.stacks.dynamo import dynamo_installed
 
+from ..commands import run_embedlab
 from ..proctools import processes_under, wait_gone
 from ..robustness.test_orphans import harness
 
@@ -87,26 +88,19 @@ def test_dispatch_scenarios_pass_on_etcd_across_three_hosts_and_leave_nothing(
 ) -> None:
     before, lo_before = namespaces(), loopback_addresses()
     run_dir, out = tmp_path / "run", tmp_path / "result.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "embedlab",
-            "scenario",
-            scenario,
-            "--stack",
-            "dynamo",
-            "--discovery",
-            "etcd",
-            "--hosts",
-            "3",
-            "--json",
-            str(out),
-            "--run-dir",
-            str(run_dir),
-        ],
-        capture_output=True,
-        text=True,
+    proc = run_embedlab(
+        "scenario",
+        scenario,
+        "--stack",
+        "dynamo",
+        "--discovery",
+        "etcd",
+        "--hosts",
+        "3",
+        "--json",
+        str(out),
+        "--run-dir",
+        str(run_dir),
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -299,28 +293,21 @@ def test_attach_lists_what_etcd_believes_is_live(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     with Deployment(spec, run_dir=tmp_path / "run") as dep:
         assert dep.etcd_url is not None
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "embedlab",
-                "scenario",
-                "multi-model",
-                "--models",
-                "a,b",
-                "--frontend-url",
-                dep.frontend_url,
-                "--system-url",
-                dep.system_urls[0],
-                "--system-url",
-                dep.system_urls[1],
-                "--etcd-endpoints",
-                dep.etcd_url,
-                "--json",
-                str(out),
-            ],
-            capture_output=True,
-            text=True,
+        proc = run_embedlab(
+            "scenario",
+            "multi-model",
+            "--models",
+            "a,b",
+            "--frontend-url",
+            dep.frontend_url,
+            "--system-url",
+            dep.system_urls[0],
+            "--system-url",
+            dep.system_urls[1],
+            "--etcd-endpoints",
+            dep.etcd_url,
+            "--json",
+            str(out),
             timeout=120,
         )
         endpoints = {dep.endpoint(0), dep.endpoint(1)}
