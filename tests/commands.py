@@ -12,6 +12,10 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from embedlab import Deployment
 
 REPO = Path(__file__).resolve().parents[1]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -32,6 +36,13 @@ def run_embedlab(
         env=None if env is None else dict(env),
         cwd=cwd,
     )
+
+
+def attach_args(dep: Deployment) -> list[str]:
+    """The options that attach `embedlab scenario` to a running deployment: its frontend, and each
+    worker's system URL in worker order."""
+    urls = [arg for url in dep.system_urls for arg in ("--system-url", url)]
+    return ["--frontend-url", dep.frontend_url, *urls]
 
 
 def python_c(

@@ -18,7 +18,7 @@ from embedlab import (
 )
 from embedlab.stacks.dynamo import dynamo_installed
 
-from ..commands import run_embedlab
+from ..commands import attach_args, run_embedlab
 from ..netcheck import listening_addresses
 from ..proctools import assert_all_gone, descendants_of, processes_under
 
@@ -128,12 +128,7 @@ def test_cli_exit_codes_for_failure_and_cannot_run(tmp_path) -> None:  # type: i
             "multi-model",
             "--models",
             "b,a",
-            "--frontend-url",
-            dep.frontend_url,
-            "--system-url",
-            dep.system_urls[0],
-            "--system-url",
-            dep.system_urls[1],
+            *attach_args(dep),
         )
     assert swapped.returncode == 1, swapped.stdout + swapped.stderr
     assert "FAILED" in swapped.stdout and "leaked" in swapped.stdout
