@@ -53,15 +53,22 @@ VERDICT = "verdict(result)"
 
 
 @pytest.fixture
-def shell() -> Iterator[Any]:
+def bare_shell() -> Iterator[Any]:
+    """A real IPython shell that has run the library cell, the extension not loaded."""
     ip = InteractiveShell.instance()
     try:
-        assert run(ip, f"%load_ext {CELL_GUARD_EXTENSION}").success
         assert run(ip, LIBRARY).success
         yield ip
     finally:
-        run(ip, f"%unload_ext {CELL_GUARD_EXTENSION}")
+        ip.extension_manager.unload_extension(CELL_GUARD_EXTENSION)  # if a test loaded it
         InteractiveShell.clear_instance()
+
+
+@pytest.fixture
+def shell(bare_shell: Any) -> Any:
+    """The shell as the `embedlab` kernel starts it: the cell guard loaded."""
+    assert run(bare_shell, f"%load_ext {CELL_GUARD_EXTENSION}").success
+    return bare_shell
 
 
 def run(shell: Any, code: str) -> Any:
@@ -234,45 +241,31 @@ def test_a_failed_verdict_is_a_verdict_not_a_broken_run(shell: Any) -> None:
     assert run(shell, TABLE).success  # its figures are this run's: a table of them may follow
 
 
-def test_the_extension_loads_once_and_unloads() -> None:
-    ip = InteractiveShell.instance()
-    try:
-        hooks = len(ip.events.callbacks["post_run_cell"])
-        for _ in range(2):
-            assert run(ip, f"%load_ext {CELL_GUARD_EXTENSION}").success
-        assert len(ip.events.callbacks["post_run_cell"]) == hooks + 1
-        assert run(ip, f"%unload_ext {CELL_GUARD_EXTENSION}").success
-        assert len(ip.events.callbacks["post_run_cell"]) == hooks
-        assert freshness.install_guard(None) is None  # the last shell followed took its guard away
-    finally:
-        InteractiveShell.clear_instance()
+def test_the_extension_loads_once_and_unloads(bare_shell: Any) -> None:
+    hooks = len(bare_shell.events.callbacks["post_run_cell"])
+    for _ in range(2):
+        assert run(bare_shell, f"%load_ext {CELL_GUARD_EXTENSION}").success
+    assert len(bare_shell.events.callbacks["post_run_cell"]) == hooks + 1
+    assert run(bare_shell, f"%unload_ext {CELL_GUARD_EXTENSION}").success
+    assert len(bare_shell.events.callbacks["post_run_cell"]) == hooks
+    assert freshness.install_guard(None) is None  # the last shell followed took its guard away
 
 
-def test_a_shell_without_the_extension_refuses_nothing() -> None:
+def test_a_shell_without_the_extension_refuses_nothing(bare_shell: Any) -> None:
     """The library no longer looks for a shell: only a kernel that loaded the guard is guarded."""
-    ip = InteractiveShell.instance()
-    try:
-        assert run(ip, LIBRARY).success
-        good_run(ip)
-        assert run(ip, PARAMS.replace('"hash"', '"nonsense"')).success
-        assert not run(ip, PLAN).success
-        assert run(ip, RUN).success  # the plan of the earlier run, unrefused
-    finally:
-        InteractiveShell.clear_instance()
+    good_run(bare_shell)
+    assert run(bare_shell, PARAMS.replace('"hash"', '"nonsense"')).success
+    assert not run(bare_shell, PLAN).success
+    assert run(bare_shell, RUN).success  # the plan of the earlier run, unrefused
 
 
-def test_loaded_mid_cell_it_follows_that_cell_from_its_start() -> None:
+def test_loaded_mid_cell_it_follows_that_cell_from_its_start(bare_shell: Any) -> None:
     """`%load_ext` in the plan cell itself (a kernel without `--ext`): that cell's failure counts."""
-    ip = InteractiveShell.instance()
-    try:
-        assert run(ip, LIBRARY).success
-        good = f"%load_ext {CELL_GUARD_EXTENSION}\n" + PARAMS + "\n" + PLAN.replace("%precision 3\n", "")
-        assert run(ip, good).success and run(ip, RUN).success
-        failed = run(ip, PARAMS.replace('"hash"', '"nonsense"') + "\n" + PLAN.replace("%precision 3\n", ""))
-        assert refusal(run(ip, TABLE)).cell == f"In [{failed.execution_count}]"
-    finally:
-        run(ip, f"%unload_ext {CELL_GUARD_EXTENSION}")
-        InteractiveShell.clear_instance()
+    plan = PLAN.replace("%precision 3\n", "")
+    assert run(bare_shell, f"%load_ext {CELL_GUARD_EXTENSION}\n{PARAMS}\n{plan}").success
+    assert run(bare_shell, RUN).success
+    failed = run(bare_shell, PARAMS.replace('"hash"', '"nonsense"') + "\n" + plan)
+    assert refusal(run(bare_shell, TABLE)).cell == f"In [{failed.execution_count}]"
 
 
 # -- the rule's parts, without a shell ------------------------------------------------------------------
