@@ -49,8 +49,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture(autouse=True)
-def no_process_started(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Fail a unit test that starts a process, even one whose code catches the error it gets."""
+def no_process_started(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Fail a unit test that starts a process, even one whose code catches the error it gets;
+    yields what was refused (a test of this fixture empties it)."""
     started: list[str] = []
 
     def refusing(describe: Callable[..., str]) -> Callable[..., Any]:
@@ -65,7 +66,7 @@ def no_process_started(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
 
     for owner, name, describe in _STARTS:
         monkeypatch.setattr(owner, name, refusing(describe))
-    yield
+    yield started
     if started and not request.node.stash.get(_CALL_FAILED, False):  # else the error is its failure
         pytest.fail(
             f"a unit test starts no process, and this one started {started[0]}"
