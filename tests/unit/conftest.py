@@ -49,7 +49,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture(autouse=True)
-def no_process_started(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+def no_process_started(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[list[str]]:
     """Fail a unit test that starts a process, even one whose code catches the error it gets;
     yields what was refused (a test of this fixture empties it)."""
     started: list[str] = []
