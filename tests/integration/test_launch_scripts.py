@@ -92,7 +92,7 @@ def test_launch_script_exits_when_a_worker_exits() -> None:
         worker = next(
             p
             for p in launch.started
-            if b"--served-model-name\x00y" in open(f"/proc/{p}/cmdline", "rb").read()
+            if b"--served-model-name\x00y" in Path(f"/proc/{p}/cmdline").read_bytes()
         )
         os.kill(worker, signal.SIGKILL)
         assert launch.proc.wait(timeout=20) != 0
