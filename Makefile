@@ -52,14 +52,12 @@ $(VENV)/.stamp-models: pyproject.toml $(VENV)/.stamp-base
 	touch $@
 
 # The Jupyter kernel `embedlab`, which every notebook names and `embedlab regress` runs:
-# this venv's Python, registered for the user (~/.local/share/jupyter/kernels/embedlab),
-# where a JupyterLab from any install finds it. Registered on every run: it is quick,
-# and it points the kernel back here if another checkout's `make install` took it.
-# ipykernel stages the spec in a temp dir of its own and leaves that dir behind: give it one
-# that goes afterwards.
+# this venv's Python, loading the cell guard (an IPython extension), registered for the user
+# (~/.local/share/jupyter/kernels/embedlab), where a JupyterLab from any install finds it.
+# Registered on every run: it is quick, and it points the kernel back here if another
+# checkout's `make install` took it.
 kernel: $(VENV)/.stamp-base
-	@stage=$$(mktemp -d) && TMPDIR=$$stage $(BIN)/python -m ipykernel install --user --name embedlab \
-		--display-name "Python (embedlab)"; rc=$$?; rm -rf "$$stage"; exit $$rc
+	@$(BIN)/python -m embedlab.notebook.kernelspec
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

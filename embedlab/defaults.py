@@ -141,6 +141,8 @@ CELL_TIMEOUT_S = 600.0  # `embedlab regress`: what any one notebook cell may tak
 # registered for the user by `make install` so that any JupyterLab finds it.
 KERNEL_NAME = "embedlab"
 KERNEL_DISPLAY_NAME = "Python (embedlab)"
+# The IPython extension that kernel loads (its kernelspec's `--ext`): the notebook's cell guard.
+CELL_GUARD_EXTENSION = "embedlab.notebook.cellguard"
 # Where a figure's description rides in a notebook output's metadata (`metadata["image/png"]`):
 # written by the kernel that draws it, read by the report that gives it as the image's alt.
 IMAGE_ALT_KEY = "alt"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,6 +59,22 @@ def _exited(pid: int, state: str) -> bool:
         return [int(t) for t in os.listdir(f"/proc/{pid}/task")] in ([pid], [])
     except OSError:
         return True
+
+
+def wait_until(check: Callable[[], object], timeout: float) -> bool:
+    """Whether `check()` came true within `timeout` seconds (asked every 50 ms, and once at the end)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return bool(check())
+
+
+def unused_pid() -> int:
+    """A pid no process holds, found without starting one: one above the kernel's `pid_max`,
+    which it never gives out (kill says "no such process", /proc has no entry)."""
+    return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
 
 
 def alive(pid: int) -> bool:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..cellguard import check_fresh, guarded
 from ..cluster.deployment import Deployment
 from ..cluster.spec import DeploymentSpec
 from ..errors import ConfigError
+from ..freshness import check_fresh, guarded
 from ..progress import LaunchProgress
 from ..scenarios.plan import ScenarioPlan
 

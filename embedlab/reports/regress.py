@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cluster.process import register_cleanup, unregister_cleanup
-from ..defaults import CELL_TIMEOUT_S, KERNEL_NAME
+from ..defaults import CELL_GUARD_EXTENSION, CELL_TIMEOUT_S, KERNEL_NAME
 from ..errors import ConfigError, NotebookRunError
 from ..verdicts import RunStatus, Verdict
 from ..wording import counted
@@ -126,15 +126,17 @@ class Outcome:
 
 
 def check_kernel(name: str = KERNEL_NAME) -> None:
-    """The notebooks' kernel is installed and runs this Python; else a `ConfigError` saying how to fix it.
+    """The notebooks' kernel is installed, runs this Python and loads the cell guard; else a
+    `ConfigError` saying how to fix it.
 
     The kernel is a user-level kernelspec (`make install`), which another checkout's
     `make install` may have pointed at its own venv: its notebooks would then run another
-    embedlab, silently.
+    embedlab, silently. One written by `ipykernel install` (before the guard was an
+    extension) runs the notebooks unguarded, as silently.
     """
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
-    install = f"run `make install`, or: {sys.executable} -m ipykernel install --user --name {name}"
+    install = f"run `make install`, or: {sys.executable} -m embedlab.notebook.kernelspec --name {name}"
     try:
         spec = KernelSpecManager().get_kernel_spec(name)
     except NoSuchKernel:
@@ -144,6 +146,10 @@ def check_kernel(name: str = KERNEL_NAME) -> None:
     if python is not None and python.is_absolute() and python.parent != Path(sys.executable).parent:
         raise ConfigError(
             f"the Jupyter kernel {name!r} runs {python}, not this Python ({sys.executable}): {install}"
+        )
+    if not any(CELL_GUARD_EXTENSION in arg for arg in spec.argv):
+        raise ConfigError(
+            f"the Jupyter kernel {name!r} does not load the cell guard ({CELL_GUARD_EXTENSION}): {install}"
         )
 
 

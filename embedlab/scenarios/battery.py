@@ -21,9 +21,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..cellguard import guarded
 from ..cluster.stack_registry import STACKS, battery_stacks, stack_class
 from ..errors import ConfigError
+from ..freshness import guarded
 from ..jsonio import write_json
 from ..plugins import child_env
 from ..verdicts import Verdict

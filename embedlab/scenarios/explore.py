@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..cellguard import check_fresh, guarded, made
 from ..cluster.stack_registry import stack_class, stacks_with
 from ..defaults import FAIRNESS_ALPHA
 from ..errors import ConfigError
+from ..freshness import check_fresh, guarded, made
 from ..verdicts import Verdict
 from .builtin.dispatch import same_model_load_balance
 from .result import DataFigures, ScenarioResult

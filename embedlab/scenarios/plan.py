@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from ..cellguard import guarded
 from ..cluster.deployment import Deployment
 from ..cluster.etcd import discovered
 from ..cluster.spec import DISCOVERY_BACKENDS, DeploymentSpec, WorkerSpec
@@ -40,6 +39,7 @@ from ..engines.models import model_names, resolve_model_path
 from ..errors import ConfigError, EmbedlabError, UnsupportedError
 from ..evidence.metrics import MetricQuery
 from ..evidence.target import Target, attach, check_system_urls
+from ..freshness import guarded
 from ..progress import LaunchProgress
 from ..verdicts import Verdict
 from .params import describe_params, knob, knobs, params_from

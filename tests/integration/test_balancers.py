@@ -8,8 +8,6 @@ assertion is what the router did when the counters were read.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ from embedlab.evidence.traffic import send_burst
 from embedlab.scenarios.plan import ScenarioPlan, run_scenario
 from embedlab.stacks.routers import router_venv
 
+from ..commands import run_embedlab
 from ..proctools import processes_under
 
 BURST = 30
@@ -205,21 +204,8 @@ def test_nginx_drains_by_a_reload_with_the_server_down(nginx: Deployment) -> Non
 
 def test_nginx_cannot_route_two_models_and_says_why(tmp_path: Path) -> None:
     _needs("nginx")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "embedlab",
-            "scenario",
-            "multi-model",
-            "--stack",
-            "nginx",
-            "--run-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = run_embedlab(
+        "scenario", "multi-model", "--stack", "nginx", "--run-dir", str(tmp_path), timeout=120
     )
     last = proc.stdout.strip().splitlines()[-1]
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

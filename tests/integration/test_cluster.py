@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -28,10 +27,12 @@ from embedlab import (
 from embedlab.scenarios.builtin.cluster import etcd_restart
 from embedlab.stacks.dynamo import dynamo_installed
 
-from ..proctools import processes_under, wait_gone
+from ..commands import attach_args, run_embedlab
+from ..proctools import processes_under, wait_gone, wait_until
 from ..robustness.test_orphans import harness
 
 pytestmark = [pytest.mark.dynamo, pytest.mark.netns]  # netns: it compares the machine's namespaces
+ON_THREE_HOSTS = ("--stack", "dynamo", "--discovery", "etcd", "--hosts", "3")
 
 
 def namespaces() -> set[str]:
@@ -63,15 +64,6 @@ def not_logs(run_dir: Path) -> list[Path]:
     return [p for p in run_dir.rglob("*") if not (p.is_file() and p.suffix == ".log")]
 
 
-def wait_until(check, timeout: float) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
-
-
 @pytest.fixture(autouse=True)
 def dynamo_and_etcd() -> None:
     # Both are installed by `make test`: a missing one is a failure, not a skip.
@@ -87,26 +79,14 @@ def test_dispatch_scenarios_pass_on_etcd_across_three_hosts_and_leave_nothing(
 ) -> None:
     before, lo_before = namespaces(), loopback_addresses()
     run_dir, out = tmp_path / "run", tmp_path / "result.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "embedlab",
-            "scenario",
-            scenario,
-            "--stack",
-            "dynamo",
-            "--discovery",
-            "etcd",
-            "--hosts",
-            "3",
-            "--json",
-            str(out),
-            "--run-dir",
-            str(run_dir),
-        ],
-        capture_output=True,
-        text=True,
+    proc = run_embedlab(
+        "scenario",
+        scenario,
+        *ON_THREE_HOSTS,
+        "--json",
+        str(out),
+        "--run-dir",
+        str(run_dir),
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -214,12 +194,7 @@ def test_hosts_without_privileges_fail_at_once_in_one_line(tmp_path: Path) -> No
             "embedlab",
             "scenario",
             "same-model",
-            "--stack",
-            "dynamo",
-            "--discovery",
-            "etcd",
-            "--hosts",
-            "3",
+            *ON_THREE_HOSTS,
             "--run-dir",
             str(tmp_path / "run"),
         ],
@@ -299,28 +274,16 @@ def test_attach_lists_what_etcd_believes_is_live(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     with Deployment(spec, run_dir=tmp_path / "run") as dep:
         assert dep.etcd_url is not None
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "embedlab",
-                "scenario",
-                "multi-model",
-                "--models",
-                "a,b",
-                "--frontend-url",
-                dep.frontend_url,
-                "--system-url",
-                dep.system_urls[0],
-                "--system-url",
-                dep.system_urls[1],
-                "--etcd-endpoints",
-                dep.etcd_url,
-                "--json",
-                str(out),
-            ],
-            capture_output=True,
-            text=True,
+        proc = run_embedlab(
+            "scenario",
+            "multi-model",
+            "--models",
+            "a,b",
+            *attach_args(dep),
+            "--etcd-endpoints",
+            dep.etcd_url,
+            "--json",
+            str(out),
             timeout=120,
         )
         endpoints = {dep.endpoint(0), dep.endpoint(1)}

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 
 import httpx
 
 from embedlab import Deployment, DeploymentSpec, WorkerSpec, scrape, send_burst
 from embedlab.cluster.ports import release_port, reserve_port
+
+from ..commands import run_embedlab
 
 
 def counters(dep: Deployment) -> list[float]:
@@ -47,23 +47,16 @@ def test_conflicting_registration_exits_non_zero_with_the_message(tmp_path) -> N
     ) as dep:
         port = reserve_port()
         try:
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "embedlab",
-                    "worker",
-                    "--served-model-name",
-                    "B",
-                    "--endpoint",
-                    "ns.comp.ep",
-                    "--frontend-url",
-                    dep.frontend_url,
-                    "--system-port",
-                    str(port),
-                ],
-                capture_output=True,
-                text=True,
+            proc = run_embedlab(
+                "worker",
+                "--served-model-name",
+                "B",
+                "--endpoint",
+                "ns.comp.ep",
+                "--frontend-url",
+                dep.frontend_url,
+                "--system-port",
+                str(port),
                 timeout=60,
             )
         finally:

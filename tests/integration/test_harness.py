@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -20,6 +18,7 @@ from embedlab import (
 )
 from embedlab.stacks.dynamo import dynamo_installed
 
+from ..commands import attach_args, run_embedlab
 from ..netcheck import listening_addresses
 from ..proctools import assert_all_gone, descendants_of, processes_under
 
@@ -94,17 +93,11 @@ def test_start_failure_halfway_tears_down_what_started(tmp_path) -> None:  # typ
     assert_torn_down(dep)
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "embedlab", *args], capture_output=True, text=True, timeout=180
-    )
-
-
 @pytest.mark.parametrize("stack", STACKS)
 def test_cli_scenarios_print_the_table_and_verdict(stack: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     require(stack)
     out = tmp_path / "r.json"
-    proc = run_cli(
+    proc = run_embedlab(
         "scenario", "multi-model", "--stack", stack, "--json", str(out), "--run-dir", str(tmp_path / "run")
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -114,9 +107,9 @@ def test_cli_scenarios_print_the_table_and_verdict(stack: str, tmp_path) -> None
 
 
 def test_cli_exit_codes_for_failure_and_cannot_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    bad_args = run_cli("scenario", "same-model", "--requests", "0")
+    bad_args = run_embedlab("scenario", "same-model", "--requests", "0")
     assert bad_args.returncode == 2 and len(bad_args.stderr.strip().splitlines()) == 1
-    unreachable = run_cli(
+    unreachable = run_embedlab(
         "scenario",
         "same-model",
         "--frontend-url",
@@ -130,24 +123,19 @@ def test_cli_exit_codes_for_failure_and_cannot_run(tmp_path) -> None:  # type: i
     assert "127.0.0.1:9" in unreachable.stderr and len(unreachable.stderr.strip().splitlines()) == 1
     # A real failure: attach to a running deployment with the models named in the wrong order.
     with Deployment(DeploymentSpec.multi_model(["a", "b"]), run_dir=tmp_path) as dep:
-        swapped = run_cli(
+        swapped = run_embedlab(
             "scenario",
             "multi-model",
             "--models",
             "b,a",
-            "--frontend-url",
-            dep.frontend_url,
-            "--system-url",
-            dep.system_urls[0],
-            "--system-url",
-            dep.system_urls[1],
+            *attach_args(dep),
         )
     assert swapped.returncode == 1, swapped.stdout + swapped.stderr
     assert "FAILED" in swapped.stdout and "leaked" in swapped.stdout
 
 
 def test_cli_drain_passes_on_embedded(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    proc = run_cli("scenario", "drain", "--stack", "embedded", "--run-dir", str(tmp_path / "run"))
+    proc = run_embedlab("scenario", "drain", "--stack", "embedded", "--run-dir", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "drain on embedded (hash): PASSED"
     assert "drained" in proc.stdout and "its delta while drained  0" in proc.stdout
@@ -155,7 +143,7 @@ def test_cli_drain_passes_on_embedded(tmp_path) -> None:  # type: ignore[no-unty
 
 def test_cli_metric_that_no_worker_exports_exits_2_naming_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A launched deployment reads the asked-for counter too: a missing one is an error, not a silent pass."""
-    proc = run_cli(
+    proc = run_embedlab(
         "scenario", "same-model", "--metric", "no_such_metric_total", "--run-dir", str(tmp_path / "run")
     )
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import io
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from embedlab import (
 )
 from embedlab.progress import LaunchStep
 
+from ..commands import run_embedlab
 from ..proctools import assert_groups_gone, deployment_pids, processes_under, wait_gone
 
 
@@ -143,20 +142,8 @@ def test_a_failed_launch_names_the_process_and_keeps_the_log_tail(tmp_path: Path
 
 
 def test_the_cli_shows_the_launch_when_asked(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "embedlab",
-            "scenario",
-            "same-model",
-            "--progress",
-            "--run-dir",
-            str(tmp_path / "run"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = run_embedlab(
+        "scenario", "same-model", "--progress", "--run-dir", str(tmp_path / "run"), timeout=120
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "frontend ready after" in proc.stderr and "all 3 processes ready in" in proc.stderr, proc.stderr

@@ -8,6 +8,7 @@ and process group from /proc.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import signal
 import subprocess
@@ -31,6 +32,7 @@ from embedlab import (
     same_model_load_balance,
 )
 from embedlab.cluster.ports import reserve_port
+from embedlab.serving.frontend.shared_routing import SharedRouting
 from embedlab.serving.openai import decode_embedding
 
 from ..proctools import alive, assert_all_gone, descendants_of, group_members
@@ -320,3 +322,23 @@ def test_no_process_is_left_behind(kind: str, how: str, tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole group
             assert proc.wait(timeout=20) == 0
         assert_all_gone(everything, [proc.pid], f"after {how}", timeout=15)
+
+
+# The frontend's routing processes share one round-robin position per model (forked, as they are).
+def _take_positions(fd: int, model: str, count: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    shared = SharedRouting(fd)
+    out.put([shared.next_position(model) for _ in range(count)])
+
+
+def test_shared_round_robin_positions_are_exact_across_processes() -> None:
+    shared = SharedRouting()
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_take_positions, args=(shared.fd, "m", 500, out)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    positions = sorted(p for _ in procs for p in out.get(timeout=30))
+    for p in procs:
+        p.join(timeout=30)
+    assert positions == list(range(2000))  # every position once: no two processes took the same
+    assert shared.next_position("other") == 0  # models count apart

@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -31,6 +30,8 @@ from embedlab import Deployment, DeploymentSpec, ScenarioPlan, failover
 from embedlab.defaults import DYNAMO_ATTRIBUTION_ENV
 from embedlab.evidence.metrics import scrape
 from embedlab.stacks.dynamo import dynamo_installed
+
+from ..commands import attach_args, run_embedlab
 
 MODELS = ("model-a", "model-b")
 # Each `hey` sends at most this many requests (20 a second: 5 minutes), so none outlives a stuck test.
@@ -51,12 +52,9 @@ ROOM = ("--budget-s", "200")
 
 
 def attached(dep: Deployment, scenario: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    urls = [arg for url in dep.system_urls for arg in ("--system-url", url)]
     models = ",".join(w.model for w in dep.spec.workers)
-    argv = ["scenario", scenario, "--frontend-url", dep.frontend_url, *urls, "--worker-models", models]
-    return subprocess.run(
-        [sys.executable, "-m", "embedlab", *argv, *extra], capture_output=True, text=True, timeout=420
-    )
+    argv = ["scenario", scenario, *attach_args(dep), "--worker-models", models]
+    return run_embedlab(*argv, *extra, timeout=420)
 
 
 def counted(dep: Deployment) -> list[float]:
@@ -186,11 +184,8 @@ def test_launched_a_leak_is_caught_through_another_clients_traffic(tmp_path) -> 
 def test_same_model_attached_to_16_replicas_states_its_power(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     with Deployment(DeploymentSpec.same_model("m", workers=16), run_dir=tmp_path / "run") as dep:
-        urls = [arg for url in dep.system_urls for arg in ("--system-url", url)]
-        argv = ["scenario", "same-model", "--frontend-url", dep.frontend_url, *urls, "--json", str(out)]
-        proc = subprocess.run(
-            [sys.executable, "-m", "embedlab", *argv], capture_output=True, text=True, timeout=300
-        )
+        argv = ["scenario", "same-model", *attach_args(dep), "--json", str(out)]
+        proc = run_embedlab(*argv, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert lines[-1] == "same-model on attached: PASSED"

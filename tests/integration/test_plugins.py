@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -14,6 +12,7 @@ from embedlab import ConfigError, Deployment, DeploymentSpec, WorkerSpec, regist
 from embedlab.defaults import PLUGINS_ENV
 from embedlab.engines import ENGINES, create_engine
 
+from ..commands import run_embedlab
 from ..proctools import processes_under
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,13 +42,8 @@ def test_a_registered_engine_is_served_by_embedlab_worker_in_its_own_process(tmp
 
 def test_a_worker_whose_plugin_module_does_not_import_exits_with_one_line(tmp_path: Path) -> None:
     env = {**os.environ, PLUGINS_ENV: "tests.plugins.missing_engine", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "embedlab", "worker", "--engine", "constant", "--served-model-name", "m"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        cwd=tmp_path,
+    proc = run_embedlab(
+        "worker", "--engine", "constant", "--served-model-name", "m", timeout=60, env=env, cwd=tmp_path
     )
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()

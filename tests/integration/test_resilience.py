@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import httpx
 import pytest
@@ -25,6 +23,8 @@ from embedlab.cluster.stack_registry import STACKS
 from embedlab.stacks.dynamo import dynamo_installed
 from embedlab.stacks.embedded import EmbeddedStack
 
+from ..commands import run_embedlab
+
 
 def test_failover_on_embedded_loses_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with Deployment(DeploymentSpec.same_model("m", workers=2), run_dir=tmp_path) as dep:
@@ -43,24 +43,17 @@ def test_failover_on_dynamo_is_reported_not_asserted_and_says_so(tmp_path) -> No
     """The CLI as a user runs it: the last line says REPORTED, never PASSED, and it exits 0."""
     assert dynamo_installed()
     out = tmp_path / "result.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "embedlab",
-            "scenario",
-            "failover",
-            "--stack",
-            "dynamo",
-            "--requests",
-            "120",
-            "--json",
-            str(out),
-            "--run-dir",
-            str(tmp_path / "run"),
-        ],
-        capture_output=True,
-        text=True,
+    proc = run_embedlab(
+        "scenario",
+        "failover",
+        "--stack",
+        "dynamo",
+        "--requests",
+        "120",
+        "--json",
+        str(out),
+        "--run-dir",
+        str(tmp_path / "run"),
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

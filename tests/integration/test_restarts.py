@@ -11,19 +11,10 @@ from embedlab import Deployment, ScenarioPlan, run_scenario
 from embedlab.cluster.supervisor import GAVE_UP, RESTART_POLL_S
 from embedlab.defaults import PLUGINS_ENV
 
-from ..proctools import processes_under
+from ..proctools import processes_under, wait_until
 
 BACKOFF, LIMIT = 0.5, 3
 CANNOT_START = "this worker cannot start (embedlab test)"
-
-
-def wait_until(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_a_worker_that_cannot_start_again_is_restarted_a_bounded_number_of_times_then_given_up(

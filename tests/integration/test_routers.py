@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from embedlab.scenarios.battery import run_battery, stack_versions
 from embedlab.serving.worker.app import Worker, WorkerConfig
 from embedlab.stacks.routers import router_venv
 
+from ..commands import run_embedlab
 from ..proctools import processes_under
 
 ROUTERS = ("litellm", "vllm-router", "sglang-router")
@@ -32,9 +32,7 @@ def routers_installed() -> None:
 
 
 def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "embedlab", *args], capture_output=True, text=True, timeout=timeout
-    )
+    return run_embedlab(*args, timeout=timeout)
 
 
 def test_a_standalone_worker_answers_what_routers_probe() -> None:

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from embedlab.defaults import PLUGINS_ENV, SAFE_PATH_ENV
 from embedlab.stacks.dynamo import dynamo_installed
 
+from ..commands import python_c
 from ..proctools import processes_under
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,3 +81,13 @@ def test_a_dynamo_run_from_a_folder_of_strays(tmp_path: Path) -> None:
     proc = embedlab_from(work, "scenario", "same-model", "--stack", "dynamo", "--run-dir", str(run_dir))
     assert_clean(proc, run_dir)
     assert "same-model on dynamo (hash): PASSED" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_a_plugin_module_of_the_current_folder_fails_in_safe_path_mode_saying_to_name_its_file(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "my_plugin.py").write_text("")
+    code = "from embedlab.plugins import load_plugins; load_plugins(['my_plugin'])"
+    proc = python_c(code, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), SAFE_PATH_ENV: "1"})
+    assert proc.returncode != 0
+    assert f"name the file, {PLUGINS_ENV}={tmp_path / 'my_plugin.py'}" in proc.stderr, proc.stderr[-1000:]

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from ..commands import run_embedlab
 from ..proctools import processes_under
 
 WORKERS = 32
@@ -30,23 +29,16 @@ WORKERS = 32
 def test_same_model_over_32_workers_passes_and_leaves_nothing(tmp_path: Path, extra: tuple[str, ...]) -> None:
     run_dir, out = tmp_path / "run", tmp_path / "result.json"
     started = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "embedlab",
-            "scenario",
-            "same-model",
-            "--workers",
-            str(WORKERS),
-            *extra,
-            "--json",
-            str(out),
-            "--run-dir",
-            str(run_dir),
-        ],
-        capture_output=True,
-        text=True,
+    proc = run_embedlab(
+        "scenario",
+        "same-model",
+        "--workers",
+        str(WORKERS),
+        *extra,
+        "--json",
+        str(out),
+        "--run-dir",
+        str(run_dir),
         timeout=300,
     )
     took = time.monotonic() - started

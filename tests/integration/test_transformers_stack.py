@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -11,6 +9,8 @@ import numpy as np
 
 from embedlab import Deployment, DeploymentSpec, WorkerSpec, multi_model_dispatch
 from embedlab.serving.openai import decode_embedding
+
+from ..commands import run_embedlab
 
 
 def test_tiny_bert_and_qwen3_serve_real_vectors(tiny_models: dict[str, Path], tmp_path: Path) -> None:
@@ -53,12 +53,7 @@ def test_tiny_bert_and_qwen3_serve_real_vectors(tiny_models: dict[str, Path], tm
 
 def test_make_tiny_model_cli_builds_a_loadable_model(tmp_path: Path) -> None:
     out = tmp_path / "bert"
-    proc = subprocess.run(
-        [sys.executable, "-m", "embedlab", "make-tiny-model", "--arch", "bert", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_embedlab("make-tiny-model", "--arch", "bert", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (out / "config.json").is_file() and (out / "tokenizer.json").is_file()
     from transformers import AutoModel, AutoTokenizer

@@ -129,15 +129,21 @@ def test_vllm_serve_serves_minilm_as_sentence_transformers_does(vllm_serve: Depl
     assert served_similarities(vllm_serve, "minilm") == pytest.approx(EXPECTED, abs=5e-4)
 
 
-@pytest.mark.vllm
-def test_same_model_on_vllm_router_over_vllm_serve_passes(vllm_serve: Deployment) -> None:
-    plan = ScenarioPlan(
+def round_robin_over_vllm_serve(**fields: Any) -> ScenarioPlan:
+    """same-model through vllm-router's round robin, over the `vllm_serve` pool of MiniLM."""
+    return ScenarioPlan(
         scenario="same-model",
         stack="vllm-router",
         worker_server="vllm-serve",
         models=("minilm",),
         router_mode="round_robin",
+        **fields,
     )
+
+
+@pytest.mark.vllm
+def test_same_model_on_vllm_router_over_vllm_serve_passes(vllm_serve: Deployment) -> None:
+    plan = round_robin_over_vllm_serve()
     result = plan.run_on(vllm_serve)
     assert result.verdict == Verdict.PASSED, result.summary()
     assert [b.check.total_delta for b in result.bursts if b.check] == [b.traffic.n for b in result.bursts]
@@ -147,14 +153,7 @@ def test_same_model_on_vllm_router_over_vllm_serve_passes(vllm_serve: Deployment
 def test_a_counter_of_inputs_is_named_in_the_verdict(vllm_serve: Deployment) -> None:
     # One input a request: vLLM's own counter agrees with the requests, and the verdict still
     # says what it counts.
-    plan = ScenarioPlan(
-        scenario="same-model",
-        stack="vllm-router",
-        worker_server="vllm-serve",
-        models=("minilm",),
-        router_mode="round_robin",
-        metric="vllm:request_success_total",
-    )
+    plan = round_robin_over_vllm_serve(metric="vllm:request_success_total")
     result = plan.run_on(replace(vllm_serve.target(), metric=MetricQuery.parse(plan.metric)))
     assert result.verdict == Verdict.PASSED, result.summary()
     assert "counts each input of a request" in result.summary()

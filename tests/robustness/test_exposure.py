@@ -11,7 +11,6 @@ import ipaddress
 import os
 import secrets
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +23,8 @@ from embedlab import Deployment, DeploymentSpec, same_model_load_balance
 from embedlab.cluster.ports import release_port, reserve_port
 from embedlab.cluster.process import ManagedProcess
 from embedlab.serving.frontend.app import FrontendConfig
+
+from ..commands import run_embedlab
 
 TOKEN_ENV = "EMBEDLAB_TOKEN"
 TOKEN = f"embedlab-test-token-{secrets.token_hex(16)}"
@@ -111,13 +112,7 @@ def test_cli_refuses_a_non_loopback_bind_without_a_token(host: str, token: str |
     env = env_without_token()
     if token is not None:
         env[TOKEN_ENV] = token
-    proc = subprocess.run(
-        [sys.executable, "-m", "embedlab", "frontend", "--host", host, "--port", "0"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_embedlab("frontend", "--host", host, "--port", "0", timeout=60, env=env)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, f"expected one line, got: {proc.stderr}"
@@ -277,23 +272,16 @@ def test_regression_reports_never_contain_the_token(tmp_path: Path) -> None:
         'notebooks = ["multi_model_dispatch"]\n[defaults]\nrequests = 5\n[[params]]\nname = "token"\nstack = "embedded"\n'
     )
     out = tmp_path / "outputs"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "embedlab",
-            "regress",
-            "--matrix",
-            str(matrix),
-            "--out",
-            str(out),
-            "--timeout",
-            "120",
-        ],
-        env={**os.environ, TOKEN_ENV: TOKEN},
-        capture_output=True,
-        text=True,
+    proc = run_embedlab(
+        "regress",
+        "--matrix",
+        str(matrix),
+        "--out",
+        str(out),
+        "--timeout",
+        "120",
         timeout=300,
+        env={**os.environ, TOKEN_ENV: TOKEN},
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert TOKEN not in proc.stdout + proc.stderr

@@ -8,8 +8,10 @@ row delivered to the wrong request, or out of order, fails the test.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
@@ -49,6 +51,18 @@ class Recorder:
         return vectors_of(seqs)
 
 
+@contextlib.asynccontextmanager
+async def started(batcher: DynamicBatcher, gated: Recorder | None = None) -> AsyncIterator[DynamicBatcher]:
+    """The batcher running, then closed: a gated runner's forwards are opened first, as close waits for them."""
+    batcher.start()
+    try:
+        yield batcher
+    finally:
+        for pending in gated.pending if gated is not None else ():
+            pending.gate.set()
+        await batcher.close()
+
+
 async def settle() -> None:
     """Let every callback that is already due run (no time passes)."""
     for _ in range(5):
@@ -59,11 +73,8 @@ def test_a_lone_request_on_an_idle_device_launches_at_once() -> None:
     async def run() -> np.ndarray:
         # A window this long would time the test out if the batcher waited for company.
         batcher = DynamicBatcher(Recorder(), max_batch_size=8, wait_ms=60_000, max_wait_ms=60_000)
-        batcher.start()
-        try:
+        async with started(batcher):
             return await asyncio.wait_for(batcher.submit([[5, 6, 7]]), timeout=10)
-        finally:
-            await batcher.close()
 
     np.testing.assert_array_equal(asyncio.run(run()), [[18, 3, 5]])
 
@@ -83,12 +94,11 @@ def test_a_partial_batch_waits_while_a_full_one_is_in_flight() -> None:
         batcher = DynamicBatcher(
             runner, max_batch_size=4, wait_ms=20, max_wait_ms=60_000, inline=lambda *_: True
         )
-        batcher.start()
 
         def submit(*firsts: int) -> list[asyncio.Future[np.ndarray]]:
             return [asyncio.ensure_future(batcher.submit([[f]])) for f in firsts]
 
-        try:
+        async with started(batcher, runner):
             alone = submit(1)
             await settle()
             # An idle device: the first request goes at once, inline on the event loop.
@@ -117,10 +127,6 @@ def test_a_partial_batch_waits_while_a_full_one_is_in_flight() -> None:
             runner.pending[2].gate.set()
             results = await asyncio.wait_for(asyncio.gather(*late), timeout=10)
             assert [r[0, 0] for r in results] == [6, 7, 8]
-        finally:
-            for pending in runner.pending:
-                pending.gate.set()
-            await batcher.close()
 
     asyncio.run(run())
 
@@ -131,12 +137,11 @@ def test_with_pipeline_min_a_partial_batch_queues_behind_the_one_in_flight() -> 
         batcher = DynamicBatcher(
             runner, max_batch_size=8, wait_ms=20, max_wait_ms=60_000, inline=lambda *_: True, pipeline_min=3
         )
-        batcher.start()
 
         def submit(*firsts: int) -> list[asyncio.Future[np.ndarray]]:
             return [asyncio.ensure_future(batcher.submit([[f]])) for f in firsts]
 
-        try:
+        async with started(batcher, runner):
             alone = submit(1)
             await settle()
             assert runner.batches == [[[1]]]
@@ -159,10 +164,6 @@ def test_with_pipeline_min_a_partial_batch_queues_behind_the_one_in_flight() -> 
                 pending.gate.set()
             results = await asyncio.wait_for(asyncio.gather(*two, *third, *more), timeout=10)
             assert [r[0, 0] for r in results] == [2, 3, 4, 5, 6, 7]
-        finally:
-            for pending in runner.pending:
-                pending.gate.set()
-            await batcher.close()
 
     asyncio.run(run())
 
@@ -173,17 +174,14 @@ def test_closed_loop_clients_fill_every_batch() -> None:
 
     async def run() -> DynamicBatcher:
         batcher = DynamicBatcher(Recorder(), max_batch_size=16, max_batch_tokens=1 << 20, wait_ms=2)
-        batcher.start()
 
         async def client(k: int) -> None:
             for i in range(40):
                 got = await batcher.submit([[k, i, 1]])
                 assert got.tolist() == [[k + i + 1, 3, k]]
 
-        try:
+        async with started(batcher):
             await asyncio.wait_for(asyncio.gather(*(client(k) for k in range(1, 65))), timeout=60)
-        finally:
-            await batcher.close()
         return batcher
 
     batcher = asyncio.run(run())
@@ -209,13 +207,10 @@ def test_admission_by_tokens_and_bucket() -> None:
             wait_ms=1,
             shapes=BatchShapes(widths=(16, 64), rows=(1, 2, 4, 8)),
         )
-        batcher.start()
         long = [[7] * 60, [8] * 50, [9] * 40]
         short = [[i] * 10 for i in range(1, 9)]
-        try:
+        async with started(batcher):
             got = await asyncio.wait_for(batcher.submit(long + short), timeout=10)
-        finally:
-            await batcher.close()
         return runner, got
 
     runner, got = asyncio.run(run())
@@ -231,11 +226,8 @@ def test_a_request_larger_than_a_batch_comes_back_whole_and_in_order() -> None:
     async def run() -> tuple[Recorder, np.ndarray]:
         runner = Recorder()
         batcher = DynamicBatcher(runner, max_batch_size=4, wait_ms=1)
-        batcher.start()
-        try:
+        async with started(batcher):
             return runner, await asyncio.wait_for(batcher.submit([[i, 1] for i in range(10)]), timeout=10)
-        finally:
-            await batcher.close()
 
     runner, got = asyncio.run(run())
     assert [len(b) for b in runner.batches] == [4, 4, 2]
@@ -252,13 +244,10 @@ def test_a_failed_forward_fails_its_requests_only() -> None:
 
     async def run() -> None:
         batcher = DynamicBatcher(Failing(), max_batch_size=4, wait_ms=1)
-        batcher.start()
-        try:
+        async with started(batcher):
             with pytest.raises(RuntimeError, match="device fault"):
                 await asyncio.wait_for(batcher.submit([[13]]), timeout=10)
             assert (await asyncio.wait_for(batcher.submit([[4]]), timeout=10)).tolist() == [[4, 1, 4]]
-        finally:
-            await batcher.close()
 
     asyncio.run(run())
 
@@ -269,12 +258,9 @@ def test_inline_runners_run_on_the_event_loop() -> None:
         batcher = DynamicBatcher(
             runner, max_batch_size=4, wait_ms=1, inline=lambda count, longest: longest <= 2
         )
-        batcher.start()
-        try:
+        async with started(batcher):
             await asyncio.wait_for(batcher.submit([[1, 2]]), timeout=10)
             await asyncio.wait_for(batcher.submit([[1, 2, 3]]), timeout=10)
-        finally:
-            await batcher.close()
         return runner
 
     runner = asyncio.run(run())
@@ -293,16 +279,13 @@ def test_stats_count_each_sequence_wait_from_its_ingest_send_and_each_forward() 
     async def run() -> dict[str, object]:
         runner = Recorder(gated=True)
         batcher = DynamicBatcher(runner, max_batch_size=4, wait_ms=60_000, max_wait_ms=60_000)
-        batcher.start()
-        try:
+        async with started(batcher):
             # Sent by an ingest process 60 ms ago (the stamp), launched at once on an idle device.
             first = batcher.submit_nowait([[1, 2], [3, 4]], since=time.monotonic() - 0.060)
             await launched(runner, 1)
             runner.pending[0].gate.set()
             await asyncio.wait_for(first, timeout=10)
             return batcher.stats()
-        finally:
-            await batcher.close()
 
     stats = asyncio.run(run())
     queued, forward = stats["queued"], stats["forward"]

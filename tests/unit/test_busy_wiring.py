@@ -10,8 +10,9 @@ from embedlab.evidence.counters import DispatchCheck
 from embedlab.evidence.metrics import DEFAULT_METRIC, Snapshot
 from embedlab.evidence.split import Split
 from embedlab.evidence.traffic import BurstResult
-from embedlab.scenarios.builtin.dispatch import MultiModelParams, SameModelParams, _same_model_power
+from embedlab.scenarios.builtin.dispatch import MultiModelParams, SameModelParams
 from embedlab.scenarios.builtin.mixed import MixedParams
+from embedlab.scenarios.builtin.placement import same_model_power
 from embedlab.scenarios.burst import _counters_agree
 from embedlab.scenarios.params import knobs, params_of
 from embedlab.scenarios.result import Burst, ScenarioResult, ScheduleRun, ScheduleWindow
@@ -34,15 +35,14 @@ def test_the_default_bursts_follow_from_the_pool_and_reach_99_percent_up_to_64()
 
 
 def test_a_burst_too_small_for_99_percent_power_says_why_and_what_would_do() -> None:
-    enough, short = _same_model_power(Split.WEIGHTS, 40, [1.0, 1.0])
+    enough, short = same_model_power(Split.WEIGHTS, 40, [1.0, 1.0])
     assert short == "" and enough.startswith("40 requests over 2 replicas")
-    said, short = _same_model_power(Split.WEIGHTS, 40, [1.0] * 16)
+    said, short = same_model_power(Split.WEIGHTS, 40, [1.0] * 16)
     assert "40 requests cannot catch an idle replica and a 0.9/0.1 skew" in short and "690 can" in short
     assert (
-        _same_model_power(Split.EXACT, 2, [1.0] * 4)[1]
-        and not _same_model_power(Split.EXACT, 6, [1.0] * 4)[1]
+        same_model_power(Split.EXACT, 2, [1.0] * 4)[1] and not same_model_power(Split.EXACT, 6, [1.0] * 4)[1]
     )
-    assert _same_model_power(Split.REPORT, 3, [1.0] * 4)[1] == ""
+    assert same_model_power(Split.REPORT, 3, [1.0] * 4)[1] == ""
 
 
 def _snap(value: float) -> Snapshot:

@@ -2,7 +2,8 @@
 
 The cells are a scenario notebook's (parameters, plan, run, table, verdict) with the real
 `ScenarioPlan.from_params`, `table` and `verdict`; only the run is a stand-in, a guarded
-function that makes a result from the plan without launching anything.
+function that makes a result from the plan without launching anything. The shell loads the
+extension first, as the `embedlab` kernel does (`--ext`, `embedlab.notebook.kernelspec`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from embedlab import EarlierCellFailedError
-from embedlab.cellguard import CellCode, Ledger, check_fresh, guarded
+from embedlab import EarlierCellFailedError, freshness
+from embedlab.defaults import CELL_GUARD_EXTENSION
+from embedlab.freshness import check_fresh, guarded
+from embedlab.notebook.cellguard import CellCode, Ledger
 
 LIBRARY = """
 from embedlab import ConfigError, Explorer, ScenarioPlan, table, verdict
-from embedlab.cellguard import guarded
+from embedlab.freshness import guarded
 from embedlab.scenarios.result import ScenarioResult
 from embedlab.verdicts import Verdict
 
@@ -50,13 +53,22 @@ VERDICT = "verdict(result)"
 
 
 @pytest.fixture
-def shell() -> Iterator[Any]:
+def bare_shell() -> Iterator[Any]:
+    """A real IPython shell that has run the library cell, the extension not loaded."""
     ip = InteractiveShell.instance()
     try:
         assert run(ip, LIBRARY).success
         yield ip
     finally:
+        ip.extension_manager.unload_extension(CELL_GUARD_EXTENSION)  # if a test loaded it
         InteractiveShell.clear_instance()
+
+
+@pytest.fixture
+def shell(bare_shell: Any) -> Any:
+    """The shell as the `embedlab` kernel starts it: the cell guard loaded."""
+    assert run(bare_shell, f"%load_ext {CELL_GUARD_EXTENSION}").success
+    return bare_shell
 
 
 def run(shell: Any, code: str) -> Any:
@@ -203,7 +215,7 @@ def test_a_plan_cell_that_replaced_the_plan_and_then_failed_leaves_both_plans_st
     assert run(shell, "dep = start(plan)").success
     failed = run(shell, PLAN + "\nraise ConfigError('new_weights: 3 weights for 2 workers')")
     for code in ("dep = start(plan)", "check_fresh(dep)", "result = run(plan)"):
-        refused = refusal(run(shell, "from embedlab.cellguard import check_fresh\n" + code))
+        refused = refusal(run(shell, "from embedlab.freshness import check_fresh\n" + code))
         assert (refused.role, refused.cell) == ("the plan cell", f"In [{failed.execution_count}]"), code
 
 
@@ -229,17 +241,31 @@ def test_a_failed_verdict_is_a_verdict_not_a_broken_run(shell: Any) -> None:
     assert run(shell, TABLE).success  # its figures are this run's: a table of them may follow
 
 
-def test_the_extension_loads_once_and_unloads() -> None:
-    ip = InteractiveShell.instance()
-    try:
-        hooks = len(ip.events.callbacks["post_run_cell"])
-        for _ in range(2):
-            assert run(ip, "%load_ext embedlab.cellguard").success
-        assert len(ip.events.callbacks["post_run_cell"]) == hooks + 1
-        assert run(ip, "%unload_ext embedlab.cellguard").success
-        assert len(ip.events.callbacks["post_run_cell"]) == hooks
-    finally:
-        InteractiveShell.clear_instance()
+def test_the_extension_loads_once_and_unloads(bare_shell: Any) -> None:
+    hooks = len(bare_shell.events.callbacks["post_run_cell"])
+    for _ in range(2):
+        assert run(bare_shell, f"%load_ext {CELL_GUARD_EXTENSION}").success
+    assert len(bare_shell.events.callbacks["post_run_cell"]) == hooks + 1
+    assert run(bare_shell, f"%unload_ext {CELL_GUARD_EXTENSION}").success
+    assert len(bare_shell.events.callbacks["post_run_cell"]) == hooks
+    assert freshness.install_guard(None) is None  # the last shell followed took its guard away
+
+
+def test_a_shell_without_the_extension_refuses_nothing(bare_shell: Any) -> None:
+    """The library no longer looks for a shell: only a kernel that loaded the guard is guarded."""
+    good_run(bare_shell)
+    assert run(bare_shell, PARAMS.replace('"hash"', '"nonsense"')).success
+    assert not run(bare_shell, PLAN).success
+    assert run(bare_shell, RUN).success  # the plan of the earlier run, unrefused
+
+
+def test_loaded_mid_cell_it_follows_that_cell_from_its_start(bare_shell: Any) -> None:
+    """`%load_ext` in the plan cell itself (a kernel without `--ext`): that cell's failure counts."""
+    plan = PLAN.replace("%precision 3\n", "")
+    assert run(bare_shell, f"%load_ext {CELL_GUARD_EXTENSION}\n{PARAMS}\n{plan}").success
+    assert run(bare_shell, RUN).success
+    failed = run(bare_shell, PARAMS.replace('"hash"', '"nonsense"') + "\n" + plan)
+    assert refusal(run(bare_shell, TABLE)).cell == f"In [{failed.execution_count}]"
 
 
 # -- the rule's parts, without a shell ------------------------------------------------------------------

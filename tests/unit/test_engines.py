@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -68,17 +67,3 @@ def test_model_dir_needs_a_config(tmp_path: Path) -> None:
         model_dir(tmp_path / "missing")
     (tmp_path / "config.json").write_text("{}")
     assert model_dir(str(tmp_path)) == tmp_path
-
-
-def test_hash_engine_imports_no_ml_library() -> None:
-    import subprocess
-
-    code = (
-        "import sys, asyncio\n"
-        "from embedlab.engines import create_engine, EngineOptions\n"
-        "from embedlab.serving import worker, frontend\n"
-        "asyncio.run(create_engine('hash', EngineOptions()).embed(['x']))\n"
-        "print(sorted(m for m in ('torch', 'transformers', 'vllm', 'tokenizers') if m in sys.modules))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"

@@ -9,7 +9,6 @@ table routes as its owner does.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing as mp
 import os
 import random
 import socket
@@ -125,25 +124,6 @@ def test_the_board_exposes_the_single_process_series_summed_over_slots() -> None
         if s.name == "dynamo_component_requests_total"
     ]
     assert len(counters) == 1 and counters[0].value == 4
-
-
-def _take_positions(fd: int, model: str, count: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    shared = SharedRouting(fd)
-    out.put([shared.next_position(model) for _ in range(count)])
-
-
-def test_shared_round_robin_positions_are_exact_across_processes() -> None:
-    shared = SharedRouting()
-    ctx = mp.get_context("fork")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_take_positions, args=(shared.fd, "m", 500, out)) for _ in range(4)]
-    for p in procs:
-        p.start()
-    positions = sorted(p for _ in procs for p in out.get(timeout=30))
-    for p in procs:
-        p.join(timeout=30)
-    assert positions == list(range(2000))  # every position once: no two processes took the same
-    assert shared.next_position("other") == 0  # models count apart
 
 
 def test_shared_leak_debt_leaks_one_in_ten_whatever_the_interleaving() -> None:

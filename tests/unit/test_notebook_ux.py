@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +17,7 @@ from embedlab import (
     ScenarioPlan,
     check_explore,
 )
+from embedlab.notebook import kernelspec
 from embedlab.progress import LaunchStep
 from embedlab.reports.regress import check_kernel
 
@@ -102,32 +100,6 @@ def test_live_weights_need_a_stack_that_declares_them() -> None:
         check_explore(plan, new_weights=[3, 1], bursts=1, sweep_weights=[[1, 1]], sweep_requests=10)
 
 
-IPYTHON = r"""
-import sys
-from IPython.core.interactiveshell import InteractiveShell
-
-shell = InteractiveShell.instance(colors="nocolor")
-shell.run_cell("from embedlab import ConfigError\ndef plan():\n    raise ConfigError('unknown engine x')\nplan()")
-print("=====")
-shell.run_cell("%tb verbose")
-print("=====")
-shell.run_cell("%xmode plain")
-shell.run_cell("plan()")
-"""
-
-
-def test_ipython_shows_an_embedlab_error_as_one_line_and_tb_verbose_shows_every_frame() -> None:
-    # A real IPython shell, in its own process (it installs global hooks).
-    out = subprocess.run(
-        [sys.executable, "-c", IPYTHON], capture_output=True, text=True, timeout=60, check=True
-    ).stdout
-    shown, verbose, plain = re.sub(r"\x1b\[[0-9;]*m", "", out).split("=====\n")
-    assert shown.strip().splitlines() == ["ConfigError: unknown engine x"], shown
-    assert "Traceback" in verbose and "plan()" in verbose, verbose
-    assert "raise ConfigError('unknown engine x')" in verbose, verbose
-    assert "Traceback" in plain and "ConfigError: unknown engine x" in plain, plain
-
-
 def test_outside_ipython_the_render_hook_is_the_message() -> None:
     error = DeploymentStoppedError()
     assert error._render_traceback_() == [
@@ -176,6 +148,23 @@ def test_check_kernel_says_how_to_install_a_missing_or_foreign_kernel(
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
     with pytest.raises(ConfigError, match="runs /other/.venv/bin/python, not this Python"):
         check_kernel("embedlab-elsewhere")
+
+
+def test_the_kernel_make_install_writes_loads_the_cell_guard_and_one_without_it_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    where = Path(kernelspec.install(name="embedlab-guarded"))
+    argv = json.loads((where / "kernel.json").read_text())["argv"]
+    assert argv[0] == sys.executable and argv[-2:] == ["--ext", "embedlab.notebook.cellguard"]
+    check_kernel("embedlab-guarded")
+    # As `ipykernel install` writes it: this Python, but no extension.
+    unguarded = tmp_path / "kernels" / "embedlab-unguarded" / "kernel.json"
+    unguarded.parent.mkdir(parents=True)
+    unguarded.write_text(json.dumps({"argv": argv[:-2], "display_name": "x", "language": "python"}))
+    with pytest.raises(ConfigError, match=r"does not load the cell guard .*embedlab.notebook.kernelspec"):
+        check_kernel("embedlab-unguarded")
 
 
 def test_launch_progress_counts_processes_launched_after_a_first_wait() -> None:
@@ -265,54 +254,3 @@ def test_worker_models_must_name_one_model_per_system_url() -> None:
             scenario="mixed", frontend_url="http://h:1", system_urls=["http://h:2", "http://h:3"],
             worker_models=["a", "a", "b"],
         )  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (
-            ["--system-url", "http://127.0.0.1:9/", "--system-url", "http://127.0.0.1:9"],
-            "a system URL is given more than once (http://127.0.0.1:9 as workers 0 and 1)",
-        ),
-        (
-            [
-                "--system-url",
-                "http://127.0.0.1:9",
-                "--system-url",
-                "http://127.0.0.1:10",
-                "--worker-models",
-                "a,b,b",
-            ],
-            "2 system URLs but 3 worker models: one per worker",
-        ),
-        (["--workers", "2", "--replicas", "3,1"], "workers = 2 and replicas = [3, 1] both count the workers"),
-    ],
-)
-def test_the_cli_refuses_a_wrong_attach_in_one_line_with_exit_2(args: list[str], message: str) -> None:
-    attach = ["--frontend-url", "http://127.0.0.1:9"] if "--system-url" in args else []
-    proc = subprocess.run(
-        [sys.executable, "-m", "embedlab", "scenario", "mixed", *attach, *args],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 2, proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("embedlab scenario: error: ") and message in line, line
-    assert proc.stdout == ""
-
-
-@pytest.mark.parametrize(
-    "scenario, default",
-    [("mixed", "2 of each model"), ("multi-model", "1 of each model"), ("same-model", "2, or one")],
-)
-def test_the_cli_help_gives_the_scenarios_own_workers_default(scenario: str, default: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "embedlab", "scenario", scenario, "--help"],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "500"},
-    )  # fmt: skip
-    text = " ".join(proc.stdout.split())
-    assert f"--workers WORKERS replicas of each model (default: {default}" in text, text
-    assert "in place of workers (give one of the two)" in text
-    # The plan's fields under their own names: no option renamed on its way to the plan.
-    assert (
-        "--model-paths MODEL_PATHS, --model-path MODEL_PATHS" in text and "--system-urls SYSTEM_URLS" in text
-    )

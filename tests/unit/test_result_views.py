@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from collections.abc import Sequence
 
 import pytest
@@ -162,26 +159,3 @@ def test_verdict_prints_a_pass_and_raises_a_failure_without_printing_it(
     ):
         verdict(failed)
     assert capsys.readouterr().out == ""
-
-
-NOTEBOOK_CELL = r"""
-from IPython.core.interactiveshell import InteractiveShell
-
-shell = InteractiveShell.instance(colors="nocolor")
-shell.run_cell('''
-from embedlab import verdict
-from embedlab.scenarios.result import ScenarioResult
-from embedlab.verdicts import Verdict
-verdict(ScenarioResult(scenario="mixed", stack="embedded", params={}, workers=[], bursts=[],
-                       verdict=Verdict.FAILED, reasons=["alternate: it leaked"], engine="hash"))
-''')
-"""
-
-
-def test_a_failed_verdict_shows_its_line_once_in_a_notebook() -> None:
-    # A real IPython shell, in its own process: what a notebook's verdict cell shows.
-    out = subprocess.run(
-        [sys.executable, "-c", NOTEBOOK_CELL], capture_output=True, text=True, timeout=60, check=True
-    ).stdout
-    shown = re.sub(r"\x1b\[[0-9;]*m", "", out).strip().splitlines()
-    assert shown == ["CheckFailedError: mixed on embedded (hash): FAILED (alternate: it leaked)"], shown

@@ -1,11 +1,9 @@
 """What a reader makes of a run folder: a run's status now, the history it compares with, the
-outputs index. Real processes stand for a run's writer: this one, and one that has exited."""
+outputs index. Real processes stand for a run's writer: this one, and a pid no process holds."""
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +11,12 @@ from embedlab.jsonio import write_json
 from embedlab.reports.runfiles import history, run_status, this_process, write_outputs_index
 from embedlab.verdicts import RunStatus
 
+from ..proctools import unused_pid
+
 
 def gone_process() -> dict[str, Any]:
-    """The `process` record of a writer that has exited (and been reaped)."""
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    record = {**this_process(), "pid": proc.pid}
-    proc.wait()
-    return record
+    """The `process` record of a writer that has exited: a pid no process holds."""
+    return {**this_process(), "pid": unused_pid()}
 
 
 def run(out: Path, run_id: str, ts: float, **fields: Any) -> Path:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import ast
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -186,58 +183,16 @@ def test_no_module_outside_stacks_compares_or_lists_a_stack_by_name() -> None:
     assert not found, found
 
 
-def cli(*args: str, plugins: str = "") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    env.update({"EMBEDLAB_PLUGINS": plugins, "COLUMNS": "500"})  # argparse wraps --help at hyphens
-    return subprocess.run(
-        [sys.executable, "-m", "embedlab", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=REPO,
-    )
-
-
 def test_a_router_stack_from_a_plugin_module_joins_the_battery_and_make_routers(
     registered: list[str],
 ) -> None:
-    """No edit anywhere else: its venv and pins in `embedlab stacks --venvs`, its name in the battery."""
+    """No edit anywhere else: its venv and pins for `make routers`, its name in the battery (the
+    command line's side: tests/integration/test_cli.py)."""
     from tests.plugins import router_stack
 
     registered.append(router_stack.NAME)
     assert router_stack.NAME in battery_stacks()
     assert router_venvs()[router_stack.NAME] == router_stack.PINS
-
-    venvs = cli("stacks", "--venvs", plugins="tests.plugins.router_stack")
-    assert venvs.returncode == 0, venvs.stderr
-    lines = venvs.stdout.splitlines()
-    assert "\t".join((router_stack.NAME, *router_stack.PINS)) in lines, lines
-    assert len(lines) == 6 and lines[0] == "litellm\tlitellm[proxy]==1.108.7"
-
-    listed = cli("stacks", plugins="tests.plugins.router_stack")
-    assert any(
-        line.startswith(f"{router_stack.NAME}: discovery file; one host;")
-        for line in listed.stdout.splitlines()
-    )
-
-    helped = cli("conformance", "--help", plugins="tests.plugins.router_stack")
-    assert helped.returncode == 0, helped.stderr
-    text = helped.stdout
-    assert (
-        f"(default: embedded,dynamo,litellm,vllm-router,sglang-router,smg,haproxy,nginx,{router_stack.NAME})"
-        in text
-    ), text
-
-    without = cli("stacks", "--venvs")
-    assert router_stack.NAME not in without.stdout
-
-
-def test_a_plugin_module_that_does_not_import_is_one_line_naming_it() -> None:
-    proc = cli("stacks", plugins="tests.plugins.no_such_module")
-    assert proc.returncode == 2
-    (line,) = proc.stderr.strip().splitlines()
-    assert "cannot import plugin 'tests.plugins.no_such_module' (EMBEDLAB_PLUGINS)" in line, line
 
 
 def test_dynamo_on_file_discovery_refuses_a_pool_past_the_inotify_limit(

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from embedlab import WorkerSpec
+
 # The input limit every test deployment uses: small, so an over-long input is cheap to send.
 MAX_MODEL_LEN = 128
 # Two vLLM workers start in about 40 s on an idle 2-core machine; much longer under load.
@@ -36,6 +38,17 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     # As each test is collected: tests/conftest.py groups the vllm tests for xdist afterwards.
     if Path(__file__).parent in item.path.parents:
         item.add_marker(pytest.mark.vllm)
+
+
+def tiny_vllm_workers(tiny_models: dict[str, Path]) -> tuple[WorkerSpec, WorkerSpec]:
+    """A vLLM worker for each tiny model, tiny-bert (MEAN pooling) and tiny-qwen3 (LAST)."""
+    bert, qwen3 = (
+        WorkerSpec(
+            model=f"tiny-{arch}", engine="vllm", model_path=tiny_models[arch], max_model_len=MAX_MODEL_LEN
+        )
+        for arch in ("bert", "qwen3")
+    )
+    return bert, qwen3
 
 
 # -- what a deployment may leave behind ----------------------------------------------------

@@ -18,12 +18,12 @@ import httpx
 import numpy as np
 import pytest
 
-from embedlab import Deployment, DeploymentSpec, WorkerSpec, multi_model_dispatch
+from embedlab import Deployment, DeploymentSpec, multi_model_dispatch
 from embedlab.engines import EngineOptions, create_engine
 from embedlab.serving.openai import decode_embedding
 
 from ..proctools import assert_groups_gone, deployment_pids, descendants_of
-from .conftest import MAX_MODEL_LEN, STARTUP_TIMEOUT, HostSnapshot
+from .conftest import MAX_MODEL_LEN, STARTUP_TIMEOUT, HostSnapshot, tiny_vllm_workers
 
 TEXTS = [
     "Hello world!",
@@ -54,17 +54,7 @@ class Lab:
 def lab(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     before = HostSnapshot.take()
     spec = DeploymentSpec(
-        workers=(
-            WorkerSpec(
-                model="tiny-bert", engine="vllm", model_path=tiny_models["bert"], max_model_len=MAX_MODEL_LEN
-            ),
-            WorkerSpec(
-                model="tiny-qwen3",
-                engine="vllm",
-                model_path=tiny_models["qwen3"],
-                max_model_len=MAX_MODEL_LEN,
-            ),
-        ),
+        workers=tiny_vllm_workers(tiny_models),
         startup_timeout=STARTUP_TIMEOUT,
         seed=0,
     )

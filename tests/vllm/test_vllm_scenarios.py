@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from embedlab import Deployment, DeploymentSpec, WorkerSpec, multi_model_dispatch
+from embedlab import Deployment, DeploymentSpec, multi_model_dispatch
 from embedlab.stacks.dynamo import dynamo_installed
 
+from ..commands import run_embedlab
 from ..conftest import REPO
 from ..proctools import assert_groups_gone, deployment_pids
-from .conftest import MAX_MODEL_LEN, STARTUP_TIMEOUT, HostSnapshot
+from .conftest import MAX_MODEL_LEN, STARTUP_TIMEOUT, HostSnapshot, tiny_vllm_workers
 
 
 def test_same_model_scenario_from_the_cli_with_default_tiny_models(
@@ -24,31 +23,24 @@ def test_same_model_scenario_from_the_cli_with_default_tiny_models(
     env = {**os.environ, "EMBEDLAB_CACHE": str(tiny_models["bert"].parent)}
     before = HostSnapshot.take()
     result_json = tmp_path / "result.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "embedlab",
-            "scenario",
-            "same-model",
-            "--engine",
-            "vllm",
-            "--workers",
-            "2",
-            "--max-model-len",
-            str(MAX_MODEL_LEN),
-            "--startup-timeout",
-            str(STARTUP_TIMEOUT),
-            "--run-dir",
-            str(tmp_path / "run"),
-            "--json",
-            str(result_json),
-        ],
-        capture_output=True,
-        text=True,
+    proc = run_embedlab(
+        "scenario",
+        "same-model",
+        "--engine",
+        "vllm",
+        "--workers",
+        "2",
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--startup-timeout",
+        str(STARTUP_TIMEOUT),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--json",
+        str(result_json),
+        timeout=STARTUP_TIMEOUT + 120,
         env=env,
         cwd=REPO,
-        timeout=STARTUP_TIMEOUT + 120,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "same-model on embedded (vllm): PASSED" in proc.stdout
@@ -68,17 +60,7 @@ def test_multi_model_on_the_dynamo_stack(tiny_models: dict[str, Path], tmp_path:
     before = HostSnapshot.take()
     spec = DeploymentSpec(
         stack="dynamo",
-        workers=(
-            WorkerSpec(
-                model="tiny-bert", engine="vllm", model_path=tiny_models["bert"], max_model_len=MAX_MODEL_LEN
-            ),
-            WorkerSpec(
-                model="tiny-qwen3",
-                engine="vllm",
-                model_path=tiny_models["qwen3"],
-                max_model_len=MAX_MODEL_LEN,
-            ),
-        ),
+        workers=tiny_vllm_workers(tiny_models),
         startup_timeout=STARTUP_TIMEOUT,
     )
     with Deployment(spec, run_dir=tmp_path) as dep:

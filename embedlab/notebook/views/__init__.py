@@ -6,7 +6,7 @@
     table(deployment)                 # its processes: URLs, endpoints, pids, logs
     verdict(result)                   # the last cell: the verdict's line, raising unless ok
 
-Each of these refuses, in a notebook, what a failed cell left stale (`embedlab.cellguard`):
+Each of these refuses, in a notebook, what a failed cell left stale (`embedlab.notebook.cellguard`):
 a result, deployment or explorer that a failed plan, run or Start cell would have replaced.
 
 Views import results, never the other way round. A result's main figure is chosen by the
@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
-from ...cellguard import check_fresh
 from ...cluster.deployment import Deployment
 from ...errors import CheckFailedError
+from ...freshness import check_fresh
 from ...scenarios.battery import ConformanceTable
 from ...scenarios.builtin.cluster_figures import FaultFigures, TtlSweepFigures
 from ...scenarios.builtin.resilience import FailoverFigures

@@ -6,6 +6,8 @@ function and its params class, and `registry.py` names it (`"same-model"`: `disp
     cluster     partition, etcd restart, TTL sweep (with cluster_figures and timeline:
                 steady traffic and every worker's counter, watched through the fault)
     probes      what a client meets: answers to its mistakes, the frontend's overhead
+    placement   what a placement check can prove (its power, in words) and its busy half,
+                the on/off schedule's verdict, for dispatch and mixed
 
 A scenario's function takes its params object (`params=`) or its knobs by name; its
 `run(target, plan)` hands `plan.params` on as it is. A scenario may import `plan`, `burst`,

@@ -7,7 +7,6 @@ result.ok, table(result), plot(result)
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -19,23 +18,29 @@ from ...defaults import FAIRNESS_ALPHA
 from ...errors import ConfigError
 from ...evidence.busy import (
     ProvenBy,
-    leak_power,
     leak_requests,
     moving_requests,
-    quiet_power,
     required_requests,
 )
-from ...evidence.busy.constants import POWER
 from ...evidence.split import Split
-from ...evidence.stats import StillChance, still_chance
+from ...evidence.stats import still_chance
 from ...evidence.target import Target, target_of
 from ...evidence.traffic import Input, RequestRecord, default_inputs, run_sync
 from ...verdicts import Verdict
 from ..burst import BurstSpec, judge, run_burst, served_models, serving, status_codes, workers_of
 from ..params import knob, with_knobs
 from ..registry import Scenario
-from ..result import Burst, DataFigures, ScenarioResult, ScheduleRun
-from ..schedule import BusyKnobs, busy_outcome, needs_schedule, run_schedule, schedule_for
+from ..result import Burst, ScenarioResult
+from ..schedule import BusyKnobs, needs_schedule
+from .placement import (
+    DispatchFigures,
+    SplitFigures,
+    multi_model_power,
+    placement_busy,
+    same_model_busy,
+    same_model_power,
+    same_model_rule,
+)
 
 if TYPE_CHECKING:
     from ..plan import ScenarioPlan
@@ -74,51 +79,6 @@ class MultiModelParams(BusyKnobs):
         min=1,
     )
     concurrency: int = knob(4, "requests in flight at once", min=1)
-
-
-@dataclass(frozen=True)
-class SplitFigures(DataFigures):
-    """How one model's burst split over its workers, and how the policy says to judge it."""
-
-    deltas: tuple[float, ...]  # per expected worker, in index order
-    split: str  # the Split that judged it
-    p_value: float | None
-
-    def rows(self) -> list[tuple[str, str]]:
-        p = "not tested" if self.p_value is None else f"{self.p_value:.3g}"
-        return [
-            ("split", "/".join(f"{d:.0f}" for d in self.deltas)),
-            ("judged by", self.split),
-            ("p-value", p),
-        ]
-
-    def key_figures(self) -> dict[str, Any]:
-        return {"split": "/".join(f"{d:.0f}" for d in self.deltas), "judged": self.split}
-
-
-@dataclass(frozen=True)
-class DispatchFigures(DataFigures):
-    """Requests counted on a worker of another model, over every burst."""
-
-    wrong: float
-    counted: float
-    codes: dict[str, int]  # HTTP status of the failed requests; "0": no answer
-
-    def rows(self) -> list[tuple[str, str]]:
-        return [("counted on another model's worker", self._wrong())] + [
-            (f"failed with HTTP {c}" if c != "0" else "failed without an answer", str(n))
-            for c, n in sorted(self.codes.items())
-        ]
-
-    def key_figures(self) -> dict[str, Any]:
-        shown = f" (HTTP {', '.join(sorted(self.codes))})" if self.codes else ""
-        return {"counted on another model's worker": f"{self._wrong()}{shown}"}
-
-    def _wrong(self) -> str:
-        # NaN: a busy pool, where no request is counted one by one (the schedule's bound says it).
-        if math.isnan(self.wrong):
-            return "not counted one by one on a busy pool (the schedule bounds it)"
-        return f"{self.wrong:.0f} of {self.counted:.0f}"
 
 
 def same_model_load_balance(
@@ -187,9 +147,9 @@ def same_model_load_balance(
         "split": split,
     }
     started = time.monotonic()
-    power, short = _same_model_power(split, requests, own)
+    power, short = same_model_power(split, requests, own)
     if params.busy:
-        return _same_model_busy(
+        return same_model_busy(
             deployment, target, model, indices, weights, split, [], started, recorded, params.budget_s
         )
     spec = BurstSpec(
@@ -206,11 +166,11 @@ def same_model_load_balance(
         timeout=timeout,
         require_all=all_move,
         on_response=on_response,
-        rule=_same_model_rule(split, all_move=all_move, still=still, alpha=fairness_alpha, requests=requests),
+        rule=same_model_rule(split, all_move=all_move, still=still, alpha=fairness_alpha, requests=requests),
     )
     burst = run_sync(run_burst(target, spec, progress=progress))
     if needs_schedule([burst]):
-        return _same_model_busy(
+        return same_model_busy(
             deployment, target, model, indices, weights, split, [burst], started, recorded, params.budget_s
         )
     verdict, reasons = judge([burst], exact_total=True)
@@ -237,120 +197,6 @@ def same_model_load_balance(
         power=power,
         proven_by=ProvenBy.ATTRIBUTION if burst.proven_by else ProvenBy.QUIET,
     )
-
-
-def _same_model_power(split: Split, requests: int, weights: Sequence[float]) -> tuple[str, str]:
-    """The faults a quiet burst of `requests` over replicas with `weights` catches, in words, and
-    why it falls short of the target ("": it does not): an idle replica and a 0.9/0.1 skew caught
-    with 99 % (round-robin: any replica more than one request off the even split)."""
-    k = len(weights)
-    if split is Split.REPORT:
-        return (
-            f"{requests} requests over {k} replicas: the split is reported, not asserted, so no fault of it is ruled out",
-            "",
-        )
-    if split is Split.EXACT:
-        # An idle replica leaves the others requests/(k-1) each, two or more off its share of none.
-        enough = requests >= 2 * (k - 1)
-        said = (
-            f"{requests} requests over {k} replicas, round-robin: a replica more than one request off the even "
-            f"split fails, so an idle replica and a 0.9/0.1 skew are {'caught for certain' if enough else 'not always caught'}"
-        )
-        return (
-            said,
-            "" if enough else f"{requests} requests cannot show an idle replica of {k}; {2 * (k - 1)} can",
-        )
-    q = quiet_power(requests, weights)
-    if q.require_all and q.idle >= POWER and q.skew >= POWER:
-        return q.sentence, ""
-    needed = required_requests(weights).requests
-    return q.sentence, (
-        f"{requests} requests cannot catch an idle replica and a 0.9/0.1 skew with {POWER:.0%} probability "
-        f"over {k} replicas ({q.sentence}); {needed} can, the default"
-    )
-
-
-def _same_model_busy(
-    deployment: Deployment | Target,
-    target: Target,
-    model: str,
-    indices: list[int],
-    weights: list[float],
-    split: Split,
-    bursts: list[Burst],
-    started: float,
-    params: dict[str, Any],
-    budget_s: float,
-) -> ScenarioResult:
-    """same-model on a busy pool: the randomized on/off schedule's verdict."""
-    if split is Split.REPORT:
-        reason = f"{model}: the pool is busy, and the router's policy decides the split: nothing to test it against"
-        verdict, reasons, power, run = Verdict.INCONCLUSIVE, [reason], "", None
-    else:
-        models = [m if m is not None else model for m in target.models]
-        run = run_sync(
-            run_schedule(
-                target,
-                schedule_for([model], workers=len(indices)),
-                models=models,
-                weights=weights,
-                budget_s=budget_s,
-            )
-        )
-        verdict, reasons, power = _busy_outcome(run, bursts)
-    return ScenarioResult(
-        scenario="same-model",
-        stack=target.stack,
-        params=params,
-        workers=workers_of(deployment),
-        bursts=bursts,
-        verdict=verdict,
-        reasons=reasons,
-        wall_seconds=time.monotonic() - started,
-        figures=_busy_split(run, indices, split),
-        power=power,
-        proven_by=ProvenBy.SCHEDULE,
-        schedule=run,
-    )
-
-
-def _busy_outcome(run: ScheduleRun, bursts: Sequence[Burst]) -> tuple[Verdict, list[str], str]:
-    """The schedule's verdict; a quiet burst before it that failed a request still fails the check."""
-    verdict, reasons, power = busy_outcome(run)
-    failed = [
-        f"{b.name}: {len(b.traffic.failures)} of {b.traffic.n} requests failed ({b.traffic.failures[0].error})"
-        for b in bursts
-        if b.traffic.failures
-    ]
-    if failed and verdict != Verdict.FAILED:
-        return Verdict.FAILED, [*failed, *reasons], power
-    return verdict, [*failed, *reasons], power
-
-
-def _busy_split(run: ScheduleRun | None, indices: Sequence[int], split: Split) -> SplitFigures:
-    moved = run.on_minus_off() if run is not None else {}
-    return SplitFigures(deltas=tuple(moved.get(i, 0.0) for i in indices), split=str(split), p_value=None)
-
-
-def _same_model_rule(
-    split: Split, *, all_move: bool, still: StillChance | None, alpha: float | None, requests: int
-) -> str:
-    """What the burst asserts, in words: the table and the report show it beside the figures."""
-    parts = ["the counters account for every request sent"]
-    if all_move:
-        parts.insert(0, "every worker moves")
-    elif still is not None:
-        parts.append(
-            f"a still worker is not asserted (a correct router leaves one still {still.of_the_time()} "
-            f"at {requests} requests)"
-        )
-    if split is Split.WEIGHTS and alpha is not None:
-        parts.append(f"the split fits the weights (p >= {alpha:g})")
-    elif split is Split.EXACT:
-        parts.append("round-robin: every worker within one request of the others")
-    else:
-        parts.append("the split is reported, not asserted (the policy decides)")
-    return "; ".join(parts)
 
 
 def multi_model_dispatch(
@@ -403,7 +249,7 @@ def multi_model_dispatch(
             [leak_requests(), *(moving_requests([weights[i] for i in replicas[m]]) for m in models)]
         )
     recorded = {**asdict(params), "requests": requests, "models": models}
-    power, short = _multi_model_power(requests, {m: [weights[i] for i in replicas[m]] for m in models})
+    power, short = multi_model_power(requests, {m: [weights[i] for i in replicas[m]] for m in models})
     started = time.monotonic()
     if params.busy:
         return placement_busy(
@@ -458,67 +304,6 @@ def multi_model_dispatch(
         figures=figures,
         power=power,
         proven_by=ProvenBy.ATTRIBUTION if any(b.proven_by for b in bursts) else ProvenBy.QUIET,
-    )
-
-
-def _multi_model_power(requests: int, pool: dict[str, list[float]]) -> tuple[str, list[str]]:
-    """What a quiet multi-model check of `requests` per model catches, and why it falls short of
-    the target (an idle replica caught for certain: every replica must move) where it does."""
-    parts, short = [leak_power(requests).sentence], []
-    for model, weights in pool.items():
-        if len(weights) < 2:
-            continue
-        needed = moving_requests(weights)
-        if requests >= needed:
-            parts.append(f"every replica of '{model}' must move, so an idle one is caught")
-        else:
-            short.append(
-                f"{model}: {requests} requests cannot assert that each of its {len(weights)} replicas moves "
-                f"(a correct router leaves one still too often); {needed} can"
-            )
-            parts.append(f"an idle replica of '{model}' is not caught at {requests} requests")
-    return "; ".join(parts), short
-
-
-def placement_busy(
-    scenario: str,
-    deployment: Deployment | Target,
-    target: Target,
-    models: list[str],
-    weights: list[float],
-    bursts: list[Burst],
-    started: float,
-    params: dict[str, Any],
-    budget_s: float,
-    figures: Any = None,
-) -> ScenarioResult:
-    """multi-model and mixed on a busy pool: the schedule's verdict, one arm per model."""
-    pool = [m for m in target.models if m is not None]
-    run = run_sync(
-        run_schedule(
-            target,
-            schedule_for(models, workers=max(pool.count(m) for m in models)),
-            models=pool,
-            weights=weights,
-            budget_s=budget_s,
-        )
-    )
-    verdict, reasons, power = _busy_outcome(run, bursts)
-    moved = run.on_minus_off()
-    return ScenarioResult(
-        scenario=scenario,
-        stack=target.stack,
-        params=params,
-        workers=workers_of(deployment),
-        bursts=bursts,
-        verdict=verdict,
-        reasons=reasons,
-        wall_seconds=time.monotonic() - started,
-        figures=figures
-        or DispatchFigures(wrong=math.nan, counted=sum(moved.values()), codes=status_codes(bursts)),
-        power=power,
-        proven_by=ProvenBy.SCHEDULE,
-        schedule=run,
     )
 
 

@@ -39,7 +39,7 @@ from ..params import knob, with_knobs
 from ..registry import Scenario
 from ..result import Burst, DataFigures, ScenarioResult, WorkerInfo
 from ..schedule import BusyKnobs, needs_schedule
-from .dispatch import placement_busy
+from .placement import placement_busy
 
 if TYPE_CHECKING:
     from ..plan import ScenarioPlan

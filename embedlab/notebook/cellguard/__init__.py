@@ -18,9 +18,9 @@ names that cell read. It is **stale** once a cell that would have replaced it fa
 - or it was made from a stale object (a result from a stale plan, an explorer from a
   stale deployment).
 
-Every notebook-facing call (`guarded`, `check_fresh`) refuses a stale argument with
-`EarlierCellFailedError`, and so does a call in a cell that reads a name a failed
-parameters cell left behind. A failure anywhere else (a typo, one's own code, a figure
+Every notebook-facing call (`embedlab.freshness`: `guarded`, `check_fresh`) refuses a stale
+argument with `EarlierCellFailedError`, and so does a call in a cell that reads a name a
+failed parameters cell left behind. A failure anywhere else (a typo, one's own code, a figure
 that broke) makes nothing stale. A refused cell passes on the failure it was refused for,
 so every refusal down a Run All names the same cell: by its role and its latest failed
 execution ("the plan cell (In [3]) failed (ConfigError: ...)"), the one furthest up the
@@ -30,87 +30,30 @@ is put right, run again the cell that makes the stale object. A failed verdict
 (`CheckFailedError`) is a verdict on this run, not a broken run. Once a cell that
 succeeds makes the object again, the new one is fresh.
 
+This is an IPython extension, and the only part of embedlab that follows a shell. The
+`embedlab` kernel loads it (its kernelspec passes `--ext embedlab.notebook.cellguard`, as
+`python -m embedlab.notebook.kernelspec` writes it), so papermill, JupyterLab and VS Code
+get it with the kernel; in another kernel, `%load_ext embedlab.notebook.cellguard`.
+`load_ipython_extension` registers the shell's `pre_run_cell` and `post_run_cell` events
+and installs the guard that the library's calls ask (`freshness.install_guard`); the
+library itself never looks for a shell. Without the extension nothing is recorded and
+nothing refuses.
+
 The rule is all in `Ledger` (`cellguard.ledger`, no IPython in it), which reads each
-cell's code with `CellCode` (`cellguard.cells`). The shell's `pre_run_cell` and
-`post_run_cell` events feed it: `load_ipython_extension` registers them, and the first
-guarded call in a shell does so itself if nothing did. Outside IPython nothing is
-recorded and nothing refuses.
+cell's code with `CellCode` (`cellguard.cells`).
 """
 
 from __future__ import annotations
 
-import functools
-import sys
 import weakref
-from collections.abc import Callable, Iterable
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from ... import freshness
 from .cells import CellCode
 from .ledger import Ledger
 
-__all__ = [
-    "CellCode",
-    "Ledger",
-    "check_fresh",
-    "guarded",
-    "load_ipython_extension",
-    "made",
-    "unload_ipython_extension",
-]
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-# -- the library's side: check, record ------------------------------------------------------------------
-
-
-def check_fresh(*things: Any) -> None:
-    """Raise `EarlierCellFailedError` if any of `things` is stale, or this cell reads a name a
-    failed parameters cell left; in a notebook only."""
-    found = _active()
-    if found is None:
-        return
-    shell, ledger = found
-    stale = ledger.stale([t for t in things if t is not None], shell.user_ns)
-    if stale is not None:
-        raise stale.error()
-
-
-def made(thing: R, kind: str, *, parents: Iterable[Any] = ()) -> R:
-    """Record that this cell made `thing` (a `kind` of `ROLES`) from `parents`; returns `thing`."""
-    found = _active()
-    if found is not None:
-        found[1].made(thing, kind, parents)
-    return thing
-
-
-def guarded(makes: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """A notebook-facing call: it refuses stale arguments (`check_fresh`), and what it returns
-    is recorded as a `makes`, made from the guarded objects it was given."""
-
-    def wrap(function: Callable[P, R]) -> Callable[P, R]:
-        @functools.wraps(function)
-        def call(*args: P.args, **kwargs: P.kwargs) -> R:
-            found = _active()
-            if found is None:
-                return function(*args, **kwargs)
-            shell, ledger = found
-            given = [*args, *kwargs.values()]
-            stale = ledger.stale(given, shell.user_ns)
-            if stale is not None:
-                raise stale.error()
-            result = function(*args, **kwargs)
-            if makes is not None and result is not None:
-                ledger.made(result, makes, [g for g in given if ledger.birth(g) is not None])
-            return result
-
-        return call
-
-    return wrap
-
-
-# -- the IPython side ------------------------------------------------------------------------------------
+__all__ = ["CellCode", "CellGuard", "Ledger", "load_ipython_extension", "unload_ipython_extension"]
 
 # shell -> its ledger and the two hooks that feed it (weak: a cleared shell goes with its ledger).
 _FOLLOWED: weakref.WeakKeyDictionary[Any, tuple[Ledger, Callable[[Any], None], Callable[[Any], None]]] = (
@@ -118,8 +61,32 @@ _FOLLOWED: weakref.WeakKeyDictionary[Any, tuple[Ledger, Callable[[Any], None], C
 )
 
 
+class CellGuard:
+    """The guard the library's calls ask (`freshness.Guard`): the running shell's ledger answers,
+    in a shell the extension follows; elsewhere nothing refuses."""
+
+    def check(self, things: Sequence[Any]) -> None:
+        found = _active()
+        if found is None:
+            return
+        shell, ledger = found
+        stale = ledger.stale(things, shell.user_ns)
+        if stale is not None:
+            raise stale.error()
+
+    def made(self, thing: Any, kind: str, parents: Sequence[Any]) -> None:
+        found = _active()
+        if found is not None:
+            found[1].made(thing, kind, parents)
+
+
+_GUARD = CellGuard()
+
+
 def load_ipython_extension(shell: Any) -> None:
-    """`%load_ext embedlab.cellguard`: follow this shell's cells. Loading it twice is harmless."""
+    """`%load_ext embedlab.notebook.cellguard` (or the kernel's `--ext`): follow this shell's cells.
+    Loading it twice is harmless."""
+    freshness.install_guard(_GUARD)
     if shell in _FOLLOWED:
         return
     ledger = Ledger()
@@ -151,17 +118,19 @@ def unload_ipython_extension(shell: Any) -> None:
     if followed is not None:
         shell.events.unregister("pre_run_cell", followed[1])
         shell.events.unregister("post_run_cell", followed[2])
+    if not _FOLLOWED:
+        freshness.install_guard(None)
 
 
 def _active() -> tuple[Any, Ledger] | None:
-    """The shell and its ledger while a cell runs; None outside IPython or between cells."""
-    shell = _shell()
-    if shell is None:
+    """The shell and its ledger while a cell of a followed shell runs; None otherwise."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    followed = _FOLLOWED.get(shell) if shell is not None else None
+    if followed is None:
         return None
-    if shell not in _FOLLOWED:
-        # Loaded mid-cell, it still sees this cell end: the shell triggers the hooks it has then.
-        load_ipython_extension(shell)
-    ledger = _FOLLOWED[shell][0]
+    ledger = followed[0]
     if ledger.running is None:
         # The cell that loaded it (its start was before the hooks), or one the shell runs silently.
         current = getattr(getattr(shell, "displayhook", None), "exec_result", None)
@@ -169,13 +138,6 @@ def _active() -> tuple[Any, Ledger] | None:
             return None
         ledger.begin(_source(current.info), shell.user_ns)
     return shell, ledger
-
-
-def _shell() -> Any:
-    """The running IPython shell, if this process is one; never imports IPython itself."""
-    module = sys.modules.get("IPython")
-    get = getattr(module, "get_ipython", None)
-    return get() if get is not None else None
 
 
 def _source(info: Any) -> str:

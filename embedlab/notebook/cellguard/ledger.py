@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import CheckFailedError, EarlierCellFailedError
+from ...errors import CheckFailedError, EarlierCellFailedError
 from .cells import CellCode
 
 __all__ = ["ROLES", "Birth", "Failure", "Ledger", "Stale"]
