@@ -1,21 +1,16 @@
-"""The shipped Prometheus rules and Grafana dashboard use only metrics the watch serves, and
-promtool accepts the rules (`promtool check rules`, and its own unit test of the alerts)."""
+"""The shipped Prometheus rules and Grafana dashboard use only metrics the watch serves
+(promtool's own checks of the rules run it: tests/integration/test_watch_promtool.py)."""
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-from pathlib import Path
 
-import pytest
 import yaml
 
 from embedlab.watch import names
 from tests.unit.test_watch_runner import MockPool, families, watch_on
 
-HERE = Path(__file__).parent
 METRIC = re.compile(r"\bembedlab_watch_[a-z_]+\b")
 
 
@@ -53,28 +48,3 @@ def test_the_dashboard_reads_its_prometheus_from_a_variable() -> None:
     assert [v["name"] for v in dashboard["templating"]["list"]] == ["datasource"]
     assert all(p["datasource"]["uid"] == "${datasource}" and p["targets"] for p in dashboard["panels"])
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
-
-
-def _promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        pytest.fail(
-            "promtool is missing: `make test` installs Debian's prometheus (apt-get install prometheus)"
-        )
-    return found
-
-
-def test_promtool_checks_the_rules() -> None:
-    proc = subprocess.run(
-        [_promtool(), "check", "rules", str(names.RULES_FILE)], capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 4 rules found" in proc.stdout + proc.stderr
-
-
-def test_promtool_unit_tests_the_alerts() -> None:
-    # The failing verdict fires the alert at once and clears it with the verdict.
-    proc = subprocess.run(
-        [_promtool(), "test", "rules", "watch_rules_test.yml"], capture_output=True, text=True, cwd=HERE
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
