@@ -59,15 +59,18 @@ class WorkerSpec:
 
     @property
     def runs_vllm(self) -> bool:
-        """embedlab's worker runs its vllm engine (a server that runs vLLM says so itself)."""
-        return self.server == "embedlab" and engine_traits(self.engine).runs_vllm
+        """Its engine runs vLLM (whether its server runs that engine, or is vLLM itself, the
+        server says: `worker_server.runs_vllm`)."""
+        return engine_traits(self.engine).runs_vllm
 
     def __post_init__(self) -> None:
         if not self.model:
             raise ConfigError("a worker needs a model name")
         if self.weight <= 0:
             raise ConfigError(f"worker weight must be positive, got {self.weight}")
-        if self.model_path is None and self.server == "embedlab" and engine_traits(self.engine).needs_model:
+        # By the engine's trait alone: a spec's engine is the hash one unless it says otherwise,
+        # and a server of its own gets a model directory from the plan (`worker_server.model_dir`).
+        if self.model_path is None and engine_traits(self.engine).needs_model:
             raise ConfigError(f"the {self.engine} engine needs a model_path")
         ports = self.metrics_ports
         if isinstance(ports, bool) or not isinstance(ports, int) or ports < 1:

@@ -1,23 +1,34 @@
-"""What a stack is: how it starts its frontend and workers, and what it can do, declared.
+"""What a stack is: how it starts its frontend and workers, and what it can do, each said once.
 
-A stack subclasses `BaseStack`, says how to start its processes (`frontend`, `worker`)
-and how to see them registered (`health_url`, `dispatchable_endpoints`), and overrides
-the defaults where it differs. What it can do is data on the class (`discoveries`,
-`multi_host`, `live_weights`, `drains`, `asserts_failover`, ...): the harness and the
-scenarios read that, never the stack's name. A stack object is stateless; what one run
-needs (ports it reserved, worker URLs) lives in that run's `StackContext.state`.
+A stack subclasses `BaseStack`, says how to start its processes (`frontend`, `worker`) and
+how to see them registered (`health_url`, `dispatchable_endpoints`), and overrides the
+defaults where it differs. What it can do beyond that it says by defining the hook, as a
+pluggy plugin implements a hook: a stack that defines `drain` and `resume` drains (it is
+a `Drains`), one that defines `set_weights` has live weights (`LiveWeights`), and so on for
+`without_retries` (`SwitchesRetries`), `canary_env` (`SendsCanaries`) and `backend_counts`
+(`CountsBackends`). No flag repeats a method: the harness asks `isinstance(stack, Drains)`,
+or `capable(stack, Drains)`, which raises UnsupportedError with the stack's own reason
+(`lacks`). What is no method (where it runs, how it routes, how its workers join) is data
+on the class, read by the harness and the scenarios, never the stack's name.
+
+A stack object is stateless: what one run needs (ports it reserved, worker URLs) is the
+typed dataclass its `prepare()` returns, which the run's context carries as `ctx.state`.
+The stacks share code by holding parts (`embedlab.stacks.standalone`, `.balancers`), not by
+deriving from each other: each built-in stack derives from `BaseStack` alone.
 """
 
 from __future__ import annotations
 
 import abc
+import enum
 import os
 import secrets
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import httpx
 
@@ -27,19 +38,28 @@ from ..evidence.split import Split
 from .hosts import Host, can_make_namespaces
 from .spec import DeploymentSpec, WorkerSpec
 
-# The key of the workers' per-process metrics ports (index -> ports) in `StackContext.state`.
-METRICS_PORTS = "metrics_ports"
-
 __all__ = [
+    "CAPABILITIES",
     "BaseStack",
-    "embedlab_worker",
+    "CountsBackends",
+    "Drains",
+    "Join",
+    "LiveWeights",
     "ProcessSpec",
+    "SendsCanaries",
     "StackContext",
+    "SwitchesRetries",
+    "capable",
+    "embedlab_worker",
     "openai_models",
+    "prepare_run",
     "router_venv",
     "system_port_env",
     "worker_engine_args",
 ]
+
+StateT = TypeVar("StateT")
+CapabilityT = TypeVar("CapabilityT")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,12 +88,13 @@ class ProcessSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StackContext:
+class StackContext(Generic[StateT]):
     """One run of a stack: its directory, hosts, ports and names, and the state its stack keeps.
 
-    `state` is the stack's own per-run state, filled by its `prepare()` (the ports it
-    reserved, its workers' URLs) and read by its other methods: the stack object itself
-    keeps nothing between runs, so one object serves any number of runs.
+    `state` is the stack's own per-run state: the dataclass its `prepare()` returned (the
+    ports it reserved, its workers' URLs), None before that and for a stack that keeps none.
+    A stack's methods take `StackContext[ItsState]`; the stack object itself keeps nothing
+    between runs, so one object serves any number of runs.
     """
 
     spec: DeploymentSpec
@@ -85,7 +106,10 @@ class StackContext:
     reserve: Callable[[], int]  # a free port, released when the run stops
     system_ports: tuple[int, ...] = ()
     python: str = sys.executable
-    state: dict[str, Any] = field(default_factory=dict)
+    state: StateT = cast(Any, None)  # what the stack's prepare() returned
+    # The ports of embedlab workers with a metrics port per ingest process, by worker index:
+    # reserved at the worker's first start, so that one started again binds them again.
+    metrics_ports: dict[int, tuple[int, ...]] = field(default_factory=dict)
     scratch_paths: list[Path] = field(default_factory=list)
     on_scratch: Callable[[Path], None] = lambda path: None  # the deployment's: delete it if the harness dies
 
@@ -108,7 +132,7 @@ class StackContext:
     def metrics_url(self, index: int) -> str:
         """Where worker `index`'s counters are read: its system server, or, for a worker with a
         metrics port per process (`WorkerSpec.metrics_ports`), those ports as `URL+URL`."""
-        ports = self.state.get(METRICS_PORTS, {}).get(index)
+        ports = self.metrics_ports.get(index)
         if not ports:
             return self.system_url(index)
         return "+".join(f"http://{self.host_of(index).address}:{port}" for port in ports)
@@ -119,6 +143,74 @@ class StackContext:
 
     def endpoint(self, index: int) -> str:
         return self.spec.workers[index].endpoint or worker_endpoint(self.namespace, index)
+
+
+class Join(enum.Enum):
+    """How a worker comes to its frontend's notice: what a stack needs of its workers' server
+    (`BaseStack.workers_join`) and what a server can do (`WorkerServer.joins`)."""
+
+    REGISTERS = "register with embedlab's frontend"
+    DYNAMO = "register with Dynamo's runtime"
+    BY_URL = "are given to the frontend by their URL"
+
+
+# -- what a stack may be able to do: defining the methods is saying so ---------------------
+
+
+@runtime_checkable
+class Drains(Protocol):
+    """Takes a worker out of dispatch while it keeps serving, and puts it back."""
+
+    def drain(self, client: httpx.Client, ctx: StackContext[Any], index: int) -> None: ...
+
+    def resume(self, client: httpx.Client, ctx: StackContext[Any], index: int) -> None: ...
+
+
+@runtime_checkable
+class LiveWeights(Protocol):
+    """Changes its workers' routing weights while it runs."""
+
+    def set_weights(self, client: httpx.Client, ctx: StackContext[Any], weights: Sequence[float]) -> None: ...
+
+
+@runtime_checkable
+class SwitchesRetries(Protocol):
+    """Has frontend arguments that switch its retries off."""
+
+    def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]: ...
+
+
+@runtime_checkable
+class SendsCanaries(Protocol):
+    """Sends health-check canaries to its idle workers, given this environment."""
+
+    def canary_env(self, ctx: StackContext[Any], worker: WorkerSpec) -> dict[str, str]: ...
+
+
+@runtime_checkable
+class CountsBackends(Protocol):
+    """Keeps per-worker counters of its own: what the router says it sent each worker (by index)
+    since it started, the second source of truth beside the workers' own counters."""
+
+    def backend_counts(self, client: httpx.Client, ctx: StackContext[Any]) -> dict[int, float]: ...
+
+
+# Each capability by the name `embedlab stacks` shows (and `lacks` keys its reason by), with
+# what is said when a stack lacks it and gives no reason of its own.
+CAPABILITIES: dict[str, tuple[type, str]] = {
+    "drains": (Drains, "{name} has no API to take a worker out of dispatch"),
+    "live_weights": (LiveWeights, "{name} has no live weights: its workers' weights are fixed at launch"),
+    "retries_switch": (SwitchesRetries, "{name} has no switch for its retries"),
+    "canaries": (SendsCanaries, "{name} has no health-check canaries"),
+    "counts_backends": (CountsBackends, "{name} keeps no per-worker counts"),
+}
+# The old contract's reasons (before issue 29), by what `lacks` keys them by now.
+OLD_REASONS = {
+    "no_drain": "drains",
+    "no_retries_switch": "retries_switch",
+    "no_canaries": "canaries",
+    "no_worker_servers": "worker_servers",
+}
 
 
 class BaseStack(abc.ABC):
@@ -136,22 +228,14 @@ class BaseStack(abc.ABC):
     policies: ClassVar[Mapping[str, Split]] = {}  # router mode -> how a same-model split is judged
     default_policy: ClassVar[str | None] = None  # the mode when the spec names none
     worker_weights: ClassVar[bool] = False  # per-worker weights at launch (`WorkerSpec.weight`)
-    live_weights: ClassVar[bool] = False  # weights changed while it runs: `set_weights`
     model_aware: ClassVar[bool] = True  # routes by the body's `model`: multi-model is a real check
-    # The worker servers it can put behind its frontend (`WorkerSpec.server`), and why not others.
-    worker_servers: ClassVar[tuple[str, ...]] = ("embedlab",)
-    no_worker_servers: ClassVar[str] = ""
+    # How its workers come to the frontend's notice: it runs every worker server that joins so.
+    workers_join: ClassVar[Join] = Join.REGISTERS
     names_worker: ClassVar[bool] = False  # the `x-embedlab-worker` header reaches the client
-    counts_backends: ClassVar[bool] = False  # keeps per-worker counters of its own: `backend_counts`
-
-    # -- what it lets the harness do --------------------------------------------------------
-    drains: ClassVar[bool] = False  # a worker out of dispatch while it serves: `drain`, `resume`
-    no_drain: ClassVar[str] = ""  # why not, in the stack's own words (default: "<name> has no API ...")
-    retries_switch: ClassVar[bool] = False  # `without_retries` gives the arguments that turn them off
-    no_retries_switch: ClassVar[str] = ""  # why not, in the stack's own words
     asserts_failover: ClassVar[bool] = False  # failover's loss and exclusion are asserted, not reported
-    canaries: ClassVar[bool] = False  # health-check canaries on idle workers: `canary_env`
-    no_canaries: ClassVar[str] = ""  # why not, in the stack's own words
+    # Why it lacks a capability, in its own words, by the capability's name (`CAPABILITIES`,
+    # and "worker_servers" for the servers it cannot run).
+    lacks: ClassVar[Mapping[str, str]] = {}
 
     # -- where it comes from (routers) ------------------------------------------------------
     venv: ClassVar[str | None] = None  # its own venv under .routers/ (`make routers`); None: the workbench's
@@ -162,19 +246,19 @@ class BaseStack(abc.ABC):
     # -- what every stack must say ----------------------------------------------------------
 
     @abc.abstractmethod
-    def frontend(self, ctx: StackContext) -> ProcessSpec:
+    def frontend(self, ctx: StackContext[Any]) -> ProcessSpec:
         """The frontend's process; `ready_url` where readiness is not `<frontend>/health` answering 200."""
 
     @abc.abstractmethod
-    def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
+    def worker(self, ctx: StackContext[Any], index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
         """Worker `index`'s process; its system server listens on `system_port` (see `system_port_env`)."""
 
     @abc.abstractmethod
-    def health_url(self, ctx: StackContext) -> str:
+    def health_url(self, ctx: StackContext[Any]) -> str:
         """The frontend's page that lists the instances it dispatches to."""
 
     @abc.abstractmethod
-    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
+    def dispatchable_endpoints(self, ctx: StackContext[Any], health: Any) -> set[str]:
         """Endpoint paths (`ns.comp.ep`) the frontend would dispatch to now, read from `health_url`'s JSON."""
 
     # -- defaults ---------------------------------------------------------------------------
@@ -208,30 +292,46 @@ class BaseStack(abc.ABC):
             )
         if not self.worker_weights and any(w.weight != 1.0 for w in spec.workers):
             raise ConfigError(f"{self.display} has no per-worker weights; leave every weight at 1")
-        if spec.canaries and not self.canaries:
+        if spec.canaries and not isinstance(self, SendsCanaries):
             raise ConfigError(
-                (self.no_canaries or f"{self.display} sends its workers no health-check canaries")
+                self.reason("canaries", f"{self.display} sends its workers no health-check canaries")
                 + "; leave canaries off, or pick a stack that has them (`embedlab stacks` lists them)"
             )
+
+    def reason(self, capability: str, default: str = "") -> str:
+        """Why this stack lacks `capability`, in its own words (`lacks`), else `default` or the
+        general sentence of `CAPABILITIES`."""
+        if capability in self.lacks:
+            return self.lacks[capability]
+        old = next((o for o, c in OLD_REASONS.items() if c == capability), "")
+        if getattr(self, old, ""):  # a class of the old contract (stack_check warns of it)
+            return str(getattr(self, old))
+        general = CAPABILITIES[capability][1].format(name=self.name) if capability in CAPABILITIES else ""
+        return default or general
 
     def namespace(self, spec: DeploymentSpec) -> str:
         """The run's namespace: the spec's, else a unique one, so that two runs never share one."""
         return spec.namespace or f"embedlab{secrets.token_hex(4)}"
 
-    def prepare(self, ctx: StackContext) -> dict[str, str]:
-        """Fill `ctx.state` (ports, URLs) and make per-run files; returns environment for every process."""
+    def prepare(self, ctx: StackContext[Any]) -> Any:
+        """Reserve what one run needs (ports, URLs) and make its files; returns the run's state,
+        a dataclass of the stack's own, which its other methods read as `ctx.state` (None: none)."""
+        return None
+
+    def env(self, ctx: StackContext[Any]) -> dict[str, str]:
+        """The environment every process of the prepared run gets."""
         return {}
 
-    def services(self, ctx: StackContext) -> list[ProcessSpec]:
+    def services(self, ctx: StackContext[Any]) -> list[ProcessSpec]:
         """Processes the frontend and workers need up first (etcd), each with its `ready_url`."""
         return []
 
-    def join(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+    def join(self, client: httpx.Client, ctx: StackContext[Any], index: int) -> None:
         """Tell the frontend of worker `index`, which answers now (started or started again), where
         workers join through the frontend's own API rather than registering themselves."""
         return None
 
-    def listed_models(self, client: httpx.Client, ctx: StackContext) -> set[str] | None:
+    def listed_models(self, client: httpx.Client, ctx: StackContext[Any]) -> set[str] | None:
         """The models the frontend lists (/v1/models), or None where it lists none of its own."""
         return openai_models(client, ctx)
 
@@ -244,29 +344,9 @@ class BaseStack(abc.ABC):
         policy = self.policy(router_mode)
         return self.policies[policy] if policy is not None else Split.WEIGHTS
 
-    def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        """Take worker `index` out of dispatch while it keeps serving; UnsupportedError where impossible."""
-        raise UnsupportedError(self.no_drain or f"{self.name} has no API to take a worker out of dispatch")
-
-    def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        """Put a drained worker back."""
-        raise UnsupportedError(self.no_drain or f"{self.name} has no API to take a worker back")
-
-    def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
-        """Frontend arguments that switch the frontend's retries off; UnsupportedError where it has no switch."""
-        raise UnsupportedError(self.no_retries_switch or f"{self.name} has no switch for its retries")
-
-    def direct_url(self, client: httpx.Client, ctx: StackContext, index: int) -> str | None:
+    def direct_url(self, client: httpx.Client, ctx: StackContext[Any], index: int) -> str | None:
         """Worker `index`'s own HTTP /v1/embeddings base URL, bypassing the frontend; None where it has none."""
         return None
-
-    def set_weights(self, client: httpx.Client, ctx: StackContext, weights: Sequence[float]) -> None:
-        """Give worker i routing weight `weights[i]`, live; UnsupportedError where the frontend cannot."""
-        raise UnsupportedError(f"{self.name} has no live weights: its workers' weights are fixed at launch")
-
-    def canary_env(self, ctx: StackContext, worker: WorkerSpec) -> dict[str, str]:
-        """The environment that gives `worker` canaries while it idles; UnsupportedError where none."""
-        raise UnsupportedError(self.no_canaries or f"{self.name} has no health-check canaries")
 
     def failover_watch_s(self, spec: DeploymentSpec) -> float:
         """How long failover watches for the dead instance to leave dispatch."""
@@ -276,17 +356,11 @@ class BaseStack(abc.ABC):
         """The frontend's own version where no Python `package` names it (None: ask the package)."""
         return None
 
-    def backend_counts(self, client: httpx.Client, ctx: StackContext) -> dict[int, float] | None:
-        """Requests the router says it sent to each worker (by index) since it started, from its own
-        per-backend counters; None where it keeps none. The second source of truth beside the
-        workers' own counters."""
-        return None
-
     def lease_ttl_s(self, spec: DeploymentSpec) -> float | None:
         """The lease a dead instance outlives in dispatch, where failover judges against it (else None)."""
         return None
 
-    def etcd_url(self, ctx: StackContext) -> str | None:
+    def etcd_url(self, ctx: StackContext[Any]) -> str | None:
         """The run's etcd client URL on loopback, where it runs one (what `etcd.discovered` lists)."""
         return None
 
@@ -296,7 +370,8 @@ class BaseStack(abc.ABC):
 
     @classmethod
     def capabilities(cls) -> dict[str, Any]:
-        """What the class declares, as plain data: `embedlab stacks` prints it."""
+        """What the class says of itself, as plain data: `embedlab stacks` prints it (with the
+        worker servers it runs, which the registry adds: `stack_registry.describe_stack`)."""
         return {
             "name": cls.name,
             "discoveries": list(cls.discoveries),
@@ -304,20 +379,45 @@ class BaseStack(abc.ABC):
             "policies": {policy: str(split) for policy, split in cls.policies.items()},
             "default_policy": cls.default_policy,
             "worker_weights": cls.worker_weights,
-            "live_weights": cls.live_weights,
             "model_aware": cls.model_aware,
             "names_worker": cls.names_worker,
-            "worker_servers": list(cls.worker_servers),
-            "counts_backends": cls.counts_backends,
-            "drains": cls.drains,
-            "retries_switch": cls.retries_switch,
+            "workers_join": cls.workers_join.name.lower(),
             "asserts_failover": cls.asserts_failover,
-            "canaries": cls.canaries,
+            **{name: issubclass(cls, protocol) for name, (protocol, _) in CAPABILITIES.items()},
             "venv": cls.venv,
             "pins": list(cls.pins),
             "package": cls.package,
             "in_battery": cls.in_battery,
         }
+
+
+def capable(stack: BaseStack, capability: Callable[..., CapabilityT]) -> CapabilityT:
+    """`stack` as one that has `capability` (`Drains`, ...), else UnsupportedError with its reason.
+
+    (`capability` is typed as a callable: mypy takes no protocol class where `type[T]` is asked.)
+    """
+    if isinstance(stack, cast(type, capability)):
+        return cast(CapabilityT, stack)
+    name = next((n for n, (protocol, _) in CAPABILITIES.items() if protocol is capability), "")
+    raise UnsupportedError(
+        stack.reason(name) if name else f"{stack.name} is no {getattr(capability, '__name__', '')}"
+    )
+
+
+def prepare_run(stack: BaseStack, ctx: StackContext[Any]) -> tuple[StackContext[Any], dict[str, str]]:
+    """The run prepared: its context, carrying the state `stack.prepare` returned, and the
+    environment of its every process."""
+    state = stack.prepare(ctx)
+    if isinstance(state, Mapping):  # the contract before issue 29: prepare returned the environment
+        warnings.warn(
+            f"{type(stack).__qualname__}.prepare returns a mapping: return the run's state (a dataclass) "
+            "and give the environment from env(ctx)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return ctx, dict(state)
+    ready = replace(ctx, state=state)
+    return ready, stack.env(ready)
 
 
 def router_venv(name: str) -> Path:
@@ -326,12 +426,12 @@ def router_venv(name: str) -> Path:
     return Path(root) / name
 
 
-def openai_models(client: httpx.Client, ctx: StackContext) -> set[str]:
+def openai_models(client: httpx.Client, ctx: StackContext[Any]) -> set[str]:
     return {m["id"] for m in client.get(f"{ctx.frontend_url}/v1/models").json().get("data", [])}
 
 
 def embedlab_worker(
-    ctx: StackContext,
+    ctx: StackContext[Any],
     index: int,
     worker: WorkerSpec,
     system_port: int,
@@ -354,15 +454,14 @@ def embedlab_worker(
     return ProcessSpec(role="worker", worker=index, argv=argv, env=system_port_env(system_port))
 
 
-def process_metrics_args(ctx: StackContext, index: int, worker: WorkerSpec) -> list[str]:
+def process_metrics_args(ctx: StackContext[Any], index: int, worker: WorkerSpec) -> list[str]:
     """`--api-processes N --process-metrics-ports P,...` for a worker with a metrics port per
     ingest process; the ports are reserved once per run, so a restarted worker binds them again."""
     if worker.metrics_ports == 1:
         return []
-    ports = ctx.state.setdefault(METRICS_PORTS, {})
-    if index not in ports:
-        ports[index] = [ctx.reserve() for _ in range(worker.metrics_ports)]
-    listed = ",".join(map(str, ports[index]))
+    if index not in ctx.metrics_ports:
+        ctx.metrics_ports[index] = tuple(ctx.reserve() for _ in range(worker.metrics_ports))
+    listed = ",".join(map(str, ctx.metrics_ports[index]))
     return ["--api-processes", str(worker.metrics_ports), "--process-metrics-ports", listed]
 
 

@@ -35,7 +35,7 @@ from ..defaults import (
     RESTART_WINDOW_S,
     STARTUP_TIMEOUT_S,
 )
-from ..engines import ENGINES
+from ..engines import ENGINES, engine_traits
 from ..engines.models import model_names, resolve_model_path
 from ..errors import ConfigError, EmbedlabError, UnsupportedError
 from ..evidence.metrics import MetricQuery
@@ -248,8 +248,11 @@ class ScenarioPlan:
     def attached(self) -> bool:
         return bool(self.frontend_url)
 
-    # embedlab's hash workers: no model directory anywhere (an unknown worker server fails here).
-    hashes = property(lambda self: self.engine == "hash" and not is_foreign(self.worker_server))
+    # Workers whose engine loads no model (embedlab's hash engine): no model directory anywhere
+    # (an unknown worker server fails here).
+    hashes = property(
+        lambda self: not engine_traits(self.engine).needs_model and not is_foreign(self.worker_server)
+    )
 
     def resolved(self) -> ScenarioPlan:
         """This plan with the fields left unset filled: the scenario's values, then embedlab's."""
