@@ -9,7 +9,8 @@
     supervisor  the restart policy       events     Event, EventLog; LaunchReport
                 (outages, steering and the supervisor take the launcher, never the deployment)
     placement   each process's run folder, GPU and vLLM settings, decided before it starts
-    stack       the stack contract: BaseStack, ProcessSpec, StackContext
+    stack       the stack contract: BaseStack, ProcessSpec, StackContext (carrying the state
+                prepare() returns), Join, the capabilities (Drains, LiveWeights, ...), capable
     stack_check what a stack class must be to join; stack_registry: STACKS by name
     worker_server  what runs behind a frontend, one replica per worker: the WorkerServer
                 contract, WORKER_SERVERS by name, and what the cluster and the scenarios ask of them

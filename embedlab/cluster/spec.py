@@ -109,7 +109,7 @@ class DeploymentSpec:
     # Host 0 is the harness's own; hosts 1..N-1 are network namespaces the run creates.
     hosts: int = 1
     discovery: str = DISCOVERY  # file (one host), or etcd, which the run starts (where the stack has it)
-    # Dynamo's canary health checks on every worker, where the stack has them (`BaseStack.canaries`).
+    # Dynamo's canary health checks on every worker, where the stack sends them (`SendsCanaries`).
     canaries: bool = False
 
     def __post_init__(self) -> None:

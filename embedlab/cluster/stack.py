@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import httpx
 
@@ -213,9 +213,39 @@ OLD_REASONS = {
 }
 
 
-class BaseStack(abc.ABC):
+def _old_flag(cls: type, name: str) -> bool:
+    """The old contract's flag `name` (`drains`, ...), read from a class that no longer sets it:
+    what its methods say, with a DeprecationWarning."""
+    if name not in CAPABILITIES:
+        raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}")
+    protocol = CAPABILITIES[name][0]
+    warnings.warn(
+        f"{cls.__name__}.{name} is deprecated: a stack that has it is a {protocol.__name__} "
+        f"(isinstance(stack, embedlab.{protocol.__name__}), issubclass for a class)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return issubclass(cls, protocol)
+
+
+class _StackType(abc.ABCMeta):
+    """BaseStack's metaclass, for readers of the old contract: `stack_class(name).drains` still
+    answers (deprecated). Hidden from type checkers, which then flag any other unknown name."""
+
+    if not TYPE_CHECKING:
+
+        def __getattr__(cls, name: str) -> bool:
+            return _old_flag(cls, name)
+
+
+class BaseStack(metaclass=_StackType):
     """A stack's defaults. Subclasses define the four abstract methods and override the rest
     where they differ; `register_stack` checks both when the class joins the registry."""
+
+    if not TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> bool:
+            return _old_flag(type(self), name)
 
     name: ClassVar[str] = ""
     title: ClassVar[str] = ""  # how messages name it; default "the <name> stack"

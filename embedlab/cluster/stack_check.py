@@ -28,7 +28,7 @@ __all__ = ["check_stack_class"]
 _KNOWN_LACKS = {*CAPABILITIES, "worker_servers"}
 
 
-def _methods(cls: type) -> dict[str, Callable[..., object]]:
+def _methods() -> dict[str, Callable[..., object]]:
     """What the harness may call on any stack, and on one with each capability: name -> its spec."""
     methods: dict[str, Callable[..., object]] = {
         name: value
@@ -96,7 +96,7 @@ def check_stack_class(name: str, cls: object) -> None:
         )
     wrong = [
         why
-        for method, spec in _methods(cls).items()
+        for method, spec in _methods().items()
         if _defines(cls, method) and (why := _signature_mismatch(cls, method, spec))
     ]
     if wrong:
@@ -134,7 +134,7 @@ def _check_capabilities(name: str, cls: type[BaseStack]) -> None:
                 f"stack {name!r}: {cls.__qualname__} gives a reason it lacks {capability}, yet defines "
                 f"{', '.join(methods)}"
             )
-        flag = getattr(cls, capability, None)
+        flag = next((vars(c)[capability] for c in cls.__mro__ if capability in vars(c)), None)
         if isinstance(flag, bool):  # the old contract's flag
             if flag and not has:
                 raise ConfigError(

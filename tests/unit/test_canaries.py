@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ from embedlab.defaults import (
 )
 from embedlab.evidence.metrics import MetricQuery, parse_snapshot
 from embedlab.serving.worker.dynamo import Canaries
-from embedlab.stacks.dynamo import DynamoStack
+from embedlab.stacks.dynamo import DynamoRun, DynamoStack
 
 from .stub_stacks import Minimal, context_for
 
@@ -82,7 +83,8 @@ def _context(spec: DeploymentSpec, tmp_path: Path) -> StackContext:
 
 def _worker_env(tmp_path: Path, *, canaries: bool, server: str = "embedlab") -> dict[str, str]:
     spec = DeploymentSpec(stack="dynamo", canaries=canaries, workers=(WorkerSpec(model="m", server=server),))
-    ctx = _context(spec, tmp_path)
+    # As prepared on file discovery (prepare itself wants Dynamo installed).
+    ctx = replace(_context(spec, tmp_path), state=DynamoRun(tmp=tmp_path, file_kv=tmp_path))
     return DynamoStack().worker(ctx, 0, spec.workers[0], ctx.system_ports[0]).env
 
 

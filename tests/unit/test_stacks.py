@@ -164,7 +164,10 @@ class Stateful(Minimal):
         (ReasonForWhatItHas, "stack 'bad': ReasonForWhatItHas gives a reason it lacks live_weights, yet"),
         (WrongDrainSignature, r"drain\(ctx, index\) should take \(client, ctx, index\)"),
         (PinsNoVenv, "stack 'bad': a venv of its own is built from its pins"),
-        (Stateful, r"stack 'bad': Stateful keeps _urls on the object; .* prepare\(\) returns \(StackContext.state\)"),
+        (
+            Stateful,
+            r"stack 'bad': Stateful keeps _urls on the object; .* prepare\(\) returns \(StackContext.state\)",
+        ),
     ],
 )
 def test_a_class_that_cannot_be_a_stack_is_refused_when_it_joins(cls: type, message: str) -> None:
@@ -384,3 +387,12 @@ def test_an_old_prepare_that_returns_the_environment_still_runs_with_a_warning(t
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         prepare_run(Minimal(), context_for(spec, tmp_path, iter(range(3300, 3400))))
+
+
+def test_the_old_flags_still_answer_when_read_with_a_deprecation_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="EmbeddedStack.live_weights is deprecated: .* LiveWeights"):
+        assert stack_class("embedded").live_weights is True  # type: ignore[attr-defined]
+    with pytest.warns(DeprecationWarning, match="drains is deprecated"):
+        assert get_stack("litellm").drains is False  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        stack_class("embedded").no_such_flag  # type: ignore[attr-defined]  # noqa: B018
