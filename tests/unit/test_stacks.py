@@ -39,6 +39,8 @@ from embedlab.cluster.stack_registry import (
     stack_class,
     stacks_with,
 )
+from embedlab.cluster.worker_server import WORKER_SERVERS
+from embedlab.engines import ENGINES
 from embedlab.stacks import dynamo
 from embedlab.stacks.routers import RouterRun, VllmRouterStack
 
@@ -396,3 +398,23 @@ def test_the_old_flags_still_answer_when_read_with_a_deprecation_warning() -> No
         assert get_stack("litellm").drains is False  # type: ignore[attr-defined]
     with pytest.raises(AttributeError):
         stack_class("embedded").no_such_flag  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_no_module_compares_a_worker_server_or_an_engine_with_its_name() -> None:
+    """Engines and worker servers are chosen by their traits (`engine_traits`, `runs_engine`,
+    `joins`), never by name: `server == "embedlab"`, `engine == "hash"` are found by the AST."""
+    names = set(ENGINES.names()) | set(WORKER_SERVERS.names())
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            about = any(
+                "engine" in getattr(s, "attr", getattr(s, "id", ""))
+                or "server" in getattr(s, "attr", getattr(s, "id", ""))
+                for s in sides
+            )
+            if about and any(isinstance(s, ast.Constant) and s.value in names for s in sides):
+                found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}")
+    assert not found, found
