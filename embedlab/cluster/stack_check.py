@@ -68,9 +68,8 @@ def _signature_mismatch(cls: type, method: str, spec: Callable[..., object]) -> 
 
 
 def _defines(cls: type, method: str) -> bool:
-    return callable(getattr(cls, method, None)) and getattr(cls, method, None) is not getattr(
-        BaseStack, method, None
-    )
+    value = getattr(cls, method, None)
+    return callable(value) and value is not getattr(BaseStack, method, None)
 
 
 def check_stack_class(name: str, cls: object) -> None:
