@@ -13,6 +13,7 @@ from typing import Any
 
 from ..defaults import (
     DISCOVERY,
+    ENGINE,
     LEASE_TTL_S,
     METRIC,
     RESTART_BACKOFF_S,
@@ -20,6 +21,7 @@ from ..defaults import (
     RESTART_WINDOW_S,
     STACK,
     STARTUP_TIMEOUT_S,
+    WORKER_SERVER,
 )
 from ..engines import engine_traits
 from ..errors import ConfigError
@@ -33,7 +35,7 @@ class WorkerSpec:
     """One worker. Its index in `DeploymentSpec.workers` is its index in every check."""
 
     model: str
-    engine: str = "hash"
+    engine: str = ENGINE
     model_path: Path | str | None = None
     endpoint: str | None = None  # default: <namespace>.embed-worker-<n>.generate
     weight: float = 1.0
@@ -44,7 +46,7 @@ class WorkerSpec:
     # The program the worker runs (`cluster.worker_server`): embedlab's own worker ("embedlab",
     # with `engine`), "vllm-serve", "infinity" (both serve `model_path`), or "dynamo-vllm":
     # Dynamo's own `python -m dynamo.vllm --embedding-worker`.
-    server: str = "embedlab"
+    server: str = WORKER_SERVER
     # Metrics ports of one worker: 1, or one per ingest process of embedlab's worker
     # (`--api-processes N`, each process counting its own requests on a port of its own, as
     # Dynamo's multi-process embedding workers do); the checks sum them.
@@ -149,7 +151,7 @@ class DeploymentSpec:
         model: str = "embed-model",
         *,
         workers: int = 2,
-        engine: str = "hash",
+        engine: str = ENGINE,
         model_path: Path | str | None = None,
         weights: Sequence[float] | None = None,
         stack: str = STACK,
@@ -169,7 +171,7 @@ class DeploymentSpec:
         cls,
         models: Sequence[str],
         *,
-        engine: str = "hash",
+        engine: str = ENGINE,
         model_paths: Sequence[Path | str | None] | None = None,
         stack: str = STACK,
         **options: Any,
@@ -188,7 +190,7 @@ class DeploymentSpec:
         *,
         replicas: int | Sequence[int] = 2,
         weights: Sequence[float] | None = None,
-        engine: str = "hash",
+        engine: str = ENGINE,
         model_paths: Sequence[Path | str | None] | None = None,
         stack: str = STACK,
         **options: Any,

@@ -28,12 +28,15 @@ from ..cluster.worker_server import (
 from ..defaults import (
     CANARY_WAIT_S,
     DISCOVERY,
+    ENGINE,
     LEASE_TTL_S,
     METRIC,
     RESTART_BACKOFF_S,
     RESTART_LIMIT,
     RESTART_WINDOW_S,
+    STACK,
     STARTUP_TIMEOUT_S,
+    WORKER_SERVER,
 )
 from ..engines import ENGINES, engine_traits
 from ..engines.models import model_names, resolve_model_path
@@ -86,14 +89,12 @@ class ScenarioPlan:
     """
 
     scenario: str
-    stack: str = knob(
-        "embedded", "the stack: embedlab's own frontend, dynamo, or a router", choices=STACKS.names
-    )
+    stack: str = knob(STACK, "the stack: embedlab's own frontend, dynamo, or a router", choices=STACKS.names)
     engine: str = knob(
-        "hash", "embedlab's worker's engine (a worker server of its own has none)", choices=_engines
+        ENGINE, "embedlab's worker's engine (a worker server of its own has none)", choices=_engines
     )
     worker_server: str = knob(
-        "embedlab", "what each worker runs: embedlab's worker, vllm serve, Infinity, ...", choices=_servers
+        WORKER_SERVER, "what each worker runs: embedlab's worker, vllm serve, Infinity, ...", choices=_servers
     )
     models: tuple[str, ...] = knob(
         (), "model names; worker i serves models[i] in a per-model scenario (none: embed-model, or model-a and "
