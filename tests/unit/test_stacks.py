@@ -334,6 +334,9 @@ def test_a_stack_of_the_old_contract_joins_with_a_deprecation_warning(registered
         capable(stack, SwitchesRetries)
 
 
+CAPS = {"drains", "live_weights", "retries_switch", "canaries", "counts_backends"}
+
+
 def test_what_each_builtin_stack_can_do_is_what_it_defines() -> None:
     """Read from the methods, as `embedlab stacks` shows it: the table the flags once gave."""
     has = {
@@ -350,9 +353,6 @@ def test_what_each_builtin_stack_can_do_is_what_it_defines() -> None:
         "haproxy": ["counts_backends", "drains", "retries_switch"],
         "nginx": ["drains", "retries_switch"],
     }
-
-
-CAPS = {"drains", "live_weights", "retries_switch", "canaries", "counts_backends"}
 
 
 def test_no_builtin_stack_derives_from_another() -> None:
