@@ -79,8 +79,14 @@ _EXPORTS: dict[str, str] = {
     "DeploymentSpec": "cluster.spec",
     "WorkerSpec": "cluster.spec",
     "BaseStack": "cluster.stack",
+    "CountsBackends": "cluster.stack",
+    "Drains": "cluster.stack",
+    "Join": "cluster.stack",
+    "LiveWeights": "cluster.stack",
     "ProcessSpec": "cluster.stack",
+    "SendsCanaries": "cluster.stack",
     "StackContext": "cluster.stack",
+    "SwitchesRetries": "cluster.stack",
     "register_stack": "cluster.stack_registry",
     "stack_class": "cluster.stack_registry",
     "WorkerServer": "cluster.worker_server",
@@ -137,8 +143,14 @@ if TYPE_CHECKING:
     from .cluster.spec import DeploymentSpec as DeploymentSpec, WorkerSpec as WorkerSpec
     from .cluster.stack import (
         BaseStack as BaseStack,
+        CountsBackends as CountsBackends,
+        Drains as Drains,
+        Join as Join,
+        LiveWeights as LiveWeights,
         ProcessSpec as ProcessSpec,
+        SendsCanaries as SendsCanaries,
         StackContext as StackContext,
+        SwitchesRetries as SwitchesRetries,
     )
     from .cluster.stack_registry import register_stack as register_stack, stack_class as stack_class
     from .cluster.worker_server import (

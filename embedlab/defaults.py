@@ -93,6 +93,8 @@ def api_processes_for(cores: int) -> int:
 
 # -- harness ------------------------------------------------------------------------------------
 STACK = "embedded"  # the stack a spec runs when it names none: embedlab's own frontend
+ENGINE = "hash"  # the engine of embedlab's worker when a spec names none: no model to load
+WORKER_SERVER = "embedlab"  # what a worker runs when a spec names none: embedlab's own worker
 FAIRNESS_ALPHA = 0.001  # a same-model split with a p-value below this does not fit the weights
 # The quiet window before a burst's first request and after its last response (settled): no
 # request of embedlab's is in flight, so a counter that moves there counts someone else's.

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .. import defaults
-from ..defaults import EXIT_FAILED
+from ..defaults import EXIT_FAILED, WORKER_SERVER
 from .serve import positive_float
 
 __all__ = ["add_conformance"]
@@ -31,7 +31,7 @@ def add_conformance(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("outputs"), help="runs go to OUT/<run-id>/")
     p.add_argument(
         "--worker-servers",
-        default="embedlab",
+        default=WORKER_SERVER,
         help="comma-separated worker servers, each stack in front of each: embedlab, vllm-serve, infinity, "
         "tei (rows STACK+SERVER; their own section of the Markdown)",
     )

@@ -52,13 +52,13 @@ def describe(caps: dict[str, Any]) -> str:
 
 
 def _run_stacks(args: argparse.Namespace) -> int:
-    from ..cluster.stack_registry import STACKS, router_venvs
+    from ..cluster.stack_registry import STACKS, describe_stack, router_venvs
 
     if args.venvs:
         for venv, pins in router_venvs().items():
             print("\t".join((venv, *pins)))
         return 0
-    listed = {name: STACKS.get(name).capabilities() | {"name": name} for name in STACKS.names()}
+    listed = {name: describe_stack(name) for name in STACKS.names()}
     if args.json:
         print(json.dumps(listed, indent=2))
     else:

@@ -9,7 +9,9 @@
     supervisor  the restart policy       events     Event, EventLog; LaunchReport
                 (outages, steering and the supervisor take the launcher, never the deployment)
     placement   each process's run folder, GPU and vLLM settings, decided before it starts
-    stack       the stack contract: BaseStack, ProcessSpec, StackContext
+    stack       the stack contract: BaseStack, the capabilities (Drains, LiveWeights, ...), capable
+    stack_context  what a run gives a stack: StackContext (carrying the state prepare() returns),
+                ProcessSpec, Join, and how any stack starts embedlab's worker
     stack_check what a stack class must be to join; stack_registry: STACKS by name
     worker_server  what runs behind a frontend, one replica per worker: the WorkerServer
                 contract, WORKER_SERVERS by name, and what the cluster and the scenarios ask of them

@@ -44,7 +44,7 @@ from .ports import release_port, reserve_port
 from .process import ManagedProcess
 from .processes import Processes
 from .spec import DeploymentSpec
-from .stack import StackContext
+from .stack import CountsBackends, StackContext, prepare_run
 from .stack_registry import get_stack
 from .steering import Steering
 from .supervisor import Supervisor
@@ -179,7 +179,7 @@ class Deployment:
             endpoints=tuple(map(self.endpoint, range(len(self.system_urls))))
             if self.stack.names_worker and names_worker(self.spec)
             else (),
-            router_counts=self.backend_counts if self.stack.counts_backends else None,
+            router_counts=self.backend_counts if isinstance(self.stack, CountsBackends) else None,
         )
 
     def endpoint(self, index: int) -> str:
@@ -210,6 +210,8 @@ class Deployment:
 
     def backend_counts(self) -> dict[int, float] | None:
         """What the router's own per-backend counters say it sent each worker (None where it keeps none)."""
+        if not isinstance(self.stack, CountsBackends):
+            return None
         with clients.client(timeout=5.0) as client:
             return self.stack.backend_counts(client, self._context())
 
@@ -280,9 +282,8 @@ class Deployment:
             on_scratch=keep_scratch,
         )
         check_servers(self.stack, spec)  # a worker server the stack cannot run: unsupported, with why
-        launcher = Launcher(
-            self.stack, self._ctx, report=self._report, prepared=self.stack.prepare(self._ctx)
-        )
+        self._ctx, env = prepare_run(self.stack, self._ctx)  # the context now carries the stack's state
+        launcher = Launcher(self.stack, self._ctx, report=self._report, prepared=env)
         self._launcher = launcher
         self._outages = Outages(launcher, self.network, self.events)
         self._steering = Steering(launcher, self.events)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..defaults import (
     DISCOVERY,
+    ENGINE,
     LEASE_TTL_S,
     METRIC,
     RESTART_BACKOFF_S,
@@ -20,6 +21,7 @@ from ..defaults import (
     RESTART_WINDOW_S,
     STACK,
     STARTUP_TIMEOUT_S,
+    WORKER_SERVER,
 )
 from ..engines import engine_traits
 from ..errors import ConfigError
@@ -33,7 +35,7 @@ class WorkerSpec:
     """One worker. Its index in `DeploymentSpec.workers` is its index in every check."""
 
     model: str
-    engine: str = "hash"
+    engine: str = ENGINE
     model_path: Path | str | None = None
     endpoint: str | None = None  # default: <namespace>.embed-worker-<n>.generate
     weight: float = 1.0
@@ -44,7 +46,7 @@ class WorkerSpec:
     # The program the worker runs (`cluster.worker_server`): embedlab's own worker ("embedlab",
     # with `engine`), "vllm-serve", "infinity" (both serve `model_path`), or "dynamo-vllm":
     # Dynamo's own `python -m dynamo.vllm --embedding-worker`.
-    server: str = "embedlab"
+    server: str = WORKER_SERVER
     # Metrics ports of one worker: 1, or one per ingest process of embedlab's worker
     # (`--api-processes N`, each process counting its own requests on a port of its own, as
     # Dynamo's multi-process embedding workers do); the checks sum them.
@@ -59,15 +61,18 @@ class WorkerSpec:
 
     @property
     def runs_vllm(self) -> bool:
-        """embedlab's worker runs its vllm engine (a server that runs vLLM says so itself)."""
-        return self.server == "embedlab" and engine_traits(self.engine).runs_vllm
+        """Its engine runs vLLM (whether its server runs that engine, or is vLLM itself, the
+        server says: `worker_server.runs_vllm`)."""
+        return engine_traits(self.engine).runs_vllm
 
     def __post_init__(self) -> None:
         if not self.model:
             raise ConfigError("a worker needs a model name")
         if self.weight <= 0:
             raise ConfigError(f"worker weight must be positive, got {self.weight}")
-        if self.model_path is None and self.server == "embedlab" and engine_traits(self.engine).needs_model:
+        # By the engine's trait alone: a spec's engine is the hash one unless it says otherwise,
+        # and a server of its own gets a model directory from the plan (`worker_server.model_dir`).
+        if self.model_path is None and engine_traits(self.engine).needs_model:
             raise ConfigError(f"the {self.engine} engine needs a model_path")
         ports = self.metrics_ports
         if isinstance(ports, bool) or not isinstance(ports, int) or ports < 1:
@@ -106,7 +111,7 @@ class DeploymentSpec:
     # Host 0 is the harness's own; hosts 1..N-1 are network namespaces the run creates.
     hosts: int = 1
     discovery: str = DISCOVERY  # file (one host), or etcd, which the run starts (where the stack has it)
-    # Dynamo's canary health checks on every worker, where the stack has them (`BaseStack.canaries`).
+    # Dynamo's canary health checks on every worker, where the stack sends them (`SendsCanaries`).
     canaries: bool = False
 
     def __post_init__(self) -> None:
@@ -146,7 +151,7 @@ class DeploymentSpec:
         model: str = "embed-model",
         *,
         workers: int = 2,
-        engine: str = "hash",
+        engine: str = ENGINE,
         model_path: Path | str | None = None,
         weights: Sequence[float] | None = None,
         stack: str = STACK,
@@ -166,7 +171,7 @@ class DeploymentSpec:
         cls,
         models: Sequence[str],
         *,
-        engine: str = "hash",
+        engine: str = ENGINE,
         model_paths: Sequence[Path | str | None] | None = None,
         stack: str = STACK,
         **options: Any,
@@ -185,7 +190,7 @@ class DeploymentSpec:
         *,
         replicas: int | Sequence[int] = 2,
         weights: Sequence[float] | None = None,
-        engine: str = "hash",
+        engine: str = ENGINE,
         model_paths: Sequence[Path | str | None] | None = None,
         stack: str = STACK,
         **options: Any,

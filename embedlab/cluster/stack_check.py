@@ -1,39 +1,49 @@
 """A stack is checked when it joins the registry, not when a run first calls what it lacks.
 
 pluggy holds every hook implementation against its spec at registration, argument names
-included; this does the same for a stack class against `BaseStack`: it must subclass it,
-define the four abstract methods, keep no state on its objects (a run's goes in
-`StackContext.state`), take the arguments the harness passes to each method it overrides
-(by name, in order), and declare only what it defines (`drains` with `drain`
-and `resume`, `live_weights` with `set_weights`, `retries_switch` with `without_retries`,
-`canaries` with `canary_env`, `pins` with a `venv`). Each refusal is a `ConfigError` that names the stack and what is wrong.
+included; this does the same for a stack class against `BaseStack` and the capability
+protocols (`Drains`, `LiveWeights`, ...): it must subclass `BaseStack`, define the four
+abstract methods, keep no state on its objects (a run's is what `prepare()` returns), take
+the arguments the harness passes to each method it defines (by name, in order), define a
+capability's methods all or none (`drain` with `resume`), and give reasons (`lacks`) only
+for what it lacks. Each refusal is a `ConfigError` that names the stack and what is wrong.
+
+The contract before issue 29 stated each capability twice, a flag beside the method
+(`drains = True` beside `drain`): a class that still sets such a flag joins with a
+DeprecationWarning where the flag says what its methods say, and is refused where it does not.
 """
 
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable
 
 from ..errors import ConfigError
 from .spec import DISCOVERY_BACKENDS
-from .stack import BaseStack
+from .stack import CAPABILITIES, OLD_REASONS, BaseStack
 
 __all__ = ["check_stack_class"]
 
-# Declared capability -> the methods a class that declares it must define itself.
-_DECLARED = {
-    "drains": ("drain", "resume"),
-    "live_weights": ("set_weights",),
-    "retries_switch": ("without_retries",),
-    "canaries": ("canary_env",),
-}
+_KNOWN_LACKS = {*CAPABILITIES, "worker_servers"}
 
 
-def _methods() -> list[str]:
-    """BaseStack's public methods: what the harness may call on any stack."""
+def _methods() -> dict[str, Callable[..., object]]:
+    """What the harness may call on any stack, and on one with each capability: name -> its spec."""
+    methods: dict[str, Callable[..., object]] = {
+        name: value
+        for name, value in vars(BaseStack).items()
+        if not name.startswith("_") and inspect.isfunction(value)
+    }
+    for protocol, _ in CAPABILITIES.values():
+        methods.update({name: getattr(protocol, name) for name in _protocol_methods(protocol)})
+    return methods
+
+
+def _protocol_methods(protocol: type) -> list[str]:
     return [
         name
-        for name, value in vars(BaseStack).items()
+        for name, value in vars(protocol).items()
         if not name.startswith("_") and inspect.isfunction(value)
     ]
 
@@ -42,9 +52,9 @@ def _parameters(function: Callable[..., object]) -> list[inspect.Parameter]:
     return list(inspect.signature(function).parameters.values())[1:]
 
 
-def _signature_mismatch(cls: type, method: str) -> str | None:
+def _signature_mismatch(cls: type, method: str, spec: Callable[..., object]) -> str | None:
     """Why `cls.method` cannot take what the harness passes to it, or None where it can."""
-    expected = _parameters(getattr(BaseStack, method))
+    expected = _parameters(spec)
     try:
         got = _parameters(getattr(cls, method))
     except (TypeError, ValueError):
@@ -58,7 +68,8 @@ def _signature_mismatch(cls: type, method: str) -> str | None:
 
 
 def _defines(cls: type, method: str) -> bool:
-    return getattr(cls, method, None) is not getattr(BaseStack, method)
+    value = getattr(cls, method, None)
+    return callable(value) and value is not getattr(BaseStack, method, None)
 
 
 def check_stack_class(name: str, cls: object) -> None:
@@ -80,23 +91,16 @@ def check_stack_class(name: str, cls: object) -> None:
     if kept:
         raise ConfigError(
             f"stack {name!r}: {cls.__qualname__} keeps {', '.join(kept)} on the object; one object serves "
-            "every run, so per-run state goes in StackContext.state (filled by prepare)"
+            "every run, so per-run state is the dataclass prepare() returns (StackContext.state)"
         )
     wrong = [
-        why for method in _methods() if _defines(cls, method) and (why := _signature_mismatch(cls, method))
+        why
+        for method, spec in _methods().items()
+        if _defines(cls, method) and (why := _signature_mismatch(cls, method, spec))
     ]
     if wrong:
         raise ConfigError(f"stack {name!r}: {cls.__qualname__}: {'; '.join(wrong)}")
-    for flag, methods in _DECLARED.items():
-        declared, defined = bool(getattr(cls, flag)), all(_defines(cls, m) for m in methods)
-        if declared and not defined:
-            raise ConfigError(
-                f"stack {name!r}: {cls.__qualname__} declares {flag} but does not define {', '.join(methods)}"
-            )
-        if defined and not declared:
-            raise ConfigError(
-                f"stack {name!r}: {cls.__qualname__} defines {', '.join(methods)} but does not declare {flag} = True"
-            )
+    _check_capabilities(name, cls)
     unknown = [d for d in cls.discoveries if d not in DISCOVERY_BACKENDS]
     if unknown or not cls.discoveries:
         raise ConfigError(
@@ -109,4 +113,58 @@ def check_stack_class(name: str, cls: object) -> None:
     if bool(cls.venv) != bool(cls.pins):
         raise ConfigError(
             f"stack {name!r}: a venv of its own is built from its pins; give both `venv` and `pins`, or neither"
+        )
+
+
+def _check_capabilities(name: str, cls: type[BaseStack]) -> None:
+    """A capability's methods all or none; reasons only for what it lacks; old flags that agree."""
+    for capability, (protocol, _) in CAPABILITIES.items():
+        methods = _protocol_methods(protocol)
+        defined = [m for m in methods if _defines(cls, m)]
+        if defined and len(defined) < len(methods):
+            rest = [m for m in methods if m not in defined]
+            raise ConfigError(
+                f"stack {name!r}: {cls.__qualname__} defines {', '.join(defined)} but not {', '.join(rest)}: "
+                f"a stack that is a {protocol.__name__} defines {', '.join(methods)}"
+            )
+        has = bool(defined)
+        if capability in cls.lacks and has:
+            raise ConfigError(
+                f"stack {name!r}: {cls.__qualname__} gives a reason it lacks {capability}, yet defines "
+                f"{', '.join(methods)}"
+            )
+        flag = next((vars(c)[capability] for c in cls.__mro__ if capability in vars(c)), None)
+        if isinstance(flag, bool):  # the old contract's flag
+            if flag and not has:
+                raise ConfigError(
+                    f"stack {name!r}: {cls.__qualname__} declares {capability} but does not define {', '.join(methods)}"
+                )
+            if has and not flag:
+                raise ConfigError(
+                    f"stack {name!r}: {cls.__qualname__} defines {', '.join(methods)} but declares {capability} = False"
+                )
+            warnings.warn(
+                f"stack {name!r}: the flag {capability} is deprecated: defining {', '.join(methods)} says it "
+                f"(a {protocol.__name__}); drop the flag",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+    unknown = sorted(set(cls.lacks) - _KNOWN_LACKS)
+    if unknown:
+        raise ConfigError(
+            f"stack {name!r}: lacks names {', '.join(unknown)}; it keys reasons by {', '.join(sorted(_KNOWN_LACKS))}"
+        )
+    for old, capability in OLD_REASONS.items():
+        if getattr(cls, old, None):
+            warnings.warn(
+                f"stack {name!r}: {old} is deprecated: give the reason as lacks = {{{capability!r}: ...}}",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+    if getattr(cls, "worker_servers", None) is not None:
+        warnings.warn(
+            f"stack {name!r}: worker_servers is deprecated: a stack runs every worker server that joins "
+            "the way its workers_join says (Join.REGISTERS, Join.DYNAMO, Join.BY_URL)",
+            DeprecationWarning,
+            stacklevel=4,
         )

@@ -6,24 +6,28 @@ contract, `stack.py`, as pluggy's plugins import their host's hook specs). Insta
 entry-point group; `register_stack` adds one at run time (a module named in
 `EMBEDLAB_PLUGINS` may call it). Every class is checked against `BaseStack` when it
 joins (`stack_check.py`). What the rest of embedlab knows of the stacks it reads from here:
-the stacks that have a capability (`stacks_with`), conformance's default list
-(`battery_stacks`), the venvs `make routers` builds and their pins (`router_venvs`: the
-stacks' and the worker servers', `worker_server.py`).
+the stacks that have a capability (`stacks_with(lambda s: issubclass(s, Drains))`),
+what `embedlab stacks` shows of each (`describe_stack`: the class's capabilities and the
+worker servers it runs), conformance's default list (`battery_stacks`), the venvs
+`make routers` builds and their pins (`router_venvs`: the stacks' and the worker servers',
+`worker_server.py`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..errors import ConfigError
 from ..plugins import Registry
 from .stack import BaseStack
 from .stack_check import check_stack_class
-from .worker_server import server_venvs
+from .worker_server import server_venvs, servers_of
 
 __all__ = [
     "STACKS",
     "battery_stacks",
+    "describe_stack",
     "get_stack",
     "register_stack",
     "router_venvs",
@@ -66,8 +70,16 @@ def get_stack(name: str) -> BaseStack:
 
 
 def stacks_with(has: Callable[[type[BaseStack]], bool]) -> list[str]:
-    """The registered stacks whose class `has` what is asked (`lambda s: s.multi_host`), in order."""
+    """The registered stacks whose class `has` what is asked (`lambda s: s.multi_host`,
+    `lambda s: issubclass(s, LiveWeights)`), in order."""
     return [name for name in STACKS.names() if has(STACKS.get(name))]
+
+
+def describe_stack(name: str) -> dict[str, Any]:
+    """What `embedlab stacks` shows of stack `name`: its class's capabilities, under the name it
+    is registered by, and the registered worker servers it runs (those that join its way)."""
+    cls = STACKS.get(name)
+    return cls.capabilities() | {"name": name, "worker_servers": servers_of(cls)}
 
 
 def battery_stacks() -> list[str]:

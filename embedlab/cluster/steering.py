@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, DrainError
 from ..evidence import clients
+from .stack import Drains, LiveWeights, capable
 
 if TYPE_CHECKING:
     from .events import EventLog
@@ -36,12 +37,12 @@ class Steering:
     def drain(self, index: int, *, timeout: float = 30.0) -> None:
         """Take worker `index` out of dispatch while it keeps serving, and wait until the frontend
         says so (UnsupportedError where the stack has no way, DrainError where it does not take)."""
-        self._change(index, self._launcher.stack.drain, listed=False, timeout=timeout)
+        self._change(index, capable(self._launcher.stack, Drains).drain, listed=False, timeout=timeout)
         self._events.record("drain", f"worker {index}")
 
     def resume(self, index: int, *, timeout: float = 30.0) -> None:
         """Put a drained worker back, and wait until the frontend dispatches to it again."""
-        self._change(index, self._launcher.stack.resume, listed=True, timeout=timeout)
+        self._change(index, capable(self._launcher.stack, Drains).resume, listed=True, timeout=timeout)
         self._events.record("resume", f"worker {index}")
 
     def _change(self, index: int, change: Callable[..., None], *, listed: bool, timeout: float) -> None:
@@ -73,5 +74,7 @@ class Steering:
         # A frontend's registry wants the token it was started with, where one is set.
         headers = {"Authorization": f"Bearer {launcher.token}"} if launcher.token else None
         with clients.client(timeout=5.0, headers=headers) as client:
-            launcher.stack.set_weights(client, launcher.context, [float(w) for w in weights])
+            capable(launcher.stack, LiveWeights).set_weights(
+                client, launcher.context, [float(w) for w in weights]
+            )
         launcher.processes.set_weights(weights)

@@ -11,15 +11,18 @@ given its model directory, served name and port), how it is seen ready (`/health
 200), the counter that counts each request it received exactly once (`metric`) and what
 its other counters count instead (`miscounts`), where its OpenAI routes are (`prefix`), and
 the venv it runs from where it has one of its own (built by `make routers`, like the
-routers'). `WorkerSpec.server` names it; a stack says which it can run (`BaseStack.worker_servers`).
+routers'). `WorkerSpec.server` names it. A stack runs every server that joins its frontend the
+way it needs (`joins`, `BaseStack.workers_join`: registering with embedlab's frontend, with
+Dynamo's runtime, or given by URL), and what a server runs is said by traits (`runs_engine`,
+`runs_vllm`, `foreign`), never by its name.
 
 The contract and the registry are the cluster's, as the stacks' are (`stack.py`,
 `stack_registry.py`): the deployment checks a spec's servers and reads their counters,
 the launcher their vLLM settings, the scenarios their models and start-up times, all from
-here. The registry names the built-ins by "module:Class" strings: embedlab's own worker and
-Dynamo's vLLM worker, which their stacks start themselves, are declared below; the foreign
-servers, launched by their argv, are in `embedlab/stacks/foreign_servers.py`, imported
-only when one is asked for.
+here. The registry names the built-ins by "module:Class" strings: embedlab's own worker,
+which every stack starts itself, is declared below; the foreign servers, launched by their
+argv, are in `embedlab/stacks/foreign_servers.py`, and Dynamo's vLLM worker beside the stack
+that runs it (`embedlab/stacks/dynamo.py`), imported only when one is asked for.
 
 What the foreign servers share, and how the stacks use it: each serves its OpenAI routes,
 `/health` and `/metrics` on one HTTP port, so that port is the worker's system URL as well
@@ -33,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..defaults import METRIC, STARTUP_TIMEOUT_S
 from ..engines.models import model_names, resolve_model_path
@@ -41,7 +44,7 @@ from ..errors import ConfigError, UnsupportedError
 from ..evidence.metrics import MetricQuery
 from ..plugins import Registry
 from .spec import DeploymentSpec, WorkerSpec
-from .stack import BaseStack, ProcessSpec, StackContext, router_venv
+from .stack import BaseStack, Join, ProcessSpec, StackContext, router_venv
 
 __all__ = [
     "WORKER_SERVERS",
@@ -57,6 +60,7 @@ __all__ = [
     "runs_vllm",
     "server_of",
     "server_venvs",
+    "servers_of",
     "spec_metric",
     "startup_timeout",
     "workers_text",
@@ -72,6 +76,7 @@ class Replica:
     host: str
     port: int  # its HTTP port: the OpenAI routes, /health and /metrics
     python: str  # the workbench's interpreter (a server without a venv of its own runs there)
+    endpoint: str = ""  # its endpoint path, for a server that registers it (Dynamo's runtime)
 
     @property
     def model_path(self) -> str:
@@ -91,9 +96,12 @@ class WorkerServer:
     # Other counters a user may pick, and what they count instead of requests.
     miscounts: ClassVar[Mapping[str, str]] = {}
     prefix: ClassVar[str] = "/v1"  # where its OpenAI routes are, as launched here
-    foreign: ClassVar[bool] = True  # not embedlab's own worker: a stack launches it by its argv
+    foreign: ClassVar[bool] = True  # serves a model directory of its own, launched by its argv
+    # How it comes to a frontend's notice: a stack runs it where its `workers_join` is among these.
+    joins: ClassVar[frozenset[Join]] = frozenset({Join.BY_URL})
     names_worker: ClassVar[bool] = False  # its answers carry `x-embedlab-worker`
-    runs_vllm: ClassVar[bool] = False  # the run's vLLM settings apply (cache, a core per worker)
+    runs_engine: ClassVar[bool] = False  # it runs the spec's embedlab engine (`WorkerSpec.engine`)
+    runs_vllm: ClassVar[bool] = False  # it is vLLM: the run's vLLM settings apply (cache, a core per worker)
     venv: ClassVar[str | None] = None  # its own venv under .routers/ (`make routers`)
     pins: ClassVar[tuple[str, ...]] = ()
     package: ClassVar[str | None] = None  # the distribution whose version the matrix shows
@@ -122,7 +130,7 @@ class WorkerServer:
     def argv(self, replica: Replica) -> list[str]:
         raise ConfigError(self.no_launch or f"{self.display} is not launched by embedlab")
 
-    def env(self, ctx: StackContext, replica: Replica) -> dict[str, str]:
+    def env(self, ctx: StackContext[Any], replica: Replica) -> dict[str, str]:
         """Its own environment, beyond the run's (`ctx.scratch` makes what must go with the run)."""
         return {}
 
@@ -150,6 +158,7 @@ class WorkerServer:
             "miscounts": dict(cls.miscounts),
             "prefix": cls.prefix,
             "names_worker": cls.names_worker,
+            "joins": sorted(join.name.lower() for join in cls.joins),
             "launchable": cls.launchable,
             "venv": cls.venv,
             "pins": list(cls.pins),
@@ -159,25 +168,16 @@ class WorkerServer:
 
 class EmbedlabServer(WorkerServer):
     """embedlab's own worker, `embedlab worker` (or `embedlab dynamo-worker` on Dynamo): each
-    stack starts it with its own arguments (`cluster.stack.embedlab_worker`)."""
+    stack starts it with its own arguments (`cluster.stack.embedlab_worker`), its engine the spec's."""
 
     name = "embedlab"
     title = "embedlab's worker"
     counts = "each request the worker received, before it is decoded, every status (its system port)"
     foreign = False
+    joins = frozenset(Join)  # it registers with embedlab's frontend, with Dynamo's, or listens on a port
     names_worker = True
+    runs_engine = True
     package = "embedlab"
-
-
-class DynamoVllmServer(WorkerServer):
-    """Dynamo's own vLLM worker (`python -m dynamo.vllm --embedding-worker`), on the dynamo stack only."""
-
-    name = "dynamo-vllm"
-    title = "Dynamo's vLLM worker"
-    counts = "each request its endpoint received (Dynamo's runtime counts it, before decoding)"
-    foreign = False  # the dynamo stack starts it itself (`dynamo_vllm_argv`)
-    runs_vllm = True
-    package = "ai-dynamo"
 
 
 WORKER_SERVERS: Registry[type[WorkerServer]] = Registry(
@@ -188,7 +188,7 @@ WORKER_SERVERS: Registry[type[WorkerServer]] = Registry(
         "vllm-serve": "embedlab.stacks.foreign_servers:VllmServe",
         "infinity": "embedlab.stacks.foreign_servers:Infinity",
         "tei": "embedlab.stacks.foreign_servers:Tei",
-        "dynamo-vllm": "embedlab.cluster.worker_server:DynamoVllmServer",
+        "dynamo-vllm": "embedlab.stacks.dynamo:DynamoVllmServer",
     },
     check=lambda name, cls: _check_server(name, cls),
 )
@@ -216,8 +216,9 @@ def names_worker(spec: DeploymentSpec) -> bool:
 
 
 def runs_vllm(worker: WorkerSpec) -> bool:
-    """vLLM runs in the worker: embedlab's vllm engine, or a server that is vLLM."""
-    return worker.runs_vllm or server_of(worker).runs_vllm
+    """vLLM runs in the worker: a server that is vLLM, or one that runs the spec's engine, vllm."""
+    server = server_of(worker)
+    return server.runs_vllm or (server.runs_engine and worker.runs_vllm)
 
 
 def server_venvs() -> dict[str, tuple[str, ...]]:
@@ -264,7 +265,7 @@ DEFAULT_MODEL = "tiny-bert"
 
 
 def is_foreign(name: str) -> bool:
-    """Worker server `name` is not embedlab's worker (it serves a model directory of its own)."""
+    """Worker server `name` serves a model directory of its own (it is not embedlab's worker)."""
     return WORKER_SERVERS.get(name).foreign
 
 
@@ -301,14 +302,21 @@ def check_servers(stack: BaseStack, spec: DeploymentSpec) -> None:
         )
     for name in dict.fromkeys(w.server for w in spec.workers):
         server = WORKER_SERVERS.get(name)()
-        if name not in stack.worker_servers:
-            why = stack.no_worker_servers or f"{stack.display} runs {', '.join(stack.worker_servers)} workers"
+        if stack.workers_join not in server.joins:
+            why = stack.reason(
+                "worker_servers", f"{stack.display} runs workers that {stack.workers_join.value}"
+            )
             raise UnsupportedError(f"{why}; not {server.display}")
         if not server.launchable:
             raise UnsupportedError(server.no_launch)
 
 
-def foreign_worker(ctx: StackContext, index: int, worker: WorkerSpec, *, port: int) -> ProcessSpec:
+def servers_of(stack: type[BaseStack]) -> list[str]:
+    """The registered worker servers `stack` can run: those that join the way it needs."""
+    return [name for name in WORKER_SERVERS.names() if stack.workers_join in WORKER_SERVERS.get(name).joins]
+
+
+def foreign_worker(ctx: StackContext[Any], index: int, worker: WorkerSpec, *, port: int) -> ProcessSpec:
     """Worker `index` as its server starts it, listening on `port` of the run's host."""
     server = server_of(worker)
     replica = Replica(index=index, worker=worker, host=ctx.host, port=port, python=ctx.python)

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..cluster.stack_registry import battery_stacks
 from ..cluster.worker_server import WORKER_SERVERS
-from ..defaults import CELL_TIMEOUT_S
+from ..defaults import CELL_TIMEOUT_S, WORKER_SERVER
 from ..jsonio import write_json
 from ..plugins import child_env
 from ..scenarios.battery import BATTERY, Cell, ConformanceTable, cell_text, check_battery, stack_versions
@@ -39,7 +39,7 @@ from .run_report import write_junit
 
 __all__ = ["ConformanceRun", "conformance", "row_label", "write_servers_markdown"]
 
-EMBEDLAB = "embedlab"  # the worker server of the main matrix's rows
+EMBEDLAB = WORKER_SERVER  # the worker server of the main matrix's rows: its rows carry no suffix
 
 
 def row_label(stack: str, server: str) -> str:

@@ -21,6 +21,7 @@ import httpx
 from ..cluster.deployment import Deployment
 from ..cluster.events import Event
 from ..cluster.spec import WorkerSpec
+from ..cluster.worker_server import server_of
 from ..defaults import QUIET_WINDOW_S, WORKER_HEADER
 from ..errors import ConfigError, CounterResetError, ScrapeError, TrafficError
 from ..evidence import clients
@@ -99,7 +100,7 @@ def workers_of(deployment: Deployment | Target) -> list[WorkerInfo]:
 
 def _engine(spec: WorkerSpec) -> str:
     """What computes a worker's embeddings: its engine, or the worker kind that brings its own."""
-    return spec.engine if spec.server == "embedlab" else spec.server
+    return spec.engine if server_of(spec).runs_engine else spec.server
 
 
 def served_models(frontend_url: str) -> list[str]:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..cluster.stack import LiveWeights
 from ..cluster.stack_registry import stack_class, stacks_with
 from ..defaults import FAIRNESS_ALPHA
 from ..errors import ConfigError
@@ -84,8 +85,8 @@ def check_explore(
     weight, a count below 1, or live weights on a stack without them.
     """
     workers = plan.resolved().workers
-    if not stack_class(plan.stack).live_weights:
-        live = ", ".join(stacks_with(lambda s: s.live_weights))
+    if not issubclass(stack_class(plan.stack), LiveWeights):
+        live = ", ".join(stacks_with(lambda s: issubclass(s, LiveWeights)))
         raise ConfigError(f"live weight changes need a stack with live weights ({live}), not {plan.stack!r}")
     for name, value in (("bursts", bursts), ("sweep_requests", sweep_requests)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

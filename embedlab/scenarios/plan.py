@@ -27,14 +27,17 @@ from ..cluster.worker_server import (
 from ..defaults import (
     CANARY_WAIT_S,
     DISCOVERY,
+    ENGINE,
     LEASE_TTL_S,
     METRIC,
     RESTART_BACKOFF_S,
     RESTART_LIMIT,
     RESTART_WINDOW_S,
+    STACK,
     STARTUP_TIMEOUT_S,
+    WORKER_SERVER,
 )
-from ..engines import ENGINES
+from ..engines import ENGINES, engine_traits
 from ..engines.models import model_names, resolve_model_path
 from ..errors import ConfigError, EmbedlabError, UnsupportedError
 from ..evidence.metrics import MetricQuery
@@ -86,14 +89,12 @@ class ScenarioPlan:
     """
 
     scenario: str
-    stack: str = knob(
-        "embedded", "the stack: embedlab's own frontend, dynamo, or a router", choices=STACKS.names
-    )
+    stack: str = knob(STACK, "the stack: embedlab's own frontend, dynamo, or a router", choices=STACKS.names)
     engine: str = knob(
-        "hash", "embedlab's worker's engine (a worker server of its own has none)", choices=_engines
+        ENGINE, "embedlab's worker's engine (a worker server of its own has none)", choices=_engines
     )
     worker_server: str = knob(
-        "embedlab", "what each worker runs: embedlab's worker, vllm serve, Infinity, ...", choices=_servers
+        WORKER_SERVER, "what each worker runs: embedlab's worker, vllm serve, Infinity, ...", choices=_servers
     )
     models: tuple[str, ...] = knob(
         (), "model names; worker i serves models[i] in a per-model scenario (none: embed-model, or model-a and "
@@ -256,8 +257,11 @@ class ScenarioPlan:
     def attached(self) -> bool:
         return bool(self.frontend_url)
 
-    # embedlab's hash workers: no model directory anywhere (an unknown worker server fails here).
-    hashes = property(lambda self: self.engine == "hash" and not is_foreign(self.worker_server))
+    # Workers whose engine loads no model (embedlab's hash engine): no model directory anywhere
+    # (an unknown worker server fails here).
+    hashes = property(
+        lambda self: not engine_traits(self.engine).needs_model and not is_foreign(self.worker_server)
+    )
 
     def resolved(self) -> ScenarioPlan:
         """This plan with the fields left unset filled: the scenario's values, then embedlab's."""

@@ -8,6 +8,9 @@ config, never a page of the balancer's own.
 
 Settings a run may change come as `frontend_args` pairs (`--retries 0`), each stack
 naming the ones it reads; anything else is a ConfigError before anything starts.
+
+A balancer stack is a `Balancer` part (its Debian binary, its switches, its config folder)
+combined with the standalone workers it fronts (`standalone.StandaloneWorkers`).
 """
 
 from __future__ import annotations
@@ -15,18 +18,16 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
-
-import httpx
+from typing import Any
 
 from ..cluster.spec import DeploymentSpec
 from ..cluster.stack import StackContext
 from ..errors import ConfigError
-from .routers import RouterStack
 
-__all__ = ["BalancerStack", "Pool", "error_json", "models_json", "pools_of"]
+__all__ = ["Balancer", "Pool", "error_json", "models_json", "pools_of"]
 
 # Names that go into config files and map files as they are: no quoting, no escaping.
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*")
@@ -61,39 +62,43 @@ def error_json(message: str, *, type: str = "invalid_request_error", param: str 
     return json.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
 
 
-class BalancerStack(RouterStack):
-    """A load balancer from Debian in front of standalone workers: its binary, its config, its pools."""
+@dataclass(frozen=True)
+class Balancer:
+    """A load balancer from Debian, for the stack named `stack`: its binary (found on PATH, sbin
+    included, or where Debian puts it), the Debian package that has it, and the `frontend_args`
+    switches it reads, each with its default."""
 
-    binary = ""  # the command, found on PATH (sbin included) or where Debian puts it
-    deb = ""  # the Debian package that has it
-    switches: ClassVar[dict[str, str]] = {}  # frontend_args this stack reads -> their default
+    stack: str
+    binary: str
+    deb: str
+    switches: Mapping[str, str] = field(default_factory=dict)
 
-    def _binary(self, relative: str = "") -> str:
+    def program(self) -> str:
         for folder in ("/usr/sbin", "/usr/bin", "/usr/local/sbin"):
             path = Path(folder) / self.binary
             if path.exists():
                 return str(path)
         raise ConfigError(
-            f"the {self.name} stack needs Debian's {self.deb}: `make test` and `make run` install it "
+            f"the {self.stack} stack needs Debian's {self.deb}: `make test` and `make run` install it "
             f"(or apt-get install -y {self.deb})"
         )
 
-    def frontend_version(self) -> str | None:
+    def version(self) -> str | None:
         """`haproxy -v` / `nginx -v`, first line: a Debian binary has no Python package to ask."""
         try:
-            proc = subprocess.run([self._binary(), "-v"], capture_output=True, text=True, timeout=10)
+            proc = subprocess.run([self.program(), "-v"], capture_output=True, text=True, timeout=10)
         except (ConfigError, OSError, subprocess.SubprocessError):
             return None
         line = (proc.stdout or proc.stderr).strip().splitlines()[:1]
         found = re.search(r"(\d+\.\d+\.\d+)", line[0]) if line else None
-        return f"{self.name} {found.group(1)}" if found else None
+        return f"{self.stack} {found.group(1)}" if found else None
 
     def check(self, spec: DeploymentSpec) -> None:
-        super().check(spec)
+        """Model names it can write into its config, and switches it reads."""
         for model in spec.models:
             if not MODEL_NAME.fullmatch(model):
                 raise ConfigError(
-                    f"the {self.name} stack writes model names into its config: {model!r} may hold only "
+                    f"the {self.stack} stack writes model names into its config: {model!r} may hold only "
                     "letters, digits and . _ : / @ + -"
                 )
         self.settings(spec)
@@ -106,21 +111,15 @@ class BalancerStack(RouterStack):
             flag = args.pop(0)
             if flag not in self.switches or not args:
                 known = ", ".join(f"{k} VALUE" for k in self.switches) or "none"
-                raise ConfigError(f"the {self.name} stack reads these frontend args: {known}; got {flag!r}")
+                raise ConfigError(f"the {self.stack} stack reads these frontend args: {known}; got {flag!r}")
             values[flag] = args.pop(0)
         return values
 
-    def prepare(self, ctx: StackContext) -> dict[str, str]:
-        ctx.scratch(self.conf_dir(ctx)).mkdir(parents=True, exist_ok=True)
-        return super().prepare(ctx)
-
-    def conf_dir(self, ctx: StackContext) -> Path:
+    def conf_dir(self, ctx: StackContext[Any]) -> Path:
         """Where the balancer's config, sockets and temp files live: under the run dir, nowhere else."""
-        return ctx.run_dir / self.name
+        return ctx.run_dir / self.stack
 
-    def address(self, ctx: StackContext, index: int) -> str:
-        """Worker `index`'s request port as `host:port`."""
-        return self.worker_urls(ctx)[index].removeprefix("http://")
-
-    def listed_models(self, client: httpx.Client, ctx: StackContext) -> set[str] | None:
-        return None  # its /v1/models is the config's own list, answered whatever is live
+    def make_conf_dir(self, ctx: StackContext[Any]) -> Path:
+        path = ctx.scratch(self.conf_dir(ctx))
+        path.mkdir(parents=True, exist_ok=True)
+        return path

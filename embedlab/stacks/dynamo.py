@@ -4,6 +4,10 @@ Discovery is file (a fresh folder per run, one host) or etcd (a server the run s
 with leases of the spec's `lease_ttl`), over the TCP request plane: no NATS either way.
 Every listener binds its own host's address: loopback on one host, the run's private
 addresses across several (Dynamo would bind the primary NIC by default).
+
+Its workers register with Dynamo's runtime (`Join.DYNAMO`): embedlab's worker, as
+`embedlab dynamo-worker` with the spec's engine, or Dynamo's own vLLM worker, declared here
+(`DynamoVllmServer`), which the worker servers' registry names.
 """
 
 from __future__ import annotations
@@ -13,13 +17,15 @@ import json
 import math
 import os
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ..cluster.etcd import etcd_argv
 from ..cluster.hosts import Host
 from ..cluster.spec import DeploymentSpec, WorkerSpec
-from ..cluster.stack import BaseStack, ProcessSpec, StackContext, system_port_env, worker_engine_args
+from ..cluster.stack import BaseStack, Join, ProcessSpec, StackContext, system_port_env, worker_engine_args
+from ..cluster.worker_server import Replica, WorkerServer, server_of
 from ..defaults import (
     CANARY_INPUT,
     CANARY_WAIT_ENV,
@@ -37,7 +43,6 @@ from ..evidence.split import Split
 # embedlab router mode -> Dynamo's. Across worker sets of one model Dynamo always picks
 # at random weighted by live instances; the mode chooses inside a set.
 ROUTER_MODES = {"weighted-random": "random", "round-robin": "round-robin", "least-inflight": "least-loaded"}
-ETCD_PORT = "etcd_port"  # the key of its client port in `StackContext.state`, on etcd
 # On file discovery the frontend opens one inotify instance of its own and four per worker
 # endpoint it watches (measured on 1.6.1: 9 with 2 workers, 33 with 8). The kernel allows
 # each user fs.inotify.max_user_instances of them, 128 by default, for all its processes
@@ -99,6 +104,31 @@ def dynamo_installed() -> bool:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class DynamoRun:
+    """One run of Dynamo: its temp folder, and its discovery's own: the file store's folder
+    (file discovery) or etcd's client port (etcd)."""
+
+    tmp: Path
+    file_kv: Path | None = None
+    etcd_port: int | None = None
+
+
+class DynamoVllmServer(WorkerServer):
+    """Dynamo's own vLLM worker (`python -m dynamo.vllm --embedding-worker`), on the dynamo stack only."""
+
+    name = "dynamo-vllm"
+    title = "Dynamo's vLLM worker"
+    counts = "each request its endpoint received (Dynamo's runtime counts it, before decoding)"
+    foreign = False  # it serves the models embedlab knows by name, as embedlab's worker does
+    joins = frozenset({Join.DYNAMO})
+    runs_vllm = True
+    package = "ai-dynamo"
+
+    def argv(self, replica: Replica) -> list[str]:
+        return dynamo_vllm_argv(replica.python, replica.worker, replica.endpoint)
+
+
 class DynamoStack(BaseStack):
     """The real Dynamo frontend; on etcd, across simulated hosts; canaries; no drain API, no retries of embeddings."""
 
@@ -111,15 +141,15 @@ class DynamoStack(BaseStack):
     policies: ClassVar[dict[str, Split]] = {mode: Split.WEIGHTS for mode in ROUTER_MODES}
     model_aware = True
     names_worker = False  # its workers answer over Dynamo's TCP request plane: no header of theirs
-    no_drain = "Dynamo 1.6 has no API to take a worker out of dispatch while it keeps serving"
-    retries_switch = True
-    canaries = True
+    workers_join = Join.DYNAMO
+    lacks: ClassVar[dict[str, str]] = {
+        "drains": "Dynamo 1.6 has no API to take a worker out of dispatch while it keeps serving",
+        "worker_servers": (
+            "Dynamo's frontend routes only to workers that register with Dynamo's runtime (embedlab's "
+            "worker, Dynamo's own vLLM worker); a server given by URL never appears in its discovery"
+        ),
+    }
     package = "ai-dynamo"
-    worker_servers = ("embedlab", "dynamo-vllm")
-    no_worker_servers = (
-        "Dynamo's frontend routes only to workers that register with Dynamo's runtime (embedlab's "
-        "worker, Dynamo's own vLLM worker); a server given by URL never appears in its discovery"
-    )
 
     def check(self, spec: DeploymentSpec) -> None:
         super().check(spec)
@@ -139,20 +169,13 @@ class DynamoStack(BaseStack):
                 f"etcd leases last whole seconds: lease_ttl must be at least 1, got {spec.lease_ttl:g}"
             )
 
-    def prepare(self, ctx: StackContext) -> dict[str, str]:
+    def prepare(self, ctx: StackContext[Any]) -> DynamoRun:
         if not dynamo_installed():
             raise ConfigError("the dynamo stack needs ai-dynamo: run `make dynamo` (see the README)")
         # The frontend leaves a tmp*.json behind in $TMPDIR at every start: keep it in the run,
         # which deletes it when it stops.
         tmp = ctx.scratch(ctx.run_dir / "tmp")
         tmp.mkdir(parents=True, exist_ok=True)
-        env = {
-            DISCOVERY_ENV: ctx.spec.discovery,
-            REQUEST_PLANE_ENV: REQUEST_PLANE,
-            "DYN_LOG": "warn",
-            "DYN_NAMESPACE": ctx.namespace,
-            "TMPDIR": str(tmp),
-        }
         if ctx.spec.discovery == "file":
             # What other processes of this user hold counts against the same limit: checked
             # when the run starts, since at plan time it may still change.
@@ -163,16 +186,26 @@ class DynamoStack(BaseStack):
                     raise ConfigError(_inotify_refusal(workers, limit, held))
             kv = ctx.scratch(ctx.run_dir / "dynamo-kv")
             kv.mkdir(parents=True, exist_ok=False)  # fresh per run: stale records block other models
-            env["DYN_FILE_KV"] = str(kv)
-        else:
-            ctx.state[ETCD_PORT] = ctx.reserve()
+            return DynamoRun(tmp=tmp, file_kv=kv)
+        return DynamoRun(tmp=tmp, etcd_port=ctx.reserve())
+
+    def env(self, ctx: StackContext[DynamoRun]) -> dict[str, str]:
+        env = {
+            DISCOVERY_ENV: ctx.spec.discovery,
+            REQUEST_PLANE_ENV: REQUEST_PLANE,
+            "DYN_LOG": "warn",
+            "DYN_NAMESPACE": ctx.namespace,
+            "TMPDIR": str(ctx.state.tmp),
+        }
+        if ctx.state.file_kv is not None:
+            env["DYN_FILE_KV"] = str(ctx.state.file_kv)
         return env
 
     def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
         return ()  # it does not retry embedding requests (--migration-limit did not either): its default runs
 
-    def services(self, ctx: StackContext) -> list[ProcessSpec]:
-        port = ctx.state.get(ETCD_PORT)
+    def services(self, ctx: StackContext[DynamoRun]) -> list[ProcessSpec]:
+        port = ctx.state.etcd_port
         if port is None:
             return []
         # Loopback for host 0's own processes; the hub address for the other hosts.
@@ -193,22 +226,22 @@ class DynamoStack(BaseStack):
             )
         ]
 
-    def etcd_url(self, ctx: StackContext) -> str | None:
-        port = ctx.state.get(ETCD_PORT)
+    def etcd_url(self, ctx: StackContext[DynamoRun]) -> str | None:
+        port = ctx.state.etcd_port
         return None if port is None else f"http://127.0.0.1:{port}"
 
-    def _host_env(self, ctx: StackContext, host: Host, *, reach: str) -> dict[str, str]:
+    def _host_env(self, ctx: StackContext[DynamoRun], host: Host, *, reach: str) -> dict[str, str]:
         """Where a process on `host` listens, and how it reaches etcd (`reach`: host 0 as it sees it)."""
         env = {
             "DYN_TCP_RPC_HOST": host.address,
             "DYN_TCP_RESPONSE_STREAM_HOST": host.address,
             SYSTEM_HOST_ENV: host.address,
         }
-        if ETCD_PORT in ctx.state:
-            env["ETCD_ENDPOINTS"] = f"http://{reach}:{ctx.state[ETCD_PORT]}"
+        if ctx.state.etcd_port is not None:
+            env["ETCD_ENDPOINTS"] = f"http://{reach}:{ctx.state.etcd_port}"
         return env
 
-    def frontend(self, ctx: StackContext) -> ProcessSpec:
+    def frontend(self, ctx: StackContext[DynamoRun]) -> ProcessSpec:
         argv = [
             ctx.python,
             "-m",
@@ -226,10 +259,20 @@ class DynamoStack(BaseStack):
         env = self._host_env(ctx, ctx.hosts[0], reach=ctx.host)
         return ProcessSpec(role="frontend", argv=argv + list(ctx.spec.frontend_args), env=env)
 
-    def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
-        endpoint = ctx.endpoint(index)
-        if worker.server == "dynamo-vllm":
-            argv = dynamo_vllm_argv(ctx, worker, endpoint)
+    def worker(
+        self, ctx: StackContext[DynamoRun], index: int, worker: WorkerSpec, system_port: int
+    ) -> ProcessSpec:
+        endpoint, server, host = ctx.endpoint(index), server_of(worker), ctx.host_of(index)
+        if not server.runs_engine:  # a worker of Dynamo's own: its server says how it starts
+            replica = Replica(
+                index=index,
+                worker=worker,
+                host=host.address,
+                port=system_port,
+                python=ctx.python,
+                endpoint=endpoint,
+            )
+            argv = server.argv(replica)
         else:
             argv = [
                 ctx.python,
@@ -242,41 +285,40 @@ class DynamoStack(BaseStack):
                 endpoint,
                 *worker_engine_args(worker),
             ]
-        host = ctx.host_of(index)
         env = {
             **self._host_env(ctx, host, reach=host.hub if host.namespace else ctx.host),
             **system_port_env(system_port),
             **(self.canary_env(ctx, worker) if ctx.spec.canaries else {}),
         }
-        if ETCD_PORT in ctx.state:
+        if ctx.state.etcd_port is not None:
             # The spec's lease is the workers': how long a lost worker stays in dispatch. The
             # frontend keeps Dynamo's default (30 s), since with a short lease of its own it
             # exits at an etcd outage of about half that (measured: 10 s lease, 3 s outage).
             env["ETCD_LEASE_TTL"] = str(math.ceil(ctx.spec.lease_ttl))
         return ProcessSpec(role="worker", worker=index, argv=argv, env=env)
 
-    def canary_env(self, ctx: StackContext, worker: WorkerSpec) -> dict[str, str]:
+    def canary_env(self, ctx: StackContext[Any], worker: WorkerSpec) -> dict[str, str]:
         env = {HEALTH_CHECK_ENABLED_ENV: "true", CANARY_WAIT_ENV: str(CANARY_WAIT_S)}
-        if worker.server == "embedlab":
+        if server_of(worker).runs_engine:
             # Dynamo's own vLLM worker keeps its own payload, one its handler takes.
             env[HEALTH_CHECK_PAYLOAD_ENV] = json.dumps({"input": CANARY_INPUT})
         return env
 
-    def health_url(self, ctx: StackContext) -> str:
+    def health_url(self, ctx: StackContext[DynamoRun]) -> str:
         return f"{ctx.frontend_url}/health"
 
-    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
+    def dispatchable_endpoints(self, ctx: StackContext[DynamoRun], health: Any) -> set[str]:
         return {f"{i['namespace']}.{i['component']}.{i['endpoint']}" for i in health.get("instances", [])}
 
 
-def dynamo_vllm_argv(ctx: StackContext, worker: WorkerSpec, endpoint: str) -> list[str]:
+def dynamo_vllm_argv(python: str, worker: WorkerSpec, endpoint: str) -> list[str]:
     """Dynamo's own vLLM embedding worker, launched exactly as the seed's script does.
 
     Needs `dynamo.vllm` and vLLM installed (GPU machines); CI cannot run it.
     """
     pooling = (worker.pooling or "MEAN").upper()
     argv = [
-        ctx.python,
+        python,
         "-m",
         "dynamo.vllm",
         "--model",

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import httpx
 
 from ..cluster.spec import DeploymentSpec, WorkerSpec
-from ..cluster.stack import BaseStack, ProcessSpec, StackContext, embedlab_worker
+from ..cluster.stack import BaseStack, Join, ProcessSpec, StackContext, embedlab_worker
 from ..defaults import NAMESPACE
 from ..errors import ConfigError
 from ..evidence.split import Split
@@ -27,16 +27,17 @@ class EmbeddedStack(BaseStack):
     }
     default_policy = "weighted-random"
     worker_weights = True
-    live_weights = True
     model_aware = True
     names_worker = True
-    drains = True
-    no_retries_switch = "embedlab's frontend always retries a failed dispatch once, on another instance"
+    workers_join = Join.REGISTERS
     asserts_failover = True  # its leases are embedlab's: zero loss, out of dispatch within 2 TTLs
-    no_worker_servers = (
-        "the embedded frontend routes only to workers that register with it (embedlab's worker); "
-        "a server given by URL never registers"
-    )
+    lacks: ClassVar[dict[str, str]] = {
+        "retries_switch": "embedlab's frontend always retries a failed dispatch once, on another instance",
+        "worker_servers": (
+            "the embedded frontend routes only to workers that register with it (embedlab's worker); "
+            "a server given by URL never registers"
+        ),
+    }
     package = "embedlab"
 
     def namespace(self, spec: DeploymentSpec) -> str:
@@ -48,22 +49,22 @@ class EmbeddedStack(BaseStack):
     def lease_ttl_s(self, spec: DeploymentSpec) -> float | None:
         return spec.lease_ttl
 
-    def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+    def drain(self, client: httpx.Client, ctx: StackContext[None], index: int) -> None:
         # The worker deregisters and keeps serving: a correct frontend sends it nothing more.
         client.post(f"{ctx.system_url(index)}/drain").raise_for_status()
 
-    def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+    def resume(self, client: httpx.Client, ctx: StackContext[None], index: int) -> None:
         client.post(f"{ctx.system_url(index)}/resume").raise_for_status()
 
-    def _instances(self, client: httpx.Client, ctx: StackContext) -> list[dict[str, Any]]:
+    def _instances(self, client: httpx.Client, ctx: StackContext[None]) -> list[dict[str, Any]]:
         health = client.get(self.health_url(ctx)).json()
         return [i for group in health.get("models", {}).values() for i in group]
 
-    def direct_url(self, client: httpx.Client, ctx: StackContext, index: int) -> str | None:
+    def direct_url(self, client: httpx.Client, ctx: StackContext[None], index: int) -> str | None:
         found = [i["address"] for i in self._instances(client, ctx) if i["endpoint"] == ctx.endpoint(index)]
         return found[0] if found else None
 
-    def set_weights(self, client: httpx.Client, ctx: StackContext, weights: Sequence[float]) -> None:
+    def set_weights(self, client: httpx.Client, ctx: StackContext[None], weights: Sequence[float]) -> None:
         """Through the frontend's registry API; `client` carries the run's token, where one is set."""
         instances = {i["endpoint"]: i["instance_id"] for i in self._instances(client, ctx)}
         for index, weight in enumerate(weights):
@@ -75,7 +76,7 @@ class EmbeddedStack(BaseStack):
                 json={"weight": weight},
             ).raise_for_status()
 
-    def frontend(self, ctx: StackContext) -> ProcessSpec:
+    def frontend(self, ctx: StackContext[None]) -> ProcessSpec:
         spec = ctx.spec
         argv = [
             ctx.python,
@@ -95,14 +96,16 @@ class EmbeddedStack(BaseStack):
             argv += ["--seed", str(spec.seed)]
         return ProcessSpec(role="frontend", argv=argv + list(spec.frontend_args))
 
-    def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
+    def worker(
+        self, ctx: StackContext[None], index: int, worker: WorkerSpec, system_port: int
+    ) -> ProcessSpec:
         own = ["--weight", str(worker.weight), "--register-timeout", str(ctx.spec.startup_timeout)]
         return embedlab_worker(ctx, index, worker, system_port, frontend_url=ctx.frontend_url, args=own)
 
-    def health_url(self, ctx: StackContext) -> str:
+    def health_url(self, ctx: StackContext[None]) -> str:
         return f"{ctx.frontend_url}/health"
 
-    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
+    def dispatchable_endpoints(self, ctx: StackContext[None], health: Any) -> set[str]:
         # A suspect instance failed a dispatch; the frontend skips it until it heartbeats again.
         return {
             i["endpoint"]

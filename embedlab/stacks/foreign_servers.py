@@ -12,7 +12,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..cluster.stack import StackContext
 from ..cluster.worker_server import Replica, WorkerServer
@@ -31,7 +31,7 @@ VLLM_MAX_MODEL_LEN = 256
 VLLM_KV_CACHE_BYTES = 64 << 20
 
 
-def _rpc_dir(ctx: StackContext, index: int) -> Path:
+def _rpc_dir(ctx: StackContext[Any], index: int) -> Path:
     """Where a vLLM server puts its ZMQ socket files (vLLM never unlinks them): a folder of the
     run's, or, where that path is too long for a socket (a run dir under pytest's temp dir
     is), a short one in the system temp dir. Either goes when the run stops."""
@@ -96,7 +96,7 @@ class VllmServe(WorkerServer):
             argv += ["--pooler-config", json.dumps({"pooling_type": worker.pooling.upper()})]
         return argv + list(worker.extra_args)
 
-    def env(self, ctx: StackContext, replica: Replica) -> dict[str, str]:
+    def env(self, ctx: StackContext[Any], replica: Replica) -> dict[str, str]:
         return {"VLLM_RPC_BASE_PATH": str(_rpc_dir(ctx, replica.index))}
 
     def state_env(self, state_dir: Path, env: Mapping[str, str]) -> dict[str, str]:

@@ -35,17 +35,19 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..cluster.spec import DeploymentSpec
-from ..cluster.stack import ProcessSpec, StackContext
+from ..cluster.spec import DeploymentSpec, WorkerSpec
+from ..cluster.stack import BaseStack, Join, ProcessSpec, StackContext
 from ..defaults import REQUEST_TIMEOUT_S
 from ..errors import ConfigError, ServerError
 from ..evidence.split import Split
-from .balancers import BalancerStack, error_json, models_json, pools_of
+from .balancers import Balancer, error_json, models_json, pools_of
+from .standalone import Standalone, StandaloneWorkers, snake_case_policy
 
 __all__ = ["HAProxyStack"]
 
@@ -61,14 +63,23 @@ MAX_SOCKET_PATH = 107
 # HAProxy's exporter: responses per server, by status class; health checks are not counted.
 RESPONSES = "haproxy_server_http_responses_total"
 ERRORS = {502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
-# Its run's state (`StackContext.state`): the stats URL, and the runtime API's socket.
-STATS_URL, SOCKET = "haproxy_stats_url", "haproxy_socket"
 
 
-class HAProxyStack(BalancerStack):
+@dataclass(frozen=True, kw_only=True)
+class HAProxyRun:
+    """One run of HAProxy: its workers, its stats page, and its runtime API's socket (as HAProxy
+    binds it, and as a client connects to it)."""
+
+    workers: Standalone
+    stats_url: str
+    bind: str
+    connect: str
+
+
+class HAProxyStack(BaseStack):
     """HAProxy: one backend per model pool, chosen by the body's `model`; runtime-API drain."""
 
-    name = binary = deb = "haproxy"
+    name = "haproxy"
     policies: ClassVar[dict[str, Split]] = {
         "roundrobin": Split.EXACT,
         "static_rr": Split.EXACT,
@@ -77,35 +88,57 @@ class HAProxyStack(BalancerStack):
         "first": Split.REPORT,
     }
     default_policy = "roundrobin"
-    counts_backends = True  # its Prometheus exporter's per-server responses
-    switches: ClassVar[dict[str, str]] = {"--retries": "3"}
-    drains = True
     model_aware = True  # it reads the body's model (json_query) and picks the model's backend
+    names_worker = True  # it passes the worker's `x-embedlab-worker` on
+    workers_join = Join.BY_URL
+    balancer: ClassVar[Balancer] = Balancer(
+        stack="haproxy", binary="haproxy", deb="haproxy", switches={"--retries": "3"}
+    )
+    workers: ClassVar[StandaloneWorkers] = StandaloneWorkers(load_format="vllm")
+
+    def policy(self, router_mode: str | None) -> str | None:
+        return snake_case_policy(router_mode, self.default_policy)
 
     def check(self, spec: DeploymentSpec) -> None:
         super().check(spec)
-        retries = self.settings(spec)["--retries"]
+        self.balancer.check(spec)
+        retries = self.balancer.settings(spec)["--retries"]
         if not retries.isdigit():
             raise ConfigError(f"--retries for the haproxy stack must be a whole number, got {retries!r}")
 
-    def prepare(self, ctx: StackContext) -> dict[str, str]:
-        env = super().prepare(ctx)
+    def frontend_version(self) -> str | None:
+        return self.balancer.version()
+
+    def prepare(self, ctx: StackContext[Any]) -> HAProxyRun:
+        conf = self.balancer.make_conf_dir(ctx)
+        workers = self.workers.prepare(ctx)
         # Its stats page and Prometheus exporter, on a port the run reserves.
-        ctx.state[STATS_URL] = stats = f"http://{ctx.host}:{ctx.reserve()}"
-        path = self.conf_dir(ctx) / "admin.sock"
+        stats = f"http://{ctx.host}:{ctx.reserve()}"
+        path = conf / "admin.sock"
         # The runtime API, as HAProxy binds it and as a client connects to it. A unix socket's
         # path holds at most 107 bytes; a deeper run dir (a regression run's cells can be) gets
         # an abstract socket instead: no file at all, gone with HAProxy.
         if len(os.fsencode(path)) <= MAX_SOCKET_PATH:
-            ctx.state[SOCKET] = (str(path), str(path))
+            bind = connect = str(path)
         else:
             name = f"embedlab-haproxy-{stats.rsplit(':', 1)[1]}-{secrets.token_hex(4)}"
             # HAProxy binds the whole sun_path, the name zero-padded: a client must send the same.
-            ctx.state[SOCKET] = (f"abns@{name}", f"\0{name}".ljust(MAX_SOCKET_PATH + 1, "\0"))
-        return env
+            bind, connect = f"abns@{name}", f"\0{name}".ljust(MAX_SOCKET_PATH + 1, "\0")
+        return HAProxyRun(workers=workers, stats_url=stats, bind=bind, connect=connect)
 
-    def frontend(self, ctx: StackContext) -> ProcessSpec:
-        conf = self.conf_dir(ctx)
+    def worker(
+        self, ctx: StackContext[HAProxyRun], index: int, worker: WorkerSpec, system_port: int
+    ) -> ProcessSpec:
+        return self.workers.process(ctx, ctx.state.workers, index, worker, system_port)
+
+    def direct_url(self, client: httpx.Client, ctx: StackContext[HAProxyRun], index: int) -> str | None:
+        return ctx.state.workers.url(index)
+
+    def listed_models(self, client: httpx.Client, ctx: StackContext[HAProxyRun]) -> set[str] | None:
+        return None  # its /v1/models is the config's own list, answered whatever is live
+
+    def frontend(self, ctx: StackContext[HAProxyRun]) -> ProcessSpec:
+        conf = self.balancer.conf_dir(ctx)
         (conf / "models.json").write_text(models_json(ctx.spec))
         served = ", ".join(dict.fromkeys(ctx.spec.models))
         (conf / "no-model.json").write_text(
@@ -138,13 +171,13 @@ class HAProxyStack(BalancerStack):
         path.write_text(self.config(ctx))
         return ProcessSpec(
             role="frontend",
-            argv=[self._binary(), "-db", "-f", str(path)],
+            argv=[self.balancer.program(), "-db", "-f", str(path)],
             ready_url=f"{ctx.frontend_url}/v1/models",
         )
 
-    def config(self, ctx: StackContext) -> str:
-        conf = self.conf_dir(ctx)
-        retries = int(self.settings(ctx.spec)["--retries"])
+    def config(self, ctx: StackContext[HAProxyRun]) -> str:
+        conf = self.balancer.conf_dir(ctx)
+        retries = int(self.balancer.settings(ctx.spec)["--retries"])
         failover = (
             [
                 f"retries {retries}",
@@ -156,7 +189,7 @@ class HAProxyStack(BalancerStack):
         )
         lines = [
             "global",
-            f"    stats socket {ctx.state[SOCKET][0]} mode 600 level admin",
+            f"    stats socket {ctx.state.bind} mode 600 level admin",
             f"    tune.bufsize {BODY_BUFFER_BYTES}",
             f"    maxconn {MAX_CONNECTIONS}",
             "defaults",
@@ -178,7 +211,7 @@ class HAProxyStack(BalancerStack):
             " if !{ var(txn.model) -m found }",
             f"    use_backend %[var(txn.model),map({conf / 'models.map'},unknown_model)]",
             "frontend status",
-            f"    bind {ctx.state[STATS_URL].removeprefix('http://')}",
+            f"    bind {ctx.state.stats_url.removeprefix('http://')}",
             "    http-request use-service prometheus-exporter if { path /metrics }",
             "    stats enable",
             "    stats uri /stats",
@@ -193,18 +226,18 @@ class HAProxyStack(BalancerStack):
                 "    option httpchk GET /health",
                 "    http-check expect status 200",
                 "    default-server check inter 1s fall 2 rise 1",
-                *(f"    server w{i} {self.address(ctx, i)}" for i in pool.workers),
+                *(f"    server w{i} {ctx.state.workers.address(i)}" for i in pool.workers),
             ]
         return "\n".join(lines) + "\n"
 
-    def health_url(self, ctx: StackContext) -> str:
-        return f"{ctx.state[STATS_URL]}/stats;json"
+    def health_url(self, ctx: StackContext[HAProxyRun]) -> str:
+        return f"{ctx.state.stats_url}/stats;json"
 
-    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
+    def dispatchable_endpoints(self, ctx: StackContext[HAProxyRun], health: Any) -> set[str]:
         """Servers HAProxy's stats call UP (or unchecked): not DOWN, not drained, not in maintenance."""
         dispatchable = set()
-        endpoints = self.endpoint_of(ctx)
-        urls = self.worker_urls(ctx)
+        endpoints = ctx.state.workers.endpoint_of
+        urls = ctx.state.workers.urls
         for row in health:
             fields = {f["field"]["name"]: f["value"].get("value") for f in row if "field" in f}
             name, status = str(fields.get("svname", "")), str(fields.get("status", ""))
@@ -213,39 +246,39 @@ class HAProxyStack(BalancerStack):
                     dispatchable.add(endpoints[urls[int(name[1:])]])
         return dispatchable
 
-    def runtime(self, ctx: StackContext, command: str) -> str:
+    def runtime(self, ctx: StackContext[HAProxyRun], command: str) -> str:
         """One command on HAProxy's runtime API; its answer (empty when it just did it)."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(5.0)
-            sock.connect(ctx.state[SOCKET][1])
+            sock.connect(ctx.state.connect)
             sock.sendall(command.encode() + b"\n")
             chunks = []
             while chunk := sock.recv(65536):
                 chunks.append(chunk)
         return b"".join(chunks).decode().strip()
 
-    def _set_state(self, ctx: StackContext, index: int, state: str) -> None:
+    def _set_state(self, ctx: StackContext[HAProxyRun], index: int, state: str) -> None:
         pool = next(p for p in pools_of(ctx.spec) if index in p.workers)
         command = f"set server {pool.name}/w{index} state {state}"
         answer = self.runtime(ctx, command)
         if answer:
             raise ServerError(f"HAProxy's runtime API refused '{command}': {answer}", name="frontend")
 
-    def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+    def drain(self, client: httpx.Client, ctx: StackContext[HAProxyRun], index: int) -> None:
         self._set_state(ctx, index, "drain")
 
-    def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+    def resume(self, client: httpx.Client, ctx: StackContext[HAProxyRun], index: int) -> None:
         self._set_state(ctx, index, "ready")
 
     def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
         return ("--retries", "0")
 
-    def backend_counts(self, client: httpx.Client, ctx: StackContext) -> dict[int, float] | None:
+    def backend_counts(self, client: httpx.Client, ctx: StackContext[HAProxyRun]) -> dict[int, float]:
         """Responses HAProxy counted from each worker since it started (all status classes).
 
         Its health checks are not among them; a retried request counts on each server that answered.
         """
-        text = client.get(f"{ctx.state[STATS_URL]}/metrics").text
+        text = client.get(f"{ctx.state.stats_url}/metrics").text
         counts = {i: 0.0 for i in range(len(ctx.spec.workers))}
         for family in text_string_to_metric_families(text):
             if family.type != "counter":

@@ -40,17 +40,19 @@ import os
 import pwd
 import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
 
-from ..cluster.spec import DeploymentSpec
-from ..cluster.stack import ProcessSpec, StackContext
+from ..cluster.spec import DeploymentSpec, WorkerSpec
+from ..cluster.stack import BaseStack, Join, ProcessSpec, StackContext
 from ..defaults import MAX_BODY_BYTES, REQUEST_TIMEOUT_S
 from ..errors import ServerError, UnsupportedError
 from ..evidence.split import Split
-from .balancers import BalancerStack, error_json, models_json, pools_of
+from .balancers import Balancer, error_json, models_json, pools_of
+from .standalone import Standalone, StandaloneWorkers, snake_case_policy
 
 __all__ = ["NginxStack"]
 
@@ -62,14 +64,24 @@ METHODS = {
     "ip_hash": "ip_hash;",
 }
 TEMP_PATHS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-STATUS_URL, GENERATION, DOWN = "nginx_status_url", "nginx_generation", "nginx_down"  # StackContext.state
 RELOAD_TIMEOUT_S = 15.0
 
 
-class NginxStack(BalancerStack):
+@dataclass(kw_only=True)
+class NginxRun:
+    """One run of nginx: its workers, its status page, and what a drain changes: the config
+    generation it has written, and the servers marked down in it."""
+
+    workers: Standalone
+    status_url: str
+    generation: int = 0
+    down: set[int] = field(default_factory=set)
+
+
+class NginxStack(BaseStack):
     """nginx: one upstream of one model's workers; drain by rewriting the config and reloading."""
 
-    name = binary = deb = "nginx"
+    name = "nginx"
     policies: ClassVar[dict[str, Split]] = {
         "round_robin": Split.EXACT,
         "random": Split.WEIGHTS,
@@ -78,53 +90,91 @@ class NginxStack(BalancerStack):
         "ip_hash": Split.REPORT,
     }
     default_policy = "round_robin"
-    switches: ClassVar[dict[str, str]] = {"--proxy-next-upstream": "error timeout non_idempotent"}
-    drains = True
     model_aware = False  # it picks an upstream before it reads the body
+    names_worker = True  # it passes the worker's `x-embedlab-worker` on
+    workers_join = Join.BY_URL
+    lacks: ClassVar[dict[str, str]] = {
+        "counts_backends": "open-source nginx counts nothing per upstream server"
+    }
+    balancer: ClassVar[Balancer] = Balancer(
+        stack="nginx",
+        binary="nginx",
+        deb="nginx",
+        switches={"--proxy-next-upstream": "error timeout non_idempotent"},
+    )
+    workers: ClassVar[StandaloneWorkers] = StandaloneWorkers(load_format="vllm")
 
-    def prepare(self, ctx: StackContext) -> dict[str, str]:
+    def policy(self, router_mode: str | None) -> str | None:
+        return snake_case_policy(router_mode, self.default_policy)
+
+    def check(self, spec: DeploymentSpec) -> None:
+        super().check(spec)
+        self.balancer.check(spec)
+
+    def frontend_version(self) -> str | None:
+        return self.balancer.version()
+
+    def prepare(self, ctx: StackContext[Any]) -> NginxRun:
         pools = pools_of(ctx.spec)
         if len(pools) > 1:
             raise UnsupportedError(
                 "nginx picks an upstream before it reads the request body, so it cannot route by the body's "
                 f"'model' ({', '.join(p.model for p in pools)}): one nginx serves one model's pool"
             )
-        env = super().prepare(ctx)
+        conf = self.balancer.make_conf_dir(ctx)
+        workers = self.workers.prepare(ctx)
         for sub in TEMP_PATHS:
-            (self.conf_dir(ctx) / "tmp" / sub).mkdir(parents=True, exist_ok=True)
-        # The run's state: the status page's URL, the config generation, the servers marked down.
-        ctx.state[STATUS_URL] = f"http://{ctx.host}:{ctx.reserve()}"
-        ctx.state[GENERATION] = 0
-        ctx.state[DOWN] = set()
-        return env
+            (conf / "tmp" / sub).mkdir(parents=True, exist_ok=True)
+        return NginxRun(workers=workers, status_url=f"http://{ctx.host}:{ctx.reserve()}")
 
-    def _argv(self, ctx: StackContext, *extra: str) -> list[str]:
-        conf = self.conf_dir(ctx)
-        return [self._binary(), "-p", str(conf), "-c", str(conf / "nginx.conf"), "-e", "stderr", *extra]
+    def worker(
+        self, ctx: StackContext[NginxRun], index: int, worker: WorkerSpec, system_port: int
+    ) -> ProcessSpec:
+        return self.workers.process(ctx, ctx.state.workers, index, worker, system_port)
 
-    def frontend(self, ctx: StackContext) -> ProcessSpec:
+    def direct_url(self, client: httpx.Client, ctx: StackContext[NginxRun], index: int) -> str | None:
+        return ctx.state.workers.url(index)
+
+    def listed_models(self, client: httpx.Client, ctx: StackContext[NginxRun]) -> set[str] | None:
+        return None  # its /v1/models is the config's own list, answered whatever is live
+
+    def _argv(self, ctx: StackContext[NginxRun], *extra: str) -> list[str]:
+        conf = self.balancer.conf_dir(ctx)
+        return [
+            self.balancer.program(),
+            "-p",
+            str(conf),
+            "-c",
+            str(conf / "nginx.conf"),
+            "-e",
+            "stderr",
+            *extra,
+        ]
+
+    def frontend(self, ctx: StackContext[NginxRun]) -> ProcessSpec:
         self._write(ctx)
         return ProcessSpec(role="frontend", argv=self._argv(ctx), ready_url=f"{ctx.frontend_url}/v1/models")
 
-    def _write(self, ctx: StackContext) -> None:
+    def _write(self, ctx: StackContext[NginxRun]) -> None:
         """The next config generation, replacing the last in one rename."""
-        ctx.state[GENERATION] += 1
-        path = self.conf_dir(ctx) / "nginx.conf"
+        ctx.state.generation += 1
+        path = self.balancer.conf_dir(ctx) / "nginx.conf"
         partial = path.with_suffix(".conf.new")
         partial.write_text(self.config(ctx))
         partial.replace(path)
 
-    def config(self, ctx: StackContext) -> str:
-        conf = self.conf_dir(ctx)
+    def config(self, ctx: StackContext[NginxRun]) -> str:
+        conf = self.balancer.conf_dir(ctx)
+        run = ctx.state
         pool = pools_of(ctx.spec)[0]
         status = {
-            "generation": ctx.state[GENERATION],
+            "generation": run.generation,
             "servers": [
                 {
                     "pool": pool.name,
                     "worker": i,
-                    "address": self.address(ctx, i),
-                    "down": i in ctx.state[DOWN],
+                    "address": run.workers.address(i),
+                    "down": i in run.down,
                 }
                 for i in pool.workers
             ],
@@ -135,13 +185,13 @@ class NginxStack(BalancerStack):
             if os.geteuid() == 0
             else ""
         )
-        next_upstream = self.settings(ctx.spec)["--proxy-next-upstream"]
+        next_upstream = self.balancer.settings(ctx.spec)["--proxy-next-upstream"]
         no_worker = error_json("No worker answered", type="server_error", param=None, code="upstream_failed")
         too_large = error_json(
             f"The request body is larger than {MAX_BODY_BYTES} bytes", param=None, code="request_too_large"
         )
         servers = "\n".join(
-            f"        server {self.address(ctx, i)}{' down' if i in ctx.state[DOWN] else ''};"
+            f"        server {run.workers.address(i)}{' down' if i in run.down else ''};"
             for i in pool.workers
         )
         temp = "\n".join(f"    {sub}_temp_path {conf / 'tmp' / sub};" for sub in TEMP_PATHS)
@@ -177,7 +227,7 @@ http {{
         location @too_large {{ default_type application/json; return 413 '{too_large}'; }}
     }}
     server {{
-        listen {ctx.state[STATUS_URL].removeprefix("http://")};
+        listen {run.status_url.removeprefix("http://")};
         location = /upstreams {{
             default_type application/json;
             keepalive_timeout 0;
@@ -187,20 +237,20 @@ http {{
 }}
 """
 
-    def health_url(self, ctx: StackContext) -> str:
-        return f"{ctx.state[STATUS_URL]}/upstreams"
+    def health_url(self, ctx: StackContext[NginxRun]) -> str:
+        return f"{ctx.state.status_url}/upstreams"
 
-    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
+    def dispatchable_endpoints(self, ctx: StackContext[NginxRun], health: Any) -> set[str]:
         """The servers of the config nginx has loaded that are not marked down."""
         return {ctx.endpoint(s["worker"]) for s in health.get("servers", []) if not s["down"]}
 
-    def _reload(self, client: httpx.Client, ctx: StackContext) -> None:
+    def _reload(self, client: httpx.Client, ctx: StackContext[NginxRun]) -> None:
         """Write the next generation and reload; back once only its worker processes remain.
 
         The old worker processes keep accepting connections until they take the master's
         signal, so the new config's status page alone does not say the drain took effect.
         """
-        master = int((self.conf_dir(ctx) / "nginx.pid").read_text())
+        master = int((self.balancer.conf_dir(ctx) / "nginx.pid").read_text())
         old = set(_children(master))
         self._write(ctx)
         done = subprocess.run(self._argv(ctx, "-s", "reload"), capture_output=True, text=True, timeout=30)
@@ -208,29 +258,26 @@ http {{
             raise ServerError(f"nginx -s reload failed: {done.stderr.strip()}", name="frontend")
         deadline = time.monotonic() + RELOAD_TIMEOUT_S
         while old & set(_children(master)) or (
-            client.get(self.health_url(ctx)).json().get("generation") != ctx.state[GENERATION]
+            client.get(self.health_url(ctx)).json().get("generation") != ctx.state.generation
         ):
             if time.monotonic() > deadline:
                 raise ServerError(
-                    f"nginx did not finish reloading config generation {ctx.state[GENERATION]} within "
+                    f"nginx did not finish reloading config generation {ctx.state.generation} within "
                     f"{RELOAD_TIMEOUT_S:g} s",
                     name="frontend",
                 )
             time.sleep(0.02)
 
-    def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        ctx.state[DOWN].add(index)
+    def drain(self, client: httpx.Client, ctx: StackContext[NginxRun], index: int) -> None:
+        ctx.state.down.add(index)
         self._reload(client, ctx)
 
-    def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        ctx.state[DOWN].discard(index)
+    def resume(self, client: httpx.Client, ctx: StackContext[NginxRun], index: int) -> None:
+        ctx.state.down.discard(index)
         self._reload(client, ctx)
 
     def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
         return ("--proxy-next-upstream", "off")
-
-    def backend_counts(self, client: httpx.Client, ctx: StackContext) -> dict[int, float] | None:
-        return None  # open-source nginx counts nothing per upstream server
 
 
 def _children(master: int) -> list[int]:

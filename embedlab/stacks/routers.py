@@ -2,10 +2,10 @@
 
 Each router runs from a venv of its own under `.routers/<venv>` (built by `make routers`
 from the class's own `pins`, or under `$EMBEDLAB_ROUTERS`), since their pins must not
-touch the workbench's. The workers are `embedlab worker`s that register with nothing:
-each listens on a port the run reserves (`prepare`, kept in the run's `StackContext.state`),
-and the router is given their URLs (in vllm-router's gateway mode, for several
-models, each joins through its API instead: `join`). What the routers probe on a worker (`/health`,
+touch the workbench's. Each stack is the router (its frontend) combined with the workers it
+fronts, standalone ones given by URL (`standalone.StandaloneWorkers`); the three Rust
+routers (vllm-router, sglang-router and `smg.py`'s smg) share their command line and their
+`/workers` API through a `RustRouter` part. What the routers probe on a worker (`/health`,
 `/v1/models`, `/get_server_info`, `/get_load`) the worker answers; `/get_load`'s shape is
 the router's (`load_format`).
 
@@ -15,93 +15,65 @@ the router's (`load_format`).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import quote
 
 import httpx
 
 from ..cluster.spec import DeploymentSpec, WorkerSpec
-from ..cluster.stack import BaseStack, ProcessSpec, StackContext, embedlab_worker, router_venv
-from ..cluster.worker_server import foreign_worker, server_of
+from ..cluster.stack import BaseStack, Join, ProcessSpec, StackContext, router_venv
+from ..cluster.worker_server import server_of
 from ..errors import ConfigError, UnsupportedError
 from ..evidence.split import Split
+from .standalone import Standalone, StandaloneWorkers, snake_case_policy
 
-__all__ = ["LiteLLMStack", "RouterStack", "SglangRouterStack", "VllmRouterStack", "router_venv"]
+__all__ = [
+    "LiteLLMStack",
+    "RouterRun",
+    "RustRouter",
+    "SglangRouterStack",
+    "VllmRouterStack",
+    "router_venv",
+    "venv_program",
+]
 
-WORKER_PORTS = "worker_ports"  # the key of the workers' own ports (by index) in `StackContext.state`
+
+@dataclass(frozen=True, kw_only=True)
+class RouterRun:
+    """One run of a router: its standalone workers, and the port of its own counters (a Rust
+    router's Prometheus exporter; LiteLLM's are not read)."""
+
+    workers: Standalone
+    metrics_port: int | None = None
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.workers.host}:{self.metrics_port}/metrics"
 
 
-class RouterStack(BaseStack):
-    """What the routers share: standalone workers on reserved ports, and the router in front."""
+def venv_program(stack: BaseStack, relative: str) -> str:
+    """A program of the stack's own venv; a ConfigError that says how to build it where missing."""
+    path = router_venv(str(stack.venv)) / relative
+    if not path.exists():
+        raise ConfigError(f"the {stack.name} stack needs {path}: run `make routers` (see the README)")
+    return str(path)
 
-    load_format = "vllm"
-    names_worker = True  # each passes the worker's `x-embedlab-worker` on
-    retries_switch = True
-    # Workers given by URL: any server that serves /v1/embeddings and /health on one port.
-    worker_servers = ("embedlab", "vllm-serve", "infinity", "tei")
 
-    def _binary(self, relative: str) -> str:
-        path = router_venv(str(self.venv)) / relative
-        if not path.exists():
-            raise ConfigError(f"the {self.name} stack needs {path}: run `make routers` (see the README)")
-        return str(path)
+@dataclass(frozen=True)
+class RustRouter:
+    """What vllm-router, sglang-router and smg share: their flags, their metrics port, and the
+    `/workers` list they answer, where each worker they hold says whether it is healthy."""
 
-    def policy(self, router_mode: str | None) -> str | None:
-        return (router_mode or str(self.default_policy)).replace("-", "_")
+    workers: StandaloneWorkers
 
-    def worker_urls(self, ctx: StackContext) -> list[str]:
-        """The URL of each worker (by index), on the port reserved for it when the run was prepared."""
-        return [f"http://{ctx.host}:{port}" for port in ctx.state[WORKER_PORTS]]
+    def prepare(self, ctx: StackContext[Any]) -> RouterRun:
+        # Each defaults its metrics to 0.0.0.0:29000: two at once would collide, so every run has its own.
+        return RouterRun(workers=self.workers.prepare(ctx), metrics_port=ctx.reserve())
 
-    def endpoint_of(self, ctx: StackContext) -> dict[str, str]:
-        """Worker URL -> its endpoint path."""
-        return {url: ctx.endpoint(i) for i, url in enumerate(self.worker_urls(ctx))}
-
-    def prepare(self, ctx: StackContext) -> dict[str, str]:
-        # A server of its own serves /metrics and /health on its request port: that is its system port.
-        ctx.state[WORKER_PORTS] = [
-            ctx.system_ports[i] if server_of(w).foreign else ctx.reserve()
-            for i, w in enumerate(ctx.spec.workers)
-        ]
-        return {}
-
-    def worker(self, ctx: StackContext, index: int, worker: WorkerSpec, system_port: int) -> ProcessSpec:
-        if server_of(worker).foreign:
-            return foreign_worker(ctx, index, worker, port=ctx.state[WORKER_PORTS][index])
-        # Registered with nothing: the router is given the worker's URL.
-        own = [
-            "--host",
-            ctx.host,
-            "--port",
-            str(ctx.state[WORKER_PORTS][index]),
-            "--load-format",
-            self.load_format,
-        ]
-        return embedlab_worker(ctx, index, worker, system_port, frontend_url="", args=own)
-
-    def health_url(self, ctx: StackContext) -> str:
-        return f"{ctx.frontend_url}/workers"
-
-    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
-        """The router's worker list: a worker it holds and calls healthy."""
-        endpoints = self.endpoint_of(ctx)
-        return {
-            endpoints[w["url"]]
-            for w in health.get("workers", [])
-            if w.get("is_healthy") and w.get("url") in endpoints
-        }
-
-    def direct_url(self, client: httpx.Client, ctx: StackContext, index: int) -> str | None:
-        return self.worker_urls(ctx)[index]
-
-    def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
-        """Frontend arguments that switch the router's retries off."""
-        return ("--disable-retries",)
-
-    def _rust_router_argv(self, ctx: StackContext, head: list[str], *, worker_urls: bool = True) -> list[str]:
-        # Both default their metrics to 0.0.0.0:29000: two at once would collide, so every run has its own.
-        port = ctx.reserve()
-        ctx.state["metrics_url"] = f"http://{ctx.host}:{port}/metrics"  # the router's own counters
+    def argv(
+        self, ctx: StackContext[RouterRun], head: list[str], policy: str | None, *, worker_urls: bool = True
+    ) -> list[str]:
         return [
             *head,
             "--host",
@@ -111,18 +83,45 @@ class RouterStack(BaseStack):
             "--prometheus-host",
             ctx.host,
             "--prometheus-port",
-            str(port),
-            *(["--worker-urls", *self.worker_urls(ctx)] if worker_urls else []),
+            str(ctx.state.metrics_port),
+            *(["--worker-urls", *ctx.state.workers.urls] if worker_urls else []),
             "--policy",
-            str(self.policy(ctx.spec.router_mode)),
+            str(policy),
         ]
+
+    def dispatchable(
+        self, ctx: StackContext[RouterRun], health: Any, *, ready_only: bool = False
+    ) -> set[str]:
+        """The router's worker list: a worker it holds and calls healthy (and, `ready_only`,
+        whose status is ready: smg lists a worker being removed until it is gone)."""
+        endpoints = ctx.state.workers.endpoint_of
+        return {
+            endpoints[w["url"]]
+            for w in health.get("workers", [])
+            if w.get("is_healthy")
+            and (not ready_only or w.get("status", "ready") == "ready")
+            and w.get("url") in endpoints
+        }
+
+    def remove_by_id(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int, name: str) -> None:
+        """sglang-router's and smg's removal: by the id it lists the worker under, asynchronously
+        (202): the deployment waits until it is gone."""
+        url = ctx.state.workers.url(index)
+        workers = client.get(f"{ctx.frontend_url}/workers").json().get("workers", [])
+        ids = [w["id"] for w in workers if w.get("url") == url]
+        if not ids:
+            raise UnsupportedError(f"{name} does not list worker {index} ({url})")
+        client.delete(f"{ctx.frontend_url}/workers/{ids[0]}").raise_for_status()
+
+    def add(self, client: httpx.Client, ctx: StackContext[RouterRun], worker: dict[str, str]) -> None:
+        client.post(f"{ctx.frontend_url}/workers", json=worker).raise_for_status()
 
 
 def several_models(spec: DeploymentSpec) -> bool:
     return len(set(spec.models)) > 1
 
 
-class VllmRouterStack(RouterStack):
+class VllmRouterStack(BaseStack):
     """vllm-router: the port opens once every worker answers /health; `/workers` lists them.
 
     One model's pool runs in its regular mode, which ignores the body's `model`. A pool of
@@ -144,13 +143,21 @@ class VllmRouterStack(RouterStack):
         "kv_aware": Split.REPORT,
     }
     default_policy = "cache_aware"
-    load_format = "vllm"
     model_aware = True  # by --enable-igw, for a pool of several models
-    drains = True
+    names_worker = True  # it passes the worker's `x-embedlab-worker` on
+    workers_join = Join.BY_URL
+    router: ClassVar[RustRouter] = RustRouter(StandaloneWorkers(load_format="vllm"))
 
-    def frontend(self, ctx: StackContext) -> ProcessSpec:
+    def policy(self, router_mode: str | None) -> str | None:
+        return snake_case_policy(router_mode, self.default_policy)
+
+    def prepare(self, ctx: StackContext[Any]) -> RouterRun:
+        return self.router.prepare(ctx)
+
+    def frontend(self, ctx: StackContext[RouterRun]) -> ProcessSpec:
         igw = several_models(ctx.spec)
-        argv = self._rust_router_argv(ctx, [self._binary("bin/vllm-router")], worker_urls=not igw)
+        head = [venv_program(self, "bin/vllm-router")]
+        argv = self.router.argv(ctx, head, self.policy(ctx.spec.router_mode), worker_urls=not igw)
         # Recheck the workers every second at start: its default, 30 s, costs 30 s when a
         # worker is not up at the first look.
         argv += [
@@ -166,27 +173,44 @@ class VllmRouterStack(RouterStack):
             ready_url=f"{ctx.frontend_url}/readiness",
         )
 
-    def listed_models(self, client: httpx.Client, ctx: StackContext) -> set[str] | None:
+    def worker(
+        self, ctx: StackContext[RouterRun], index: int, worker: WorkerSpec, system_port: int
+    ) -> ProcessSpec:
+        return self.router.workers.process(ctx, ctx.state.workers, index, worker, system_port)
+
+    def health_url(self, ctx: StackContext[RouterRun]) -> str:
+        return f"{ctx.frontend_url}/workers"
+
+    def dispatchable_endpoints(self, ctx: StackContext[RouterRun], health: Any) -> set[str]:
+        return self.router.dispatchable(ctx, health)
+
+    def direct_url(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> str | None:
+        return ctx.state.workers.url(index)
+
+    def listed_models(self, client: httpx.Client, ctx: StackContext[RouterRun]) -> set[str] | None:
         return None  # its /v1/models is one worker's, passed through: it lists no model of its own
 
-    def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        url = self.worker_urls(ctx)[index]
-        client.delete(f"{ctx.frontend_url}/workers/{quote(url, safe='')}").raise_for_status()
+    def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
+        return ("--disable-retries",)
 
-    def _worker_json(self, ctx: StackContext, index: int) -> dict[str, str]:
-        url = self.worker_urls(ctx)[index]
+    def _worker_json(self, ctx: StackContext[RouterRun], index: int) -> dict[str, str]:
+        url = ctx.state.workers.url(index)
         if several_models(ctx.spec):
             return {"url": url, "model_id": ctx.spec.workers[index].model, "worker_type": "regular"}
         return {"url": url}
 
-    def join(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
+    def join(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> None:
         # In the gateway mode a worker exists for it only once posted; posting one it holds
         # replaces the entry (a worker started again joins again).
         if several_models(ctx.spec):
-            client.post(f"{ctx.frontend_url}/workers", json=self._worker_json(ctx, index)).raise_for_status()
+            self.router.add(client, ctx, self._worker_json(ctx, index))
 
-    def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        client.post(f"{ctx.frontend_url}/workers", json=self._worker_json(ctx, index)).raise_for_status()
+    def drain(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> None:
+        url = ctx.state.workers.url(index)
+        client.delete(f"{ctx.frontend_url}/workers/{quote(url, safe='')}").raise_for_status()
+
+    def resume(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> None:
+        self.router.add(client, ctx, self._worker_json(ctx, index))
 
 
 # What sglang-router 0.3.2 was seen to do with `--enable-igw` on a machine without internet.
@@ -199,7 +223,7 @@ SGLANG_IGW_OFFLINE = (
 )
 
 
-class SglangRouterStack(RouterStack):
+class SglangRouterStack(BaseStack):
     """sglang-router: the port opens at once and workers join in the background; `/readiness` waits for one."""
 
     name = venv = package = "sglang-router"
@@ -212,39 +236,53 @@ class SglangRouterStack(RouterStack):
         "manual": Split.REPORT,
     }
     default_policy = "cache_aware"
-    load_format = "sglang"
     model_aware = False  # its gateway mode cannot start offline: SGLANG_IGW_OFFLINE
-    drains = True
+    names_worker = True  # it passes the worker's `x-embedlab-worker` on
+    workers_join = Join.BY_URL
+    router: ClassVar[RustRouter] = RustRouter(StandaloneWorkers(load_format="sglang"))
 
-    def prepare(self, ctx: StackContext) -> dict[str, str]:
-        if not self.model_aware and several_models(ctx.spec):
+    def policy(self, router_mode: str | None) -> str | None:
+        return snake_case_policy(router_mode, self.default_policy)
+
+    def prepare(self, ctx: StackContext[Any]) -> RouterRun:
+        if several_models(ctx.spec):
             raise UnsupportedError(SGLANG_IGW_OFFLINE)
-        return super().prepare(ctx)
+        return self.router.prepare(ctx)
 
-    def frontend(self, ctx: StackContext) -> ProcessSpec:
-        argv = self._rust_router_argv(ctx, [self._binary("bin/python"), "-m", "sglang_router.launch_router"])
+    def frontend(self, ctx: StackContext[RouterRun]) -> ProcessSpec:
+        head = [venv_program(self, "bin/python"), "-m", "sglang_router.launch_router"]
+        argv = self.router.argv(ctx, head, self.policy(ctx.spec.router_mode))
         return ProcessSpec(
             role="frontend",
             argv=argv + list(ctx.spec.frontend_args),
             ready_url=f"{ctx.frontend_url}/readiness",
         )
 
-    def drain(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        # Its workers are removed by id, and asynchronously (202): the deployment waits until it is gone.
-        url = self.worker_urls(ctx)[index]
-        workers = client.get(f"{ctx.frontend_url}/workers").json().get("workers", [])
-        ids = [w["id"] for w in workers if w.get("url") == url]
-        if not ids:
-            raise UnsupportedError(f"sglang-router does not list worker {index} ({url})")
-        client.delete(f"{ctx.frontend_url}/workers/{ids[0]}").raise_for_status()
+    def worker(
+        self, ctx: StackContext[RouterRun], index: int, worker: WorkerSpec, system_port: int
+    ) -> ProcessSpec:
+        return self.router.workers.process(ctx, ctx.state.workers, index, worker, system_port)
 
-    def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        client.post(
-            f"{ctx.frontend_url}/workers", json={"url": self.worker_urls(ctx)[index]}
-        ).raise_for_status()
+    def health_url(self, ctx: StackContext[RouterRun]) -> str:
+        return f"{ctx.frontend_url}/workers"
+
+    def dispatchable_endpoints(self, ctx: StackContext[RouterRun], health: Any) -> set[str]:
+        return self.router.dispatchable(ctx, health)
+
+    def direct_url(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> str | None:
+        return ctx.state.workers.url(index)
+
+    def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
+        return ("--disable-retries",)
+
+    def drain(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> None:
+        self.router.remove_by_id(client, ctx, index, self.name)
+
+    def resume(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> None:
+        self.router.add(client, ctx, {"url": ctx.state.workers.url(index)})
 
 
-class LiteLLMStack(RouterStack):
+class LiteLLMStack(BaseStack):
     """The LiteLLM proxy: one deployment per worker under its model's name, `simple-shuffle` by default.
 
     `frontend_args` may hold `--router-setting KEY=VALUE` pairs, written into the config's
@@ -263,9 +301,20 @@ class LiteLLMStack(RouterStack):
     }
     default_policy = "simple_shuffle"
     model_aware = True  # one deployment per worker under its model's name
-    no_drain = "the LiteLLM proxy deletes a deployment at run time only with a database (STORE_MODEL_IN_DB)"
+    names_worker = True  # it passes the worker's `x-embedlab-worker` on
+    workers_join = Join.BY_URL
+    lacks: ClassVar[dict[str, str]] = {
+        "drains": "the LiteLLM proxy deletes a deployment at run time only with a database (STORE_MODEL_IN_DB)",
+    }
+    workers: ClassVar[StandaloneWorkers] = StandaloneWorkers(load_format="vllm")
 
-    def frontend(self, ctx: StackContext) -> ProcessSpec:
+    def policy(self, router_mode: str | None) -> str | None:
+        return snake_case_policy(router_mode, self.default_policy)
+
+    def prepare(self, ctx: StackContext[Any]) -> RouterRun:
+        return RouterRun(workers=self.workers.prepare(ctx))
+
+    def frontend(self, ctx: StackContext[RouterRun]) -> ProcessSpec:
         settings, args = _router_settings(ctx.spec.frontend_args)
         config = {
             "model_list": [
@@ -279,7 +328,7 @@ class LiteLLMStack(RouterStack):
                     # Else its /health would call /v1/chat/completions and call every deployment unhealthy.
                     "model_info": {"mode": "embedding"},
                 }
-                for worker, url in zip(ctx.spec.workers, self.worker_urls(ctx))
+                for worker, url in zip(ctx.spec.workers, ctx.state.workers.urls)
             ],
             "router_settings": {
                 "routing_strategy": str(self.policy(ctx.spec.router_mode)).replace("_", "-"),
@@ -290,7 +339,7 @@ class LiteLLMStack(RouterStack):
         path = ctx.scratch(ctx.run_dir / "litellm.yaml")
         path.write_text(json.dumps(config, indent=2))  # YAML reads JSON
         argv = [
-            self._binary("bin/litellm"),
+            venv_program(self, "bin/litellm"),
             "--config",
             str(path),
             "--host",
@@ -309,17 +358,25 @@ class LiteLLMStack(RouterStack):
             role="frontend", argv=argv + args, env=env, ready_url=f"{ctx.frontend_url}/health/readiness"
         )
 
-    def health_url(self, ctx: StackContext) -> str:
+    def worker(
+        self, ctx: StackContext[RouterRun], index: int, worker: WorkerSpec, system_port: int
+    ) -> ProcessSpec:
+        return self.workers.process(ctx, ctx.state.workers, index, worker, system_port)
+
+    def health_url(self, ctx: StackContext[RouterRun]) -> str:
         # Not /health: that sends a real embedding request to every deployment, and moves the counters.
         return f"{ctx.frontend_url}/v1/model/info"
 
-    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
+    def dispatchable_endpoints(self, ctx: StackContext[RouterRun], health: Any) -> set[str]:
         bases = {str((m.get("litellm_params") or {}).get("api_base", "")) for m in health.get("data", [])}
         return {
             ctx.endpoint(i)
-            for i, (worker, url) in enumerate(zip(ctx.spec.workers, self.worker_urls(ctx)))
+            for i, (worker, url) in enumerate(zip(ctx.spec.workers, ctx.state.workers.urls))
             if url + server_of(worker).prefix in bases
         }
+
+    def direct_url(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> str | None:
+        return ctx.state.workers.url(index)
 
     def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
         return ("--router-setting", "num_retries=0")

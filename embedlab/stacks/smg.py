@@ -3,8 +3,9 @@
     embedlab scenario same-model --stack smg --router-mode round_robin
 
 The newer row beside sglang-router 0.3.2, from its own venv `.routers/smg` (`make routers`),
-started as `smg launch` with the workers' URLs. What it was found to do, and how the stack
-uses it:
+started as `smg launch` with the workers' URLs: the Rust routers' part (`routers.RustRouter`)
+and standalone workers, as sglang-router's stack is. What it was found to do, and how the
+stack uses it:
 
 - **Model-aware in its regular mode.** It reads each worker's model from the worker and
   keeps one worker group (and one policy instance) per model: a request goes only to the
@@ -34,10 +35,12 @@ from typing import Any, ClassVar
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..cluster.stack import ProcessSpec, StackContext
+from ..cluster.spec import DeploymentSpec, WorkerSpec
+from ..cluster.stack import BaseStack, Join, ProcessSpec, StackContext
 from ..errors import ServerError
 from ..evidence.split import Split
-from .routers import SglangRouterStack
+from .routers import RouterRun, RustRouter, venv_program
+from .standalone import StandaloneWorkers, snake_case_policy
 
 __all__ = ["SmgStack"]
 
@@ -50,12 +53,11 @@ SHUTDOWN_GRACE_S = 5
 REMOVAL_TIMEOUT_S = 30.0
 
 
-class SmgStack(SglangRouterStack):
+class SmgStack(BaseStack):
     """smg in its regular (model-aware) mode, workers given by URL."""
 
     name = venv = package = "smg"
     pins = ("smg==1.13.0",)
-    counts_backends = True
     policies: ClassVar[dict[str, Split]] = {
         "cache_aware": Split.REPORT,
         "round_robin": Split.EXACT,
@@ -68,11 +70,21 @@ class SmgStack(SglangRouterStack):
         "passthrough": Split.REPORT,
     }
     default_policy = "cache_aware"
-    load_format = "sglang"
     model_aware = True  # its regular mode keeps one worker group per model
+    names_worker = True  # it passes the worker's `x-embedlab-worker` on
+    workers_join = Join.BY_URL
+    router: ClassVar[RustRouter] = RustRouter(StandaloneWorkers(load_format="sglang"))
 
-    def frontend(self, ctx: StackContext) -> ProcessSpec:
-        argv = self._rust_router_argv(ctx, [self._binary("bin/smg"), "launch"])
+    def policy(self, router_mode: str | None) -> str | None:
+        return snake_case_policy(router_mode, self.default_policy)
+
+    def prepare(self, ctx: StackContext[Any]) -> RouterRun:
+        return self.router.prepare(ctx)
+
+    def frontend(self, ctx: StackContext[RouterRun]) -> ProcessSpec:
+        argv = self.router.argv(
+            ctx, [venv_program(self, "bin/smg"), "launch"], self.policy(ctx.spec.router_mode)
+        )
         # Recheck the workers every second at start (its default waits 30 s between looks),
         # and give up when the deployment does.
         argv += [
@@ -89,17 +101,29 @@ class SmgStack(SglangRouterStack):
             ready_url=f"{ctx.frontend_url}/readiness",
         )
 
-    def dispatchable_endpoints(self, ctx: StackContext, health: Any) -> set[str]:
-        """Workers it lists as healthy and ready (a worker being removed is listed until it is gone)."""
-        endpoints = self.endpoint_of(ctx)
-        return {
-            endpoints[w["url"]]
-            for w in health.get("workers", [])
-            if w.get("is_healthy") and w.get("status", "ready") == "ready" and w.get("url") in endpoints
-        }
+    def worker(
+        self, ctx: StackContext[RouterRun], index: int, worker: WorkerSpec, system_port: int
+    ) -> ProcessSpec:
+        return self.router.workers.process(ctx, ctx.state.workers, index, worker, system_port)
 
-    def resume(self, client: httpx.Client, ctx: StackContext, index: int) -> None:
-        url = self.worker_urls(ctx)[index]
+    def health_url(self, ctx: StackContext[RouterRun]) -> str:
+        return f"{ctx.frontend_url}/workers"
+
+    def dispatchable_endpoints(self, ctx: StackContext[RouterRun], health: Any) -> set[str]:
+        """Workers it lists as healthy and ready (a worker being removed is listed until it is gone)."""
+        return self.router.dispatchable(ctx, health, ready_only=True)
+
+    def direct_url(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> str | None:
+        return ctx.state.workers.url(index)
+
+    def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
+        return ("--disable-retries",)
+
+    def drain(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> None:
+        self.router.remove_by_id(client, ctx, index, self.name)
+
+    def resume(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> None:
+        url = ctx.state.workers.url(index)
         deadline = time.monotonic() + REMOVAL_TIMEOUT_S
         while any(w.get("url") == url for w in client.get(f"{ctx.frontend_url}/workers").json()["workers"]):
             if time.monotonic() > deadline:
@@ -108,13 +132,13 @@ class SmgStack(SglangRouterStack):
                     name="frontend",
                 )
             time.sleep(0.1)
-        client.post(f"{ctx.frontend_url}/workers", json={"url": url}).raise_for_status()
+        self.router.add(client, ctx, {"url": url})
 
-    def backend_counts(self, client: httpx.Client, ctx: StackContext) -> dict[int, float] | None:
+    def backend_counts(self, client: httpx.Client, ctx: StackContext[RouterRun]) -> dict[int, float]:
         """Requests smg says it sent to each worker since it started (each send: retries count again)."""
-        index = {url: i for i, url in enumerate(self.worker_urls(ctx))}
+        index = {url: i for i, url in enumerate(ctx.state.workers.urls)}
         counts = {i: 0.0 for i in range(len(index))}
-        for family in text_string_to_metric_families(client.get(ctx.state["metrics_url"]).text):
+        for family in text_string_to_metric_families(client.get(ctx.state.metrics_url).text):
             if family.type != "counter":
                 continue
             for sample in family.samples:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from embedlab import (
 from embedlab.cli.entry import build_parser
 from embedlab.cli.scenario import plan_from_args
 from embedlab.cli.stacks import describe
+from embedlab.cluster.stack import SendsCanaries
 from embedlab.cluster.stack_registry import STACKS, get_stack, register_stack, stacks_with
 from embedlab.defaults import (
     CANARY_INPUT,
@@ -28,7 +30,7 @@ from embedlab.defaults import (
 )
 from embedlab.evidence.metrics import MetricQuery, parse_snapshot
 from embedlab.serving.worker.dynamo import Canaries
-from embedlab.stacks.dynamo import DynamoStack
+from embedlab.stacks.dynamo import DynamoRun, DynamoStack
 
 from .stub_stacks import Minimal, context_for
 
@@ -45,7 +47,7 @@ def test_the_variables_are_the_ones_dynamo_1_6_1_reads() -> None:
 
 
 def test_only_dynamo_declares_canaries_and_every_other_stack_refuses_them() -> None:
-    assert stacks_with(lambda s: s.canaries) == ["dynamo"]
+    assert stacks_with(lambda s: issubclass(s, SendsCanaries)) == ["dynamo"]
     for name in STACKS.names():
         if name == "dynamo":
             continue
@@ -81,7 +83,8 @@ def _context(spec: DeploymentSpec, tmp_path: Path) -> StackContext:
 
 def _worker_env(tmp_path: Path, *, canaries: bool, server: str = "embedlab") -> dict[str, str]:
     spec = DeploymentSpec(stack="dynamo", canaries=canaries, workers=(WorkerSpec(model="m", server=server),))
-    ctx = _context(spec, tmp_path)
+    # As prepared on file discovery (prepare itself wants Dynamo installed).
+    ctx = replace(_context(spec, tmp_path), state=DynamoRun(tmp=tmp_path, file_kv=tmp_path))
     return DynamoStack().worker(ctx, 0, spec.workers[0], ctx.system_ports[0]).env
 
 

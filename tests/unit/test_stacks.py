@@ -1,16 +1,32 @@
-"""Stacks declare what they can do, are checked when they join, and keep no state between runs."""
+"""Stacks say what they can do once, are checked when they join, keep no state between runs,
+and are composed of parts rather than derived from each other."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import embedlab
-from embedlab import BaseStack, ConfigError, DeploymentSpec, ProcessSpec, StackContext, WorkerSpec
+from embedlab import (
+    BaseStack,
+    ConfigError,
+    CountsBackends,
+    DeploymentSpec,
+    Drains,
+    LiveWeights,
+    ProcessSpec,
+    SendsCanaries,
+    StackContext,
+    SwitchesRetries,
+    WorkerSpec,
+)
+from embedlab.cluster.stack import capable, prepare_run
 from embedlab.cluster.stack_registry import (
     STACKS,
     battery_stacks,
@@ -20,8 +36,10 @@ from embedlab.cluster.stack_registry import (
     stack_class,
     stacks_with,
 )
+from embedlab.cluster.worker_server import WORKER_SERVERS
+from embedlab.engines import ENGINES
 from embedlab.stacks import dynamo
-from embedlab.stacks.routers import VllmRouterStack
+from embedlab.stacks.routers import RouterRun, VllmRouterStack
 
 from .stub_stacks import Minimal, context_for
 
@@ -41,12 +59,17 @@ def test_a_minimal_stack_joins_with_the_defaults(registered: list[str]) -> None:
     registered.append("minimal")
     register_stack("minimal", Minimal)
     stack = get_stack("minimal")
-    assert stack.split_for(None) == "weights" and not stack.drains and not stack.live_weights
+    assert stack.split_for(None) == "weights"
+    assert not isinstance(stack, (Drains, LiveWeights, SwitchesRetries, SendsCanaries, CountsBackends))
     assert "minimal" in battery_stacks() and stacks_with(lambda s: s is Minimal) == ["minimal"]
     with pytest.raises(
         embedlab.UnsupportedError, match="minimal has no API to take a worker out of dispatch"
     ):
-        stack.drain(None, None, 0)  # type: ignore[arg-type]
+        capable(stack, Drains)
+    caps = stack.capabilities()
+    assert not any(
+        caps[c] for c in ("drains", "live_weights", "retries_switch", "canaries", "counts_backends")
+    )
     with pytest.raises(ConfigError, match="the minimal stack runs on one host; hosts=2"):
         stack.check(DeploymentSpec(stack="minimal", hosts=2, workers=(WorkerSpec(model="m"),)))
     with pytest.raises(ConfigError, match="the minimal stack has no 'etcd' discovery"):
@@ -77,8 +100,36 @@ class OldSignature(Minimal):
 
 
 class DrainsOnPaper(Minimal):
+    """The contract before issue 29 had a flag beside each method: one that says more than the
+    methods do is still refused."""
+
     name = "paper"
     drains = True
+
+
+class HalfADrain(Minimal):
+    name = "half"
+
+    def drain(self, client: httpx.Client, ctx: StackContext[Any], index: int) -> None:
+        return None
+
+
+class ReasonForWhatItHas(Minimal):
+    name = "reason"
+    lacks = {"live_weights": "it cannot"}
+
+    def set_weights(self, client: httpx.Client, ctx: StackContext[Any], weights: Sequence[float]) -> None:
+        return None
+
+
+class WrongDrainSignature(Minimal):
+    name = "wrong-drain"
+
+    def drain(self, ctx: StackContext[Any], index: int) -> None:  # type: ignore[override]
+        return None
+
+    def resume(self, client: httpx.Client, ctx: StackContext[Any], index: int) -> None:
+        return None
 
 
 class PinsNoVenv(Minimal):
@@ -108,8 +159,14 @@ class Stateful(Minimal):
             r"stack 'bad': OldSignature: dispatchable_endpoints\(health\) should take \(ctx, health\)",
         ),
         (DrainsOnPaper, "stack 'bad': DrainsOnPaper declares drains but does not define drain, resume"),
+        (HalfADrain, "stack 'bad': HalfADrain defines drain but not resume: a stack that is a Drains"),
+        (ReasonForWhatItHas, "stack 'bad': ReasonForWhatItHas gives a reason it lacks live_weights, yet"),
+        (WrongDrainSignature, r"drain\(ctx, index\) should take \(client, ctx, index\)"),
         (PinsNoVenv, "stack 'bad': a venv of its own is built from its pins"),
-        (Stateful, "stack 'bad': Stateful keeps _urls on the object; .* StackContext.state"),
+        (
+            Stateful,
+            r"stack 'bad': Stateful keeps _urls on the object; .* prepare\(\) returns \(StackContext.state\)",
+        ),
     ],
 )
 def test_a_class_that_cannot_be_a_stack_is_refused_when_it_joins(cls: type, message: str) -> None:
@@ -144,13 +201,11 @@ def test_every_builtin_stack_passes_its_own_check_and_declares_its_router_pins()
 def test_a_stack_object_keeps_no_state_of_its_own_between_runs(tmp_path: Path) -> None:
     stack = VllmRouterStack()
     spec = DeploymentSpec(stack="vllm-router", workers=(WorkerSpec(model="m"), WorkerSpec(model="m")))
-    first = context_for(spec, tmp_path, iter(range(1000, 1100)))
-    second = context_for(spec, tmp_path, iter(range(2000, 2100)))
-    stack.prepare(first)
-    stack.prepare(second)
-    assert vars(stack) == {}, "per-run state lives in StackContext.state"
-    assert stack.worker_urls(first) != stack.worker_urls(second)
-    health = {"workers": [{"url": u, "is_healthy": True} for u in stack.worker_urls(first)]}
+    first, _ = prepare_run(stack, context_for(spec, tmp_path, iter(range(1000, 1100))))
+    second, _ = prepare_run(stack, context_for(spec, tmp_path, iter(range(2000, 2100))))
+    assert vars(stack) == {}, "per-run state is what prepare() returned, carried by the run's context"
+    assert isinstance(first.state, RouterRun) and first.state.workers.urls != second.state.workers.urls
+    health = {"workers": [{"url": u, "is_healthy": True} for u in first.state.workers.urls]}
     assert stack.dispatchable_endpoints(first, health) == {first.endpoint(0), first.endpoint(1)}
     assert stack.dispatchable_endpoints(second, health) == set(), "another run's workers are not this run's"
 
@@ -206,3 +261,115 @@ def test_dynamo_on_file_discovery_refuses_a_pool_past_the_inotify_limit(
     with pytest.raises(ConfigError, match=r"needs 129 inotify instances for 32 workers.*discovery='etcd'"):
         stack.check(DeploymentSpec.same_model(workers=32, stack="dynamo"))
     stack.check(DeploymentSpec.same_model(workers=64, stack="dynamo", discovery="etcd"))  # no inotify
+
+
+class OldFlags(Minimal):
+    """A plugin of the contract before issue 29: its flag agrees with its methods."""
+
+    name = "old-flags"
+    drains = True
+    no_retries_switch = "its own words"
+
+    def drain(self, client: httpx.Client, ctx: StackContext[Any], index: int) -> None:
+        return None
+
+    def resume(self, client: httpx.Client, ctx: StackContext[Any], index: int) -> None:
+        return None
+
+
+def test_a_stack_of_the_old_contract_joins_with_a_deprecation_warning(registered: list[str]) -> None:
+    registered.append("old-flags")
+    with pytest.warns(DeprecationWarning) as caught:
+        register_stack("old-flags", OldFlags)
+    said = " ".join(str(w.message) for w in caught)
+    assert "the flag drains is deprecated" in said and "lacks = {'retries_switch'" in said
+    stack = get_stack("old-flags")
+    assert isinstance(stack, Drains) and stack.capabilities()["drains"]
+    with pytest.raises(embedlab.UnsupportedError, match="its own words"):
+        capable(stack, SwitchesRetries)
+
+
+CAPS = {"drains", "live_weights", "retries_switch", "canaries", "counts_backends"}
+
+
+def test_what_each_builtin_stack_can_do_is_what_it_defines() -> None:
+    """Read from the methods, as `embedlab stacks` shows it: the table the flags once gave."""
+    has = {
+        name: sorted(c for c, yes in stack_class(name).capabilities().items() if yes is True and c in CAPS)
+        for name in STACKS.names()
+    }
+    assert has == {
+        "embedded": ["drains", "live_weights"],
+        "dynamo": ["canaries", "retries_switch"],
+        "litellm": ["retries_switch"],
+        "vllm-router": ["drains", "retries_switch"],
+        "sglang-router": ["drains", "retries_switch"],
+        "smg": ["counts_backends", "drains", "retries_switch"],
+        "haproxy": ["counts_backends", "drains", "retries_switch"],
+        "nginx": ["drains", "retries_switch"],
+    }
+
+
+def test_no_builtin_stack_derives_from_another() -> None:
+    """Composition, not a chain: each built-in stack is a BaseStack holding its parts."""
+    for name in STACKS.names():
+        cls = stack_class(name)
+        assert cls.__bases__ == (BaseStack,), f"{name}: {cls.__mro__}"
+
+
+def test_a_prepared_run_carries_the_stacks_typed_state_and_its_environment(tmp_path: Path) -> None:
+    stack = get_stack("nginx")
+    spec = DeploymentSpec(stack="nginx", workers=(WorkerSpec(model="m"), WorkerSpec(model="m")))
+    unprepared = context_for(spec, tmp_path, iter(range(3000, 3100)))
+    ctx, env = prepare_run(stack, unprepared)
+    assert unprepared.state is None and env == {}
+    assert ctx.state.generation == 0 and ctx.state.down == set()
+    assert ctx.state.status_url.startswith("http://127.0.0.1:") and len(ctx.state.workers.ports) == 2
+    assert ctx.scratch_paths is unprepared.scratch_paths  # what the run made is deleted with it
+    for path in ctx.scratch_paths:
+        for sub in sorted(path.rglob("*"), reverse=True):
+            sub.rmdir()
+        path.rmdir()
+
+
+def test_an_old_prepare_that_returns_the_environment_still_runs_with_a_warning(tmp_path: Path) -> None:
+    class OldPrepare(Minimal):
+        def prepare(self, ctx: StackContext[Any]) -> Any:
+            return {"A": "1"}
+
+    spec = DeploymentSpec(stack="minimal", workers=(WorkerSpec(model="m"),))
+    with pytest.warns(DeprecationWarning, match="prepare returns a mapping"):
+        ctx, env = prepare_run(OldPrepare(), context_for(spec, tmp_path, iter(range(3200, 3300))))
+    assert env == {"A": "1"} and ctx.state is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prepare_run(Minimal(), context_for(spec, tmp_path, iter(range(3300, 3400))))
+
+
+def test_the_old_flags_still_answer_when_read_with_a_deprecation_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="EmbeddedStack.live_weights is deprecated: .* LiveWeights"):
+        assert stack_class("embedded").live_weights is True  # type: ignore[attr-defined]
+    with pytest.warns(DeprecationWarning, match="drains is deprecated"):
+        assert get_stack("litellm").drains is False  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        stack_class("embedded").no_such_flag  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_no_module_compares_a_worker_server_or_an_engine_with_its_name() -> None:
+    """Engines and worker servers are chosen by their traits (`engine_traits`, `runs_engine`,
+    `joins`), never by name: `server == "embedlab"`, `engine == "hash"` are found by the AST."""
+    names = set(ENGINES.names()) | set(WORKER_SERVERS.names())
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            about = any(
+                "engine" in getattr(s, "attr", getattr(s, "id", ""))
+                or "server" in getattr(s, "attr", getattr(s, "id", ""))
+                for s in sides
+            )
+            if about and any(isinstance(s, ast.Constant) and s.value in names for s in sides):
+                found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}")
+    assert not found, found

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from embedlab import DeploymentSpec, DispatchCheck, MetricQuery, ScrapeError, WorkerSpec, attach, scrape
+from embedlab.cluster.stack import prepare_run
 from embedlab.cluster.stack_registry import get_stack, router_venvs
 from embedlab.cluster.worker_server import WORKER_SERVERS, check_servers, counter_notes, spec_metric
 from embedlab.defaults import INFINITY_METRIC, METRIC, TEI_METRIC, VLLM_SERVE_METRIC
@@ -265,14 +266,13 @@ def test_a_router_starts_vllm_serve_on_the_workers_system_port(tmp_path: Path) -
     worker = WorkerSpec(model="m", server="vllm-serve", model_path=model)
     spec = DeploymentSpec(workers=(worker, worker), stack="vllm-router")
     stack = get_stack("vllm-router")
-    ctx = context_for(spec, tmp_path, iter(range(4000, 4100)))
-    stack.prepare(ctx)
+    ctx, _ = prepare_run(stack, context_for(spec, tmp_path, iter(range(4000, 4100))))
     process = stack.worker(ctx, 1, worker, ctx.system_ports[1])
     argv = process.argv
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"] and "--runner" in argv
     assert argv[argv.index("--port") + 1] == str(ctx.system_ports[1])
     assert argv[argv.index("--max-model-len") + 1] == "128"  # the model's own, shorter than 256
-    assert stack.worker_urls(ctx)[1] == ctx.system_url(1)
+    assert ctx.state.workers.url(1) == ctx.system_url(1)
     state = process.state_env(tmp_path / "worker-1-state", {})  # type: ignore[misc]
     assert state["TMPDIR"].startswith(str(tmp_path)) and state["VLLM_NO_USAGE_STATS"] == "1"
     rpc = Path(process.env["VLLM_RPC_BASE_PATH"])
@@ -285,8 +285,7 @@ def test_litellm_finds_each_servers_routes_under_its_prefix(tmp_path: Path) -> N
     worker = WorkerSpec(model="m", server="infinity", model_path=tmp_path)
     spec = DeploymentSpec(workers=(worker,), stack="litellm")
     stack = get_stack("litellm")
-    ctx = context_for(spec, tmp_path, iter(range(4200, 4300)))
-    stack.prepare(ctx)
+    ctx, _ = prepare_run(stack, context_for(spec, tmp_path, iter(range(4200, 4300))))
     health = {"data": [{"litellm_params": {"api_base": f"{ctx.system_url(0)}/v1"}}]}
     assert stack.dispatchable_endpoints(ctx, health) == {ctx.endpoint(0)}
 

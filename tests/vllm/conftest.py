@@ -146,7 +146,13 @@ class HostSnapshot:
         # A segment that a live process still maps is that process's (another test on another
         # xdist worker, a program on a shared machine): a leak is one nobody holds.
         held = _mapped_shm()
-        shm = [f"/dev/shm/{n}" for n in set(os.listdir("/dev/shm")) - self.shm if f"/dev/shm/{n}" not in held]
+        # multiprocessing's named semaphores (sem.mp-*) are not vLLM's segments: its resource
+        # tracker unlinks them, and under a second load another test's killed process left two.
+        shm = [
+            f"/dev/shm/{n}"
+            for n in set(os.listdir("/dev/shm")) - self.shm
+            if f"/dev/shm/{n}" not in held and not n.startswith("sem.mp-")
+        ]
         home = [
             p for p in set().union(*(_walk(d) for d in HOME_DIRS)) - self.home if _looks_like_vllm(p, False)
         ]

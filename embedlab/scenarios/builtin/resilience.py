@@ -17,6 +17,7 @@ import httpx
 
 from ...cluster.deployment import Deployment
 from ...cluster.events import Event
+from ...cluster.stack import SwitchesRetries, capable
 from ...cluster.stack_registry import get_stack
 from ...errors import ConfigError, ScrapeError
 from ...evidence import clients
@@ -371,7 +372,7 @@ def run_failover_without_retries(target: None, plan: ScenarioPlan) -> ScenarioRe
     """Failover with the frontend's retries switched off, where it has a switch."""
     from ..plan import run_scenario  # the plan it launches is a failover's
 
-    switch = get_stack(plan.stack).without_retries(plan.deployment_spec())
+    switch = capable(get_stack(plan.stack), SwitchesRetries).without_retries(plan.deployment_spec())
     failed = replace(plan, scenario="failover", frontend_args=(*plan.frontend_args, *switch))
     result = run_scenario(failed)
     result.params["frontend_args"] = list(failed.frontend_args)
