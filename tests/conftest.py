@@ -136,3 +136,20 @@ class InProcessStack:
 def inprocess_stack() -> Iterator[InProcessStack]:
     with InProcessStack(["model-a", "model-b"]) as stack:
         yield stack
+
+
+@pytest.fixture
+def router_plugin() -> Iterator[Any]:
+    """tests/plugins/router_stack.py, registered for this test only.
+
+    The module registers its stack when first imported, once per process: a test that imported
+    it and left it registered put 'toy-router' in another test's list of built-in stacks (an
+    xdist worker runs unit and integration tests in one process)."""
+    from embedlab.cluster.stack_registry import STACKS, register_stack
+    from tests.plugins import router_stack
+
+    register_stack(router_stack.NAME, router_stack.ToyRouterStack, replace=True)
+    try:
+        yield router_stack
+    finally:
+        STACKS.unregister(router_stack.NAME)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ..commands import run_embedlab, with_repo_on_path
@@ -61,10 +63,12 @@ def test_the_cli_help_gives_the_scenarios_own_workers_default(scenario: str, def
     )
 
 
-def test_a_router_stack_from_a_plugin_module_is_listed_with_its_venv_and_joins_the_battery() -> None:
+def test_a_router_stack_from_a_plugin_module_is_listed_with_its_venv_and_joins_the_battery(
+    router_plugin: Any,
+) -> None:
     """No edit anywhere else: its venv and pins in `embedlab stacks --venvs` (`make routers`), its
     line in `embedlab stacks`, its name in the conformance battery's default stacks."""
-    from tests.plugins import router_stack
+    router_stack = router_plugin
 
     plugin = "tests.plugins.router_stack"
     lines = cli("stacks", "--venvs", plugins=plugin).splitlines()

@@ -238,14 +238,10 @@ def test_no_module_outside_stacks_compares_or_lists_a_stack_by_name() -> None:
     assert not found, found
 
 
-def test_a_router_stack_from_a_plugin_module_joins_the_battery_and_make_routers(
-    registered: list[str],
-) -> None:
+def test_a_router_stack_from_a_plugin_module_joins_the_battery_and_make_routers(router_plugin: Any) -> None:
     """No edit anywhere else: its venv and pins for `make routers`, its name in the battery (the
     command line's side: tests/integration/test_cli.py)."""
-    from tests.plugins import router_stack
-
-    registered.append(router_stack.NAME)
+    router_stack = router_plugin
     assert router_stack.NAME in battery_stacks()
     assert router_venvs()[router_stack.NAME] == router_stack.PINS
 
