@@ -96,6 +96,9 @@ STACK = "embedded"  # the stack a spec runs when it names none: embedlab's own f
 ENGINE = "hash"  # the engine of embedlab's worker when a spec names none: no model to load
 WORKER_SERVER = "embedlab"  # what a worker runs when a spec names none: embedlab's own worker
 FAIRNESS_ALPHA = 0.001  # a same-model split with a p-value below this does not fit the weights
+# A random split that does not fit is sent again, this many times as large, before it fails: a
+# correct router then fails with probability alpha squared (1e-6), not alpha (1 run in 1000).
+SPLIT_CONFIRM = 4
 # The quiet window before a burst's first request and after its last response (settled): no
 # request of embedlab's is in flight, so a counter that moves there counts someone else's.
 QUIET_WINDOW_S = 0.2

@@ -314,17 +314,20 @@ class Watch:
         return snapshots
 
     def _count_pool(self, snapshots: list[Snapshot]) -> None:
-        """The pool's total rate, from every read (the gaps between blocks too)."""
+        """The pool's total rate, and its resets, from every pair of reads in a row (the gaps
+        between blocks too: a worker that restarts while no block runs is named all the same)."""
         last, self._last_read = self._last_read, snapshots
         if last is None:
             return
-        try:
-            total = sum(b.delta(a) for b, a in zip(last, snapshots))
-        except CounterResetError:
-            return  # a worker restarted: this interval's count is unknown, the next one is not
-        self.pool_rate.add(total, self.now)
+        deltas = self._deltas(last, snapshots)
+        if deltas is not None:  # else a worker restarted: this interval's count is unknown
+            self.pool_rate.add(float(deltas.sum()), self.now)
 
-    def _deltas(self, before: list[Snapshot], after: list[Snapshot]) -> np.ndarray | None:
+    def _deltas(
+        self, before: list[Snapshot], after: list[Snapshot], *, named: bool = False
+    ) -> np.ndarray | None:
+        """Each worker's count between two reads; None where one reset (an event, unless `named`
+        already)."""
         deltas = np.zeros(len(before))
         reset = False
         for i, (b, a) in enumerate(zip(before, after)):
@@ -332,8 +335,9 @@ class Watch:
                 deltas[i] = b.delta(a, worker_index=i)
             except CounterResetError:
                 reset = True
-                self._settle_until = self.now + self.config.settle_s
-                self._event("reset", f"worker {i}'s counter went down: it restarted")
+                if not named:
+                    self._settle_until = self.now + self.config.settle_s
+                    self._event("reset", f"worker {i}'s counter went down: it restarted")
         return None if reset else deltas
 
     async def _block(
@@ -365,7 +369,8 @@ class Watch:
             if after is None:
                 disturbed, snapshots = "unreadable", None
                 break
-            window_deltas = self._deltas(snapshots or before, after)
+            # `_read` named any reset between these two reads, the previous read and this one.
+            window_deltas = self._deltas(snapshots or before, after, named=True)
             snapshots = after
             if window_deltas is None:
                 disturbed = "reset"

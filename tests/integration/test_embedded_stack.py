@@ -81,13 +81,21 @@ def test_sigkilled_worker_leaves_within_two_ttls_and_no_request_fails(tmp_path) 
         assert models() == {"m", "solo"}
         dep.outages.kill_worker(2, signal.SIGKILL)
         dep.outages.kill_worker(0, signal.SIGKILL)
-        killed = time.monotonic()
         # Traffic for "m" right after the kill: every request must still succeed on worker 1.
         burst = send_burst(dep.frontend_url, "m", 40, concurrency=4)
         assert burst.ok, burst.failures[:3]
-        while "solo" in models():
-            assert time.monotonic() - killed < 2 * ttl, "a dead worker stayed listed past 2 TTLs"
+        # On the frontend's own clock, not the test's (a busy machine delays either): every time
+        # it still lists the dead worker, that worker's last heartbeat is under 2 TTLs old.
+        ages: list[float] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            listed = httpx.get(f"{dep.frontend_url}/health").json()["models"]
+            solo = listed.get("solo", [])
+            if not solo:
+                break
+            ages += [float(i["heartbeat_age_s"]) for i in solo]
             time.sleep(0.05)
-        gone_after = time.monotonic() - killed
-        assert gone_after < 2 * ttl
-        assert models() == {"m"}
+        else:
+            raise AssertionError("the dead worker was still listed 60 s after its kill")
+        assert all(age < 2 * ttl for age in ages), f"listed with heartbeats {max(ages):.2f} s old"
+        assert "solo" not in models() and models() == {"m"}

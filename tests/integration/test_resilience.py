@@ -12,6 +12,7 @@ from embedlab import (
     DeploymentSpec,
     DrainError,
     StackContext,
+    WorkerSpec,
     drain,
     failover,
     multi_model_dispatch,
@@ -144,3 +145,27 @@ def test_injected_fault_is_caught(fault: str, scenario: str, tmp_path) -> None: 
         else:
             result = same_model_load_balance(dep, requests=60)
     assert not result.passed, f"{fault} went unnoticed: {result.summary()}"
+    if fault.startswith("skew"):  # a split that does not fit fails once a burst 4x as large agrees
+        assert [b.check.total_delta for b in result.bursts] == [60, 240], result.summary()  # type: ignore[union-attr]
+        assert "did not fit either" in result.summary()
+
+
+# The embedded frontend's weighted-random draws from random.Random(331) split its first 40
+# requests 9/31 (p=0.00068, below alpha) and its next 160 evenly enough: a correct router's
+# chance split, which the confirming burst clears.
+CHANCE_SPLIT_SEED = 331
+
+
+def test_a_chance_split_of_a_correct_random_router_is_confirmed_and_passes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    spec = DeploymentSpec(
+        workers=(WorkerSpec(model="m"), WorkerSpec(model="m")),
+        router_mode="weighted-random",
+        seed=CHANCE_SPLIT_SEED,
+    )
+    with Deployment(spec, run_dir=tmp_path) as dep:
+        result = same_model_load_balance(dep, requests=40)
+    assert [b.check.total_delta for b in result.bursts] == [40, 160], result.summary()  # type: ignore[union-attr]
+    first = sorted(r.delta for r in result.bursts[0].check.rows)  # type: ignore[union-attr]
+    assert first == [9, 31], first
+    assert result.passed, result.summary()
+    assert "a chance split, not a fault" in result.summary()

@@ -80,12 +80,14 @@ class MockPool:
         return httpx.Response(200, json={"data": [{"embedding": [0.1]}]}, headers=headers)
 
 
-def watch_on(pool: MockPool, *, seconds: float, script=None, until=None) -> tuple[Watch, Exporter]:
+def watch_on(
+    pool: MockPool, *, seconds: float, script=None, until=None, max_rate: float = 1e6
+) -> tuple[Watch, Exporter]:
     """Watch `pool` until `until(watch)` holds (`seconds`: the generous deadline), `script(now)`
     changing the pool as it goes."""
     target = attach(FRONTEND, pool.urls(), models=pool.models)
     config = WatchConfig(
-        max_rate=1e6,
+        max_rate=max_rate,
         window_s=0.05,
         horizon_s=60,
         stagger_s=20,
@@ -172,6 +174,24 @@ def test_a_correct_pool_through_restarts_timeouts_and_a_frontend_outage() -> Non
     failures = {s.labels[names.WORKER]: s.value for s in found[names.SCRAPE_FAILURES]}
     assert failures["1"] >= 1
     assert any(s.value > 0 for s in found[names.POOL_RATE])
+
+
+def test_a_restart_between_blocks_is_named_too() -> None:
+    # A rate cap leaves gaps between blocks, and each block after a gap reads afresh: a worker
+    # that restarts in a gap is seen only by comparing the reads on either side of it.
+    pool = MockPool(["a", "a", "b", "b"], seed=5)
+    restarts: list[float] = []
+
+    def script(now: float) -> None:  # run after each block, before its gap
+        if now >= 1 and not restarts:
+            restarts.append(now)
+            pool.restart(2)
+
+    watch, _ = watch_on(
+        pool, seconds=30, script=script, max_rate=40, until=lambda w: "reset" in w.event_counts
+    )
+    assert restarts and watch.event_counts.get("reset") == 1, watch.event_counts
+    assert any("worker 2's counter went down" in e.detail for e in watch.events if e.kind == "reset")
 
 
 def test_a_leak_is_one_alarm_per_model_proven_by_the_refusals() -> None:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ...defaults import FAIRNESS_ALPHA
+from ...defaults import FAIRNESS_ALPHA, SPLIT_CONFIRM
 from ...errors import ConfigError
 
 # stats keeps its regularised gamma private; the chi-square critical values and powers need it too.
@@ -216,7 +216,8 @@ class QuietPower:
             f"{self.requests} requests over {k} replicas: {still}; an idle replica is caught with "
             f"{_pct(self.idle)} probability, a {self.skew_share:g}/{1 - self.skew_share:.2g} skew between two "
             f"replicas with {_pct(self.skew)}; the smallest skew caught with {_pct(self.power)} is "
-            f"{self.smallest_skew:.2f}/{low:.2f} (fairness test at alpha {self.alpha:g})"
+            f"{self.smallest_skew:.2f}/{low:.2f} (fairness test at alpha {self.alpha:g}, a split that does not fit "
+            f"confirmed by a burst {SPLIT_CONFIRM}x as large)"
         )
 
 
@@ -236,11 +237,18 @@ def quiet_power(
         raise ConfigError("a fairness check needs two replicas or more")
     still = still_probability(weights, n)
     require_all = still < alpha
-    idle = min(_detection(n, shares, f, alpha, require_all) for f in _idle_faults(shares))
+
+    def caught(fault: Sequence[float]) -> float:
+        # A split that does not fit fails only once its confirming burst does not fit either
+        # (independent, SPLIT_CONFIRM times as large); a still replica fails at once, so the
+        # product is a lower bound.
+        first = _detection(n, shares, fault, alpha, require_all)
+        return first * _detection(SPLIT_CONFIRM * n, shares, fault, alpha, require_all)
+
+    idle = min(caught(f) for f in _idle_faults(shares))
 
     def skew_power(s: float) -> float:
-        faults = _skew_faults(shares, s)
-        return min((_detection(n, shares, f, alpha, require_all) for f in faults), default=1.0)
+        return min((caught(f) for f in _skew_faults(shares, s)), default=1.0)
 
     found = math.nan
     if smallest:

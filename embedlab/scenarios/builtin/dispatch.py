@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ...cluster.deployment import Deployment
-from ...defaults import FAIRNESS_ALPHA
+from ...defaults import FAIRNESS_ALPHA, SPLIT_CONFIRM
 from ...errors import ConfigError
 from ...evidence.busy import (
     ProvenBy,
@@ -174,6 +174,10 @@ def same_model_load_balance(
             deployment, target, model, indices, weights, split, [burst], started, recorded, params.budget_s
         )
     verdict, reasons = judge([burst], exact_total=True)
+    bursts = [burst]
+    if verdict == Verdict.FAILED and split is Split.WEIGHTS and _only_the_split(burst, reasons, alpha):
+        burst, verdict, reasons = _confirmed(target, spec, burst, alpha, progress)
+        bursts.append(burst)
     deltas = [burst.delta(i) or 0.0 for i in indices]
     shown = "/".join(f"{d:.0f}" for d in deltas)
     if verdict == Verdict.PASSED and split is Split.EXACT and max(deltas) - min(deltas) > 1:
@@ -187,7 +191,7 @@ def same_model_load_balance(
         stack=target.stack,
         params=recorded,
         workers=workers_of(deployment),
-        bursts=[burst],
+        bursts=bursts,
         verdict=verdict,
         reasons=reasons,
         wall_seconds=time.monotonic() - started,
@@ -197,6 +201,40 @@ def same_model_load_balance(
         power=power,
         proven_by=ProvenBy.ATTRIBUTION if burst.proven_by else ProvenBy.QUIET,
     )
+
+
+def _only_the_split(burst: Burst, reasons: list[str], alpha: float) -> bool:
+    """The burst failed on its split's p-value alone: every request answered and counted once."""
+    check = burst.check
+    return (
+        check is not None
+        and check.p_value is not None
+        and check.p_value < alpha
+        and len(check.reasons) == 1
+        and len(reasons) == 1
+    )
+
+
+def _confirmed(
+    target: Target, spec: BurstSpec, first: Burst, alpha: float, progress: bool
+) -> tuple[Burst, Verdict, list[str]]:
+    """A split unlikely under the weights, sent again `SPLIT_CONFIRM` times as large: the second
+    burst's verdict is the check's, the first one's split said beside it. A correct random router
+    fails both with probability alpha squared; the power sentence counts the second burst."""
+    assert first.check is not None and first.check.p_value is not None
+    requests = spec.requests * SPLIT_CONFIRM
+    again = replace(spec, name=f"{spec.name} (confirming)", requests=requests)  # its inputs cycle
+    burst = run_sync(run_burst(target, again, progress=progress))
+    verdict, reasons = judge([burst], exact_total=True)
+    said = (
+        f"{spec.name}: the split {first.check.reasons[0].removeprefix('split ')}; "
+        f"a confirming burst of {requests} requests "
+    )
+    if verdict == Verdict.PASSED:
+        return burst, verdict, [said + "fit the weights (a chance split, not a fault)"]
+    if verdict == Verdict.INCONCLUSIVE:
+        return burst, verdict, [said + "decided nothing", *reasons]
+    return burst, verdict, [said + "did not fit either", *reasons]
 
 
 def multi_model_dispatch(
