@@ -27,7 +27,7 @@ from ...errors import CheckFailedError
 from ...freshness import check_fresh
 from ...scenarios.battery import ConformanceTable
 from ...scenarios.builtin.cluster_figures import FaultFigures, TtlSweepFigures
-from ...scenarios.builtin.resilience import FailoverFigures
+from ...scenarios.builtin.resilience_figures import FailoverFigures
 from ...scenarios.explore import Explorer, Step, SweepResult
 from ...scenarios.result import ScenarioResult
 from . import figures, tables

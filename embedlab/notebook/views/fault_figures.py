@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...scenarios.builtin.cluster_figures import FaultFigures, TtlSweepFigures
-from ...scenarios.builtin.resilience import FailoverFigures
+from ...scenarios.builtin.resilience_figures import FailoverFigures
 from ...scenarios.result import Burst, ScenarioResult
 from .figures import BAD, OBSERVED, figure, legend_outside, new_figure, served_by
 

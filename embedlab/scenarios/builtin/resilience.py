@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -38,10 +39,11 @@ from ..burst import (
     unread_of,
     workers_of,
 )
-from ..params import knob, with_knobs
+from ..params import with_knobs
 from ..registry import Scenario
-from ..result import Burst, DataFigures, ScenarioResult, ScheduleRun, Unread, worker_label
-from ..schedule import BusyKnobs, busy_outcome, needs_schedule, run_schedule, schedule_for
+from ..result import Burst, ScenarioResult, ScheduleRun, worker_label
+from ..schedule import busy_outcome, needs_schedule, run_schedule, schedule_for
+from .resilience_figures import FailoverFigures, FailoverParams
 
 if TYPE_CHECKING:
     from ..plan import ScenarioPlan
@@ -55,96 +57,147 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
-class FailoverParams(BusyKnobs):
-    requests: int = knob(200, "requests in the burst", min=2)
-    concurrency: int = knob(8, "requests in flight at once", min=1)
-    kill_after: int = knob(50, "the victim is SIGKILLed after this many responses", min=1)
-    victim: int = knob(1, "the index of the worker that dies", min=0)
-
-    def describe(self) -> str:
-        return (
-            f"{self.requests} requests at concurrency {self.concurrency}, worker {self.victim} SIGKILLed "
-            f"after {self.kill_after} responses"
-        )
-
-
-@dataclass(frozen=True)
-class FailoverFigures(DataFigures):
-    """What failover measured around the kill. Asserted on some stacks, reported on others."""
-
-    victim: int
-    kill_after_responses: int
-    requests: int
-    killed_at_s: float | None  # seconds into the burst
-    excluded_after_s: float | None  # from the kill until the frontend stopped dispatching to it
-    lease_ttl_s: (
-        float | None
-    )  # the stack's own lease where embedlab's frontend keeps it; None: the stack decides
-    failed_requests: int
-    codes: dict[str, int]  # HTTP status of the failed requests; "0": no answer
-    responses_after_kill: int
-    errors_window_s: float  # from the kill until the last failed response
-    asserted: bool
-    victim_counter_before: float | None  # None: it could not be read before the burst
-    served_by: dict[str, int]  # responses per worker, by label, where the frontend names them
-    # What the router's own counters say it sent the victim over the burst (None: it keeps
-    # none): beside the responses that named the victim, sends that died with it show.
-    router_counted_victim: float | None = None
-
-    def rows(self) -> list[tuple[str, str]]:
-        killed = (
-            "never"
-            if self.killed_at_s is None
-            else f"{self.killed_at_s:.3f} s into the burst, after {self.kill_after_responses} responses"
-        )
-        out = (
-            "never seen"
-            if self.excluded_after_s is None
-            else f"{self.excluded_after_s * 1000:.0f} ms after the kill"
-        )
-        ttl = (
-            f"{self.lease_ttl_s:g} s (limit: 2 TTLs)"
-            if self.lease_ttl_s
-            else "the stack's own discovery decides"
-        )
-        rows = [
-            ("victim", f"worker {self.victim}"),
-            ("killed at", killed),
-            ("out of dispatch", out),
-            ("lease TTL", ttl),
-            ("failed requests", str(self.failed_requests)),
-            ("errors seen for", f"{self.errors_window_s:.2f} s after the kill"),
-            ("responses after the kill", str(self.responses_after_kill)),
-        ]
-        rows += [(f"served by {w}", str(n)) for w, n in sorted(self.served_by.items())] or [
-            ("served by", "not named: this frontend marks no response with its worker")
-        ]
-        if self.router_counted_victim is not None:
-            rows.append((f"the router counted for worker {self.victim}", f"{self.router_counted_victim:g}"))
-        return rows + [("verdict", "asserted" if self.asserted else "reported, not asserted")]
-
-    def key_figures(self) -> dict[str, Any]:
-        shown = f" (HTTP {', '.join(sorted(self.codes))})" if self.codes else ""
-        out = (
-            "not seen"
-            if self.excluded_after_s is None
-            else f"{self.excluded_after_s * 1000:.0f} ms after the kill"
-        )
-        figures = {"lost": f"{self.failed_requests} of {self.requests}{shown}", "out of dispatch": out}
-        answered = self.served_by.get(f"worker {self.victim}")
-        if self.router_counted_victim is not None and answered is not None:
-            # Sends that died with the worker, or were retried elsewhere, count here and answered nothing.
-            figures["dead worker"] = (
-                f"router counted {self.router_counted_victim:g} sends, {answered} answered"
-            )
-        return figures
-
-
 async def _dispatchable(client: httpx.AsyncClient, deployment: Deployment, endpoint: str) -> bool:
     """Whether the frontend would still dispatch to `endpoint`."""
     health = (await client.get(deployment.health_url, timeout=2.0)).json()
     return endpoint in deployment.read_dispatchable(health)
+
+
+@dataclass
+class _Kill:
+    """The kill, on the burst's clock (`time.perf_counter`): when it came, and when the frontend
+    stopped listing the victim (None: not yet, or never seen)."""
+
+    victim: int
+    after: int  # responses
+    sig: int
+    killed: float | None = None
+    excluded: float | None = None
+    responses: int = 0
+
+    def on_response(self, deployment: Deployment) -> Callable[[RequestRecord], None]:
+        def counted(record: RequestRecord) -> None:
+            self.responses += 1
+            if self.responses == self.after:
+                deployment.outages.kill_worker(self.victim, self.sig)
+                self.killed = time.perf_counter()
+
+        return counted
+
+    async def watch(self, client: httpx.AsyncClient, deployment: Deployment, limit_s: float) -> None:
+        """From the kill, poll the frontend's listing until the victim leaves it (up to `limit_s`)."""
+        endpoint = deployment.endpoint(self.victim)
+        while self.killed is None:
+            await asyncio.sleep(0.005)
+        while time.perf_counter() - self.killed < limit_s:
+            try:
+                if not await _dispatchable(client, deployment, endpoint):
+                    self.excluded = time.perf_counter()
+                    return
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            await asyncio.sleep(0.01)
+
+
+async def _killing_burst(
+    deployment: Deployment, spec: BurstSpec, kill: _Kill, *, progress: bool
+) -> tuple[Burst, float | None]:
+    """The burst that kills its victim, the victim's listing watched meanwhile; with the victim's
+    counter before it (None where it could not be read, which marks the burst unread)."""
+    target = deployment.target()
+    victim = kill.victim
+    victim_before = unread = None
+    async with clients.scrape_client(timeout=5.0) as client:
+        try:
+            url = target.system_urls[victim]
+            victim_before = (
+                await ascrape(url, metric=target.metric, client=client, worker_index=victim)
+            ).value
+        except ScrapeError as exc:  # sent all the same, as every burst is: the kill is the finding
+            unread = unread_of(exc, "before the burst")
+        watcher = asyncio.create_task(
+            kill.watch(client, deployment, deployment.stack.failover_watch_s(deployment.spec))
+        )
+        try:
+            burst = await run_burst(target, spec, progress=progress)
+        finally:
+            if kill.killed is None:  # no kill (the burst failed early): nothing to watch for
+                watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+    if unread is not None and burst.unread is None:
+        mark_unread(burst, unread)
+    return burst, victim_before
+
+
+def _survivors_schedule(
+    target: Target, burst: Burst, params: FailoverParams, model: str, victim: int, workers: int
+) -> ScheduleRun | None:
+    """Where the pool is busy: the survivors' counters judged by the randomized on/off schedule
+    (the victim, dead, left out of it); None where the burst's own pair of reads judges."""
+    if burst.unread is not None or not workers or not (params.busy or needs_schedule([burst])):
+        return None
+    pool = [None if i == victim else (m if m is not None else model) for i, m in enumerate(target.models)]
+    return run_sync(
+        run_schedule(
+            target,
+            schedule_for([model], workers=workers),
+            models=pool,
+            weights=list(target.weights or [1.0] * len(pool)),
+            budget_s=params.budget_s,
+        )
+    )
+
+
+def _figures(
+    deployment: Deployment,
+    burst: Burst,
+    kill: _Kill,
+    params: FailoverParams,
+    victim_before: float | None,
+    strict: bool,
+) -> FailoverFigures:
+    traffic = burst.traffic
+    killed_at = kill.killed - traffic.origin if kill.killed is not None else None
+    excluded_after = (
+        kill.excluded - kill.killed if kill.excluded is not None and kill.killed is not None else None
+    )
+    failed = traffic.failures
+    after_kill = [r for r in traffic.records if killed_at is not None and r.started + r.latency >= killed_at]
+    workers = workers_of(deployment)
+    router_deltas = burst.router_deltas  # the dead worker's count stands beside no counter of its own
+    return FailoverFigures(
+        victim=kill.victim,
+        kill_after_responses=kill.after,
+        requests=params.requests,
+        killed_at_s=killed_at,
+        excluded_after_s=excluded_after,
+        lease_ttl_s=deployment.stack.lease_ttl_s(deployment.spec),
+        failed_requests=len(failed),
+        codes=status_codes([burst]),
+        responses_after_kill=len(after_kill),
+        errors_window_s=max(r.started + r.latency for r in failed) - killed_at
+        if failed and killed_at is not None
+        else 0.0,
+        asserted=strict,
+        victim_counter_before=victim_before,
+        served_by={worker_label(workers, w): n for w, n in traffic.served_by().items()},
+        router_counted_victim=None if router_deltas is None else router_deltas.get(kill.victim, 0.0),
+    )
+
+
+def _events(burst: Burst, figures: FailoverFigures, kill: _Kill) -> list[Event]:
+    killed_at, excluded_after = figures.killed_at_s, figures.excluded_after_s
+    events = (
+        []
+        if killed_at is None
+        else [Event(killed_at, "kill", f"worker {kill.victim} {signal.Signals(kill.sig).name}")]
+    )
+    if killed_at is not None and excluded_after is not None:
+        events.append(Event(killed_at + excluded_after, "out of dispatch", f"worker {kill.victim}"))
+    if burst.unread is not None:
+        events = sorted([*events, *unread_events([burst], burst.traffic.origin)], key=lambda e: e.at)
+    return events
 
 
 def failover(
@@ -176,32 +229,18 @@ def failover(
     survivors must take every request of the check's.
     """
     params = with_knobs(FailoverParams, params, knobs, scenario="failover")
-    requests, kill_after, victim = params.requests, params.kill_after, params.victim
+    requests, victim = params.requests, params.victim
     deployment = launched(deployment, scenario="failover")
     model, indices = serving(deployment, model)
     if victim not in indices:
         raise ConfigError(f"worker {victim} does not serve '{model}'")
-    if not 0 < kill_after < requests:
+    if not 0 < params.kill_after < requests:
         raise ConfigError("kill_after must fall inside the burst")
-    stack = deployment.stack
-    strict = stack.asserts_failover if assert_zero_loss is None else assert_zero_loss
+    strict = deployment.stack.asserts_failover if assert_zero_loss is None else assert_zero_loss
     survivors = [i for i in indices if i != victim]
-    endpoint = deployment.endpoint(victim)
-    ttl = deployment.spec.lease_ttl
-    watch_limit = stack.failover_watch_s(deployment.spec)
-    target = deployment.target()
     served_models(deployment.frontend_url)
     started = time.monotonic()
-    state: dict[str, float | None] = {"killed": None, "excluded": None}
-    responses = 0
-
-    def on_response(record: RequestRecord) -> None:
-        nonlocal responses
-        responses += 1
-        if responses == kill_after:
-            deployment.outages.kill_worker(victim, sig)
-            state["killed"] = time.perf_counter()
-
+    kill = _Kill(victim=victim, after=params.kill_after, sig=sig)
     spec = BurstSpec(
         name=model,
         model=model,
@@ -213,107 +252,24 @@ def failover(
         min_total_delta=0.0,
         timeout=timeout,
         read=survivors,
-        on_response=on_response,
+        on_response=kill.on_response(deployment),
         rule="every survivor moves; the dead worker's share comes from the responses naming it",
     )
-
-    async def run() -> tuple[Burst, float | None, Unread | None]:
-        victim_before = unread = None
-        async with clients.scrape_client(timeout=5.0) as client:
-            try:
-                victim_before = (
-                    await ascrape(
-                        target.system_urls[victim], metric=target.metric, client=client, worker_index=victim
-                    )
-                ).value
-            except ScrapeError as exc:  # sent all the same, as every burst is: the kill is the finding
-                unread = unread_of(exc, "before the burst")
-
-            async def watch() -> None:
-                while state["killed"] is None:
-                    await asyncio.sleep(0.005)
-                while time.perf_counter() - state["killed"] < watch_limit:
-                    try:
-                        if not await _dispatchable(client, deployment, endpoint):
-                            state["excluded"] = time.perf_counter()
-                            return
-                    except (httpx.HTTPError, ValueError, KeyError):
-                        pass
-                    await asyncio.sleep(0.01)
-
-            watcher = asyncio.create_task(watch())
-            try:
-                burst = await run_burst(target, spec, progress=progress)
-            finally:
-                if state["killed"] is None:  # no kill (the burst failed early): nothing to watch for
-                    watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
-        return burst, victim_before, unread
-
-    burst, victim_before, unread = run_sync(run())
-    traffic = burst.traffic
-    if unread is not None and burst.unread is None:
-        mark_unread(burst, unread)
-    busy = None
-    if burst.unread is None and (params.busy or needs_schedule([burst])) and survivors:
-        # The victim is dead: left out of the schedule, which reads and judges the survivors alone.
-        pool = [None if i == victim else (m if m is not None else model) for i, m in enumerate(target.models)]
-        busy = run_sync(
-            run_schedule(
-                target,
-                schedule_for([model], workers=len(survivors)),
-                models=pool,
-                weights=list(target.weights or [1.0] * len(pool)),
-                budget_s=params.budget_s,
-            )
-        )
-    killed_at = state["killed"] - traffic.origin if state["killed"] is not None else None
-    excluded_after = (
-        state["excluded"] - state["killed"]
-        if state["excluded"] is not None and state["killed"] is not None
-        else None
-    )
-    failed = traffic.failures
-    after_kill = [r for r in traffic.records if killed_at is not None and r.started + r.latency >= killed_at]
-    workers = workers_of(deployment)
-    router_deltas = burst.router_deltas  # the dead worker's count stands beside no counter of its own
-    figures = FailoverFigures(
-        victim=victim,
-        kill_after_responses=kill_after,
-        requests=requests,
-        killed_at_s=killed_at,
-        excluded_after_s=excluded_after,
-        lease_ttl_s=stack.lease_ttl_s(deployment.spec),
-        failed_requests=len(failed),
-        codes=status_codes([burst]),
-        responses_after_kill=len(after_kill),
-        errors_window_s=max(r.started + r.latency for r in failed) - killed_at
-        if failed and killed_at is not None
-        else 0.0,
-        asserted=strict,
-        victim_counter_before=victim_before,
-        served_by={worker_label(workers, w): n for w, n in traffic.served_by().items()},
-        router_counted_victim=None if router_deltas is None else router_deltas.get(victim, 0.0),
-    )
-    events = (
-        [] if killed_at is None else [Event(killed_at, "kill", f"worker {victim} {signal.Signals(sig).name}")]
-    )
-    if killed_at is not None and excluded_after is not None:
-        events.append(Event(killed_at + excluded_after, "out of dispatch", f"worker {victim}"))
-    if burst.unread is not None:
-        events = sorted([*events, *unread_events([burst], traffic.origin)], key=lambda e: e.at)
+    burst, victim_before = run_sync(_killing_burst(deployment, spec, kill, progress=progress))
+    busy = _survivors_schedule(deployment.target(), burst, params, model, victim, len(survivors))
+    figures = _figures(deployment, burst, kill, params, victim_before, strict)
+    ttl = deployment.spec.lease_ttl
     verdict, reasons = _failover_verdict(burst, figures, requests=requests, ttl=ttl, busy=busy)
     return ScenarioResult(
         scenario="failover",
         stack=deployment.spec.stack,
         params={**asdict(params), "model": model, "signal": signal.Signals(sig).name},
-        workers=workers,
+        workers=workers_of(deployment),
         bursts=[burst],
         verdict=verdict,
         reasons=reasons,
         wall_seconds=time.monotonic() - started,
-        events=events,
+        events=_events(burst, figures, kill),
         figures=figures,
         power=busy_outcome(busy)[2] if busy is not None else "",
         proven_by=(
