@@ -170,6 +170,9 @@ class Watch:
         self._inputs = default_inputs(64, seed=self.schedule.seed % 1000)
         self._answers: list[_Answer] = []  # the block's, late ones included
         self._last_read: list[Snapshot] | None = None
+        self._since_last: np.ndarray | None = (
+            None  # counts between the last two reads (None: a reset, or one read)
+        )
         self._inflight: set[asyncio.Task[None]] = set()
         self._settle_until = 0.0
         self._per_block = sum(sum(a.requests.values()) for a in self.schedule.arms)
@@ -317,17 +320,12 @@ class Watch:
         """The pool's total rate, and its resets, from every pair of reads in a row (the gaps
         between blocks too: a worker that restarts while no block runs is named all the same)."""
         last, self._last_read = self._last_read, snapshots
-        if last is None:
-            return
-        deltas = self._deltas(last, snapshots)
-        if deltas is not None:  # else a worker restarted: this interval's count is unknown
-            self.pool_rate.add(float(deltas.sum()), self.now)
+        self._since_last = None if last is None else self._deltas(last, snapshots)
+        if self._since_last is not None:  # else a worker restarted: this interval's count is unknown
+            self.pool_rate.add(float(self._since_last.sum()), self.now)
 
-    def _deltas(
-        self, before: list[Snapshot], after: list[Snapshot], *, named: bool = False
-    ) -> np.ndarray | None:
-        """Each worker's count between two reads; None where one reset (an event, unless `named`
-        already)."""
+    def _deltas(self, before: list[Snapshot], after: list[Snapshot]) -> np.ndarray | None:
+        """Each worker's count between two reads; None where one reset (an event)."""
         deltas = np.zeros(len(before))
         reset = False
         for i, (b, a) in enumerate(zip(before, after)):
@@ -335,9 +333,8 @@ class Watch:
                 deltas[i] = b.delta(a, worker_index=i)
             except CounterResetError:
                 reset = True
-                if not named:
-                    self._settle_until = self.now + self.config.settle_s
-                    self._event("reset", f"worker {i}'s counter went down: it restarted")
+                self._settle_until = self.now + self.config.settle_s
+                self._event("reset", f"worker {i}'s counter went down: it restarted")
         return None if reset else deltas
 
     async def _block(
@@ -369,8 +366,7 @@ class Watch:
             if after is None:
                 disturbed, snapshots = "unreadable", None
                 break
-            # `_read` named any reset between these two reads, the previous read and this one.
-            window_deltas = self._deltas(snapshots or before, after, named=True)
+            window_deltas = self._since_last  # `_read` counted this window: the reads on either side
             snapshots = after
             if window_deltas is None:
                 disturbed = "reset"

@@ -175,8 +175,8 @@ def same_model_load_balance(
         )
     verdict, reasons = judge([burst], exact_total=True)
     bursts = [burst]
-    if verdict == Verdict.FAILED and split is Split.WEIGHTS and _only_the_split(burst, reasons, alpha):
-        burst, verdict, reasons = _confirmed(target, spec, burst, alpha, progress)
+    if verdict == Verdict.FAILED and split is Split.WEIGHTS and _only_the_split(burst, reasons, spec):
+        burst, verdict, reasons = _confirmed(target, spec, burst, progress)
         bursts.append(burst)
     deltas = [burst.delta(i) or 0.0 for i in indices]
     shown = "/".join(f"{d:.0f}" for d in deltas)
@@ -203,11 +203,12 @@ def same_model_load_balance(
     )
 
 
-def _only_the_split(burst: Burst, reasons: list[str], alpha: float) -> bool:
+def _only_the_split(burst: Burst, reasons: list[str], spec: BurstSpec) -> bool:
     """The burst failed on its split's p-value alone: every request answered and counted once."""
-    check = burst.check
+    check, alpha = burst.check, spec.fairness_alpha
     return (
         check is not None
+        and alpha is not None
         and check.p_value is not None
         and check.p_value < alpha
         and len(check.reasons) == 1
@@ -216,7 +217,7 @@ def _only_the_split(burst: Burst, reasons: list[str], alpha: float) -> bool:
 
 
 def _confirmed(
-    target: Target, spec: BurstSpec, first: Burst, alpha: float, progress: bool
+    target: Target, spec: BurstSpec, first: Burst, progress: bool
 ) -> tuple[Burst, Verdict, list[str]]:
     """A split unlikely under the weights, sent again `SPLIT_CONFIRM` times as large: the second
     burst's verdict is the check's, the first one's split said beside it. A correct random router

@@ -100,11 +100,10 @@ class _Kill:
 
 
 async def _killing_burst(
-    deployment: Deployment, spec: BurstSpec, kill: _Kill, *, progress: bool
+    deployment: Deployment, target: Target, spec: BurstSpec, kill: _Kill, *, progress: bool
 ) -> tuple[Burst, float | None]:
     """The burst that kills its victim, the victim's listing watched meanwhile; with the victim's
     counter before it (None where it could not be read, which marks the burst unread)."""
-    target = deployment.target()
     victim = kill.victim
     victim_before = unread = None
     async with clients.scrape_client(timeout=5.0) as client:
@@ -238,6 +237,7 @@ def failover(
         raise ConfigError("kill_after must fall inside the burst")
     strict = deployment.stack.asserts_failover if assert_zero_loss is None else assert_zero_loss
     survivors = [i for i in indices if i != victim]
+    target = deployment.target()
     served_models(deployment.frontend_url)
     started = time.monotonic()
     kill = _Kill(victim=victim, after=params.kill_after, sig=sig)
@@ -255,8 +255,8 @@ def failover(
         on_response=kill.on_response(deployment),
         rule="every survivor moves; the dead worker's share comes from the responses naming it",
     )
-    burst, victim_before = run_sync(_killing_burst(deployment, spec, kill, progress=progress))
-    busy = _survivors_schedule(deployment.target(), burst, params, model, victim, len(survivors))
+    burst, victim_before = run_sync(_killing_burst(deployment, target, spec, kill, progress=progress))
+    busy = _survivors_schedule(target, burst, params, model, victim, len(survivors))
     figures = _figures(deployment, burst, kill, params, victim_before, strict)
     ttl = deployment.spec.lease_ttl
     verdict, reasons = _failover_verdict(burst, figures, requests=requests, ttl=ttl, busy=busy)
