@@ -961,9 +961,10 @@ def main() -> int:
                     )
                 if args.logs:
                     args.logs.mkdir(parents=True, exist_ok=True)
-                    for name, path in dep.log_paths.items():
-                        if name.startswith("worker-0") or name == "frontend":
-                            (args.logs / f"gpu-{name}.log").write_bytes(path.read_bytes()[-2_000_000:])
+                    # The transformers worker's log and the frontend's, by their files' names.
+                    for path in dep.log_paths.values():
+                        if path.name in ("worker-0.log", "frontend.log"):
+                            (args.logs / f"gpu-{path.name}").write_bytes(path.read_bytes()[-2_000_000:])
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return out

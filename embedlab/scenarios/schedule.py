@@ -13,7 +13,8 @@ import dataclasses
 import functools
 import math
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -21,7 +22,7 @@ import httpx
 from ..defaults import BUSY_BUDGET_S, BUSY_RATE_PER_S
 from ..errors import CounterResetError, ScrapeError
 from ..evidence import clients
-from ..evidence.busy import BusyMonitor, Schedule, WindowRecord
+from ..evidence.busy import BusyMonitor, BusyVerdict, Schedule, WindowRecord
 from ..evidence.busy.constants import WINDOW_S
 from ..evidence.metrics import Snapshot, ascrape_all
 from ..evidence.target import Target
@@ -86,8 +87,6 @@ async def run_schedule(
     so the blocks kept still have uniformly random orders. Measured on a 2-core machine at load
     11: p99 latency 1 s, a quarter of the blocks set aside, the rest decided."""
     windows: list[ScheduleWindow] = []
-    records: list[RequestRecord] = []
-    pending: set[asyncio.Task[BurstResult]] = set()
     limits = max(concurrency, max((sum(a.requests.values()) for a in schedule.arms), default=1))
     why, verdict = "", None
     async with (
@@ -101,94 +100,146 @@ async def run_schedule(
             ),
         ) as http,
     ):
-        read_at = [i for i, m in enumerate(models) if m is not None]
-        urls = [target.system_urls[i] for i in read_at]
-
-        async def read() -> list[Snapshot]:
-            return await ascrape_all(urls, metric=target.metric, client=scrape_client, indices=read_at)
-
+        sender = _Sender(target, http, limits, timeout)
+        reader = _Reader(target, models, scrape_client)
         try:
             schedule = await _fitted(schedule, target, http, limits, timeout)
-            # The budget is wall time, blocks set aside included: the monitor only counts what it is fed.
-            monitor = BusyMonitor(schedule, models, weights, budget_s=math.inf)
-            arms = len(schedule.arms)
-            before = await read()
-            origin = time.perf_counter()
-            block = 0
-            while True:
-                t0 = time.perf_counter()
-                found: list[ScheduleWindow] = []
-                for position in range(arms):
-                    window = schedule.window(block * arms + position)
-                    at = t0 - origin + position * schedule.window_s
-                    answered: list[RequestRecord] = []
-                    n = sum(window.arm.requests.values())
-                    if n:
-                        order = [m for m, k in window.arm.requests.items() for _ in range(k)]
-                        task = asyncio.create_task(
-                            asend_burst(
-                                target.frontend_url,
-                                window.arm.name,
-                                n,
-                                concurrency=min(n, limits),
-                                inputs=default_inputs(n, seed=window.index),
-                                timeout=timeout,
-                                client=http,
-                                models=order,
-                                on_response=answered.append,
-                            )
-                        )
-                        pending.add(task)
-                        task.add_done_callback(pending.discard)
-                        task.add_done_callback(functools.partial(_collect, records, at))
-                    await asyncio.sleep(
-                        max(0.0, t0 + (position + 1) * schedule.window_s - time.perf_counter())
-                    )
-                    # What counts in this window: the answers in hand when its closing read begins.
-                    counted = [r for r in answered if r.status]
-                    late = n - len(answered)
-                    after = await read()
-                    moved = {i: b.delta(a, worker_index=i) for i, b, a in zip(read_at, before, after)}
-                    deltas = tuple(moved.get(i, 0.0) for i in range(len(models)))
-                    before = after
-                    sent: dict[str, int] = {}
-                    for r in counted:
-                        sent[r.model] = sent.get(r.model, 0) + 1
-                    found.append(
-                        ScheduleWindow(
-                            window.index, window.arm.name, at, at + schedule.window_s, deltas, sent, late
-                        )
-                    )
-                kept = not any(w.late for w in found)
-                windows += [w if kept else dataclasses.replace(w, kept=False) for w in found]
-                if kept:
-                    for w in found:
-                        monitor.add(WindowRecord(index=w.index, deltas=w.deltas, sent=w.sent))
-                    block += 1
-                    verdict = monitor.verdict(final=False)
-                else:
-                    # Every answer in, then a fresh read: the next block starts from nothing in flight.
-                    await asyncio.gather(*pending, return_exceptions=True)
-                    before = await read()
-                if verdict is None and time.perf_counter() - origin >= budget_s:
-                    verdict = monitor.verdict(final=True)
-                if verdict is not None:
-                    break
+            verdict = await _blocks(schedule, sender, reader, windows, weights, budget_s)
         except CounterResetError as exc:
             why = f"counter reset on worker {exc.worker_index} during the schedule"
         except ScrapeError as exc:
             why = f"worker {exc.worker_index} could not be read during the schedule"
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await sender.settle()
     traffic = BurstResult(
         model="+".join(schedule.models),
-        n=len(records),
+        n=len(sender.records),
         concurrency=limits,
-        records=sorted(records, key=lambda r: r.started),
+        records=sorted(sender.records, key=lambda r: r.started),
         wall_seconds=windows[-1].end_s if windows else 0.0,
     )
     rate = max(sum(a.requests.values()) for a in schedule.arms) / schedule.window_s
     return ScheduleRun(windows, verdict, traffic, schedule.seed, schedule.window_s, rate, why, tuple(models))
+
+
+async def _blocks(
+    schedule: Schedule,
+    sender: _Sender,
+    reader: _Reader,
+    windows: list[ScheduleWindow],
+    weights: Sequence[float] | None,
+    budget_s: float,
+) -> BusyVerdict | None:
+    """Block after block into `windows` (the kept and the set aside), a verdict after each kept
+    one, until one stands or `budget_s` is spent."""
+    # The budget is wall time, blocks set aside included: the monitor only counts what it is fed.
+    monitor = BusyMonitor(schedule, reader.models, weights, budget_s=math.inf)
+    before = await reader.read()
+    origin = time.perf_counter()
+    block = 0
+    while True:
+        found, before = await _block(schedule, block, origin, sender, reader, before)
+        kept = not any(w.late for w in found)
+        windows += [w if kept else dataclasses.replace(w, kept=False) for w in found]
+        verdict = None
+        if kept:
+            for w in found:
+                monitor.add(WindowRecord(index=w.index, deltas=w.deltas, sent=w.sent))
+            block += 1
+            verdict = monitor.verdict(final=False)
+        else:
+            # Every answer in, then a fresh read: the next block starts from nothing in flight.
+            await sender.settle()
+            before = await reader.read()
+        if verdict is None and time.perf_counter() - origin >= budget_s:
+            verdict = monitor.verdict(final=True)
+        if verdict is not None:
+            return verdict
+
+
+async def _block(
+    schedule: Schedule,
+    block: int,
+    origin: float,
+    sender: _Sender,
+    reader: _Reader,
+    before: list[Snapshot],
+) -> tuple[list[ScheduleWindow], list[Snapshot]]:
+    """One block's windows on one clock (its start + k * window_s), and the last read."""
+    t0 = time.perf_counter()
+    found: list[ScheduleWindow] = []
+    for position in range(len(schedule.arms)):
+        window = schedule.window(block * len(schedule.arms) + position)
+        at = t0 - origin + position * schedule.window_s
+        answered = sender.send(window.arm.name, window.arm.requests, window.index, at)
+        n = sum(window.arm.requests.values())
+        await asyncio.sleep(max(0.0, t0 + (position + 1) * schedule.window_s - time.perf_counter()))
+        # What counts in this window: the answers in hand when its closing read begins.
+        counted = [r for r in answered if r.status]
+        late = n - len(answered)
+        after = await reader.read()
+        deltas = reader.deltas(before, after)
+        before = after
+        sent = dict(Counter(r.model for r in counted))
+        found.append(
+            ScheduleWindow(window.index, window.arm.name, at, at + schedule.window_s, deltas, sent, late)
+        )
+    return found, before
+
+
+class _Sender:
+    """A window's requests sent at once, in the background: its answers land in the list
+    `send` returns as they come, every record (start times from the schedule's) in `records`."""
+
+    def __init__(self, target: Target, http: httpx.AsyncClient, limits: int, timeout: float) -> None:
+        self.target, self.http, self.limits, self.timeout = target, http, limits, timeout
+        self.records: list[RequestRecord] = []
+        self.pending: set[asyncio.Task[BurstResult]] = set()
+
+    def send(self, arm: str, requests: Mapping[str, int], seed: int, at: float) -> list[RequestRecord]:
+        answered: list[RequestRecord] = []
+        n = sum(requests.values())
+        if not n:
+            return answered
+        order = [m for m, k in requests.items() for _ in range(k)]
+        task = asyncio.create_task(
+            asend_burst(
+                self.target.frontend_url,
+                arm,
+                n,
+                concurrency=min(n, self.limits),
+                inputs=default_inputs(n, seed=seed),
+                timeout=self.timeout,
+                client=self.http,
+                models=order,
+                on_response=answered.append,
+            )
+        )
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+        task.add_done_callback(functools.partial(_collect, self.records, at))
+        return answered
+
+    async def settle(self) -> None:
+        """Wait for every request in flight."""
+        if self.pending:
+            await asyncio.gather(*self.pending, return_exceptions=True)
+
+
+class _Reader:
+    """Every worker the schedule judges (`models` not None), read at once."""
+
+    def __init__(self, target: Target, models: Sequence[str | None], client: httpx.AsyncClient) -> None:
+        self.models, self.metric, self.client = models, target.metric, client
+        self.read_at = [i for i, m in enumerate(models) if m is not None]
+        self.urls = [target.system_urls[i] for i in self.read_at]
+
+    async def read(self) -> list[Snapshot]:
+        return await ascrape_all(self.urls, metric=self.metric, client=self.client, indices=self.read_at)
+
+    def deltas(self, before: list[Snapshot], after: list[Snapshot]) -> tuple[float, ...]:
+        """Each worker's delta by index; 0 for one left out."""
+        moved = {i: b.delta(a, worker_index=i) for i, b, a in zip(self.read_at, before, after)}
+        return tuple(moved.get(i, 0.0) for i in range(len(self.models)))
 
 
 async def _fitted(

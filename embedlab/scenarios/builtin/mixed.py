@@ -151,103 +151,49 @@ def mixed_traffic(
     models inside a window cut leak detection in half, docs/busy-method.md).
     """
     params = with_knobs(MixedParams, params, knobs, scenario="mixed")
-    requests = params.requests
     target = target_of(deployment)
     served_models(target.frontend_url)
-    if any(m is None for m in target.models):
-        raise ConfigError("mixed needs to know which model each worker serves (attach(..., models=[...]))")
-    models = list(dict.fromkeys(m for m in target.models if m is not None))
-    if len(models) < 2:
-        raise ConfigError(
-            f"mixed interleaves several models; this pool serves {models} (same-model checks one)"
-        )
-    pool = {m: [i for i, w in enumerate(target.models) if w == m] for m in models}
-    weights = list(target.weights or [1.0] * len(target.models))
+    pool = _Pool.of(target)
     workers = workers_of(deployment)
     started = time.monotonic()
-    own = {m: [weights[i] for i in pool[m]] for m in models}
-    if requests is None:
-        requests = max(
-            [leak_requests(), *(required_requests(own[m]).requests for m in models if len(own[m]) > 1)]
-        )
-    recorded = {**asdict(params), "requests": requests, "models": models, "split": str(split)}
-    power, short = _mixed_power(requests, own, split)
-    if params.busy:
+    requests = pool.requests() if params.requests is None else params.requests
+    recorded = {**asdict(params), "requests": requests, "models": pool.models, "split": str(split)}
+
+    def busy(bursts: list[Burst]) -> ScenarioResult:
+        figures = MixedFigures(splits=(), judged=str(split))
         return placement_busy(
             "mixed",
             deployment,
             target,
-            models,
-            weights,
-            [],
-            started,
-            recorded,
-            params.budget_s,
-            figures=MixedFigures(splits=(), judged=str(split)),
-        )
-    bursts, splits = [], []
-    # A model's replicas must each move where a correct router rarely leaves one still.
-    still = {m: still_chance([weights[i] for i in pool[m]], requests) for m in models}
-    loose = [m for m in models if split is Split.REPORT or still[m].value >= FAIRNESS_ALPHA]
-    must_move = frozenset(i for m in models if m not in loose for i in pool[m])
-    if split is Split.REPORT:
-        moves = "a still replica is not asserted (the policy decides)"
-    else:
-        moves = "every replica moves" + "".join(
-            f" (not asserted for {m}: a correct router leaves one of its replicas still {still[m].of_the_time()})"
-            for m in loose
-        )
-    for pattern in params.patterns:
-        order = send_order(models, requests, pattern, seed=params.order_seed)
-        spec = BurstSpec(
-            name=pattern,
-            model="+".join(models),
-            expected=frozenset(i for indices in pool.values() for i in indices),
-            requests=len(order),
-            concurrency=params.concurrency,
-            inputs=default_inputs(len(order)),
-            models=order,
-            require_all=False,
-            must_move=must_move,
-            rule=f"{pattern} send order: per model, {moves}, its replicas count exactly its "
-            f"requests, and its split fits its weights ({split})",
-        )
-        burst = run_sync(run_burst(target, spec, progress=progress))
-        sent = Counter(order)
-        burst.expected_shares = {
-            i: sent[m] / len(order) * weights[i] / sum(weights[j] for j in pool[m])
-            for m in models
-            for i in pool[m]
-        }
-        bursts.append(burst)
-        if burst.check is not None:
-            splits += [
-                _judge_model(burst, m, pool[m], weights, sent[m], split, workers, must_move) for m in models
-            ]
-    if needs_schedule(bursts):
-        return placement_busy(
-            "mixed",
-            deployment,
-            target,
-            models,
-            weights,
+            pool.models,
+            pool.weights,
             bursts,
             started,
             recorded,
             params.budget_s,
-            figures=MixedFigures(splits=(), judged=str(split)),
+            figures=figures,
         )
-    verdict, reasons = judge(bursts, exact_total=True)
-    if verdict == Verdict.PASSED:
-        failed = [s for s in splits if s.verdict == Verdict.FAILED]
-        reasons = [f"{s.burst}: {s.model}: {r}" for s in failed for r in s.reasons]
-        if failed:
-            verdict = Verdict.FAILED
-        elif split is Split.REPORT:
-            verdict = Verdict.REPORTED
-            reasons = [f"{s.burst}: {s.model} split {'/'.join(f'{d:.0f}' for d in s.deltas)}" for s in splits]
-        elif short:
-            verdict, reasons = Verdict.INCONCLUSIVE, short
+
+    if params.busy:
+        return busy([])
+    must_move, moves = pool.must_move(requests, split)
+    bursts, splits = [], []
+    for pattern in params.patterns:
+        order = send_order(pool.models, requests, pattern, seed=params.order_seed)
+        burst = _interleaved(
+            target, pool, pattern, order, params.concurrency, must_move, moves, split, progress
+        )
+        bursts.append(burst)
+        if burst.check is not None:
+            sent = Counter(order)
+            splits += [
+                _judge_model(burst, m, pool.of_model[m], pool.weights, sent[m], split, workers, must_move)
+                for m in pool.models
+            ]
+    if needs_schedule(bursts):
+        return busy(bursts)
+    power, short = _mixed_power(requests, pool.own, split)
+    verdict, reasons = _mixed_verdict(bursts, splits, split, short)
     return ScenarioResult(
         scenario="mixed",
         stack=target.stack,
@@ -261,6 +207,108 @@ def mixed_traffic(
         power=power,
         proven_by=ProvenBy.ATTRIBUTION if any(b.proven_by for b in bursts) else ProvenBy.QUIET,
     )
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """The pool's models and which workers serve each, with their weights."""
+
+    models: list[str]
+    of_model: dict[str, list[int]]  # each model's replicas, by worker index
+    weights: list[float]  # by worker index
+
+    @classmethod
+    def of(cls, target: Target) -> _Pool:
+        if any(m is None for m in target.models):
+            raise ConfigError(
+                "mixed needs to know which model each worker serves (attach(..., models=[...]))"
+            )
+        models = list(dict.fromkeys(m for m in target.models if m is not None))
+        if len(models) < 2:
+            raise ConfigError(
+                f"mixed interleaves several models; this pool serves {models} (same-model checks one)"
+            )
+        of_model = {m: [i for i, w in enumerate(target.models) if w == m] for m in models}
+        return cls(models, of_model, list(target.weights or [1.0] * len(target.models)))
+
+    @property
+    def own(self) -> dict[str, list[float]]:
+        """Each model's replicas' weights."""
+        return {m: [self.weights[i] for i in self.of_model[m]] for m in self.models}
+
+    def requests(self) -> int:
+        """Per model, the most of what a leak and each model's split need to be caught with 99 %."""
+        own = self.own
+        return max([leak_requests(), *(required_requests(w).requests for w in own.values() if len(w) > 1)])
+
+    def must_move(self, requests: int, split: Split) -> tuple[frozenset[int], str]:
+        """The replicas that must each move, where a correct router rarely leaves one still, and
+        the rule's sentence for it."""
+        still = {m: still_chance(w, requests) for m, w in self.own.items()}
+        loose = [m for m in self.models if split is Split.REPORT or still[m].value >= FAIRNESS_ALPHA]
+        must_move = frozenset(i for m in self.models if m not in loose for i in self.of_model[m])
+        if split is Split.REPORT:
+            return must_move, "a still replica is not asserted (the policy decides)"
+        return must_move, "every replica moves" + "".join(
+            f" (not asserted for {m}: a correct router leaves one of its replicas still {still[m].of_the_time()})"
+            for m in loose
+        )
+
+
+def _interleaved(
+    target: Target,
+    pool: _Pool,
+    pattern: str,
+    order: list[str],
+    concurrency: int,
+    must_move: frozenset[int],
+    moves: str,
+    split: Split,
+    progress: bool,
+) -> Burst:
+    """One burst in `order`, each worker's expected share the model's share of the order times
+    the replica's share of its model's weight."""
+    spec = BurstSpec(
+        name=pattern,
+        model="+".join(pool.models),
+        expected=frozenset(i for indices in pool.of_model.values() for i in indices),
+        requests=len(order),
+        concurrency=concurrency,
+        inputs=default_inputs(len(order)),
+        models=order,
+        require_all=False,
+        must_move=must_move,
+        rule=f"{pattern} send order: per model, {moves}, its replicas count exactly its "
+        f"requests, and its split fits its weights ({split})",
+    )
+    burst = run_sync(run_burst(target, spec, progress=progress))
+    sent = Counter(order)
+    burst.expected_shares = {
+        i: sent[m] / len(order) * pool.weights[i] / sum(pool.own[m])
+        for m in pool.models
+        for i in pool.of_model[m]
+    }
+    return burst
+
+
+def _mixed_verdict(
+    bursts: list[Burst], splits: list[ModelSplit], split: Split, short: list[str]
+) -> tuple[Verdict, list[str]]:
+    """The bursts' own verdict, then each model's: a failed model fails it, REPORT reports the
+    splits, and bursts too small for the target power leave it inconclusive."""
+    verdict, reasons = judge(bursts, exact_total=True)
+    if verdict != Verdict.PASSED:
+        return verdict, reasons
+    failed = [s for s in splits if s.verdict == Verdict.FAILED]
+    if failed:
+        return Verdict.FAILED, [f"{s.burst}: {s.model}: {r}" for s in failed for r in s.reasons]
+    if split is Split.REPORT:
+        return Verdict.REPORTED, [
+            f"{s.burst}: {s.model} split {'/'.join(f'{d:.0f}' for d in s.deltas)}" for s in splits
+        ]
+    if short:
+        return Verdict.INCONCLUSIVE, short
+    return verdict, []
 
 
 def _mixed_power(requests: int, pool: dict[str, list[float]], split: Split) -> tuple[str, list[str]]:
