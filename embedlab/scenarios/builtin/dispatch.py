@@ -125,7 +125,6 @@ def same_model_load_balance(
         raise ConfigError(f"split must be one of {', '.join(Split)}, got {split!r}")
     split = Split(split)
     params = with_knobs(SameModelParams, params, knobs, scenario="same-model")
-    requests = params.requests
     target = target_of(deployment)
     served_models(target.frontend_url)
     model, indices = serving(target, model)
@@ -133,11 +132,7 @@ def same_model_load_balance(
         list(weights) if weights is not None else list(target.weights or [1.0] * len(target.system_urls))
     )
     own = [weights[i] for i in indices]
-    if requests is None:
-        requests = required_requests(own).requests
-    alpha = FAIRNESS_ALPHA if fairness_alpha is None else fairness_alpha
-    still = still_chance([weights[i] for i in indices], requests) if split is Split.WEIGHTS else None
-    all_move = split is Split.EXACT or (still is not None and still.value < alpha)
+    requests = required_requests(own).requests if params.requests is None else params.requests
     recorded = {
         **asdict(params),
         "requests": requests,
@@ -147,11 +142,17 @@ def same_model_load_balance(
         "split": split,
     }
     started = time.monotonic()
-    power, short = same_model_power(split, requests, own)
-    if params.busy:
+
+    def busy(bursts: list[Burst]) -> ScenarioResult:
         return same_model_busy(
-            deployment, target, model, indices, weights, split, [], started, recorded, params.budget_s
+            deployment, target, model, indices, weights, split, bursts, started, recorded, params.budget_s
         )
+
+    if params.busy:
+        return busy([])
+    alpha = FAIRNESS_ALPHA if fairness_alpha is None else fairness_alpha
+    still = still_chance(own, requests) if split is Split.WEIGHTS else None
+    all_move = split is Split.EXACT or (still is not None and still.value < alpha)
     spec = BurstSpec(
         name=model,
         model=model,
@@ -170,22 +171,16 @@ def same_model_load_balance(
     )
     burst = run_sync(run_burst(target, spec, progress=progress))
     if needs_schedule([burst]):
-        return same_model_busy(
-            deployment, target, model, indices, weights, split, [burst], started, recorded, params.budget_s
-        )
+        return busy([burst])
     verdict, reasons = judge([burst], exact_total=True)
     bursts = [burst]
     if verdict == Verdict.FAILED and split is Split.WEIGHTS and _only_the_split(burst, reasons, spec):
         burst, verdict, reasons = _confirmed(target, spec, burst, progress)
         bursts.append(burst)
     deltas = [burst.delta(i) or 0.0 for i in indices]
-    shown = "/".join(f"{d:.0f}" for d in deltas)
-    if verdict == Verdict.PASSED and split is Split.EXACT and max(deltas) - min(deltas) > 1:
-        verdict, reasons = Verdict.FAILED, [f"{model}: round-robin split {shown} is not even"]
-    elif verdict == Verdict.PASSED and split is Split.REPORT:
-        verdict, reasons = Verdict.REPORTED, [f"{model}: split {shown} (the policy decides; not asserted)"]
-    elif verdict == Verdict.PASSED and short and require_power:
-        verdict, reasons = Verdict.INCONCLUSIVE, [f"{model}: {short}"]
+    power, short = same_model_power(split, requests, own)
+    if verdict == Verdict.PASSED:
+        verdict, reasons = _by_policy(model, deltas, split, short if require_power else "", reasons)
     return ScenarioResult(
         scenario="same-model",
         stack=target.stack,
@@ -201,6 +196,21 @@ def same_model_load_balance(
         power=power,
         proven_by=ProvenBy.ATTRIBUTION if burst.proven_by else ProvenBy.QUIET,
     )
+
+
+def _by_policy(
+    model: str, deltas: list[float], split: Split, short: str, reasons: list[str]
+) -> tuple[Verdict, list[str]]:
+    """A passed burst's split judged by the router's policy: round-robin's is even, a policy that
+    decides (cache-aware) is reported, and a burst too small for the target power is inconclusive."""
+    shown = "/".join(f"{d:.0f}" for d in deltas)
+    if split is Split.EXACT and max(deltas) - min(deltas) > 1:
+        return Verdict.FAILED, [f"{model}: round-robin split {shown} is not even"]
+    if split is Split.REPORT:
+        return Verdict.REPORTED, [f"{model}: split {shown} (the policy decides; not asserted)"]
+    if short:
+        return Verdict.INCONCLUSIVE, [f"{model}: {short}"]
+    return Verdict.PASSED, reasons
 
 
 def _only_the_split(burst: Burst, reasons: list[str], spec: BurstSpec) -> bool:
@@ -267,40 +277,32 @@ def multi_model_dispatch(
         )
         knobs["requests"] = knobs.pop("requests_per_burst")
     params = with_knobs(MultiModelParams, params, knobs, scenario="multi-model")
-    requests = params.requests
     target = target_of(deployment)
     served_models(target.frontend_url)
-    if any(m is None for m in target.models):
-        raise ConfigError(
-            "multi-model needs to know which model each worker serves (attach(..., models=[...]))"
-        )
-    served = [m for m in target.models if m is not None]
-    models = list(models) if models else list(dict.fromkeys(served))
-    if len(models) < 2:
-        raise ConfigError(f"multi-model needs at least two models, got {models}")
-    missing = [m for m in models if m not in served]
-    if missing:
-        raise ConfigError(f"no worker serves {missing}; workers serve {served}")
-    replicas = {model: [i for i, m in enumerate(target.models) if m == model] for model in models}
+    replicas = _replicas(target, models)
+    models = list(replicas)
     weights = list(target.weights) if target.weights else [1.0] * len(target.models)
+    own = {m: [weights[i] for i in indices] for m, indices in replicas.items()}
+    requests = params.requests
     if requests is None:
-        requests = max(
-            [leak_requests(), *(moving_requests([weights[i] for i in replicas[m]]) for m in models)]
-        )
+        requests = max([leak_requests(), *(moving_requests(w) for w in own.values())])
     recorded = {**asdict(params), "requests": requests, "models": models}
-    power, short = multi_model_power(requests, {m: [weights[i] for i in replicas[m]] for m in models})
     started = time.monotonic()
-    if params.busy:
+
+    def busy(bursts: list[Burst]) -> ScenarioResult:
         return placement_busy(
-            "multi-model", deployment, target, models, weights, [], started, recorded, params.budget_s
+            "multi-model", deployment, target, models, weights, bursts, started, recorded, params.budget_s
         )
+
+    if params.busy:
+        return busy([])
     specs = [
         BurstSpec(
             name=model,
             model=model,
             expected=frozenset(replicas[model]),
             # Several replicas of a model: each must move only where a correct router rarely leaves one still.
-            require_all=still_chance([weights[i] for i in replicas[model]], requests).value < FAIRNESS_ALPHA,
+            require_all=still_chance(own[model], requests).value < FAIRNESS_ALPHA,
             requests=requests,
             concurrency=params.concurrency,
             inputs=inputs or default_inputs(requests),
@@ -319,18 +321,11 @@ def multi_model_dispatch(
 
     bursts = run_sync(run_all())
     if needs_schedule(bursts):
-        return placement_busy(
-            "multi-model", deployment, target, models, weights, bursts, started, recorded, params.budget_s
-        )
+        return busy(bursts)
+    power, short = multi_model_power(requests, own)
     verdict, reasons = judge(bursts, exact_total=True)
     if verdict == Verdict.PASSED and short:
         verdict, reasons = Verdict.INCONCLUSIVE, short
-    rows = [(b, r) for b in bursts if b.check for r in b.check.rows]
-    figures = DispatchFigures(
-        wrong=sum(r.delta for b, r in rows if r.index not in b.expected),
-        counted=sum(r.delta for _, r in rows),
-        codes=status_codes(bursts),
-    )
     return ScenarioResult(
         scenario="multi-model",
         stack=target.stack,
@@ -340,9 +335,35 @@ def multi_model_dispatch(
         verdict=verdict,
         reasons=reasons,
         wall_seconds=time.monotonic() - started,
-        figures=figures,
+        figures=_dispatch_figures(bursts),
         power=power,
         proven_by=ProvenBy.ATTRIBUTION if any(b.proven_by for b in bursts) else ProvenBy.QUIET,
+    )
+
+
+def _replicas(target: Target, models: Sequence[str] | None) -> dict[str, list[int]]:
+    """Each model's workers, by index: `models`, or every model the pool serves (two at least)."""
+    if any(m is None for m in target.models):
+        raise ConfigError(
+            "multi-model needs to know which model each worker serves (attach(..., models=[...]))"
+        )
+    served = [m for m in target.models if m is not None]
+    chosen = list(models) if models else list(dict.fromkeys(served))
+    if len(chosen) < 2:
+        raise ConfigError(f"multi-model needs at least two models, got {chosen}")
+    missing = [m for m in chosen if m not in served]
+    if missing:
+        raise ConfigError(f"no worker serves {missing}; workers serve {served}")
+    return {model: [i for i, m in enumerate(target.models) if m == model] for model in chosen}
+
+
+def _dispatch_figures(bursts: list[Burst]) -> DispatchFigures:
+    """What landed where it should not, of all the bursts counted, and the status codes."""
+    rows = [(b, r) for b in bursts if b.check for r in b.check.rows]
+    return DispatchFigures(
+        wrong=sum(r.delta for b, r in rows if r.index not in b.expected),
+        counted=sum(r.delta for _, r in rows),
+        codes=status_codes(bursts),
     )
 
 
