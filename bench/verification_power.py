@@ -714,7 +714,13 @@ def render_busy(results: dict[str, Any]) -> str:
         "",
         f"Regenerate: `.venv/bin/python bench/verification_power.py --busy --sim-clean-runs {meta['sim_clean_runs']} "
         f"--sim-fault-runs {meta['sim_fault_runs']}` (machine: {meta['machine']}; {meta['when']}; real runs "
-        f"{meta['real_seconds']:.0f} s, simulation {meta['sim_seconds']:.0f} s).",
+        f"{meta['real_seconds']:.0f} s, simulation {meta['sim_seconds']:.0f} s)"
+        + (
+            f"; the simulated cells run again on {meta['resimulated']} with the engine of that day, on the "
+            "same real runs (`--resimulate`)."
+            if meta.get("resimulated")
+            else "."
+        ),
         "",
         "Attached as a user is (`--frontend-url`, `--system-url`s, counters only: no response names its worker), "
         "while another client sends every model's requests through the same embedded frontend. **Measured**: "
@@ -853,8 +859,18 @@ def kept_busy_section(path: Path) -> str:
 
 
 def busy_main(args: argparse.Namespace) -> int:
-    if args.from_json:
+    if args.from_json or args.resimulate:
         results = json.loads(BUSY_JSON.read_text())
+        if args.resimulate:
+            # The real runs and their calibration as measured; the simulated cells from today's engine.
+            started = time.monotonic()
+            for pool in BUSY_POOLS:
+                cal = results["calibration"].get(pool.label)
+                if cal and (not args.pools or pool.label in args.pools.split(",")):
+                    results["simulated"][pool.label] = simulate_busy_pool(pool, cal, args)
+            results["meta"]["resimulated"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            results["meta"]["sim_seconds"] = time.monotonic() - started
+            write_text_atomic(BUSY_JSON, json.dumps(results, indent=2, default=float))
     else:
         results = {"measured": {}, "calibration": {}, "simulated": {}}
         pools = [p for p in BUSY_POOLS if not args.pools or p.label in args.pools.split(",")]
@@ -910,6 +926,11 @@ def main() -> int:
     busy.add_argument(
         "--from-json", action="store_true", help="re-render it from bench/results/verification_busy.json"
     )
+    busy.add_argument(
+        "--resimulate",
+        action="store_true",
+        help="keep the JSON's real runs and calibration, simulate its cells again with today's engine",
+    )
     busy.add_argument("--pools", default="", help="comma-separated pool labels (1x2,2x1,2x2,1x16); none: all")
     busy.add_argument(
         "--real-rate", type=float, default=40.0, help="the other client's rate in the real runs, in all"
@@ -933,7 +954,7 @@ def main() -> int:
         "--sim-fault-runs", type=int, default=100, help="simulated faulty checks per cell (>= 50)"
     )
     args = parser.parse_args()
-    if args.busy or args.from_json:
+    if args.busy or args.from_json or args.resimulate:
         return busy_main(args)
     FRONTEND["processes"] = args.frontend_processes
 

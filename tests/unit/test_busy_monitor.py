@@ -111,3 +111,17 @@ def test_records_out_of_order_or_of_the_wrong_size_are_refused() -> None:
     assert monitor.verdict() is None and monitor.verdict(final=True).verdict is Verdict.INCONCLUSIVE
     with pytest.raises(ConfigError):
         BusyMonitor(Schedule.same_model("x", requests=10, seed=0), ["m", "m"])
+
+
+def test_a_replicas_share_is_judged_evenly_only_where_the_routers_split_is_not_too_skewed() -> None:
+    from embedlab.evidence.busy.engine import BlockEngine
+
+    few = BlockEngine({"m": [0, 5]}, ["m"] * 16)
+    assert set(few.stricter.values()) == {"below"} and len(few.stricter) == 16
+    assert BlockEngine({"m": [0, 80]}, ["m"] * 16).stricter == {}
+    assert BlockEngine({"m": [0, 5]}, ["m"] * 2).stricter == {}  # an even split of two is symmetric
+    # A replica of weight 9 in 10 has its long tail on the other side: its excess is the stricter side.
+    assert BlockEngine({"m": [0, 5]}, ["m"] * 2, [9.0, 1.0]).stricter == {
+        "worker 0": "above",
+        "worker 1": "below",
+    }

@@ -22,7 +22,7 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...verdicts import Verdict
-from .constants import ALPHA, BUDGET_S, LATE_TOLERANCE, LEAK, SKEW
+from .constants import ALPHA, BUDGET_S, LATE_TOLERANCE, LEAK, SKEW, SKEWED_STRICTER
 from .engine import BlockEngine, Decision, Unit
 from .results import BusyVerdict, ProvenBy, ShareEstimate
 from .schedule import Schedule, WindowRecord
@@ -179,6 +179,17 @@ class BusyMonitor:
                 f"an idle replica is {'' if idle else 'not yet '}ruled out, {skew} is "
                 f"{'' if skews else 'not yet '}ruled out; {span}"
             )
+            stricter = self.engine.stricter
+            if stricter:
+                n = max(max(self.schedule.doses(m)) for m in self.engine.models_sent)
+                short = [name for name, side in stricter.items() if side == "below"]
+                large = [name for name, side in stricter.items() if side == "above"]
+                judged = [f"a share short of its weight's for {_names(short)}"] if short else []
+                judged += [f"a share above its weight's for {_names(large)}"] if large else []
+                parts.append(
+                    f"at {n} requests a window the router's split is too skewed for an even bet, so "
+                    f"{' and '.join(judged)} is judged at a level {SKEWED_STRICTER:g}x stricter"
+                )
         sent = self.engine.models_sent
         for u, unit in enumerate(units):
             if unit.placement and self.engine.asks_leak:
@@ -211,6 +222,10 @@ class BusyMonitor:
             seconds=self.seconds,
             confidence=1 - self.engine.alpha,
         )
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names) if len(names) <= 3 else f"{len(names)} replicas"
 
 
 def _pct(x: float) -> str:

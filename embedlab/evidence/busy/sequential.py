@@ -36,8 +36,8 @@ capital never reached `1/alpha`. For a replica's share that is exact only where 
 router's own split of the check's requests is fixed (round-robin); a random router adds
 binomial noise to each window's effect, which the test treats as part of the other
 clients' noise: the clipped bet stays fair while no clipping is active (the noise is
-independent of the order and has mean zero), and the simulated false alarms
-(docs/busy-method.md) stay at 0 in every cell. Over an unbounded horizon (a continuous
+independent of the order and has mean zero). Where the noise is skewed (few requests a replica)
+the clipped bet leans, and engine.py judges that side at a stricter level (docs/busy-method.md). Over an unbounded horizon (a continuous
 watch) that small bias could add up; the sharp tests below have none. The placement tests (every
 request of m counted on m's replicas: theta = 1) and the moved tests (theta = 0: an idle
 replica gets exactly nothing) are sharp, so exact.
