@@ -2,7 +2,7 @@
 
 Each simulated test is what the watch runs (embedlab.watch.judge: a BlockEngine fed every
 block of its life, at the watch's defaults: 8 requests per model in 0.25 s windows, one
-block every 2 s under the 8 req/s cap, a test living 300 s, a new one every 60 s), on a
+block every 1 s under the 16 req/s cap, a test living 300 s, a new one every 60 s), on a
 2 x 2 pool with another client sending Poisson traffic over both models. A correct router's
 false alarms: tests whose units ever rule it out, over their whole life; each test started
 carries them, so alarms per watch-hour = that share x 60 tests an hour. A fault's detection:
@@ -32,7 +32,7 @@ from embedlab.evidence.busy.sequential import orders
 from embedlab.evidence.busy.simulate import Pool
 from embedlab.watch import names
 
-BLOCK_S = 2 * names.WINDOW_REQUESTS / names.MAX_RATE  # 2 s: two windows of 8 requests at 8 req/s
+BLOCK_S = 2 * names.WINDOW_REQUESTS / names.MAX_RATE  # 1 s: two windows of 8 requests at 16 req/s
 LIFE = int(names.HORIZON_S / BLOCK_S)
 
 

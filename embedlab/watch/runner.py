@@ -1,12 +1,12 @@
 """The watch's loop: blocks of the busy schedule, under a rate cap, through whatever a live pool does.
 
-    watch = Watch(target, WatchConfig(max_rate=8))
+    watch = Watch(target, WatchConfig(max_rate=16))
     await watch.run(stop)            # until `stop` is set (or `duration_s` has passed)
 
 Each block is one window per arm, in the schedule's random order (checks.py). At every window
 boundary every worker is read; the window's requests go out right after its opening read and
 count where they were answered before its closing read. Between blocks the watch waits as
-long as the rate cap asks (a block of 16 requests at 8 req/s: 2 s from start to start), then
+long as the rate cap asks (a block of 16 requests at 16 req/s: 1 s from start to start), then
 reads again to open the next block. A block is kept only where nothing disturbed it, and set
 aside otherwise, never judged:
     late          a request still unanswered at its window's closing read (it counts in the next)

@@ -29,7 +29,7 @@ from embedlab.watch import names
 from tests.integration.test_other_traffic import another_client
 
 MODELS = ("model-a", "model-b")
-# Another client: one `hey` per model at 2 req/s (bounded), beside the watch's 8 req/s cap.
+# Another client: one `hey` per model at 2 req/s (bounded), beside the watch's 16 req/s cap.
 OTHER_RATE = 2
 # Late enough that Prometheus has seen the alert inactive on a slow machine (the launch, the
 # watch and Prometheus start in 10-20 s).

@@ -18,7 +18,7 @@ from embedlab.watch.checks import CheckKey, WatchPool
 from embedlab.watch.judge import Judge
 from embedlab.watch.names import FAILING, INCONCLUSIVE, MULTI_MODEL, OK, SAME_MODEL
 
-BLOCK_S = 1.5  # 2 windows of 6 requests each at the default 8 req/s cap
+BLOCK_S = 1.5  # 2 windows of 6 requests each at an 8 req/s cap
 
 
 class Feed:
