@@ -26,6 +26,8 @@ import httpx
 from ..evidence import clients
 from ..evidence.target import Target, target_of
 from ..evidence.traffic import default_inputs
+from ..jsonio import write_json
+from ..verdicts import Verdict
 from .exporter import Exporter, WatchSnapshot
 from .names import FAILING, INCONCLUSIVE, OK
 from .page import Page
@@ -107,6 +109,38 @@ class LiveWatch:
         if self.expect_fault:
             return self.alarms >= 1
         return self.alarms == 0 and all(s.state == OK for s in states)
+
+    @property
+    def verdict(self) -> Verdict:
+        """What the watch showed: passed as expected; failed where a correct router raised an alarm;
+        inconclusive where no alarm came in time for a fault, or a correct router's checks were
+        not all ok yet."""
+        if self.ok:
+            return Verdict.PASSED
+        if not self.expect_fault and self.alarms:
+            return Verdict.FAILED
+        return Verdict.INCONCLUSIVE
+
+    def save_json(self, path: str | Path) -> Path:
+        """The run as `embedlab regress` reads a result (its `result_json` parameter)."""
+        states = self.watch.states()
+        return write_json(
+            path,
+            {
+                "scenario": "watch",
+                "stack": self.watch.target.stack,
+                "verdict": str(self.verdict),
+                "reasons": [] if self.ok else [self.summary()],
+                "summary": self.summary(),
+                "expect_fault": self.expect_fault,
+                "key_figures": {
+                    "alarms": self.alarms,
+                    "seconds": round(self.watch.now, 1),
+                    "blocks": self.watch.blocks,
+                    **{str(s.key): s.state for s in states},
+                },
+            },
+        )
 
     def summary(self) -> str:
         states = ", ".join(f"{s.key} {s.state}" for s in self.watch.states())

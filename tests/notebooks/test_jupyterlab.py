@@ -82,6 +82,21 @@ class LabServer:
         return wait_gone(sorted(self.seen), timeout=60)
 
 
+# The watch notebook with a leak from 5 s: the watch's own requests meet it within seconds.
+WATCH_PARAMS = {"seconds = 75.0": "seconds = 30.0", 'fault = ""': 'fault = "leak:0.05@5s"'}
+
+
+def watch_notebook() -> dict[str, Any]:
+    notebook = json.loads((NOTEBOOKS / "watch_pool.ipynb").read_text())
+    params = next(c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", []))
+    source = "".join(params["source"])
+    for old, new in WATCH_PARAMS.items():
+        assert old in source, old
+        source = source.replace(old, new)
+    params["source"] = source
+    return notebook
+
+
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[LabServer]:
     root = tmp_path / "root"
@@ -94,6 +109,7 @@ def lab(tmp_path: Path) -> Iterator[LabServer]:
     (root / "explore_routing.ipynb").write_text(json.dumps(notebook))
     # Byte for byte as committed: opening it must not mark it modified.
     shutil.copy(NOTEBOOKS / "same_model_load_balance.ipynb", root / "same_model_load_balance.ipynb")
+    (root / "watch_pool.ipynb").write_text(json.dumps(watch_notebook()))
     settings = tmp_path / "settings"
     for name, values in SETTINGS.items():
         path = settings / f"{name}.jupyterlab-settings"
@@ -495,6 +511,39 @@ def test_run_all_with_a_bad_parameter_shows_no_earlier_verdict(
     ).scroll_into_view_if_needed()  # the notebook's end: the last refusals, one's own cell's too
     page.locator(".jp-Notebook").screenshot(path=str(tmp_path / "jupyterlab-8-bad-run-all.png"))
     keep_screenshot(tmp_path / "jupyterlab-8-bad-run-all.png")
+
+
+def test_watch_notebook_in_jupyterlab_redraws_as_it_watches_and_finds_the_leak(
+    lab: LabServer, page: Any, tmp_path: Path
+) -> None:
+    """Issue 32: watch_pool.ipynb by Run All. The watch's figure is shown while its cell still runs
+    and is redrawn in place (one display, a new image), the leak raises its alarm, the verdict cell
+    says so, and the last cell stops everything the notebook started."""
+    open_notebook(page, lab, "watch_pool.ipynb")
+    watching, verdict_cell = cell(page, "live = watch_live("), cell(page, "verdict(live)")
+    last = cell(page, "stop_deployment(when=stop_at_end)")
+    run_all(page)
+    image = watching.locator(".jp-OutputArea-output img")
+    image.first.wait_for(state="visible")
+    first = image.first.get_attribute("src")
+    assert execution_count(watching) is None, "the figure shows while the watch runs"
+    # Redrawn in place: the one image's source changes before the cell ends.
+    page.wait_for_function(
+        """([el, first]) => {
+            const images = el.querySelectorAll('.jp-OutputArea-output img');
+            return images.length === 1 && images[0].getAttribute('src') !== first;
+        }""",
+        arg=[watching.element_handle(), first],
+    )
+    shot(page, tmp_path, watching, "jupyterlab-9a-watch-redrawn.png")
+    wait_executed(page, last, after=None)
+    wait_settled(page)
+    assert watching.locator(".jp-OutputArea-output img").count() == 1, "one display, redrawn"
+    assert "watch as expected (a fault was injected)" in outputs(watching), outputs(watching)
+    assert "watch as expected" in outputs(verdict_cell) and not has_error(verdict_cell), outputs(verdict_cell)
+    assert not has_error(last), error_text(last)
+    assert lab.deployment_pids() == set(), "the pool stopped in the last cell"
+    shot(page, tmp_path, page.locator(".jp-Notebook"), "jupyterlab-9-watch-run-all.png")
 
 
 def wide_table_scrolls_in_its_box(page: Any, table_cell: Any, tmp_path: Path) -> None:
