@@ -609,6 +609,7 @@ def gpu_short_section(data: dict[str, Any]) -> tuple[str, list[tuple[str, str, s
         previous=load("gpu_short_inputs_previous"),
         diagnosed=load("gpu_diagnose_before"),
         last_token=load("gpu_last_token"),
+        repeats=[r for r in (load("gpu_short_inputs_repeat1"), load("gpu_short_inputs_repeat2")) if r],
         table=table,
         met=met,
         plot=partial(render_gpu.plot_gpu_short, plt=plt, save=save),

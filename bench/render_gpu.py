@@ -12,6 +12,8 @@ Three results feed it, each from one call on one H200:
   lease (one transformers worker, py-spy summaries in `gpu_profiles_before.txt`);
 - `gpu_last_token.json`: `bench/gpu_diagnose.py --part engine`, the served forward with and
   without the last layer at the pooled token only;
+- `gpu_short_inputs_repeat1.json`, `gpu_short_inputs_repeat2.json`: the same bench called again
+  on the later code (2b76324 and b84cd52, the engine unchanged), one call each;
 - `gpu_short_inputs_landed.json`: the run issue 33 was filed against (an earlier bench: `hey`
   with 8 bodies, a 6-process frontend, sentence-transformers up to batch 1024).
 
@@ -52,6 +54,41 @@ batch 1024, 2048 and 4096; the replayed forward; the compiled plain forward at 1
 and then the served steps, so every headline figure is a ratio within one round, and the
 target takes the median of the rounds.
 """
+
+
+def repeat_table(
+    data: dict[str, Any],
+    repeats: Sequence[dict[str, Any]],
+    *,
+    table: Callable[..., str],
+    met: Callable[[bool], str],
+) -> str:
+    """The same bench called again on later code, a column per call: how much a target moves between
+    calls (leases, machines) beside how much it moves between rounds of one call."""
+    runs = [data, *repeats]
+    by_key = [{_key(t["target"]): t for t in r["targets"]} for r in runs]
+    rows = []
+    for t in data["targets"]:
+        key = _key(t["target"])
+        cells = [f"{_fmt_target(b[key])} {met(b[key]['met'])}" if key in b else "-" for b in by_key]
+        rows.append([t["target"], t["goal"], *cells])
+    heads = ["this run", *(f"again, call {n}" for n in range(1, len(repeats) + 1))]
+    counts = ", ".join(f"{sum(t['met'] for t in r['targets'])} of {len(r['targets'])}" for r in runs)
+    c1 = next((t["target"] for t in data["targets"] if "loopback" in t["target"]), None)
+    floors = [
+        f"- *{head}, {c1}:* {b[_key(c1)]['detail']}."
+        for head, b in zip(heads, by_key)
+        if c1 is not None and _key(c1) in b
+    ]
+    return (
+        "**The same bench, called again** (`python bench/gpu_serving.py --api-also 8`, one H200 a call, "
+        f"the later code; targets met per call: {counts}). The c=1 excess is the served p50 less a "
+        "floor measured in the same call, and the floor (the replayed batch 1, the loopback trip) "
+        "moves between leases as much as the served path does:\n\n"
+        + table(["target", "goal", *heads], rows, "ll" + "l" * len(runs))
+        + "\n\n"
+        + "\n".join(floors)
+    )
 
 
 def _median(values: Sequence[float]) -> float:
@@ -121,6 +158,7 @@ def gpu_short_section(
     previous: dict[str, Any] | None = None,
     diagnosed: dict[str, Any] | None = None,
     last_token: dict[str, Any] | None = None,
+    repeats: Sequence[dict[str, Any]] = (),
 ) -> tuple[str, list[tuple[str, str, str]]]:
     served = data["served"]
     figures = served["round_figures"]
@@ -170,6 +208,8 @@ def gpu_short_section(
         )
     )
     parts.append("\n" + "\n".join(f"- *{t['target']}:* {t['detail']}." for t in data["targets"]))
+    if repeats:
+        parts.append("\n" + repeat_table(data, repeats, table=table, met=met))
 
     parts.append(
         "\n**The rounds** (13 tokens x1 through the frontend at c=768 unless said; each ratio against "
