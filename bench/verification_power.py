@@ -283,11 +283,12 @@ WATCH_SECTION = """\
 
 `embedlab watch` runs the busy-pool schedule for as long as it runs (README, "Watching a live
 pool"). Its defaults: 8 requests per model in windows of 0.25 s, blocks spaced so that its own
-traffic averages 8 req/s at most (a block of a 2 x 2 pool every 2 s), a new anytime-valid test
-every 60 s, each living 300 s; a check fails when a test's units rule a correct router out (at
-0.1 % per test) or when a worker of another model refuses one of its requests and the response
-names that worker (the embedded frontend's `x-embedlab-worker`), and stays failing while its
-fault lasts.
+traffic averages 16 req/s at most (a block of a 2 x 2 pool every 1 s; it was 8 req/s, a block
+every 2 s, until the figures below showed a correct router needing more than the first minute to
+turn ok), a new anytime-valid test every 60 s, each living 300 s; a check fails when a test's
+units rule a correct router out (at 0.1 % per test) or when a worker of another model refuses
+one of its requests and the response names that worker (the embedded frontend's
+`x-embedlab-worker`), and stays failing while its fault lasts.
 
 **The counters alone, simulated** (`bench/watch_power.py --tests 6000`: the judge's own
 BlockEngine on a 2 x 2 pool, another client at 4 req/s; x86_64, Python 3.11.7, run 2026-12-02,
@@ -333,6 +334,21 @@ above.
 embedded frontend, another client (`hey`) at 2 req/s per model, the watch at its defaults, on
 the shared 2-core machine):
 
+- At 16 req/s (the default since; 2026-12-02 15:05 UTC, beside a 2-hour soak of the same pool):
+  every check ok 20.4 s after the watch started, and ok through a worker's restart for the 30 s
+  it was held; the watch's own 7.4 req/s per model, the pool's 18.7 req/s; CPU 2.7 s over 52 s
+  (5.2 % of a core), 63 MiB resident. `leak:0.01@40s`: the multi-model check failing 31.5 s
+  after the fault's start (at the latest), one alarm, 2 misplaced requests seen, and
+  Prometheus's `EmbedlabRoutingFailing` firing at 32.6 s. The three tests of the file and the
+  notebook's take 192 s.
+- `make run` runs `notebooks/watch_pool.ipynb` (`watch-leak` in the default matrix: `leak:0.05@5s`,
+  40 s of watching): PASSED in 44 s, both multi-model checks failing, 2 alarms; and JupyterLab
+  runs it by Run All under Chromium (`tests/notebooks/test_jupyterlab.py`: the figure shows
+  while the watch runs and is redrawn in place, the alarm, the verdict, nothing left running;
+  45 s).
+
+At 8 req/s (the earlier default):
+
 - A correct router (one run, on the shared 2-core machine with other engineers' tests): every
   check ok 67.6 s after the watch started (the simulation's median at this background is 50 s,
   p95 82 s: on a busy machine its blocks come slower than every 2 s), and ok through a worker's
@@ -354,13 +370,11 @@ the shared 2-core machine):
 - `notebooks/watch_pool.ipynb` under papermill (`tests/notebooks/test_watch_notebook.py`:
   `leak:0.05@5s`, 40 s of watching) found the leak and stopped everything it started: 79 s.
 
-Against the issue's goals: a correct router turned ok in 68 s and 79 s here, not within the
-first minute (on a quiet machine the simulation's 50 s median holds; `--max-rate` buys it back
-at the pool's expense); `leak:0.01` was found in 27 s, within the 2 minutes. Not measured here:
-two hours of watching on real processes (11 minutes were; the simulation stands for the rest,
-and `bench/watch_soak.py` runs them), and `leak:0.001` and an idle replica on real processes
-(about four minutes, and under a minute, by the figures above).
-"""
+Against the issue's goals: at 8 req/s a correct router turned ok in 68 s and 79 s, not within
+the first minute; at the 16 req/s default it turned ok in 20 s (the simulation's median 25 s, p95
+41 s, at a block a second), and `leak:0.01` was found in 32 s, within the 2 minutes. Not
+measured here: `leak:0.001` and an idle replica on real processes (about four minutes, and under
+a minute, by the figures above).
 
 
 def render(
