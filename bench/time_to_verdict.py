@@ -150,15 +150,26 @@ def sender_vs_hey(workers: int, requests: int, concurrency: int, turns: int) -> 
     body = json.dumps({"model": model, "input": SAME_INPUT}).encode()
     found: dict[str, list[dict[str, float]]] = {"hey": [], "sender, hey's body": [], "sender, own inputs": []}
     found["same-model burst"] = []
+    # The transport every burst had before clients.LaneTransport: one httpx pool of `concurrency`
+    # connections, whose bookkeeping grows with them (encode/httpcore#1035).
+    found["sender, one shared pool"] = []
     spec = DeploymentSpec.same_model(model, workers=workers)
     with Deployment(spec) as dep:
         url = f"{dep.frontend_url}/v1/embeddings"
 
-        def sender(inputs: list[Any]) -> dict[str, float]:
+        async def burst_of(inputs: list[Any], shared_pool: bool) -> Any:
+            if not shared_pool:
+                return await asend_burst(
+                    dep.frontend_url, model, requests, concurrency=concurrency, inputs=inputs
+                )
+            async with one_pool(concurrency) as http:
+                return await asend_burst(
+                    dep.frontend_url, model, requests, concurrency=concurrency, inputs=inputs, client=http
+                )
+
+        def sender(inputs: list[Any], *, shared_pool: bool = False) -> dict[str, float]:
             cpu = time.process_time()
-            burst = run_sync(
-                asend_burst(dep.frontend_url, model, requests, concurrency=concurrency, inputs=inputs)
-            )
+            burst = run_sync(burst_of(inputs, shared_pool))
             spent = time.process_time() - cpu
             return {
                 "rps": requests / burst.wall_seconds,
@@ -180,6 +191,7 @@ def sender_vs_hey(workers: int, requests: int, concurrency: int, turns: int) -> 
             )  # fmt: skip
             found["sender, hey's body"].append(sender([SAME_INPUT]))
             found["sender, own inputs"].append(sender(list(default_inputs(requests))))
+            found["sender, one shared pool"].append(sender([SAME_INPUT], shared_pool=True))
             plan = ScenarioPlan(
                 scenario="same-model", params={"requests": requests, "concurrency": concurrency}
             )
@@ -203,7 +215,21 @@ def sender_vs_hey(workers: int, requests: int, concurrency: int, turns: int) -> 
         "machine": machine_info(),
         "load_1m": round(os.getloadavg()[0], 2),
         "sender_share_of_hey": medians["sender, hey's body"]["rps"] / medians["hey"]["rps"],
+        "lanes_over_shared_pool": medians["sender, hey's body"]["rps"]
+        / medians["sender, one shared pool"]["rps"],
     }
+
+
+def one_pool(connections: int) -> Any:
+    """An async client on one httpx pool of `connections`."""
+    import httpx
+
+    from embedlab.evidence import clients
+
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return clients.async_client(
+        timeout=60.0, transport=httpx.AsyncHTTPTransport(retries=0, limits=limits, verify=clients.tls())
+    )
 
 
 def main() -> int:
@@ -234,6 +260,7 @@ def main() -> int:
                 f"{name:<20} {m['rps']:8.0f} req/s  p50 {m['p50_ms']:7.1f} ms  failed {m['failed']:.0f}{cpu}"
             )
         print(f"the sender on hey's body reaches {found['sender_share_of_hey']:.0%} of hey's rate")
+        print(f"lanes against one shared pool, same body: {found['lanes_over_shared_pool']:.2f}x the rate")
         out = REPO / "bench" / "results" / "time_to_verdict_sender.json"
         write_text_atomic(out, json.dumps(found, indent=2) + "\n")
         return 0

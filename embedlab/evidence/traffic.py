@@ -24,6 +24,12 @@ from .clients import run_sync  # here since it was first defined here: callers i
 if TYPE_CHECKING:
     import pandas as pd
 
+_loads: Callable[[bytes], Any]
+try:  # a required dependency, about 5x faster on vectors; the GPU machines' image lacks it
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - depends on the environment
+    from json import loads as _loads
+
 Input = str | list[str] | list[int] | list[list[int]]
 
 _WORDS = "the quick brown fox jumps over the lazy dog while embeddings route across workers".split()
@@ -187,11 +193,7 @@ async def asend_burst(
         queue.put_nowait(i)
     bar = Bar(total=n, desc=model, unit="req") if progress else None
     own = client is None
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    http = client or clients.async_client(
-        timeout=timeout,
-        transport=httpx.AsyncHTTPTransport(retries=0, limits=limits, verify=clients.tls()),
-    )
+    http = client or clients.lanes_client(min(concurrency, n), timeout=timeout)
     t0 = time.perf_counter()
 
     async def one(i: int) -> RequestRecord:
@@ -213,7 +215,9 @@ async def asend_burst(
             if status != 200:
                 error = f"HTTP {status}: {response.text[:200]}"
             else:
-                error = _validate(response.json(), model_of[i], count, dims.setdefault(model_of[i], set()))
+                error = _validate(
+                    _loads(response.content), model_of[i], count, dims.setdefault(model_of[i], set())
+                )
         except httpx.HTTPError as exc:
             error = f"{exc.__class__.__name__}: {exc}"
         except ValueError as exc:

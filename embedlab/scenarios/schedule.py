@@ -91,14 +91,7 @@ async def run_schedule(
     why, verdict = "", None
     async with (
         clients.scrape_client(timeout=10.0) as scrape_client,
-        clients.async_client(
-            timeout=timeout,
-            transport=httpx.AsyncHTTPTransport(
-                retries=0,
-                limits=httpx.Limits(max_connections=limits, max_keepalive_connections=limits),
-                verify=clients.tls(),
-            ),
-        ) as http,
+        clients.lanes_client(limits, timeout=timeout) as http,
     ):
         sender = _Sender(target, http, limits, timeout)
         reader = _Reader(target, models, scrape_client)
