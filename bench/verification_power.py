@@ -291,42 +291,42 @@ one of its requests and the response names that worker (the embedded frontend's
 `x-embedlab-worker`), and stays failing while its fault lasts.
 
 **The counters alone, simulated** (`bench/watch_power.py --tests 6000`: the judge's own
-BlockEngine on a 2 x 2 pool, another client at 4 req/s; x86_64, Python 3.11.7, run 2026-12-02,
-126 s on the shared 2-core machine):
+BlockEngine on a 2 x 2 pool, another client at 4 req/s, a block a second at the 16 req/s default;
+x86_64, Python 3.11.7, run 2026-12-02, 46 s on the shared 2-core machine):
 
-- A correct router: 2 of 6,000 tests ever ruled it out over their 150 blocks (0.033 %; 95 %
+- A correct router: 2 of 6,000 tests ever ruled it out over their 300 blocks (0.033 %; 95 %
   upper bound 0.105 %, nominal at most 0.1 %). Each test stands for 60 s of watching: 0.02 false
   alarms per watch-hour over 100 simulated watch-hours, at most 0.063 an hour (95 %), about one
   in 16 days of watching; the bound before any measurement is 0.1 % x 60 tests = 0.06 an hour.
-- A fault meets the newest test when that test is 0 to 60 s old (30 blocks); an older test's
+- A fault meets the newest test when that test is 0 to 60 s old (60 blocks); an older test's
   bets have settled near zero on the correct blocks before, and take about twice as long to turn:
 
-| fault | meets a test after | caught within its 300 s | blocks to conviction, median / p90 | seconds |
+| fault | meets a test after | caught within its life | blocks to conviction, median / p90 | seconds |
 |---|---|---|---|---|
-| `leak:0.1` | 0 blocks | 100.0 % | 25 / 32 | 50 / 64 |
-| `leak:0.1` | 30 blocks | 100.0 % | 46 / 59 | 92 / 118 |
-| `leak:0.05` | 0 blocks | 99.8 % | 51 / 85 | 102 / 170 |
-| `leak:0.05` | 30 blocks | 98.8 % | 81 / 112 | 162 / 224 |
-| `leak:0.01` | 0 blocks | 0.7 % | 139 / 146 | 278 / 292 |
-| `leak:0.01` | 30 blocks | 0.3 % | 4 / 5 | 8 / 10 |
-| `skew:0.9` | 0 blocks | 100.0 % | 18 / 19 | 36 / 38 |
-| `skew:0.9` | 30 blocks | 100.0 % | 28 / 36 | 56 / 72 |
-| `idle` | 0 blocks | 100.0 % | 17 / 18 | 34 / 36 |
-| `idle` | 30 blocks | 100.0 % | 27 / 35 | 54 / 70 |
+| `leak:0.1` | 0 blocks | 100.0 % | 25 / 32 | 25 / 32 |
+| `leak:0.1` | 60 blocks | 99.8 % | 58 / 76 | 58 / 76 |
+| `leak:0.05` | 0 blocks | 100.0 % | 51 / 85 | 51 / 85 |
+| `leak:0.05` | 60 blocks | 99.8 % | 97 / 133 | 97 / 133 |
+| `leak:0.01` | 0 blocks | 3.7 % | 210 / 295 | 210 / 295 |
+| `leak:0.01` | 60 blocks | 2.7 % | 242 / 288 | 242 / 288 |
+| `skew:0.9` | 0 blocks | 100.0 % | 18 / 19 | 18 / 19 |
+| `skew:0.9` | 60 blocks | 99.8 % | 38 / 47 | 38 / 47 |
+| `idle` | 0 blocks | 100.0 % | 17 / 18 | 17 / 18 |
+| `idle` | 60 blocks | 99.8 % | 37 / 46 | 37 / 46 |
 
 A leak of 1 in 100 is out of the counters' reach at a few requests a second: it shifts the
 placement unit by 2 % of the check's requests, under the other client's Poisson noise on the
 same counters. In a longer simulation (20 tests that never end, 6 requests a window, 4 req/s of
 background) it took 1,660 blocks (median; 41 minutes at 1.5 s a block); on a nearly quiet pool
 (0.5 req/s of background) none of 20 tests convicted it in 3,000 blocks (a test's scale is the
-median spread of recent blocks, which a rare leak leaves at zero). (The 0.3 % of `leak:0.01`
-caught after 30 blocks are 2 of 600 tests convicting within 5 blocks: chance, at the tests'
-false-alarm level.) What finds it is the check's own request that lands on the wrong worker: an
+median spread of recent blocks, which a rare leak leaves at zero). (At a block a second a test lives
+300 blocks, and 2.7-3.7 % of them convict `leak:0.01` late in their life, at a median 210-242
+blocks.) What finds it is the check's own request that lands on the wrong worker: an
 embedlab worker refuses a model it does not serve with a 404, and the embedded frontend's
 response names the worker, so the multi-model check fails on that response, proven by
-attribution, with nothing else to rule out. The watch sends 4 req/s of each model, so with
-`leak:p` the first of its requests to leak comes after 1/(4p) s on average: 25 s for 1 in 100,
-250 s for 1 in 1,000. Through a router that names no worker, a refused request is counted where
+attribution, with nothing else to rule out. The watch sends 8 req/s of each model, so with
+`leak:p` the first of its requests to leak comes after 1/(8p) s on average: 12.5 s for 1 in 100,
+125 s for 1 in 1,000. Through a router that names no worker, a refused request is counted where
 it landed (one 4xx among a model's 200s is a worker's refusal), and the counters judge it as
 above.
 
@@ -373,7 +373,7 @@ At 8 req/s (the earlier default):
 Against the issue's goals: at 8 req/s a correct router turned ok in 68 s and 79 s, not within
 the first minute; at the 16 req/s default it turned ok in 20 s (the simulation's median 25 s, p95
 41 s, at a block a second), and `leak:0.01` was found in 32 s, within the 2 minutes. Not
-measured here: `leak:0.001` and an idle replica on real processes (about four minutes, and under
+measured here: `leak:0.001` and an idle replica on real processes (about two minutes, and under
 a minute, by the figures above).
 """
 
