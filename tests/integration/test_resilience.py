@@ -121,6 +121,11 @@ def test_restart_between_snapshots_is_inconclusive(tmp_path) -> None:  # type: i
     assert result.reasons == ["m: counter reset on worker 1"]
 
 
+# The embedded frontend's draws from random.Random(7): under skew:0.95 its first 60 requests split
+# 58/2 (a split, not a still worker), and the confirming 240 split 223/17: they do not fit either.
+SKEW_SEED = 7
+
+
 @pytest.mark.parametrize(
     "fault,scenario",
     [
@@ -135,7 +140,9 @@ def test_injected_fault_is_caught(fault: str, scenario: str, tmp_path) -> None: 
     if scenario == "multi":
         spec = DeploymentSpec.multi_model(["a", "b"], frontend_args=("--fault", fault))
     else:
-        spec = DeploymentSpec.same_model("m", workers=2, frontend_args=("--fault", fault))
+        # Seeded: unseeded, skew:0.95 sends all 60 requests to worker 0 in 4.6 % of runs (0.95^60),
+        # and the burst then fails on the still worker alone, with no confirming burst to assert.
+        spec = DeploymentSpec.same_model("m", workers=2, frontend_args=("--fault", fault), seed=SKEW_SEED)
     with Deployment(spec, run_dir=tmp_path) as dep:
         assert "FAULT INJECTION IS ON" in dep.log_paths["frontend"].read_text()
         if scenario == "multi":
