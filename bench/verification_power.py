@@ -283,7 +283,8 @@ WATCH_SECTION = """\
 
 `embedlab watch` runs the busy-pool schedule for as long as it runs (README, "Watching a live
 pool"). Its defaults: 8 requests per model in windows of 0.25 s, blocks spaced so that its own
-traffic averages 16 req/s at most (a block of a 2 x 2 pool every 1 s; it was 8 req/s, a block
+traffic averages 16 req/s at most (a block of a 2 x 2 pool every 1 s on average, at a random
+spacing of 0.5-1.5 s so that no periodic fault can keep clear of its requests; it was 8 req/s, a block
 every 2 s, until the figures below showed a correct router needing more than the first minute to
 turn ok), a new anytime-valid test every 60 s, each living 300 s; a check fails when a test's
 units rule a correct router out (at 0.1 % per test) or when a worker of another model refuses
