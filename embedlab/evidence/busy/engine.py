@@ -210,11 +210,14 @@ class BlockEngine:
         units = np.arange(len(self.units))
         # theta = 0 is sharp for every unit (an idle replica gets exactly nothing): read as it is.
         moved = above[..., units, self._i_zero]
-        # A skewed replica's leaning side accuses only at a stricter level (_trusted_sides).
-        strict_above = self.cs.rejected(level / SKEWED_STRICTER, side="above")
-        strict_below = self.cs.rejected(level / SKEWED_STRICTER, side="below")
-        above = np.where(self._trust_above[:, None], above, strict_above)
-        below = np.where(self._trust_below[:, None], below, strict_below)
+        # A skewed replica's leaning side accuses only at a stricter level (_trusted_sides); most
+        # pools have none, and decide runs after every block, so the stricter reads are skipped there.
+        if not self._trust_above.all():
+            strict_above = self.cs.rejected(level / SKEWED_STRICTER, side="above")
+            above = np.where(self._trust_above[:, None], above, strict_above)
+        if not self._trust_below.all():
+            strict_below = self.cs.rejected(level / SKEWED_STRICTER, side="below")
+            below = np.where(self._trust_below[:, None], below, strict_below)
         misfit = above[..., units, self._i_expected] | below[..., units, self._i_expected]
         leak = np.ones_like(moved)
         asked = self._i_leak >= 0
