@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from embedlab import Deployment, DeploymentSpec
 from embedlab.watch.names import OK
 from embedlab.watch.runner import Watch, WatchConfig
@@ -36,6 +38,9 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--fault", default="")
     parser.add_argument("--other-rate", type=float, default=2.0)
+    parser.add_argument(
+        "--record", type=Path, help="save every kept block (.npz) and print each unit's pooled share"
+    )
     args = parser.parse_args()
     hey = shutil.which("hey")
     if hey is None:
@@ -58,6 +63,7 @@ def main() -> int:
                     )
                 )  # fmt: skip
             watch = Watch(dep.target(), WatchConfig(duration_s=args.minutes * 60))
+            blocks = _recording(watch) if args.record else None
             cpu0 = resource.getrusage(resource.RUSAGE_SELF)
             asyncio.run(watch.run())
             cpu1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -82,7 +88,45 @@ def main() -> int:
         f"blocks {watch.blocks}; CPU {cpu:.0f} s ({100 * cpu / watch.now:.1f} % of a core), "
         f"peak RSS {cpu1.ru_maxrss / 1024:.0f} MiB; events {watch.event_counts}"
     )
+    if blocks is not None:
+        np.savez(args.record, **{k: np.array(v) for k, v in blocks.items()})
+        print(_pooled(watch, blocks))
     return 0
+
+
+def _recording(watch: Watch) -> dict[str, list]:
+    """Every block the judge takes, as it takes it."""
+    blocks: dict[str, list] = {"deltas": [], "sent": [], "observed": [], "at": []}
+    add = watch.judge.add_block
+
+    def recorded(deltas, sent, observed, *, now):
+        for name, value in zip(blocks, (deltas, sent, observed, now)):
+            blocks[name].append(np.asarray(value))
+        return add(deltas, sent, observed, now=now)
+
+    watch.judge.add_block = recorded
+    return blocks
+
+
+def _pooled(watch: Watch, blocks: dict[str, list]) -> str:
+    """Each unit's share pooled over every block (the randomization estimator: sum of the
+    contrast times the counts over the sum of the contrast times the doses), against what a
+    correct router gives, in standard errors. A bias that no single test can see, over hours."""
+    engine = watch.judge._engine()
+    deltas, sent = np.array(blocks["deltas"]), np.array(blocks["sent"])
+    weight = engine._contrast[:, np.array(blocks["observed"])]  # units, blocks, arms
+    counts = np.einsum("uw,bwt->ubt", engine._member, deltas)
+    doses = np.einsum("um,bmt->ubt", engine._dose, sent)
+    a, b = (weight * counts).sum(-1), (weight * doses).sum(-1)
+    lines = [f"pooled over {len(deltas)} blocks:"]
+    for u, unit in enumerate(engine.units):
+        theta = a[u].sum() / b[u].sum()
+        se = np.sqrt(((a[u] - theta * b[u]) ** 2).sum()) / b[u].sum()
+        lines.append(
+            f"  {unit.name} ({unit.model}): {theta:.4f} (se {se:.4f}), expected {unit.expected:.4f}, "
+            f"z {(theta - unit.expected) / se:+.2f}"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

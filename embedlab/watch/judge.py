@@ -7,7 +7,7 @@ of correct routing before, and would take far longer to turn), and a verdict res
 last `horizon_s` alone. Each test's false-alarm probability is at most `alpha` over its whole
 life, whenever it is read (Ville's inequality; docs/busy-method.md), so a correct router is
 accused at most `alpha` times per test started: `alpha * 3600 / stagger_s` alarms an hour at
-most (0.06 at the defaults), before the restarts below, which only lower it.
+most (0.006 at the defaults: names.ALPHA), before the restarts below, which only lower it.
 
 Per (check, model), from its own units of each live test (checks.py):
     failing       some test ruled out a correct router on its units (a leak; an idle or skewed
@@ -36,10 +36,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..evidence.busy import Schedule
-from ..evidence.busy.constants import ALPHA
 from ..evidence.busy.engine import BlockEngine, Decision
 from .checks import CheckKey, WatchPool
-from .names import FAILING, HORIZON_S, INCONCLUSIVE, MULTI_MODEL, OK, STAGGER_S
+from .names import ALPHA, FAILING, HORIZON_S, INCONCLUSIVE, MULTI_MODEL, OK, STAGGER_S
 
 __all__ = ["Judge", "KeyState", "ShareState", "Transition"]
 

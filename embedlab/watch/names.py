@@ -28,6 +28,12 @@ WINDOW_REQUESTS = 8
 # meets a test at most STAGGER_S old, and a verdict rests on the last HORIZON_S alone.
 HORIZON_S = 300.0
 STAGGER_S = 60.0
+# A test's false-alarm probability over its whole life (Ville's inequality; judge.py). A one-shot
+# busy check runs at evidence.busy.constants.ALPHA (0.001), but the watch starts a test every
+# STAGGER_S, so its bound is ALPHA x 3600 / STAGGER_S alarms an hour: at 0.001 that is 0.06 an hour,
+# 1.4 a day, too many for an alert that pages someone. At 1e-4 it is 0.006 an hour, one a week at
+# most whatever the pool does, for about one more block in ten to ok (docs/verification.md).
+ALPHA = 1e-4
 SCRAPE_TIMEOUT_S = 5.0  # one read of a worker; longer, and the read failed (an event, never a verdict)
 RETRY_S = 1.0  # after a failed read or a disturbed block, the wait before the next try
 # After a worker was unreadable or restarted, blocks wait this long: a worker back on its port may

@@ -46,13 +46,14 @@ import numpy as np
 from ..defaults import WORKER_HEADER
 from ..errors import ConfigError, CounterResetError, MetricsError
 from ..evidence import clients
-from ..evidence.busy.constants import ALPHA, WINDOW_S
+from ..evidence.busy.constants import WINDOW_S
 from ..evidence.metrics import Snapshot, ascrape
 from ..evidence.target import Target
 from ..evidence.traffic import default_inputs
 from .checks import WatchPool
 from .judge import Judge, KeyState, ShareState, Transition
 from .names import (
+    ALPHA,
     HORIZON_S,
     MAX_RATE,
     RATE_SPAN_S,
