@@ -177,8 +177,14 @@ def page(lab: LabServer, request: pytest.FixtureRequest, tmp_path: Path) -> Iter
 
 
 def cell(page: Any, marker: str) -> Any:
-    """The one cell whose source contains `marker`."""
+    """The one cell whose source contains `marker`.
+
+    JupyterLab attaches a notebook's cells and their editors after its first paint, so a cell
+    far down can still lack its editor when the kernel reports idle (CI saw 0 matches once):
+    wait for one to match, then count.
+    """
     found = page.locator(".jp-Notebook .jp-Cell", has=page.locator(".cm-content", has_text=marker))
+    found.first.wait_for(state="attached")
     assert found.count() == 1, f"{found.count()} cells contain {marker!r}"
     return found
 
