@@ -53,6 +53,7 @@ def test_a_killed_process_is_gone_only_once_its_parent_can_reap_it() -> None:
         finally:
             proc.kill()
             proc.wait()
+            proc.stdout.close()  # type: ignore[union-attr]
 
 
 def test_a_process_embedlab_sigkilled_is_killed_at_once_and_its_code_follows(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from embedlab import (
     same_model_load_balance,
 )
 from embedlab.cluster.stack_registry import STACKS
+from embedlab.scenarios.builtin.mixed import mixed_traffic
 from embedlab.stacks.dynamo import dynamo_installed
 from embedlab.stacks.embedded import EmbeddedStack
 
@@ -176,3 +177,23 @@ def test_a_chance_split_of_a_correct_random_router_is_confirmed_and_passes(tmp_p
     assert first == [9, 31], first
     assert result.passed, result.summary()
     assert "a chance split, not a fault" in result.summary()
+
+
+# random.Random(3773) at concurrency 1, models alternating: in the first 44 requests of each
+# model, a's replicas split 10 and 34 (p=0.00039, below alpha) and b's 21 and 23; in the
+# confirming 176 each, 78 and 98, 83 and 93 (which replica takes which depends on the order the
+# workers registered in, so the test sorts them). A correct router's chance split in a mixed burst is sent again, as same-model's is.
+MIXED_CHANCE_SEED = 3773
+
+
+def test_a_chance_split_in_a_mixed_burst_is_confirmed_and_passes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    spec = DeploymentSpec.pool(["a", "b"], replicas=2, router_mode="weighted-random", seed=MIXED_CHANCE_SEED)
+    with Deployment(spec, run_dir=tmp_path) as dep:
+        result = mixed_traffic(dep, patterns=("alternate",), concurrency=1)
+    assert [b.name for b in result.bursts] == ["alternate", "alternate (confirming)"], result.summary()
+    assert [b.check.total_delta for b in result.bursts] == [88, 352], result.summary()  # type: ignore[union-attr]
+    splits = result.figures.splits  # type: ignore[union-attr]
+    first = {s.model: sorted(s.deltas) for s in splits if s.burst == "alternate"}
+    assert first == {"a": [10, 34], "b": [21, 23]}, first
+    assert result.passed, result.summary()
+    assert "alternate: a: split" in result.summary() and "a chance split, not a fault" in result.summary()
