@@ -11,7 +11,18 @@ Units, for each model m the schedule sends:
                with two models the test sees twice the shift for sqrt(2) times the noise. With
                two models both units are one (the second is the first negated), so one is kept.
     replica    each replica of m, where m has two or more: its share of m's requests, expected
-               weight / (sum of the replicas' weights)
+               weight / (sum of the replicas' weights). Its counter is read net of a
+               covariate: c - beta (C - n), with C the counters of all m's replicas and n the
+               check's requests of m in the window (covariance adjustment; Rosenbaum, Stat. Sci.
+               17(3), 2002). C - n is the other clients' traffic to m wherever every request of
+               m lands on m's replicas once (what the placement unit tests exactly), so it does
+               not depend on the order, and any beta fixed before the block keeps the bet fair:
+               beta is c's regression on C over earlier blocks' off windows (the expected share
+               before there are any). It takes out the swings a burst's edge puts into a block,
+               and it is the router's real share of the other clients' requests, so a starved
+               replica reads 0 as before. Simulated on 16 replicas at 1x bursty traffic, a
+               correct pool passed in a median 21 s with it, 35 s without; faults were caught
+               as fast (docs/busy-method.md).
 
 The decision after each block; each one-sided test at level alpha / (2 x units) (Bonferroni):
     failed   some unit's expected share is ruled out, from above or below (a leak, an idle or
@@ -120,12 +131,20 @@ class BlockEngine:
         # Each unit's counts and doses are fixed combinations of the workers' deltas and the models' requests.
         self._member = np.zeros((n_units, n_workers))
         self._dose = np.zeros((n_units, len(self.models_sent)))
+        # A replica's covariate: its model's counters less the check's requests of that model.
+        self._cov_member = np.zeros((n_units, n_workers))
+        self._cov_dose = np.zeros((n_units, len(self.models_sent)))
+        self._prior = np.zeros(n_units)
         contrast = np.zeros((n_units, len(table), self.arms))
         others = len(self.models_sent) - 1
         for u, unit in enumerate(self.units):
             m = self.models_sent.index(unit.model)
             self._member[u, list(unit.workers)] = 1.0
             self._dose[u, m] = 1.0
+            if not unit.placement:
+                self._cov_member[u, [i for i, x in enumerate(models) if x == unit.model]] = 1.0
+                self._cov_dose[u, m] = 1.0
+                self._prior[u] = unit.expected
             if unit.placement and others:
                 for k, other in enumerate(self.models_sent):
                     if k != m:
@@ -140,6 +159,8 @@ class BlockEngine:
         self.cs = RandomizationCS(self.grid, batch=batch, betting=betting)
         self._num = np.zeros((*batch, n_units))
         self._den = np.zeros((*batch, n_units))
+        self._sxy = np.zeros((*batch, n_units))  # over earlier off windows: counter x covariate
+        self._sxx = np.zeros((*batch, n_units))  # and covariate squared
 
     def _build_grid(self, resolution: str) -> None:
         specials: list[list[float]] = [[0.0, u.expected] for u in self.units]
@@ -191,7 +212,16 @@ class BlockEngine:
         """deltas: batch + (workers, arms): each worker's counter delta per window of the block, in
         window order; sent: batch + (models sent, arms): the check's requests answered per window;
         observed: batch-shaped index of the block's order in `sequential.orders(arms)`."""
-        counts = np.einsum("uw,...wt->...ut", self._member, deltas)
+        raw = np.einsum("uw,...wt->...ut", self._member, deltas)
+        mine = np.einsum("um,...mt->...ut", self._cov_dose, sent)
+        covariate = np.einsum("uw,...wt->...ut", self._cov_member, deltas) - mine
+        # The coefficient comes from earlier blocks only, so each bet stays fair whatever it is.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            beta = np.where(self._sxx > 0, self._sxy / self._sxx, self._prior)
+        counts = raw - beta[..., None] * covariate
+        off = (mine == 0) & (self._cov_dose.sum(axis=-1) > 0)[:, None]
+        self._sxy += (off * raw * covariate).sum(axis=-1)
+        self._sxx += (off * covariate * covariate).sum(axis=-1)
         doses = np.einsum("um,...mt->...ut", self._dose, sent)
         self.cs.update(self._contrast, counts, doses, np.asarray(observed))
         weight = np.take(self._contrast, np.asarray(observed), axis=1)  # units, batch..., arms
@@ -203,12 +233,14 @@ class BlockEngine:
         """Keep only these rows of the batch."""
         self.cs.keep(rows)
         self._num, self._den = self._num[rows], self._den[rows]
+        self._sxy, self._sxx = self._sxy[rows], self._sxx[rows]
 
     def decide(self) -> Decision:
         level = self.alpha / (2 * len(self.units))
         above, below = self.cs.rejected(level, side="above"), self.cs.rejected(level, side="below")
         units = np.arange(len(self.units))
-        # theta = 0 is sharp for every unit (an idle replica gets exactly nothing): read as it is.
+        # theta = 0 is sharp (an idle replica gets exactly nothing; a replica's covariate is exact
+        # where placement is): read as it is.
         moved = above[..., units, self._i_zero]
         # A skewed replica's leaning side accuses only at a stricter level (_trusted_sides); most
         # pools have none, and decide runs after every block, so the stricter reads are skipped there.

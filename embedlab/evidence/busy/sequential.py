@@ -39,8 +39,9 @@ clients' noise: the clipped bet stays fair while no clipping is active (the nois
 independent of the order and has mean zero). Where the noise is skewed (few requests a replica)
 the clipped bet leans, and engine.py judges that side at a stricter level (docs/busy-method.md). Over an unbounded horizon (a continuous
 watch) that small bias could add up; the sharp tests below have none. The placement tests (every
-request of m counted on m's replicas: theta = 1) and the moved tests (theta = 0: an idle
-replica gets exactly nothing) are sharp, so exact.
+request of m counted on m's replicas: theta = 1) are sharp, so exact; so are the moved tests
+(theta = 0: an idle replica gets exactly nothing) wherever placement holds, since engine.py reads
+a replica net of the other clients' traffic to its model, which placement pins down.
 
 Why not a library. savvi 0.3.1 (Lindon and Malek, NeurIPS 2022; Lindon et al., KDD 2022)
 removes a time-varying rate shared *multiplicatively* by arms that are randomized per unit;
