@@ -135,6 +135,7 @@ class BlockEngine:
         self._cov_member = np.zeros((n_units, n_workers))
         self._cov_dose = np.zeros((n_units, len(self.models_sent)))
         self._prior = np.zeros(n_units)
+        self._replica = np.array([not u.placement for u in self.units])
         contrast = np.zeros((n_units, len(table), self.arms))
         others = len(self.models_sent) - 1
         for u, unit in enumerate(self.units):
@@ -219,7 +220,7 @@ class BlockEngine:
         with np.errstate(divide="ignore", invalid="ignore"):
             beta = np.where(self._sxx > 0, self._sxy / self._sxx, self._prior)
         counts = raw - beta[..., None] * covariate
-        off = (mine == 0) & (self._cov_dose.sum(axis=-1) > 0)[:, None]
+        off = (mine == 0) & self._replica[:, None]
         self._sxy += (off * raw * covariate).sum(axis=-1)
         self._sxx += (off * covariate * covariate).sum(axis=-1)
         doses = np.einsum("um,...mt->...ut", self._dose, sent)
