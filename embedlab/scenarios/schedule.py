@@ -248,8 +248,9 @@ async def _fitted(
     opens the lanes' connections, which every window after it reuses, so the slower of the other
     two sets the rate. Where it falls short, each arm sends fewer requests (down to `_FEWEST`),
     then windows grow (up to `_LONGEST_S`): a sign-flip test needs blocks more than requests (14
-    at least at the check's level), so shorter windows come first. Fitted before any order is drawn, the randomization still holds. Measured on a
-    2-core machine at load 12: 20 requests took 0.14-0.9 s, past a 0.25 s window's 0.175 s."""
+    at least at the check's level), so shorter windows come first. Fitted before any order is
+    drawn, the randomization still holds. Measured on a 2-core machine at load 12: 20 requests
+    took 0.14-0.9 s, past a 0.25 s window's 0.175 s."""
     busiest = max(schedule.arms, key=lambda a: sum(a.requests.values()))
     nominal = sum(busiest.requests.values())
     order = [m for m, k in busiest.requests.items() for _ in range(k)]
