@@ -131,9 +131,8 @@ class BlockEngine:
         # Each unit's counts and doses are fixed combinations of the workers' deltas and the models' requests.
         self._member = np.zeros((n_units, n_workers))
         self._dose = np.zeros((n_units, len(self.models_sent)))
-        # A replica's covariate: its model's counters less the check's requests of that model.
+        # A replica's covariate: its model's counters less the check's requests of that model (its dose).
         self._cov_member = np.zeros((n_units, n_workers))
-        self._cov_dose = np.zeros((n_units, len(self.models_sent)))
         self._prior = np.zeros(n_units)
         self._replica = np.array([not u.placement for u in self.units])
         contrast = np.zeros((n_units, len(table), self.arms))
@@ -144,7 +143,6 @@ class BlockEngine:
             self._dose[u, m] = 1.0
             if not unit.placement:
                 self._cov_member[u, [i for i, x in enumerate(models) if x == unit.model]] = 1.0
-                self._cov_dose[u, m] = 1.0
                 self._prior[u] = unit.expected
             if unit.placement and others:
                 for k, other in enumerate(self.models_sent):
@@ -214,16 +212,16 @@ class BlockEngine:
         window order; sent: batch + (models sent, arms): the check's requests answered per window;
         observed: batch-shaped index of the block's order in `sequential.orders(arms)`."""
         raw = np.einsum("uw,...wt->...ut", self._member, deltas)
-        mine = np.einsum("um,...mt->...ut", self._cov_dose, sent)
-        covariate = np.einsum("uw,...wt->...ut", self._cov_member, deltas) - mine
+        doses = np.einsum("um,...mt->...ut", self._dose, sent)
+        replica = self._replica[:, None]
+        covariate = np.where(replica, np.einsum("uw,...wt->...ut", self._cov_member, deltas) - doses, 0.0)
         # The coefficient comes from earlier blocks only, so each bet stays fair whatever it is.
         with np.errstate(divide="ignore", invalid="ignore"):
             beta = np.where(self._sxx > 0, self._sxy / self._sxx, self._prior)
         counts = raw - beta[..., None] * covariate
-        off = (mine == 0) & self._replica[:, None]
+        off = (doses == 0) & replica
         self._sxy += (off * raw * covariate).sum(axis=-1)
         self._sxx += (off * covariate * covariate).sum(axis=-1)
-        doses = np.einsum("um,...mt->...ut", self._dose, sent)
         self.cs.update(self._contrast, counts, doses, np.asarray(observed))
         weight = np.take(self._contrast, np.asarray(observed), axis=1)  # units, batch..., arms
         weight = np.moveaxis(weight, 0, -2)
