@@ -1,7 +1,8 @@
 """Which checks a pool gets, and the one schedule that serves them all.
 
     pool = WatchPool.of(["a", "a", "b", "b"])        # each worker's model, by index
-    pool.keys    # (same-model, a), (same-model, b), (multi-model, a), (multi-model, b)
+    pool.keys    # (same-model, a), (same-model, b), (multi-model, a), (multi-model, b),
+                 # (counted-once, a), (counted-once, b)
     pool.schedule(requests=6)                         # one window per model, in random order
 
 A pool of one model runs the same-model check on an on/off schedule. A pool of several runs
@@ -11,6 +12,8 @@ replica) are read from the same blocks, so every check's evidence grows at the w
 cap instead of a share of it. Each (check, model) reads its own units of one `BlockEngine`:
     same-model, m    the shares of m's replicas (m has two replicas or more)
     multi-model, m   the placement unit of m (with two models, the one unit both share)
+    counted-once, m  the counted unit of m: each of m's requests counted once on m's replicas,
+                     neither twice (retries, hedging) nor not at all (a cache, a drop)
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..evidence.busy import Schedule
 from ..evidence.busy.engine import Unit
-from .names import MULTI_MODEL, SAME_MODEL
+from .names import COUNTED_ONCE, MULTI_MODEL, SAME_MODEL
 
 __all__ = ["CheckKey", "WatchPool"]
 
@@ -70,7 +73,9 @@ class WatchPool:
     def keys(self) -> tuple[CheckKey, ...]:
         same = [CheckKey(SAME_MODEL, m) for m in self.served if len(self.replicas(m)) >= 2]
         multi = [CheckKey(MULTI_MODEL, m) for m in self.served] if len(self.served) >= 2 else []
-        return tuple(same + multi)
+        if not same + multi:
+            return ()  # one worker of one model: nothing of routing to check
+        return tuple(same + multi + [CheckKey(COUNTED_ONCE, m) for m in self.served])
 
     def schedule(self, *, requests: int, seed: int | None = None) -> Schedule:
         """On/off windows for one model; one window per model for several. `requests`: per window."""
@@ -88,7 +93,9 @@ class WatchPool:
     def units_of(self, key: CheckKey, units: Sequence[Unit]) -> tuple[int, ...]:
         """The indices of `units` (a BlockEngine's) that judge `key`."""
         if key.check == SAME_MODEL:
-            return tuple(i for i, u in enumerate(units) if not u.placement and u.model == key.model)
+            return tuple(i for i, u in enumerate(units) if u.replica and u.model == key.model)
+        if key.check == COUNTED_ONCE:
+            return tuple(i for i, u in enumerate(units) if u.counted and u.model == key.model)
         # With two models there is one placement unit, counting both ends of a leak: it judges both.
         two = len(self.served) == 2
         return tuple(i for i, u in enumerate(units) if u.placement and (two or u.model == key.model))

@@ -15,7 +15,8 @@ Per (check, model), from its own units of each live test (checks.py):
                   (`misplaced`: the response names its worker); every test then restarts, so
                   the evidence that convicted one fault is not counted again
     ok            a test started after the last failure passed within the last `horizon_s`:
-                  every unit moved, a 0.9/0.1 skew and a leak of one in ten ruled out
+                  every unit moved, a 0.9/0.1 skew and a leak of one in ten ruled out, and one
+                  request in ten counted twice or not at all
     inconclusive  neither (the first minute, or a pool too busy to decide within the horizon)
 
 One fault is one alarm: the alarm counter rises when a check turns failing, and a check
@@ -38,7 +39,7 @@ import numpy as np
 from ..evidence.busy import Schedule
 from ..evidence.busy.engine import BlockEngine, Decision
 from .checks import CheckKey, WatchPool
-from .names import ALPHA, FAILING, HORIZON_S, INCONCLUSIVE, MULTI_MODEL, OK, STAGGER_S
+from .names import ALPHA, COUNTED_ONCE, FAILING, HORIZON_S, INCONCLUSIVE, MULTI_MODEL, OK, STAGGER_S
 
 __all__ = ["Judge", "KeyState", "ShareState", "Transition"]
 
@@ -63,7 +64,8 @@ class KeyState:
     evidence_log10: float  # the largest e-value against a correct router among the live tests
     threshold_log10: float  # where it becomes an alarm
     ruled_out: float  # multi-model: the smallest leak share ruled out; same-model: the smallest
-    # relative deviation of a replica's share from its weight's ruled out (NaN: none yet)
+    # relative deviation of a replica's share from its weight's ruled out; counted-once: the
+    # smallest share of requests counted twice or not at all ruled out (NaN: none yet)
     alarms: int
     checks: int
     why: str
@@ -132,16 +134,24 @@ class Judge:
     # -- what comes in ------------------------------------------------------------------------
 
     def add_block(
-        self, deltas: np.ndarray, sent: np.ndarray, observed: int, *, now: float
+        self,
+        deltas: np.ndarray,
+        sent: np.ndarray,
+        observed: int,
+        *,
+        now: float,
+        others: np.ndarray | None = None,
     ) -> list[Transition]:
         """One kept block: `deltas` (workers, arms) each worker's counter delta per window, in
         window order; `sent` (models sent, arms) the check's requests counted per window;
-        `observed` the index of the block's order in `sequential.orders(arms)`."""
+        `observed` the index of the block's order in `sequential.orders(arms)`; `others` (models
+        sent, arms), where the router's own counts are read, the other clients' requests of each
+        model it admitted per window."""
         if not self.tests or now - self.tests[-1].started_at >= self.stagger_s:
             self.tests.append(_Test(self._engine(), now))
         changes: list[Transition] = []
         for test in list(self.tests):
-            test.engine.add_block(deltas, sent, np.asarray(observed))
+            test.engine.add_block(deltas, sent, np.asarray(observed), others)
         for test in list(self.tests):
             if test not in self.tests:
                 break  # a failure restarted every test
@@ -229,10 +239,13 @@ class Judge:
             d.moved[u].all()
             and d.leak_ruled_out[u].all()
             and d.skews_ruled_out[u].all()
+            and d.counted_once[u].all()
             and not d.misfit[u].any()
         )
 
     def _pass_words(self, key: CheckKey) -> str:
+        if key.check == COUNTED_ONCE:
+            return "one request in ten counted twice or not at all is ruled out"
         if key.check == MULTI_MODEL:
             return (
                 "a leak of one request in ten between models is ruled out, and every model's requests moved"
@@ -288,6 +301,8 @@ class Judge:
                 continue
             if key.check == MULTI_MODEL:
                 values.append(max(0.0, 1.0 - low))
+            elif key.check == COUNTED_ONCE:
+                values.append(max(0.0, high - 1.0, 1.0 - low))
             else:
                 values.append(max(high / expected - 1.0, 1.0 - low / expected))
         return max(values) if values else math.inf
@@ -311,7 +326,7 @@ class Judge:
 
     def _unit_of_worker(self, worker: int, model: str) -> int | None:
         for u, unit in enumerate(self.units):
-            if not unit.placement and unit.workers == (worker,):
+            if unit.replica and unit.workers == (worker,):
                 return u
         for u, unit in enumerate(self.units):
             if unit.placement and (unit.model == model or len(self.pool.served) == 2):

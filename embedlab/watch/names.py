@@ -46,7 +46,7 @@ RATE_SPAN_S = 60.0  # the request rates shown are averages over this long
 # -- what the watch says ----------------------------------------------------------------------
 OK, FAILING, INCONCLUSIVE = "ok", "failing", "inconclusive"
 STATES = (OK, FAILING, INCONCLUSIVE)
-SAME_MODEL, MULTI_MODEL = "same-model", "multi-model"
+SAME_MODEL, MULTI_MODEL, COUNTED_ONCE = "same-model", "multi-model", "counted-once"
 
 # -- metrics ------------------------------------------------------------------------------------
 PREFIX = "embedlab_watch_"

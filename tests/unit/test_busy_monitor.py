@@ -14,10 +14,21 @@ from embedlab.verdicts import Verdict
 
 
 def _run(
-    pool: Pool, *, seed: int = 0, background: float = 10.0, late_every: int = 0, budget_s: float = 60.0
+    pool: Pool,
+    *,
+    seed: int = 0,
+    background: float = 10.0,
+    late_every: int = 0,
+    budget_s: float = 60.0,
+    router: bool = False,
+    twice: float = 0.0,
+    lost: float = 0.0,
 ) -> BusyVerdict:
     """One check, window by window, as the burst path will drive it: the schedule says what to send,
-    the pool's router places it, another client adds Poisson traffic to every worker."""
+    the pool's router places it, another client adds Poisson traffic to every worker (its count per
+    model read from the router too, with `router`). `twice`: each of the check's requests is counted
+    a second time with this probability (a router that serves some twice); `lost`, counted nowhere
+    with this probability (answered by a cache)."""
     rng = np.random.default_rng(seed)
     served = pool.served
     schedule = (
@@ -28,12 +39,22 @@ def _run(
     monitor = BusyMonitor(schedule, pool.models, pool.weights or None, budget_s=budget_s)
     routing = pool.routing()
     for window in schedule.windows():
-        deltas = rng.poisson(background / len(pool.models), len(pool.models)).astype(float)
+        theirs = rng.poisson(background / len(pool.models), len(pool.models)).astype(float)
+        deltas = theirs.copy()
         for m, model in enumerate(served):
-            deltas += rng.multinomial(window.arm.dose(model), routing[m])
+            dose = window.arm.dose(model)
+            counted = dose - rng.binomial(dose, lost)
+            deltas += rng.multinomial(counted + rng.binomial(counted, twice), routing[m])
         late = int(bool(late_every) and window.index % late_every == 0)
+        others = {m: float(theirs[[x == m for x in pool.models]].sum()) for m in served} if router else None
         monitor.add(
-            WindowRecord(index=window.index, deltas=tuple(deltas), sent=dict(window.arm.requests), late=late)
+            WindowRecord(
+                index=window.index,
+                deltas=tuple(deltas),
+                sent=dict(window.arm.requests),
+                late=late,
+                others=others,
+            )
         )
         verdict = monitor.verdict()
         if verdict is not None:
@@ -42,7 +63,7 @@ def _run(
 
 
 def test_a_correct_same_model_pool_passes_and_says_what_it_ruled_out() -> None:
-    verdict = _run(Pool.same_model(2))
+    verdict = _run(Pool.same_model(2), background=2.0)
     assert verdict.verdict is Verdict.PASSED, verdict.summary()
     assert verdict.proven_by is ProvenBy.SCHEDULE and verdict.seconds < 60
     assert (
@@ -51,8 +72,33 @@ def test_a_correct_same_model_pool_passes_and_says_what_it_ruled_out() -> None:
     )
     assert [r.unit for r in verdict.replicas] == ["worker 0", "worker 1"]
     assert all(r.moved and r.fits and r.low < 0.5 < r.high for r in verdict.replicas)
-    assert verdict.placement[0].fits and verdict.confidence == pytest.approx(0.999)
+    assert verdict.counted[0].fits and verdict.confidence == pytest.approx(0.999)
+    assert "each request counted once" in verdict.power and "(1 in 10 is ruled out)" in verdict.power
     assert "randomized blocks of 2 windows of 0.25 s (seed 0)" in verdict.how
+    assert (
+        "other clients' requests 'm' " in verdict.how and "from the counters, less the check's" in verdict.how
+    )
+
+
+def test_requests_counted_twice_fail_where_the_pool_is_busy_and_the_router_s_counts_are_read() -> None:
+    """At a background as large as the check's own rate, the counters alone cannot rule out one
+    request in ten counted twice within the budget; the router's count of the other clients'
+    requests takes their noise out, so a correct router passes and a doubling one fails, at once."""
+    alone = _run(Pool.same_model(2))
+    assert alone.verdict is Verdict.INCONCLUSIVE and "(1 in 10 is not yet ruled out)" in alone.power
+    clean = _run(Pool.same_model(2), router=True)
+    assert clean.verdict is Verdict.PASSED and clean.seconds < 20, clean.summary()
+    assert "by the router's count" in clean.how
+    doubled = _run(Pool.same_model(2), router=True, twice=0.1)
+    assert doubled.verdict is Verdict.FAILED and doubled.seconds < 30, doubled.summary()
+    assert any("not each once: some were counted twice" in r for r in doubled.reasons), doubled.reasons
+    assert doubled.counted[0].estimate > 1.0 and not doubled.counted[0].fits
+
+
+def test_a_deficit_fails_as_requests_that_reached_no_replica() -> None:
+    verdict = _run(Pool.same_model(2), router=True, lost=0.1)
+    assert verdict.verdict is Verdict.FAILED, verdict.summary()
+    assert any("reached none of them (answered by a cache" in r for r in verdict.reasons), verdict.reasons
 
 
 def test_a_stuck_router_fails_naming_the_replica_left_out() -> None:
@@ -67,17 +113,17 @@ def test_a_stuck_router_fails_naming_the_replica_left_out() -> None:
 
 
 def test_unequal_weights_set_each_replica_s_expected_share() -> None:
-    verdict = _run(Pool.same_model(3, weights=(1, 1, 2)))
+    verdict = _run(Pool.same_model(3, weights=(1, 1, 2)), background=2.0)
     assert [r.expected for r in verdict.replicas] == [0.25, 0.25, 0.5]
     assert verdict.verdict is Verdict.PASSED, verdict.summary()
 
 
 def test_a_leak_between_two_models_fails_and_a_clean_pool_bounds_the_leak() -> None:
     leaky = _run(Pool.multi_model(2, fault="leak:0.1"))
-    assert (
-        leaky.verdict is Verdict.FAILED and "was counted on its replicas, not all of it" in leaky.reasons[0]
-    )
-    clean = _run(Pool.multi_model(2), seed=1, background=4.0)
+    assert leaky.verdict is Verdict.FAILED
+    named = ("was counted on its replicas, not all of it", "or sent to another model's replicas")
+    assert any(n in r for r in leaky.reasons for n in named), leaky.reasons
+    clean = _run(Pool.multi_model(2), seed=1, background=1.0)
     assert clean.verdict is Verdict.PASSED, clean.summary()
     assert "of 'm0' or of 'm1' landed on other models' replicas" in clean.power
     assert clean.placement[0].low >= 0.9 and not clean.replicas
@@ -96,10 +142,13 @@ def test_requests_answered_after_their_window_block_any_decision() -> None:
 
 
 def test_the_verdict_is_plain_data() -> None:
-    verdict = _run(Pool.same_model(2))
+    verdict = _run(Pool.same_model(2), router=True)
     data = json.loads(json.dumps(verdict.to_json()))
     assert data["verdict"] == "passed" and data["proven_by"] == ProvenBy.SCHEDULE.value
     assert [r["unit"] for r in data["replicas"]] == ["worker 0", "worker 1"]
+    assert [r["unit"] for r in data["counted"]] == ["'m' counted once"] and set(data["other_traffic"]) == {
+        "m"
+    }
     with pytest.raises(AttributeError):
         verdict.verdict = Verdict.FAILED  # type: ignore[misc]
 

@@ -10,6 +10,8 @@ faulty router must never pass. docs/busy-method.md tabulates the same cells with
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 from scipy import stats  # a required dependency: missing, it must fail, not skip
 
@@ -91,10 +93,21 @@ def test_a_faulty_router_never_passes_even_where_it_cannot_be_caught_in_time() -
             assert sim.count(Verdict.PASSED) == 0
 
 
+def test_the_simulation_runs_at_the_rate_the_check_ships() -> None:
+    from embedlab.defaults import BUSY_RATE_PER_S
+    from embedlab.scenarios.schedule import busy_rate
+
+    default = inspect.signature(simulate).parameters["rate_per_s"].default
+    assert default == BUSY_RATE_PER_S == busy_rate(2)
+
+
 def test_time_to_verdict_at_1x_steady() -> None:
-    """The design's figures, as a guard: a correct 2-replica pool passes in about 12 s (median), a
-    stuck router is convicted in under 10 s; budget 60 s."""
-    [clean] = simulate(Pool.same_model(2), backgrounds=[Background("steady", 1.0)], runs=200, seed=4)
+    """The design's figures, as a guard: with the router's count of the other clients' requests read
+    beside the workers', a correct 2-replica pool passes in about 10 s (median) and a stuck router
+    is convicted in under 10 s; budget 60 s."""
+    [clean] = simulate(
+        Pool.same_model(2), backgrounds=[Background("steady", 1.0)], runs=200, seed=4, router=True
+    )
     [stuck] = simulate(
         Pool.same_model(2, fault="stick"), backgrounds=[Background("steady", 1.0)], runs=200, seed=4
     )
@@ -110,12 +123,44 @@ SIXTEEN_LOW = [Background(shape, 0.5) for shape in ("steady", "bursty", "ramp")]
 
 
 def test_sixteen_replicas_at_few_requests_a_window_raise_no_false_alarm() -> None:
-    for cell in simulate(Pool.same_model(16), backgrounds=SIXTEEN_LOW, runs=400, seed=11):
+    for cell in simulate(Pool.same_model(16), backgrounds=SIXTEEN_LOW, runs=400, seed=11, rate_per_s=40):
         assert _upper(cell.count(Verdict.FAILED), cell.runs) < 0.01
 
 
 def test_sixteen_replicas_at_few_requests_a_window_still_catch_stick_and_skew() -> None:
     for fault in ("stick", "skew:0.9"):
-        for cell in simulate(Pool.same_model(16, fault=fault), backgrounds=SIXTEEN_LOW, runs=100, seed=3):
+        for cell in simulate(
+            Pool.same_model(16, fault=fault), backgrounds=SIXTEEN_LOW, runs=100, seed=3, rate_per_s=40
+        ):
             assert cell.rate(Verdict.FAILED) >= 0.99
             assert cell.count(Verdict.PASSED) == 0
+
+
+# Another client at 40 req/s through the same router, against the check's 160 (issue 42's pool).
+AT_40 = [Background(shape, 0.25) for shape in ("steady", "bursty", "ramp")]
+
+
+@pytest.mark.parametrize("pool", [Pool.multi_model(2), Pool.multi_model(2, 2)], ids=["2x1", "2x2"])
+def test_a_router_that_serves_one_request_in_ten_twice_is_caught_by_the_counters_alone(pool: Pool) -> None:
+    doubling = Pool(pool.models, pool.weights, "double:0.1")
+    for sim in simulate(doubling, backgrounds=AT_40, runs=100, seed=5):
+        assert sim.rate(Verdict.FAILED) >= 0.99 and sim.count(Verdict.PASSED) == 0
+    for sim in simulate(pool, backgrounds=AT_40, runs=100, seed=6):
+        assert sim.count(Verdict.FAILED) == 0 and sim.rate(Verdict.PASSED) >= 0.9
+
+
+@pytest.mark.parametrize("fault", ["double:0.1", "cache:0.1"])
+def test_with_the_routers_counts_a_miscount_is_caught_on_every_pool_in_the_first_blocks(fault: str) -> None:
+    for pool in (Pool.same_model(2), Pool.multi_model(2, 2)):
+        for sim in simulate(
+            Pool(pool.models, pool.weights, fault), backgrounds=AT_1X, runs=50, seed=7, router=True
+        ):
+            assert sim.rate(Verdict.FAILED) == 1.0 and sim.seconds_to(Verdict.FAILED) <= 30, (pool, fault)
+
+
+def test_a_router_that_counts_twice_never_passes_where_it_cannot_be_caught_in_time() -> None:
+    for pool in (Pool.same_model(2, fault="double:0.1"), Pool.multi_model(2, 2, fault="cache:0.1")):
+        for sim in simulate(
+            pool, backgrounds=[Background("steady", 4.0), Background("bursty", 1.0)], runs=100, seed=8
+        ):
+            assert sim.count(Verdict.PASSED) == 0

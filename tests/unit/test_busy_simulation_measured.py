@@ -35,7 +35,7 @@ def test_the_frontends_leak_rule_leaks_one_in_ten_of_both_clients_requests() -> 
 def test_times_follow_the_measured_block_and_the_time_before_the_schedule() -> None:
     [sim] = simulate(
         Pool.same_model(2), backgrounds=[Background("steady", 1.0)], runs=60, seed=4,
-        requests=10, window_s=0.25, block_s=0.8, overhead_s=3.0, budget_s=30.0, fano=0.5,
+        requests=10, window_s=0.25, block_s=0.8, overhead_s=3.0, budget_s=30.0, fano=0.5, rate_per_s=40, router=True,
     )  # fmt: skip
     assert sim.count(Verdict.FAILED) == 0 and sim.rate(Verdict.PASSED) > 0.9
     blocks = (sim.seconds - 3.0) / 0.8

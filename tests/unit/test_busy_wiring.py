@@ -78,10 +78,10 @@ def test_only_other_traffic_nothing_accounted_for_sends_a_check_to_its_schedule(
 
 def test_the_schedule_sends_one_model_on_and_off_or_one_model_per_window() -> None:
     same = schedule_for(["m"], workers=2)
-    assert [a.name for a in same.arms] == ["off", "on"] and same.arms[1].requests == {"m": 20}
+    assert [a.name for a in same.arms] == ["off", "on"] and same.arms[1].requests == {"m": 40}
     per = schedule_for(["a", "b", "a"], workers=2)
-    assert [dict(a.requests) for a in per.arms] == [{"a": 20}, {"b": 20}]
-    assert busy_rate(2) == 80.0 and busy_rate(16) == 640.0 and busy_rate(64) == busy_rate(16)
+    assert [dict(a.requests) for a in per.arms] == [{"a": 40}, {"b": 40}]
+    assert busy_rate(2) == 160.0 and busy_rate(16) == 1280.0 and busy_rate(64) == busy_rate(16)
 
 
 def test_on_minus_off_counts_only_the_blocks_kept_and_the_json_says_how_it_was_proven() -> None:

@@ -5,7 +5,7 @@ Each says why it is what it is; the figures behind them are in docs/busy-method.
 
 from __future__ import annotations
 
-from ...defaults import BUSY_BUDGET_S
+from ...defaults import BUSY_BUDGET_S, BUSY_RATE_PER_S
 
 # The longest a busy-pool check runs before it ends inconclusive, saying what it could rule out.
 BUDGET_S = BUSY_BUDGET_S
@@ -16,8 +16,9 @@ BUDGET_S = BUSY_BUDGET_S
 # 60 s, 0.25 s windows 99 % (median 22 s; docs/busy-method.md). Below 0.25 s a 64-worker
 # snapshot and the check's own latency take too large a part of each window.
 WINDOW_S = 0.25
-# The check's rate while it sends: at 40 req/s a 0.25 s window carries 10 requests.
-RATE_PER_S = 40.0
+# The check's rate while it sends, for a model of two replicas (embedlab.defaults, where the burst
+# path reads it too): what the simulations assume unless told otherwise.
+RATE_PER_S = BUSY_RATE_PER_S
 # Requests of a window are sent in its first part and answered before its end, so none is in
 # flight at the snapshot that closes it (a request that is would count in the next window).
 SEND_FRACTION = 0.7
@@ -25,10 +26,13 @@ SEND_FRACTION = 0.7
 # accused with at most this probability, whatever the other clients do; the same level as the
 # quiet pool's fairness test (embedlab.defaults.FAIRNESS_ALPHA).
 ALPHA = 0.001
-# The faults a passing check must have ruled out (issue 30): an idle replica, a 0.9/0.1 skew
-# between two replicas, and (with two models or more) a leak of one request in ten.
+# The faults a passing check must have ruled out: an idle replica, a 0.9/0.1 skew between two
+# replicas, (with two models or more) a leak of one request in ten, and, per model, one request in
+# ten counted twice (a timeout retry whose first attempt still counts, hedging) or not at all
+# (answered by a response cache, or dropped with a 200).
 SKEW = 0.9
 LEAK = 0.1
+SURPLUS = 0.1
 # The quiet pool's target: each of those faults caught with at least this probability.
 POWER = 0.99
 # More requests than this share still in flight at a window's end, and the check ends

@@ -10,6 +10,16 @@ Units, for each model m the schedule sends:
                leak: q_m <= 1 - L. Counting the other replicas too uses both ends of a leak:
                with two models the test sees twice the shift for sqrt(2) times the noise. With
                two models both units are one (the second is the first negated), so one is kept.
+    counted    every replica of m, counted +1, against m's requests alone: each request of m the
+               check delivered must be counted exactly once on m's replicas (theta = 1, sharp,
+               tested on both sides). A router that serves a share s of m's requests twice (a
+               timeout retry whose first attempt still counts, hedging) makes theta = 1 + s; one
+               that answers a share without any replica (a response cache, a drop answered 200)
+               or sends it elsewhere makes it smaller. The placement unit tells where requests
+               went, not how often each was counted; this one does. Where the router's own
+               per-model admissions are read beside the workers' (`others`), the unit (and the
+               placement unit) is read net of them: the other clients' traffic to m is then known,
+               not estimated, and the bet sees almost no noise.
     replica    each replica of m, where m has two or more: its share of m's requests, expected
                weight / (sum of the replicas' weights). Its counter is read net of a
                covariate: c - beta (C - n), with C the counters of all m's replicas and n the
@@ -26,10 +36,12 @@ Units, for each model m the schedule sends:
 
 The decision after each block; each one-sided test at level alpha / (2 x units) (Bonferroni):
     failed   some unit's expected share is ruled out, from above or below (a leak, an idle or
-             skewed replica)
+             skewed replica, a request counted twice or not at all)
     passed   nothing failed, every unit moved (zero ruled out from above), every 0.9/0.1 skew
              between two replicas is ruled out (the high share from below or the low one from
-             above), and with two models or more theta = 1 - `leak` is ruled out from above
+             above), with two models or more theta = 1 - `leak` is ruled out from above, and
+             every model's requests were counted once within `surplus` (1 + surplus ruled out
+             from below, 1 - surplus from above)
     neither  the check goes on (to its budget, then ends inconclusive)
 
 A pass is a statement about faults, not only the absence of a failure: a router with a ruled-out
@@ -49,10 +61,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ConfigError
-from .constants import ALPHA, LEAK, SKEW, SKEWED_STRICTER, SKEWNESS
+from .constants import ALPHA, LEAK, SKEW, SKEWED_STRICTER, SKEWNESS, SURPLUS
 from .sequential import Betting, RandomizationCS, orders
 
-__all__ = ["BlockEngine", "Decision", "Unit"]
+__all__ = ["COUNTED", "PLACEMENT", "REPLICA", "BlockEngine", "Decision", "Unit"]
+
+# What a unit judges (Unit.kind).
+PLACEMENT, REPLICA, COUNTED = "placement", "replica", "counted"
 
 # Thetas tested, as multiples of a unit's expected share: fine up to twice the share, then
 # geometric up to "every request of a 64-replica model on one replica".
@@ -65,7 +80,19 @@ class Unit:
     model: str
     workers: tuple[int, ...]
     expected: float
-    placement: bool
+    kind: str  # PLACEMENT, REPLICA or COUNTED
+
+    @property
+    def placement(self) -> bool:
+        return self.kind == PLACEMENT
+
+    @property
+    def replica(self) -> bool:
+        return self.kind == REPLICA
+
+    @property
+    def counted(self) -> bool:
+        return self.kind == COUNTED
 
 
 @dataclass(frozen=True)
@@ -78,6 +105,9 @@ class Decision:
     moved: np.ndarray  # per unit: zero ruled out
     leak_ruled_out: np.ndarray  # per unit (True where not asked)
     skews_ruled_out: np.ndarray  # per unit: every skew with it as the high or the low replica
+    counted_once: (
+        np.ndarray
+    )  # per unit: a surplus and a shortfall of `surplus` ruled out (True where not asked)
     low: np.ndarray  # per unit, the confidence sequence's hull (NaN: empty)
     high: np.ndarray
     estimate: np.ndarray
@@ -93,12 +123,13 @@ def units_for(
         replicas = tuple(i for i, m in enumerate(models) if m == model)
         if not replicas:
             raise ConfigError(f"no worker serves '{model}', which the schedule sends")
-        if len(sent) != 2 or n == 0:
+        units.append(Unit(f"'{model}' counted once", model, replicas, 1.0, COUNTED))
+        if len(sent) > 1 and (len(sent) != 2 or n == 0):
             name = f"'{model}' replicas" if len(sent) != 2 else f"'{sent[0]}' and '{sent[1]}' replicas"
-            units.append(Unit(name, model, replicas, 1.0, placement=True))
+            units.append(Unit(name, model, replicas, 1.0, PLACEMENT))
         total = sum(weights[i] for i in replicas)
         if len(replicas) >= 2:
-            units += [Unit(f"worker {i}", model, (i,), weights[i] / total, placement=False) for i in replicas]
+            units += [Unit(f"worker {i}", model, (i,), weights[i] / total, REPLICA) for i in replicas]
     return tuple(units)
 
 
@@ -112,38 +143,43 @@ class BlockEngine:
         alpha: float = ALPHA,
         skew: float = SKEW,
         leak: float = LEAK,
+        surplus: float = SURPLUS,
         batch: tuple[int, ...] = (),
         betting: Betting | None = None,
         resolution: str = "full",
     ) -> None:
         """`doses`: model -> requests each arm plans per window (by arm index); `models`: each worker's
-        model (None: a worker left out of every unit, such as one that died). `resolution` "decisions" tests only the thetas the decision reads (the same decisions,
-        no bounds worth showing): for simulations."""
+        model (None: a worker left out of every unit, such as one that died). `surplus`: the share of
+        requests counted twice (or not at all) a pass must rule out. `resolution` "decisions" tests
+        only the thetas the decision reads (the same decisions, no bounds worth showing): for
+        simulations."""
         weights = list(weights) if weights is not None else [1.0] * len(models)
         if len(weights) != len(models) or min(weights) <= 0:
             raise ConfigError(f"{len(models)} workers need as many positive weights, got {weights}")
         self.models_sent = tuple(doses)
         self.units = units_for(models, weights, self.models_sent)
-        self.alpha, self.skew, self.leak = alpha, skew, leak
+        self.alpha, self.skew, self.leak, self.surplus = alpha, skew, leak, surplus
         self.arms = len(next(iter(doses.values())))
         table = orders(self.arms)
         n_units, n_workers = len(self.units), len(models)
         # Each unit's counts and doses are fixed combinations of the workers' deltas and the models' requests.
         self._member = np.zeros((n_units, n_workers))
         self._dose = np.zeros((n_units, len(self.models_sent)))
-        # A replica's covariate: its model's counters less the check's requests of that model (its dose).
+        # A replica's covariate: its model's counters less the check's requests of that model (its
+        # dose). The other units' is the router's count of the other clients' requests (`others`),
+        # where it is read: the same combination of models as the unit's dose.
         self._cov_member = np.zeros((n_units, n_workers))
         self._prior = np.zeros(n_units)
-        self._replica = np.array([not u.placement for u in self.units])
+        self._replica = np.array([u.replica for u in self.units])
         contrast = np.zeros((n_units, len(table), self.arms))
         others = len(self.models_sent) - 1
         for u, unit in enumerate(self.units):
             m = self.models_sent.index(unit.model)
             self._member[u, list(unit.workers)] = 1.0
             self._dose[u, m] = 1.0
-            if not unit.placement:
+            if unit.replica:
                 self._cov_member[u, [i for i, x in enumerate(models) if x == unit.model]] = 1.0
-                self._prior[u] = unit.expected
+            self._prior[u] = unit.expected
             if unit.placement and others:
                 for k, other in enumerate(self.models_sent):
                     if k != m:
@@ -167,8 +203,10 @@ class BlockEngine:
         for u, a in enumerate(self.units):
             if a.placement and self.asks_leak:
                 specials[u].append(1.0 - self.leak)
+            if a.counted:
+                specials[u] += [1.0 - self.surplus, 1.0 + self.surplus]
             for i, b in enumerate(self.units):
-                if i != u and not a.placement and not b.placement and a.model == b.model:
+                if i != u and a.replica and b.replica and a.model == b.model:
                     both = a.expected + b.expected
                     self._pairs.append((u, i, self.skew * both, (1.0 - self.skew) * both))
                     specials[u].append(self.skew * both)
@@ -185,6 +223,12 @@ class BlockEngine:
                 self._at(u, 1.0 - self.leak) if x.placement and self.asks_leak else -1
                 for u, x in enumerate(self.units)
             ]
+        )
+        self._i_short = np.array(
+            [self._at(u, 1.0 - self.surplus) if x.counted else -1 for u, x in enumerate(self.units)]
+        )
+        self._i_surplus = np.array(
+            [self._at(u, 1.0 + self.surplus) if x.counted else -1 for u, x in enumerate(self.units)]
         )
         self._p_high = np.array(
             [(u, self._at(u, hi)) for u, _, hi, _ in self._pairs], dtype=np.int64
@@ -207,19 +251,29 @@ class BlockEngine:
             if not (self._trust_above[i] and self._trust_below[i])
         }
 
-    def add_block(self, deltas: np.ndarray, sent: np.ndarray, observed: np.ndarray) -> None:
+    def add_block(
+        self, deltas: np.ndarray, sent: np.ndarray, observed: np.ndarray, others: np.ndarray | None = None
+    ) -> None:
         """deltas: batch + (workers, arms): each worker's counter delta per window of the block, in
         window order; sent: batch + (models sent, arms): the check's requests answered per window;
-        observed: batch-shaped index of the block's order in `sequential.orders(arms)`."""
+        observed: batch-shaped index of the block's order in `sequential.orders(arms)`; others,
+        where the router's own counts are read: batch + (models sent, arms), the requests of each
+        model the router admitted in each window less the check's own (the other clients').
+
+        A covariate must not depend on the block's order, and the other clients' requests do not
+        (what the test assumes of them anyway), whoever counts them; so any coefficient fixed
+        before the block keeps the bet fair, even where the router's count is wrong."""
         raw = np.einsum("uw,...wt->...ut", self._member, deltas)
         doses = np.einsum("um,...mt->...ut", self._dose, sent)
         replica = self._replica[:, None]
         covariate = np.where(replica, np.einsum("uw,...wt->...ut", self._cov_member, deltas) - doses, 0.0)
+        if others is not None:
+            covariate = np.where(replica, covariate, np.einsum("um,...mt->...ut", self._dose, others))
         # The coefficient comes from earlier blocks only, so each bet stays fair whatever it is.
         with np.errstate(divide="ignore", invalid="ignore"):
             beta = np.where(self._sxx > 0, self._sxy / self._sxx, self._prior)
         counts = raw - beta[..., None] * covariate
-        off = (doses == 0) & replica
+        off = (doses == 0) & (replica | (others is not None))
         self._sxy += (off * raw * covariate).sum(axis=-1)
         self._sxx += (off * covariate * covariate).sum(axis=-1)
         self.cs.update(self._contrast, counts, doses, np.asarray(observed))
@@ -262,11 +316,18 @@ class BlockEngine:
             skews[..., u] &= pair_ok[..., p]
             skews[..., i] &= pair_ok[..., p]
         low, high = _hull(self.grid, ~above, ~below)
+        once = np.ones_like(moved)
+        counted = self._i_short >= 0
+        once[..., counted] = (
+            above[..., units[counted], self._i_short[counted]]
+            & below[..., units[counted], self._i_surplus[counted]]
+        )
+        low, high = _hull(self.grid, ~above, ~below)
         failed = misfit.any(axis=-1)
-        passed = ~failed & moved.all(axis=-1) & leak.all(axis=-1) & skews.all(axis=-1)
+        passed = ~failed & moved.all(axis=-1) & leak.all(axis=-1) & skews.all(axis=-1) & once.all(axis=-1)
         with np.errstate(divide="ignore", invalid="ignore"):
             estimate = np.where(self._den > 0, self._num / self._den, np.nan)
-        return Decision(failed, passed, misfit, moved, leak, skews, low, high, estimate)
+        return Decision(failed, passed, misfit, moved, leak, skews, once, low, high, estimate)
 
 
 def _trusted_sides(units: Sequence[Unit], doses: dict[str, Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -281,7 +342,7 @@ def _trusted_sides(units: Sequence[Unit], doses: dict[str, Sequence[int]]) -> tu
     above, below = np.ones(len(units), dtype=bool), np.ones(len(units), dtype=bool)
     for u, unit in enumerate(units):
         n, p = max(doses[unit.model]), unit.expected
-        if unit.placement or not 0.0 < p < 1.0 or n <= 0:
+        if not unit.replica or not 0.0 < p < 1.0 or n <= 0:
             continue
         skewness = (1.0 - 2.0 * p) / np.sqrt(n * p * (1.0 - p))
         if skewness > SKEWNESS:

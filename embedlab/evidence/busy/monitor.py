@@ -22,7 +22,7 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...verdicts import Verdict
-from .constants import ALPHA, BUDGET_S, LATE_TOLERANCE, LEAK, SKEW, SKEWED_STRICTER
+from .constants import ALPHA, BUDGET_S, LATE_TOLERANCE, LEAK, SKEW, SKEWED_STRICTER, SURPLUS
 from .engine import BlockEngine, Decision, Unit
 from .results import BusyVerdict, ProvenBy, ShareEstimate
 from .schedule import Schedule, WindowRecord
@@ -45,6 +45,7 @@ class BusyMonitor:
         alpha: float = ALPHA,
         skew: float = SKEW,
         leak: float = LEAK,
+        surplus: float = SURPLUS,
         budget_s: float = BUDGET_S,
     ) -> None:
         self.schedule = schedule
@@ -57,11 +58,21 @@ class BusyMonitor:
             alpha=alpha,
             skew=skew,
             leak=leak,
+            surplus=surplus,
         )
         self._pending: list[WindowRecord] = []
         self.windows = 0
         self.sent = 0
         self.late = 0
+        # Per model: the check's own requests, and the other clients' (the router's count where it
+        # is read; else its replicas' counters less the check's, which holds where each request is
+        # counted once on its model's replicas: what the counted units test).
+        self.own: dict[str, int] = {m: 0 for m in self.engine.models_sent}
+        self.others: dict[str, float] = {m: 0.0 for m in self.engine.models_sent}
+        self.router_read = False
+        self._replicas = {
+            m: [i for i, x in enumerate(self.models) if x == m] for m in self.engine.models_sent
+        }
 
     @property
     def seconds(self) -> float:
@@ -78,13 +89,25 @@ class BusyMonitor:
         self.windows += 1
         self.sent += sum(record.sent.values())
         self.late += record.late
+        for m in self.engine.models_sent:
+            mine = record.sent.get(m, 0)
+            self.own[m] += mine
+            if record.others is not None:
+                self.others[m] += record.others.get(m, 0.0)
+            else:
+                self.others[m] += sum(record.deltas[i] for i in self._replicas[m]) - mine
         if len(self._pending) == len(self.schedule.arms):
             block = self.engine.blocks
             deltas = np.array([r.deltas for r in self._pending], dtype=float).T
-            sent = np.array(
-                [[r.sent.get(m, 0) for r in self._pending] for m in self.engine.models_sent], dtype=float
-            )
-            self.engine.add_block(deltas, sent, np.asarray(self.schedule.order_index(block)))
+            models = self.engine.models_sent
+            sent = np.array([[r.sent.get(m, 0) for r in self._pending] for m in models], dtype=float)
+            others = None
+            if all(r.others is not None for r in self._pending):
+                self.router_read = True
+                others = np.array(
+                    [[(r.others or {}).get(m, 0.0) for r in self._pending] for m in models], dtype=float
+                )
+            self.engine.add_block(deltas, sent, np.asarray(self.schedule.order_index(block)), others)
             self._pending = []
 
     def verdict(self, *, final: bool | None = None) -> BusyVerdict | None:
@@ -145,7 +168,20 @@ class BusyMonitor:
             if not decision.misfit[u]:
                 continue
             shown = _bounds(decision.low[u], decision.high[u])
-            if unit.placement:
+            if unit.counted:
+                x = decision.estimate[u]
+                times = f"{_times(x)} ({_times_bounds(decision.low[u], decision.high[u])})"
+                if x > 1:
+                    reasons.append(
+                        f"'{unit.model}''s replicas counted {times} the check's requests of it, not each "
+                        "once: some were counted twice (a retry whose first attempt still counted, hedging)"
+                    )
+                else:
+                    reasons.append(
+                        f"'{unit.model}''s replicas counted {times} the check's requests of it: some reached "
+                        "none of them (answered by a cache, dropped, or sent to another model's replicas)"
+                    )
+            elif unit.placement:
                 reasons.append(
                     f"{_pct(decision.estimate[u])} ({shown}) of '{unit.model}' was counted on its replicas, "
                     "not all of it: requests landed elsewhere, or the counters moved other than the requests sent"
@@ -163,7 +199,7 @@ class BusyMonitor:
             return f"nothing ruled out yet at {conf}"
         units = self.engine.units
         parts = []
-        replicas = [u for u, x in enumerate(units) if not x.placement]
+        replicas = [u for u, x in enumerate(units) if x.replica]
         if replicas:
             idle = all(decision.moved[u] for u in replicas)
             skews = all(decision.skews_ruled_out[u] for u in replicas)
@@ -190,6 +226,7 @@ class BusyMonitor:
                     f"at {n} requests a window the router's split is too skewed for an even bet, so "
                     f"{' and '.join(judged)} is judged at a level {SKEWED_STRICTER:g}x stricter"
                 )
+        parts.append(self._counted_once(decision))
         sent = self.engine.models_sent
         for u, unit in enumerate(units):
             if unit.placement and self.engine.asks_leak:
@@ -198,11 +235,34 @@ class BusyMonitor:
                 # With two models the unit counts both ends of a leak: its bound holds for each model.
                 whose = f"'{sent[0]}' or of '{sent[1]}'" if len(sent) == 2 else f"'{unit.model}'"
                 parts.append(f"{bound} of {whose} landed on other models' replicas")
-        if not parts:
-            parts.append(
-                "the counters account for the check's requests" if decision.moved.all() else "not yet moved"
-            )
         return "; ".join(parts) + f" ({conf}, valid at any stopping time)"
+
+    def _counted_once(self, decision: Decision) -> str:
+        """How far from once each of a model's requests may have been counted, in words."""
+        counted = [u for u, x in enumerate(self.engine.units) if x.counted]
+        surplus = self.engine.surplus
+        once = all(decision.counted_once[u] for u in counted)
+        target = f"1 in {1 / surplus:.3g} is {'' if once else 'not yet '}ruled out"
+        if any(math.isnan(decision.low[u]) for u in counted):
+            return f"each request counted once: no count fits ({target})"
+        twice = max(max(0.0, decision.high[u] - 1.0) for u in counted)
+        short = max(max(0.0, 1.0 - decision.low[u]) for u in counted)
+        return (
+            f"each request counted once: at most {_pct(twice)} of a model's counted twice and "
+            f"{_pct(short)} not counted ({target})"
+        )
+
+    def _other_traffic(self) -> str:
+        """The traffic the check did not send, per model, while it ran."""
+        seconds = self.seconds
+        if not seconds:
+            return ""
+        source = "by the router's count" if self.router_read else "from the counters, less the check's"
+        shown = ", ".join(
+            f"'{m}' {max(0.0, n):.0f} ({max(0.0, n) / seconds:.3g}/s)" for m, n in self.others.items()
+        )
+        mine = ", ".join(f"'{m}' {n}" for m, n in self.own.items())
+        return f"; other clients' requests {shown}, {source}, beside the check's {mine}"
 
     def _verdict(self, verdict: Verdict, reasons: tuple[str, ...], decision: Decision | None) -> BusyVerdict:
         estimates = self._estimates(decision)
@@ -211,13 +271,16 @@ class BusyMonitor:
             verdict=verdict,
             reasons=reasons,
             placement=tuple(e for e, u in zip(estimates, units) if u.placement),
-            replicas=tuple(e for e, u in zip(estimates, units) if not u.placement),
+            replicas=tuple(e for e, u in zip(estimates, units) if u.replica),
+            counted=tuple(e for e, u in zip(estimates, units) if u.counted),
             power=self._power(decision),
             proven_by=ProvenBy.SCHEDULE,
             how=(
                 f"{self.engine.blocks} randomized blocks of {len(self.schedule.arms)} windows of "
                 f"{self.schedule.window_s:g} s (seed {self.schedule.seed}), {self.sent} requests of the check's"
+                + self._other_traffic()
             ),
+            other_traffic={m: float(n) for m, n in self.others.items()},
             windows=self.windows,
             seconds=self.seconds,
             confidence=1 - self.engine.alpha,
@@ -234,6 +297,10 @@ def _pct(x: float) -> str:
 
 def _times(x: float) -> str:
     return "any" if math.isinf(x) else f"{x:.2f}x"
+
+
+def _times_bounds(low: float, high: float) -> str:
+    return "no count fits" if math.isnan(low) else f"{_times(low)} to {_times(high)}"
 
 
 def _bounds(low: float, high: float) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...verdicts import Verdict
 
@@ -53,9 +53,12 @@ class ShareEstimate:
 class BusyVerdict:
     """One check's verdict over the schedule so far.
 
-    `placement`: one estimate per model sent (the share counted on its own replicas; the
-    rest landed elsewhere); `replicas`: one per replica of a model with two replicas or more.
-    `power`: the faults ruled out, in words. `how`: the evidence behind `proven_by`.
+    `placement`: one estimate per model sent, where the schedule sends two or more (the share
+    counted on its own replicas; the rest landed elsewhere); `replicas`: one per replica of a
+    model with two replicas or more; `counted`: one per model, how many times each of its requests
+    was counted on its replicas (1: once). `power`: the faults ruled out, in words. `how`: the
+    evidence behind `proven_by`. `other_traffic`: per model, the requests the check did not send
+    while it ran.
     """
 
     verdict: Verdict
@@ -68,6 +71,8 @@ class BusyVerdict:
     windows: int
     seconds: float
     confidence: float
+    counted: tuple[ShareEstimate, ...] = ()
+    other_traffic: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         why = f" ({'; '.join(self.reasons)})" if self.reasons else ""
@@ -94,6 +99,8 @@ class BusyVerdict:
             "reasons": list(self.reasons),
             "placement": [share(s) for s in self.placement],
             "replicas": [share(s) for s in self.replicas],
+            "counted": [share(s) for s in self.counted],
+            "other_traffic": dict(self.other_traffic),
             "power": self.power,
             "proven_by": self.proven_by.value,
             "how": self.how,

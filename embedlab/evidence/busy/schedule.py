@@ -77,13 +77,16 @@ class WindowRecord:
 
     `sent`: requests the check sent in the window and had answered before its closing snapshot,
     by model (any HTTP status the worker gave: its counter moved for it). `late`: requests still
-    unanswered at the closing snapshot (they may count in the next window).
+    unanswered at the closing snapshot (they may count in the next window). `others`, where the
+    router's own counts are read: per model, the requests it admitted in the window less the
+    check's (the other clients'); None where it is not.
     """
 
     index: int
     deltas: tuple[float, ...]
     sent: Mapping[str, int] = field(default_factory=dict)
     late: int = 0
+    others: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)

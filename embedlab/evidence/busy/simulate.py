@@ -38,7 +38,7 @@ SHAPES = ("steady", "bursty", "ramp")
 class Pool:
     models: tuple[str, ...]  # each worker's model
     weights: tuple[float, ...] = ()
-    fault: str = ""  # "", "leak:P", "stick", "skew:W", "idle"
+    fault: str = ""  # "", "leak:P", "stick", "skew:W", "idle", "double:P", "cache:P"
 
     @classmethod
     def same_model(cls, replicas: int, *, fault: str = "", weights: Sequence[float] = ()) -> Pool:
@@ -164,6 +164,7 @@ def simulate(
     overhead_s: float = 0.0,
     fano: float = 1.0,
     leak_rule: str = "random",
+    router: bool = False,
 ) -> list[Simulation]:
     """`runs` checks of `pool` under each of `backgrounds` (one batch); each check stops at its first
     decision or its budget. One Simulation per background, in order.
@@ -177,6 +178,12 @@ def simulate(
     over its mean per window, and `leak_rule` "debt" for the embedded frontend's `leak:p` (exactly
     one request in 1/p of a model's, the other client's and the check's counted together, the
     check's share of them drawn hypergeometrically) in place of "random" (each request leaks with p).
+
+    Faults beyond the frontend's routing: `double:p` counts each request a second time with
+    probability p, on a replica of its model (a timeout retry whose first attempt still counted,
+    hedging); `cache:p` answers each with probability p without any worker counting it. `router`:
+    the router's own per-model count of the other clients' requests is read beside the workers'
+    (exactly: a router that counts what it admits).
     """
     if leak_rule not in ("random", "debt"):
         raise ConfigError(f"leak_rule must be random or debt, got {leak_rule!r}")
@@ -199,6 +206,9 @@ def simulate(
         resolution="decisions",
     )
     own, other, leak = pool.placement()
+    kind, _, param = pool.fault.partition(":")
+    twice = float(param) if kind == "double" else 0.0
+    cached = float(param) if kind == "cache" else 0.0
     arms = len(schedule.arms)
     block = arms * window_s if block_s is None else block_s
     table = orders(arms)
@@ -218,10 +228,12 @@ def simulate(
         arm_at = table[observed]  # runs, arms (the arm in each window)
         sent = doses[:, arm_at].transpose(1, 0, 2)  # runs, models, arms
         deltas = np.zeros((n, len(pool.models), arms))
+        others = np.zeros((n, len(served), arms))
         for t in range(arms):
             for m in range(len(served)):
                 mine = sent[:, m, t]
                 theirs = _counts(rng, mean[live, b * arms + t], fano)
+                others[:, m, t] = theirs
                 if leak == 0.0:
                     leaked_mine = leaked_theirs = np.zeros(n, dtype=np.int64)
                 elif leak_rule == "debt":
@@ -235,9 +247,13 @@ def simulate(
                 else:
                     leaked_mine, leaked_theirs = rng.binomial(mine, leak), rng.binomial(theirs, leak)
                 stay = mine - leaked_mine + theirs - leaked_theirs
+                if cached:
+                    stay = stay - rng.binomial(stay, cached)
+                if twice:
+                    deltas[:, :, t] += rng.multinomial(rng.binomial(stay, twice), own[m])
                 deltas[:, :, t] += rng.multinomial(stay, own[m])
                 deltas[:, :, t] += rng.multinomial(leaked_mine + leaked_theirs, other[m])
-        engine.add_block(deltas, sent.astype(float), observed)
+        engine.add_block(deltas, sent.astype(float), observed, others if router else None)
         decision = engine.decide()
         done = decision.failed | decision.passed
         verdict[live[decision.failed]] = Verdict.FAILED.value
