@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine
 from functools import lru_cache
@@ -148,4 +149,5 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     except RuntimeError:
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        # The caller's context goes with it: the run's probes (traffic.probing) among it.
+        return pool.submit(contextvars.copy_context().run, asyncio.run, coro).result()

@@ -7,9 +7,13 @@ to show.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import random
+import secrets
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,11 +40,54 @@ _WORDS = "the quick brown fox jumps over the lazy dog while embeddings route acr
 
 
 def default_inputs(n: int, *, seed: int = 0, words: int = 8) -> list[str]:
-    """Distinct short sentences, reproducible from the seed."""
-    import random
-
+    """Distinct short sentences, reproducible from the seed: the same `n` every call. A check sends
+    `probes().take(n)` instead, which no cache has seen."""
     rng = random.Random(seed)
     return [f"request {i}: " + " ".join(rng.choice(_WORDS) for _ in range(words)) for i in range(n)]
+
+
+@dataclass
+class Probes:
+    """Request bodies no cache can answer: every input a run sends carries the run's nonce and a
+    running count, so no body repeats within a run, nor across runs (a router that caches responses
+    by body, LiteLLM's `cache: true` or an HTTP cache, would answer a repeated one without any
+    worker counting it). The words follow from `seed` and the count: a run replayed with the same
+    nonce and seed sends the same bodies in the same order, on purpose (`replayed`)."""
+
+    nonce: str = field(default_factory=lambda: secrets.token_hex(6))
+    seed: int = 0
+    replayed: bool = False
+    drawn: int = 0  # bodies taken so far
+
+    def take(self, n: int, *, words: int = 8) -> list[str]:
+        first, self.drawn = self.drawn, self.drawn + n
+        rng = random.Random(f"{self.seed}:{first}")
+        return [
+            f"probe {self.nonce}.{first + i}: " + " ".join(rng.choice(_WORDS) for _ in range(words))
+            for i in range(n)
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nonce": self.nonce, "seed": self.seed, "bodies": self.drawn, "replayed": self.replayed}
+
+
+_PROBES: contextvars.ContextVar[Probes | None] = contextvars.ContextVar("embedlab_probes", default=None)
+
+
+def probes() -> Probes:
+    """The running check's probes (`probing`); outside one, fresh ones each call."""
+    return _PROBES.get() or Probes()
+
+
+@contextlib.contextmanager
+def probing(nonce: str = "", *, seed: int = 0) -> Iterator[Probes]:
+    """Every body sent inside draws from one `Probes`: a fresh nonce, or `nonce` to replay a run."""
+    current = Probes(nonce, seed, replayed=True) if nonce else Probes(seed=seed)
+    token = _PROBES.set(current)
+    try:
+        yield current
+    finally:
+        _PROBES.reset(token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +231,7 @@ async def asend_burst(
     if models is not None and len(models) != n:
         raise ConfigError(f"{n} requests but {len(models)} models for them")
     model_of = list(models) if models is not None else [model] * n
-    payloads = list(inputs) if inputs else default_inputs(n)
+    payloads = list(inputs) if inputs else probes().take(n)
     url = frontend_url.rstrip("/") + "/v1/embeddings"
     records: list[RequestRecord] = []
     dims: dict[str, set[int]] = {}  # per model: each model's vectors have one size

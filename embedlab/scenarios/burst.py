@@ -29,7 +29,7 @@ from ..evidence.counters import DispatchCheck
 from ..evidence.dynamo_log import SELECTED, FrontendLog, attributed, instances, instances_from_health
 from ..evidence.metrics import Snapshot
 from ..evidence.target import Target, target_of
-from ..evidence.traffic import BurstResult, Input, RequestRecord, asend_burst, default_inputs
+from ..evidence.traffic import BurstResult, Input, RequestRecord, asend_burst, probes
 from ..verdicts import Verdict
 from .result import Burst, Unread, WorkerInfo
 
@@ -179,7 +179,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
             spec.model,
             spec.requests,
             concurrency=spec.concurrency,
-            inputs=spec.inputs or default_inputs(spec.requests),
+            inputs=spec.inputs or probes().take(spec.requests),
             timeout=spec.timeout,
             progress=progress,
             on_response=spec.on_response,
@@ -195,6 +195,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
             traffic=traffic,
             expected_shares={i: share_of[i] / total for i in spec.expected},
             rule=spec.rule,
+            replayed=probes().replayed,
         )
         if unread is not None:
             mark_unread(burst, unread)
@@ -375,6 +376,7 @@ def judge(bursts: Sequence[Burst], *, exact_total: bool) -> tuple[Verdict, list[
     if doubtful:
         return Verdict.INCONCLUSIVE, doubtful
     reasons: list[str] = []
+    uncounted: list[str] = []
     for burst in bursts:
         failed = burst.traffic.failures
         if failed:
@@ -382,9 +384,45 @@ def judge(bursts: Sequence[Burst], *, exact_total: bool) -> tuple[Verdict, list[
                 f"{burst.name}: {len(failed)} of {burst.traffic.n} requests failed ({failed[0].error})"
             )
         assert burst.check is not None
+        short = burst.traffic.n - burst.check.total_delta if exact_total and not failed else 0
+        if short > 0:
+            # Answered, yet counted by no worker: it never reached one. That says nothing of where
+            # the router sends what does reach a worker, so a worker left still is not blamed on it.
+            said = uncounted if burst.replayed else reasons
+            said.append(f"{burst.name}: {_answered_unseen(burst, short)}")
+            reasons += [f"{burst.name}: {r}" for r in burst.check.reasons if not _blames_stillness(r)]
+            continue
         reasons += [f"{burst.name}: {r}" for r in burst.check.reasons]
         if exact_total and not failed and burst.check.total_delta != burst.traffic.n:
-            reasons.append(
-                f"{burst.name}: counters moved {burst.check.total_delta:g} for {burst.traffic.n} requests sent"
+            reasons.append(  # more than sent: the shortfall was taken above
+                f"{burst.name}: counters moved {burst.check.total_delta:g} for {burst.traffic.n} requests "
+                "sent: some were counted twice (a retry whose first attempt still counted, hedging)"
             )
-    return (Verdict.FAILED if reasons else Verdict.PASSED), reasons
+    if reasons:
+        return Verdict.FAILED, reasons + uncounted
+    if uncounted:
+        return Verdict.INCONCLUSIVE, uncounted
+    return Verdict.PASSED, reasons
+
+
+def _answered_unseen(burst: Burst, short: float) -> str:
+    """A burst's answered requests that moved no worker's counter, in words."""
+    assert burst.check is not None
+    n, counted = burst.traffic.n, burst.check.total_delta
+    if burst.replayed:
+        return (
+            f"{short:g} of its {n} answered requests moved no worker's counter: this run replays an earlier "
+            "run's request bodies (its nonce), and a response cache answered them; placement is judged on "
+            f"the {counted:g} that reached workers"
+        )
+    return (
+        f"{short:g} of its {n} answered requests moved no worker's counter, though no earlier request "
+        "carried their bodies: they were answered without reaching a worker (a response cache that "
+        f"answers unseen bodies, or the router itself); placement is judged on the {counted:g} that did"
+    )
+
+
+def _blames_stillness(reason: str) -> bool:
+    """A check's reason that blames a still worker or a short total: not the router's where requests
+    never reached any worker."""
+    return reason.startswith(("no traffic reached", "total delta"))

@@ -42,6 +42,7 @@ from ..engines.models import model_names, resolve_model_path
 from ..errors import ConfigError, EmbedlabError, UnsupportedError
 from ..evidence.metrics import MetricQuery
 from ..evidence.target import Target, attach, check_system_urls
+from ..evidence.traffic import probing
 from ..freshness import guarded
 from ..progress import LaunchProgress
 from ..verdicts import Verdict
@@ -108,6 +109,10 @@ class ScenarioPlan:
     replicas: tuple[int, ...] = knob((), "replicas per model, in place of workers (give one of the two): 4,2")
     weights: tuple[float, ...] = knob((), "routing weight per worker, model by model (none: all equal)")
     seed: int | None = knob(0, "seeds the frontend's routing choices")
+    nonce: str = knob(
+        "", "the request bodies' run nonce: none draws a fresh one, which no cache has seen; a "
+        "run's recorded one (results.json: probes) sends its bodies again, on purpose",
+    )  # fmt: skip
     router_mode: str | None = knob(None, "the frontend's policy, in its own names (None: its default)")
     pooling: str | None = knob(None, "the engine's pooling (None: the model's own)")
     max_model_len: int | None = knob(None, "the engine's longest input in tokens (None: the model's)", min=1)
@@ -390,7 +395,8 @@ class ScenarioPlan:
         """This plan's scenario on a deployment that the caller started and stops."""
         plan = self.resolved()
         try:
-            result: ScenarioResult = plan.definition.runner()(deployment, plan)
+            with probing(plan.nonce) as drawn:
+                result: ScenarioResult = plan.definition.runner()(deployment, plan)
         except UnsupportedError as exc:
             return plan._unsupported(exc)
         if not isinstance(result, ScenarioResult):
@@ -401,6 +407,7 @@ class ScenarioPlan:
         result.scenario = plan.scenario
         result.engine = result.engine or ("" if plan.attached else plan.engine)
         result.reasons += counter_notes(plan.metric)  # a counter of inputs, not requests, is named
+        result.probes = result.probes or drawn.to_json()
         return result
 
     def _unsupported(self, exc: UnsupportedError) -> ScenarioResult:

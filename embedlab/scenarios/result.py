@@ -93,6 +93,8 @@ class Burst:
     router_deltas: dict[int, float] | None = None
     # The worker that could not be read, where that made the burst inconclusive.
     unread: Unread | None = None
+    # Its bodies replay an earlier run's (a nonce given on purpose): a cache may answer them.
+    replayed: bool = False
 
     def router_disagreement(self) -> str | None:
         """Where the router's own counts differ from the workers': a finding, in words."""
@@ -286,6 +288,9 @@ class ScenarioResult:
     proven_by: str = ""
     # The randomized schedule, where the pool was busy (or --busy asked for it): its verdict is the check's.
     schedule: ScheduleRun | None = None
+    # The run's request bodies (evidence.traffic.Probes): its nonce and seed, by which it can be
+    # replayed on purpose (`nonce=`), and how many it drew; {}: none recorded.
+    probes: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.verdict = Verdict(self.verdict)
@@ -387,6 +392,7 @@ class ScenarioResult:
             "power": self.power,
             "proven_by": self.proven_by,
             "schedule": self.schedule.to_json() if self.schedule else None,
+            "probes": self.probes,
         }
 
     def key_figures(self) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from ..evidence.busy import BusyMonitor, BusyVerdict, Schedule, WindowRecord
 from ..evidence.busy.constants import WINDOW_S
 from ..evidence.metrics import Snapshot, ascrape_all
 from ..evidence.target import Target
-from ..evidence.traffic import BurstResult, RequestRecord, asend_burst, default_inputs
+from ..evidence.traffic import BurstResult, RequestRecord, asend_burst, probes
 from ..verdicts import Verdict
 from .params import knob
 from .result import Burst, ScheduleRun, ScheduleWindow
@@ -163,7 +163,7 @@ async def _block(
     for position in range(len(schedule.arms)):
         window = schedule.window(block * len(schedule.arms) + position)
         at = t0 - origin + position * schedule.window_s
-        answered = sender.send(window.arm.name, window.arm.requests, window.index, at)
+        answered = sender.send(window.arm.name, window.arm.requests, at)
         n = sum(window.arm.requests.values())
         await asyncio.sleep(max(0.0, t0 + (position + 1) * schedule.window_s - time.perf_counter()))
         # What counts in this window: the answers in hand when its closing read begins.
@@ -188,7 +188,7 @@ class _Sender:
         self.records: list[RequestRecord] = []
         self.pending: set[asyncio.Task[BurstResult]] = set()
 
-    def send(self, arm: str, requests: Mapping[str, int], seed: int, at: float) -> list[RequestRecord]:
+    def send(self, arm: str, requests: Mapping[str, int], at: float) -> list[RequestRecord]:
         answered: list[RequestRecord] = []
         n = sum(requests.values())
         if not n:
@@ -200,7 +200,7 @@ class _Sender:
                 arm,
                 n,
                 concurrency=min(n, self.limits),
-                inputs=default_inputs(n, seed=seed),
+                inputs=probes().take(n),
                 timeout=self.timeout,
                 client=self.http,
                 models=order,

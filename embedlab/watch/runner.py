@@ -49,7 +49,7 @@ from ..evidence import clients
 from ..evidence.busy.constants import WINDOW_S
 from ..evidence.metrics import Snapshot, ascrape
 from ..evidence.target import Target
-from ..evidence.traffic import default_inputs
+from ..evidence.traffic import Probes
 from .checks import WatchPool
 from .judge import Judge, KeyState, ShareState, Transition
 from .names import (
@@ -169,7 +169,8 @@ class Watch:
         self._clock0 = time.perf_counter()
         self._late: deque[bool] = deque(maxlen=_LATE_SPAN)
         self._down: set[str] = set()  # conditions now on: "worker 3 unreadable", "frontend unreachable"
-        self._inputs = default_inputs(64, seed=self.schedule.seed % 1000)
+        # Every body the watch sends is new: a router that caches responses answers none of them.
+        self.probes = Probes(seed=self.schedule.seed % 1000)
         self._answers: list[_Answer] = []  # the block's, late ones included
         self._last_read: list[Snapshot] | None = None
         self._since_last: np.ndarray | None = (
@@ -364,8 +365,7 @@ class Watch:
             window = self.schedule.window(block * arms + position)
             answered: list[_Answer] = []
             wanted = [m for m, k in window.arm.requests.items() for _ in range(k)]
-            for k, model in enumerate(wanted):
-                text = self._inputs[(block * 7 + k) % len(self._inputs)]
+            for model, text in zip(wanted, self.probes.take(len(wanted))):
                 task = asyncio.create_task(self._send(http, model, text, answered))
                 tasks.append(task)
                 self._inflight.add(task)

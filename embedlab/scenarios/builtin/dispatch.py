@@ -25,7 +25,7 @@ from ...evidence.busy import (
 from ...evidence.split import Split
 from ...evidence.stats import still_chance
 from ...evidence.target import Target, target_of
-from ...evidence.traffic import Input, RequestRecord, default_inputs, run_sync
+from ...evidence.traffic import Input, RequestRecord, run_sync
 from ...verdicts import Verdict
 from ..burst import BurstSpec, judge, run_burst, served_models, serving, status_codes, workers_of
 from ..params import knob, with_knobs
@@ -159,7 +159,7 @@ def same_model_load_balance(
         expected=frozenset(indices),
         requests=requests,
         concurrency=params.concurrency,
-        inputs=inputs or default_inputs(requests),
+        inputs=inputs,
         min_total_delta=min_total_delta,
         weights=weights,
         fairness_alpha=fairness_alpha if split is Split.WEIGHTS else None,
@@ -234,7 +234,7 @@ def _confirmed(
     fails both with probability alpha squared; the power sentence counts the second burst."""
     assert first.check is not None and first.check.p_value is not None
     requests = spec.requests * SPLIT_CONFIRM
-    again = replace(spec, name=f"{spec.name} (confirming)", requests=requests)  # its inputs cycle
+    again = replace(spec, name=f"{spec.name} (confirming)", requests=requests)
     burst = run_sync(run_burst(target, again, progress=progress))
     verdict, reasons = judge([burst], exact_total=True)
     said = (
@@ -305,7 +305,7 @@ def multi_model_dispatch(
             require_all=still_chance(own[model], requests).value < FAIRNESS_ALPHA,
             requests=requests,
             concurrency=params.concurrency,
-            inputs=inputs or default_inputs(requests),
+            inputs=inputs,
             min_total_delta=min_total_delta,
             weights=list(target.weights) if target.weights else None,
             settle_seconds=settle_seconds,

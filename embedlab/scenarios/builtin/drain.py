@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ...cluster.deployment import Deployment
 from ...errors import ConfigError
 from ...evidence.target import Target
-from ...evidence.traffic import default_inputs, run_sync
+from ...evidence.traffic import probes, run_sync
 from ..burst import BurstSpec, judge, launched, run_burst, serving, workers_of
 from ..params import knob, with_knobs
 from ..registry import Scenario
@@ -82,7 +82,7 @@ def drain(
         expected=frozenset(i for i in indices if i != victim),
         requests=requests,
         concurrency=params.concurrency,
-        inputs=default_inputs(requests),
+        inputs=probes().take(requests),
     )
     started = time.monotonic()
     since = len(deployment.events)

@@ -32,7 +32,7 @@ from ...evidence.counters import fairness_p_value
 from ...evidence.split import Split
 from ...evidence.stats import still_chance
 from ...evidence.target import Target, target_of
-from ...evidence.traffic import default_inputs, run_sync
+from ...evidence.traffic import probes, run_sync
 from ...verdicts import Verdict
 from ..burst import BurstSpec, judge, run_burst, served_models, workers_of
 from ..params import knob, with_knobs
@@ -342,7 +342,7 @@ def _interleaved(
         expected=frozenset(i for indices in pool.of_model.values() for i in indices),
         requests=len(order),
         concurrency=concurrency,
-        inputs=default_inputs(len(order)),
+        inputs=probes().take(len(order)),
         models=order,
         require_all=False,
         must_move=must_move,

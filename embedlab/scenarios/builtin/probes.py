@@ -15,7 +15,7 @@ from ...cluster.deployment import Deployment
 from ...errors import ConfigError
 from ...evidence import clients
 from ...evidence.target import Target, target_of
-from ...evidence.traffic import asend_burst, default_inputs, run_sync
+from ...evidence.traffic import asend_burst, probes, run_sync
 from ...verdicts import Verdict
 from ..burst import BurstSpec, judge, run_burst, serving, status_codes, workers_of
 from ..params import knob, with_knobs
@@ -176,7 +176,7 @@ def client_mistakes(
         expected=frozenset(indices),
         requests=requests,
         concurrency=params.concurrency,
-        inputs=default_inputs(requests),
+        inputs=probes().take(requests),
         require_all=False,
     )
     burst = run_sync(run_burst(target, after))
@@ -225,7 +225,7 @@ def overhead(
 
     async def measure(base: str, concurrency: int) -> Any:
         n = requests if concurrency > 1 else max(1, requests // 4)
-        return await asend_burst(base, model, n, concurrency=concurrency, inputs=default_inputs(n))
+        return await asend_burst(base, model, n, concurrency=concurrency, inputs=probes().take(n))
 
     def both(concurrency: int) -> tuple[Any, Any]:
         via = run_sync(measure(deployment.frontend_url, concurrency))

@@ -25,7 +25,7 @@ from ...evidence import clients
 from ...evidence.busy import ProvenBy
 from ...evidence.metrics import ascrape
 from ...evidence.target import Target
-from ...evidence.traffic import RequestRecord, default_inputs, run_sync
+from ...evidence.traffic import RequestRecord, probes, run_sync
 from ...verdicts import Verdict
 from ..burst import (
     BurstSpec,
@@ -247,7 +247,7 @@ def failover(
         expected=frozenset(survivors),
         requests=requests,
         concurrency=params.concurrency,
-        inputs=default_inputs(requests),
+        inputs=probes().take(requests),
         # The victim served some of them and is not read: the survivors' total is not the burst's.
         min_total_delta=0.0,
         timeout=timeout,

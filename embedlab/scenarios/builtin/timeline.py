@@ -22,7 +22,7 @@ from ...errors import MetricsError
 from ...evidence import clients
 from ...evidence.metrics import ascrape
 from ...evidence.target import Target
-from ...evidence.traffic import BurstResult, asend_burst, default_inputs
+from ...evidence.traffic import BurstResult, asend_burst, probes
 from .cluster_figures import RATE, CounterSample
 
 __all__ = [
@@ -125,7 +125,7 @@ def steady_traffic(
         model,
         n,
         concurrency=concurrency,
-        inputs=default_inputs(n),
+        inputs=probes().take(n),
         timeout=REQUEST_TIMEOUT_S,
         progress=progress,
         rate=RATE,
