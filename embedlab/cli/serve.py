@@ -71,6 +71,12 @@ def _add_frontend(sub: argparse._SubParsersAction) -> None:
         "@60s starts it 60 s after the frontend started, @30s-90s also stops it",
     )
     p.add_argument(
+        "--no-worker-header",
+        dest="names_worker",
+        action="store_false",
+        help=f"name no instance on responses (no {defaults.WORKER_HEADER}), as most routers do",
+    )
+    p.add_argument(
         "--processes",
         type=positive_int,
         default=defaults.FRONTEND_PROCESSES,
@@ -99,6 +105,7 @@ def _run_frontend(args: argparse.Namespace) -> int:
         token=token_from_env(),
         allow_remote_workers=args.allow_remote_workers,
         faults=tuple(parse_fault(f) for f in args.fault),
+        names_worker=args.names_worker,
         processes=args.processes,
     )
     if config.processes > 1:

@@ -15,7 +15,10 @@ from typing import Any
 
 __all__ = ["add_watch"]
 
-_ATTACH = ("frontend_url", "system_urls", "worker_models", "metric", "weights")
+_ATTACH = (
+    "frontend_url", "system_urls", "worker_models", "metric", "weights",
+    "router_metrics", "router_admitted", "router_answered", "router_success",
+)  # fmt: skip
 
 
 def add_watch(sub: argparse._SubParsersAction) -> None:
@@ -83,6 +86,7 @@ def _whole(text: str) -> int:
 
 def _run_watch(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
+    from ..evidence.router import router_metrics
     from ..evidence.target import attach
     from ..watch.runner import WatchConfig
 
@@ -94,6 +98,12 @@ def _run_watch(args: argparse.Namespace) -> int:
         models=_items(args.worker_models) or None,
         metric=args.metric or _default_metric(),
         weights=[float(w) for w in _items(args.weights)] or None,
+        router_metrics=router_metrics(
+            args.router_metrics,
+            admitted=args.router_admitted,
+            answered=args.router_answered,
+            success=args.router_success,
+        ),
     )
     config = WatchConfig(
         max_rate=args.max_rate,

@@ -33,6 +33,7 @@ import httpx
 
 from ..defaults import DISCOVERY, FAILOVER_WATCH_S
 from ..errors import ConfigError, UnsupportedError
+from ..evidence.router import RouterMetrics
 from ..evidence.split import Split
 from .hosts import can_make_namespaces
 from .spec import DeploymentSpec, WorkerSpec
@@ -297,6 +298,11 @@ class BaseStack(metaclass=_StackType):
     def failover_watch_s(self, spec: DeploymentSpec) -> float:
         """How long failover watches for the dead instance to leave dispatch."""
         return FAILOVER_WATCH_S
+
+    def own_counts(self, frontend_url: str) -> RouterMetrics | None:
+        """Where the frontend counts, per model, the requests it takes and answers (read beside the
+        workers' counters at every window of a busy check); None where it counts none."""
+        return None
 
     def frontend_version(self) -> str | None:
         """The frontend's own version where no Python `package` names it (None: ask the package)."""

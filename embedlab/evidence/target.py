@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .metrics import DEFAULT_METRIC, MetricQuery, port_urls, worker_url
+from .router import RouterMetrics
 
 __all__ = ["Target", "attach", "check_system_urls", "target_of"]
 
@@ -44,6 +45,10 @@ class Target:
     # sends a request id with every request and reads the worker picked for it there
     # (evidence/dynamo_log.py), placement that other clients' traffic cannot fake. "": none.
     dynamo_log: str = ""
+    # Where the router counts, per model, what it takes and answers (evidence/router.py): read
+    # beside the workers' at every window of a busy check. None: it keeps no such counts, or
+    # an attached deployment did not say where.
+    router_metrics: RouterMetrics | None = None
 
     def index_of(self, served_by: str | None) -> int | None:
         """The worker index a response's `x-embedlab-worker` (`<endpoint>/<instance>`) names."""
@@ -59,6 +64,7 @@ def attach(
     metric: MetricQuery | str = DEFAULT_METRIC,
     weights: Sequence[float] | None = None,
     dynamo_log: str = "",
+    router_metrics: RouterMetrics | None = None,
 ) -> Target:
     """A deployment already running elsewhere. Launches nothing and stops nothing.
 
@@ -66,7 +72,9 @@ def attach(
     metrics ports (one per process), a list of their URLs (or them joined by `+`), whose
     counts are summed. `models[i]`, where given, is the model worker i serves. `dynamo_log`:
     the path of a Dynamo 1.6.1 frontend's log, written with `defaults.DYNAMO_ATTRIBUTION_ENV`
-    set, by which a burst on a busy pool attributes each response to its worker.
+    set, by which a burst on a busy pool attributes each response to its worker. `router_metrics`:
+    where the router counts per model what it takes and answers (`router.router_metrics(url)`), read
+    beside the workers' counters at every window of a busy check.
     """
     if not system_urls:
         raise ConfigError("attach needs at least one system URL (one per worker)")
@@ -79,6 +87,7 @@ def attach(
         metric=query,
         weights=tuple(weights) if weights else None,
         dynamo_log=dynamo_log,
+        router_metrics=router_metrics,
     )
 
 
@@ -92,7 +101,17 @@ def check_system_urls(
     delta the whole of it, and a check over them would judge a pool that does not exist),
     and `models`, where given, that do not name one model per system URL."""
     if models is not None and len(models) != len(system_urls):
-        raise ConfigError(f"{len(system_urls)} system URLs but {len(models)} {what}: one per worker")
+        named = [m for m in models if m]
+        shape = (
+            ",".join(named[i * len(named) // len(system_urls)] for i in range(len(system_urls)))
+            if named
+            else "A,A,B,B"
+        )
+        raise ConfigError(
+            f"{len(system_urls)} system URLs but {len(models)} {what}: give one per worker, in the order "
+            f"of the system URLs (--worker-models {shape} for {len(system_urls)} workers; "
+            f"models=[...] from Python)"
+        )
     workers: dict[str, list[int]] = {}
     for index, urls in enumerate(system_urls):
         # One port read as two workers' is the same mistake as one URL given twice.

@@ -41,6 +41,7 @@ from ..engines import ENGINES, engine_traits
 from ..engines.models import model_names, resolve_model_path
 from ..errors import ConfigError, EmbedlabError, UnsupportedError
 from ..evidence.metrics import MetricQuery
+from ..evidence.router import router_metrics
 from ..evidence.target import Target, attach, check_system_urls
 from ..evidence.traffic import probing
 from ..freshness import guarded
@@ -147,6 +148,14 @@ class ScenarioPlan:
         "", "attach: a Dynamo 1.6.1 frontend's log, JSON lines with its push router at info "
         "(DYN_LOG, DYN_LOGGING_JSONL): each response attributed to its worker by it",
     )  # fmt: skip
+    router_metrics: str = knob(
+        "", "attach: the router's own /metrics, where it counts per model the requests it takes and "
+        "answers (Dynamo's frontend, embedlab's; others with --router-admitted and the two after it): "
+        "read beside the workers' counters at every window of a busy check",
+    )  # fmt: skip
+    router_admitted: str = knob("", "attach: the router's counter of requests it takes, per model")
+    router_answered: str = knob("", "attach: the router's counter of requests it answers, per model")
+    router_success: str = knob("", "attach: the labels of a successful answer on it, e.g. status=200")
     worker_args: tuple[str, ...] = knob((), "an extra argument for every worker", each=True)
     frontend_args: tuple[str, ...] = knob((), "an extra argument for the frontend", each=True)
     progress: bool = False  # progress bars for bursts (the command line's --progress also shows the launch)
@@ -171,6 +180,11 @@ class ScenarioPlan:
             raise ConfigError(f"weights must be positive, got {list(self.weights)}")
         if bool(self.frontend_url) != bool(self.system_urls):
             raise ConfigError("attach mode needs both a frontend URL and one system URL per worker")
+        if (self.router_metrics or self.router_admitted) and not self.attached:
+            raise ConfigError(
+                "router_metrics reads an attached router's own counts (a launched stack's are read "
+                "where it keeps them): give frontend_url and system_urls too"
+            )
         if self.dynamo_log and not self.attached:
             raise ConfigError(
                 "dynamo_log reads an attached Dynamo frontend's log: give frontend_url and system_urls too"
@@ -381,7 +395,13 @@ class ScenarioPlan:
             elif len(self.models) == len(self.system_urls):
                 models = list(self.models)
             else:
-                raise ConfigError(f"{len(self.system_urls)} system URLs but {len(self.models)} models")
+                n, k = len(self.system_urls), len(self.models)
+                shape = ",".join(self.models[i * k // n] for i in range(n)) if n % k == 0 else "A,A,B,B"
+                raise ConfigError(
+                    f"{n} system URLs but {k} models: --models names the models to send; say which model "
+                    f"each worker serves with --worker-models, one per system URL in the same order, "
+                    f"e.g. --worker-models {shape}"
+                )
         return attach(
             self.frontend_url,
             self.system_urls,
@@ -389,6 +409,12 @@ class ScenarioPlan:
             metric=self.metric,
             weights=self.weights or None,
             dynamo_log=self.dynamo_log,
+            router_metrics=router_metrics(
+                self.router_metrics,
+                admitted=self.router_admitted,
+                answered=self.router_answered,
+                success=self.router_success,
+            ),
         )
 
     def run_on(self, deployment: Deployment | Target | None) -> ScenarioResult:

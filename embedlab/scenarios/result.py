@@ -163,6 +163,9 @@ class ScheduleWindow:
     sent: dict[str, int]  # answered before the window's closing snapshot, by model
     late: int = 0  # still in flight at that snapshot
     kept: bool = True  # False: its block had a late request and was set aside (run again)
+    # Per model, the other clients' requests the router took in the window (its own counts less
+    # the check's), where they are read; None where they are not.
+    others: dict[str, float] | None = None
 
 
 @dataclass

@@ -22,9 +22,11 @@ import httpx
 from ..defaults import BUSY_BUDGET_S, BUSY_RATE_PER_S
 from ..errors import CounterResetError, ScrapeError
 from ..evidence import clients
+from ..evidence.accounting import Accounting, Miscount, RouterCounts
 from ..evidence.busy import BusyMonitor, BusyVerdict, Schedule, WindowRecord
 from ..evidence.busy.constants import WINDOW_S
 from ..evidence.metrics import Snapshot, ascrape_all
+from ..evidence.router import read_router
 from ..evidence.target import Target
 from ..evidence.traffic import BurstResult, RequestRecord, asend_burst, probes
 from ..verdicts import Verdict
@@ -101,7 +103,8 @@ async def run_schedule(
         except CounterResetError as exc:
             why = f"counter reset on worker {exc.worker_index} during the schedule"
         except ScrapeError as exc:
-            why = f"worker {exc.worker_index} could not be read during the schedule"
+            who = "the router's own counts" if exc.worker_index is None else f"worker {exc.worker_index}"
+            why = f"{who} could not be read during the schedule ({exc})"
         await sender.settle()
     traffic = BurstResult(
         model="+".join(schedule.models),
@@ -127,22 +130,26 @@ async def _blocks(
     # The budget is wall time, blocks set aside included: the monitor only counts what it is fed.
     monitor = BusyMonitor(schedule, reader.models, weights, budget_s=math.inf)
     before = await reader.read()
+    monitor.account(reader.miscount, reader.router_name)
     origin = time.perf_counter()
     block = 0
     while True:
-        found, before = await _block(schedule, block, origin, sender, reader, before)
+        found, before = await _block(schedule, block, origin, sender, reader, before, monitor)
         kept = not any(w.late for w in found)
         windows += [w if kept else dataclasses.replace(w, kept=False) for w in found]
         verdict = None
         if kept:
             for w in found:
-                monitor.add(WindowRecord(index=w.index, deltas=w.deltas, sent=w.sent))
+                monitor.add(WindowRecord(index=w.index, deltas=w.deltas, sent=w.sent, others=w.others))
             block += 1
             verdict = monitor.verdict(final=False)
         else:
             # Every answer in, then a fresh read: the next block starts from nothing in flight.
             await sender.settle()
             before = await reader.read()
+            monitor.account(reader.miscount, reader.router_name)
+        if verdict is None and monitor.miscount is not None:
+            verdict = monitor.verdict(final=False)  # the router's counts ruled, blocks kept or not
         if verdict is None and time.perf_counter() - origin >= budget_s:
             verdict = monitor.verdict(final=True)
         if verdict is not None:
@@ -156,8 +163,10 @@ async def _block(
     sender: _Sender,
     reader: _Reader,
     before: list[Snapshot],
+    monitor: BusyMonitor | None = None,
 ) -> tuple[list[ScheduleWindow], list[Snapshot]]:
-    """One block's windows on one clock (its start + k * window_s), and the last read."""
+    """One block's windows on one clock (its start + k * window_s), and the last read. Each read's
+    accounting against the router's own counts goes to `monitor`, where it reads them."""
     t0 = time.perf_counter()
     found: list[ScheduleWindow] = []
     for position in range(len(schedule.arms)):
@@ -169,12 +178,18 @@ async def _block(
         # What counts in this window: the answers in hand when its closing read begins.
         counted = [r for r in answered if r.status]
         late = n - len(answered)
+        opened = reader.router_after
         after = await reader.read()
+        if monitor is not None:
+            monitor.account(reader.miscount, reader.router_name)
         deltas = reader.deltas(before, after)
         before = after
         sent = dict(Counter(r.model for r in counted))
+        others = reader.others(opened, sent)
         found.append(
-            ScheduleWindow(window.index, window.arm.name, at, at + schedule.window_s, deltas, sent, late)
+            ScheduleWindow(
+                window.index, window.arm.name, at, at + schedule.window_s, deltas, sent, late, others=others
+            )
         )
     return found, before
 
@@ -219,15 +234,38 @@ class _Sender:
 
 
 class _Reader:
-    """Every worker the schedule judges (`models` not None), read at once."""
+    """Every worker the schedule judges (`models` not None), read at once; where the target says
+    where the router counts, its counts just before and just after (evidence/router.py), and what
+    they and the workers' say together (`miscount`)."""
 
     def __init__(self, target: Target, models: Sequence[str | None], client: httpx.AsyncClient) -> None:
         self.models, self.metric, self.client = models, target.metric, client
         self.read_at = [i for i, m in enumerate(models) if m is not None]
         self.urls = [target.system_urls[i] for i in self.read_at]
+        self.router = target.router_metrics
+        self.router_name = self.router.name if self.router else ""
+        self.accounting = Accounting(models, self.router_name) if self.router else None
+        self.router_after: RouterCounts | None = None
+        self.miscount: Miscount | None = None
 
     async def read(self) -> list[Snapshot]:
-        return await ascrape_all(self.urls, metric=self.metric, client=self.client, indices=self.read_at)
+        if self.router is None or self.accounting is None:
+            return await ascrape_all(self.urls, metric=self.metric, client=self.client, indices=self.read_at)
+        opening = await read_router(self.router, self.client)
+        found = await ascrape_all(self.urls, metric=self.metric, client=self.client, indices=self.read_at)
+        self.router_after = await read_router(self.router, self.client)
+        counters = [0.0] * len(self.models)
+        for i, snapshot in zip(self.read_at, found):
+            counters[i] = snapshot.value
+        self.miscount = self.accounting.check(opening, counters, self.router_after)
+        return found
+
+    def others(self, opened: RouterCounts | None, sent: Mapping[str, int]) -> dict[str, float] | None:
+        """Per model, the other clients' requests the router took since the read `opened` (None:
+        it is not read)."""
+        if self.accounting is None or opened is None or self.router_after is None:
+            return None
+        return self.accounting.others(opened, self.router_after, sent)
 
     def deltas(self, before: list[Snapshot], after: list[Snapshot]) -> tuple[float, ...]:
         """Each worker's delta by index; 0 for one left out."""

@@ -11,6 +11,7 @@ from ..cluster.spec import DeploymentSpec, WorkerSpec
 from ..cluster.stack import BaseStack, Join, ProcessSpec, StackContext, embedlab_worker
 from ..defaults import NAMESPACE
 from ..errors import ConfigError
+from ..evidence.router import RouterMetrics, known_router
 from ..evidence.split import Split
 
 
@@ -45,6 +46,9 @@ class EmbeddedStack(BaseStack):
 
     def failover_watch_s(self, spec: DeploymentSpec) -> float:
         return 3 * spec.lease_ttl
+
+    def own_counts(self, frontend_url: str) -> RouterMetrics:
+        return known_router(frontend_url, "embedlab_frontend_requests_admitted_total")
 
     def lease_ttl_s(self, spec: DeploymentSpec) -> float | None:
         return spec.lease_ttl

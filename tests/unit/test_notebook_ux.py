@@ -249,7 +249,10 @@ def test_a_worker_given_twice_is_refused_by_attach_and_by_the_plan(urls: list[st
 
 
 def test_worker_models_must_name_one_model_per_system_url() -> None:
-    with pytest.raises(ConfigError, match="^2 system URLs but 3 worker models: one per worker"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^2 system URLs but 3 worker models: give one per worker, in the order of the system URLs \(--worker-models a,a for 2 workers",
+    ):
         ScenarioPlan.from_params(
             scenario="mixed", frontend_url="http://h:1", system_urls=["http://h:2", "http://h:3"],
             worker_models=["a", "a", "b"],

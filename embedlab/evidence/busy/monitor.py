@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from .constants import ALPHA, BUDGET_S, LATE_TOLERANCE, LEAK, SKEW, SKEWED_STRIC
 from .engine import BlockEngine, Decision, Unit
 from .results import BusyVerdict, ProvenBy, ShareEstimate
 from .schedule import Schedule, WindowRecord
+
+if TYPE_CHECKING:  # the one name it takes of the accounting: the monitor is fed its findings
+    from ..accounting import Miscount
 
 __all__ = ["BusyMonitor"]
 
@@ -70,6 +74,12 @@ class BusyMonitor:
         self.own: dict[str, int] = {m: 0 for m in self.engine.models_sent}
         self.others: dict[str, float] = {m: 0.0 for m in self.engine.models_sent}
         self.router_read = False
+        # The router's own counts against the workers' (evidence/router.py), where the check reads
+        # them: boundaries checked since the baseline, the first miscount, what it noted.
+        self.router = ""
+        self.boundaries = 0
+        self.miscount: Miscount | None = None
+        self.router_notes: list[str] = []
         self._replicas = {
             m: [i for i, x in enumerate(self.models) if x == m] for m in self.engine.models_sent
         }
@@ -110,9 +120,23 @@ class BusyMonitor:
             self.engine.add_block(deltas, sent, np.asarray(self.schedule.order_index(block)), others)
             self._pending = []
 
+    def account(self, found: Miscount | None, router: str) -> None:
+        """What the router's own counts and the workers' said together at a boundary (None: the
+        baseline). Exact: one request counted where the router did not send it fails the check."""
+        self.router = router
+        if found is None:
+            return
+        self.boundaries += 1
+        self.router_notes = found.notes()
+        if found.failed and self.miscount is None:
+            self.miscount = found
+
     def verdict(self, *, final: bool | None = None) -> BusyVerdict | None:
         """The verdict now: None while undecided and before `final` (default: the budget is spent)."""
         final = self.seconds >= self.budget_s - 1e-9 if final is None else final
+        if self.miscount is not None:
+            decision = self.engine.decide() if self.engine.blocks else None
+            return self._verdict(Verdict.FAILED, tuple(self.miscount.reasons()), decision, ProvenBy.ROUTER)
         if self.engine.blocks == 0:
             return (
                 self._verdict(Verdict.INCONCLUSIVE, ("no whole block of windows yet",), None)
@@ -264,7 +288,26 @@ class BusyMonitor:
         mine = ", ".join(f"'{m}' {n}" for m, n in self.own.items())
         return f"; other clients' requests {shown}, {source}, beside the check's {mine}"
 
-    def _verdict(self, verdict: Verdict, reasons: tuple[str, ...], decision: Decision | None) -> BusyVerdict:
+    def _router_words(self) -> str:
+        """What the router's own counts proved beside the workers', where they were read."""
+        if not self.router:
+            return ""
+        if self.miscount is not None:
+            return f"; {self.router}'s own counts and the workers' disagree (above)"
+        notes = "".join(f"; {n}" for n in self.router_notes)
+        return (
+            f"; {self.router}'s own counts agreed with the workers' at all {self.boundaries} window boundaries "
+            "since the first: every request it took for a model, the other clients' too, was counted once "
+            f"on that model's replicas (a single one leaked or counted twice fails the check){notes}"
+        )
+
+    def _verdict(
+        self,
+        verdict: Verdict,
+        reasons: tuple[str, ...],
+        decision: Decision | None,
+        proven_by: ProvenBy = ProvenBy.SCHEDULE,
+    ) -> BusyVerdict:
         estimates = self._estimates(decision)
         units: tuple[Unit, ...] = self.engine.units
         return BusyVerdict(
@@ -273,8 +316,8 @@ class BusyMonitor:
             placement=tuple(e for e, u in zip(estimates, units) if u.placement),
             replicas=tuple(e for e, u in zip(estimates, units) if u.replica),
             counted=tuple(e for e, u in zip(estimates, units) if u.counted),
-            power=self._power(decision),
-            proven_by=ProvenBy.SCHEDULE,
+            power=self._power(decision) + self._router_words(),
+            proven_by=proven_by,
             how=(
                 f"{self.engine.blocks} randomized blocks of {len(self.schedule.arms)} windows of "
                 f"{self.schedule.window_s:g} s (seed {self.schedule.seed}), {self.sent} requests of the check's"

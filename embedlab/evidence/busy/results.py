@@ -21,6 +21,7 @@ class ProvenBy(enum.StrEnum):
     QUIET = "the counters on a quiet pool"
     SCHEDULE = "the schedule's on-minus-off counts"
     ATTRIBUTION = "per-response attribution"
+    ROUTER = "the router's own per-model counts beside the workers'"
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,9 @@ class FrontendConfig:
     token: str | None = field(default=None, repr=False)
     allow_remote_workers: bool = False
     faults: tuple[Fault, ...] = ()
+    # Each response names its instance (`x-embedlab-worker`); off, the frontend names none, as
+    # most routers do, and a check must judge it from the counters (and the router's own counts).
+    names_worker: bool = True
     processes: int = (
         FRONTEND_PROCESSES  # routing processes on the port (serving/frontend/multiprocess/owner.py)
     )
@@ -176,6 +179,7 @@ class Frontend:
             body = await request.read()
             parsed = parse_embedding_request(body)
             model_label = parsed.model if self.instances.is_known(parsed.model) else "__unknown__"
+            metrics.admitted(model_label)
             response = await self._dispatch(parsed.model, body)
             status = response.status
             return response
@@ -213,6 +217,10 @@ class Frontend:
             raise ApiError(
                 503, "Dropped by fault injection (drop)", type="service_unavailable", code="fault_drop"
             )
+        kept = self.faults.cached(body) if self.faults else None
+        if kept is not None:  # answered from the cache: no worker sees it, none is named
+            status, answer, content_type = kept
+            return web.Response(body=answer, status=status, headers={"Content-Type": content_type})
         failure = ""
         candidates: Sequence[Instance] = live
         for attempt in range(2):
@@ -221,8 +229,17 @@ class Frontend:
                 if self.faults
                 else self.policy.pick(model, candidates)
             )
-            result = await self._forward(instance, body, live)
+            if self.faults and self.faults.doubles(model):
+                # Both attempts run to their end (each worker counts it), the first answer is relayed.
+                twice = self.faults.second(instance, candidates)
+                result, _ = await asyncio.gather(
+                    self._forward(instance, body, live), self._forward(twice, body, live)
+                )
+            else:
+                result = await self._forward(instance, body, live)
             if isinstance(result, web.Response):
+                if self.faults and isinstance(result.body, bytes):
+                    self.faults.keep(body, result.status, result.body, result.content_type)
                 return result
             failure = result
             if attempt == 0:
@@ -260,11 +277,10 @@ class Frontend:
             return (
                 f"{instance.label} answered {upstream.status}: {upstream.body[:200].decode(errors='replace')}"
             )
-        return web.Response(
-            body=upstream.body,
-            status=upstream.status,
-            headers={"Content-Type": upstream.content_type, WORKER_HEADER: instance.label},
-        )
+        headers = {"Content-Type": upstream.content_type}
+        if self.config.names_worker:
+            headers[WORKER_HEADER] = instance.label
+        return web.Response(body=upstream.body, status=upstream.status, headers=headers)
 
     async def models(self, request: web.Request) -> web.Response:
         now = int(time.time())

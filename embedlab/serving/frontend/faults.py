@@ -9,6 +9,15 @@ Off by default. Each fault mimics a real dispatch bug:
     ghost     deregistered or lapsed instances keep receiving traffic
     drop:p    a fraction p of requests is answered 503 without dispatch
     slow:ms   the first instance of each model is reached ms milliseconds late
+    double:p  a fraction p of a model's requests is served twice, by two instances at once
+              (hedging, or a timeout retry whose first attempt still runs): both count it, the
+              first answer is relayed (double:0.1 serves exactly one in every ten twice)
+    cache     responses are kept by request body and a repeated body is answered from them,
+              reaching no worker (LiteLLM's `cache: true`, an HTTP cache in front of embeddings):
+              not a routing fault, a router feature a check must not mistake for one
+    shared-rr every model's requests take turns on one round-robin position shared by all models
+              (vllm production-stack #915): under strictly alternating models, each model's
+              requests all land on one of its replicas
 
 Any fault may start late, and stop: `leak:0.01@60s` leaks from 60 s after the frontend
 started, `stick@30s-90s` sticks from 30 s to 90 s (the `s` is optional). Intermittent faults
@@ -18,10 +27,12 @@ own start, which on a multi-process frontend is within a second of the owner's.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -38,7 +49,15 @@ CATALOGUE: dict[str, tuple[bool, float, float]] = {
     "ghost": (False, 0.0, 0.0),
     "drop": (True, 0.0, 1.0),
     "slow": (True, 0.0, 600_000.0),
+    "double": (True, 0.0, 1.0),
+    "cache": (False, 0.0, 0.0),
+    "shared-rr": (False, 0.0, 0.0),
 }
+
+# The responses `cache` keeps, at most: an LRU of request bodies.
+CACHE_ENTRIES = 4096
+# The key under which `shared-rr` keeps its one position among the models' (a name no model has).
+_SHARED_RR = "\0shared-rr"
 
 
 # `@START[s]` or `@START[s]-STOP[s]`: seconds after the frontend started.
@@ -119,8 +138,11 @@ class FaultInjector:
         self._shared = shared
         self._ghosts: dict[str, list[Instance]] = {}
         # Per model: leaked share owed so far. Evenly spread leaks make "one leaked
-        # request per burst" an exact statement, not a probability.
+        # request per burst" an exact statement, not a probability. `double` keeps its own.
         self._leak_debt: dict[str, float] = {}
+        self._double_debt: dict[str, float] = {}
+        self._cache: OrderedDict[bytes, tuple[int, bytes, str]] = OrderedDict()
+        self._turn = itertools.count()
 
     def __bool__(self) -> bool:
         return bool(self._configured)
@@ -142,6 +164,38 @@ class FaultInjector:
     def should_drop(self) -> bool:
         p = self.faults.get("drop")
         return p is not None and self._rng.random() < p
+
+    def doubles(self, model: str) -> bool:
+        """Whether this request of `model` is served twice (`double:p`, by the debt rule)."""
+        p = self.faults.get("double")
+        if p is None:
+            return False
+        if self._shared is not None:
+            return self._shared.leak(model + "\0double", p, possible=True)
+        debt = self._double_debt.get(model, 0.0) + p
+        twice = debt >= 1.0 - 1e-9
+        self._double_debt[model] = debt - 1.0 if twice else debt
+        return twice
+
+    def second(self, first: Instance, live: Sequence[Instance]) -> Instance:
+        """Where a request served twice goes the second time: another live instance, where there is one."""
+        others = [i for i in live if i is not first]
+        return self._rng.choice(others) if others else first
+
+    def cached(self, body: bytes) -> tuple[int, bytes, str] | None:
+        """The response kept for this exact body (`cache`): status, body, content type."""
+        if "cache" not in self.faults:
+            return None
+        found = self._cache.get(body)
+        if found is not None:
+            self._cache.move_to_end(body)
+        return found
+
+    def keep(self, body: bytes, status: int, answer: bytes, content_type: str) -> None:
+        if "cache" in self.faults and status == 200:
+            self._cache[body] = (status, answer, content_type)
+            while len(self._cache) > CACHE_ENTRIES:
+                self._cache.popitem(last=False)
 
     def delay_seconds(self, instance: Instance, live: Sequence[Instance]) -> float:
         ms = self.faults.get("slow")
@@ -178,6 +232,9 @@ class FaultInjector:
             self._leak_debt[model] = min(debt, 1.0)
         if "stick" in faults:
             return live[0]
+        if "shared-rr" in faults:
+            turn = self._shared.next_position(_SHARED_RR) if self._shared is not None else next(self._turn)
+            return live[turn % len(live)]
         if "skew" in faults and len(live) > 1:
             if self._rng.random() < faults["skew"]:
                 return live[0]

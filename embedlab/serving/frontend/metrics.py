@@ -39,6 +39,16 @@ class FrontendMetrics:
             registry=self.prom,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
+        # Counted as each request is read, before it is dispatched (the other counts it at its
+        # answer): every request the router took for a model lies between the two, so a check that
+        # reads both beside the workers' counters knows the other clients' traffic per model.
+        self.admissions = Counter(
+            "embedlab_frontend_requests_admitted",
+            "Requests to /v1/embeddings by model, counted when read, before dispatch.",
+            ["model"],
+            registry=self.prom,
+        )
+        self._admitted: dict[str, Any] = {}
         self.inflight = Gauge(
             "embedlab_frontend_inflight_requests", "Requests being answered.", registry=self.prom
         )
@@ -57,6 +67,13 @@ class FrontendMetrics:
             registry=self.prom,
         )
         self.prom.register(LiveInstances(instances))
+
+    def admitted(self, model: str) -> None:
+        """Count one /v1/embeddings request read for `model`, before it is dispatched."""
+        counter = self._admitted.get(model)
+        if counter is None:
+            counter = self._admitted[model] = self.admissions.labels(model)
+        counter.inc()
 
     def answered(self, model: str, status: int, seconds: float) -> None:
         """Count one answered /v1/embeddings request and its duration."""
