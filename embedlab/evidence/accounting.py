@@ -67,20 +67,24 @@ class Miscount:
         }
 
     def reasons(self) -> list[str]:
-        out = []
+        return list(self.by_model().values())
+
+    def by_model(self) -> dict[str, str]:
+        """Per model whose replicas counted more than the router admitted, what it shows, in words."""
+        out = {}
         leaked = self.leaked
         for model, extra in self.surplus.items():
             if extra <= 0:
                 continue
             if model in leaked:
                 whence = " and ".join(f"'{m}'" for m in leaked[model])
-                out.append(
-                    f"'{model}''s replicas counted {extra:g} more requests than {self.router} admitted for "
+                out[model] = (
+                    f"'{model}''s replicas counted {_requests(extra)} more than {self.router} admitted for "
                     f"'{model}', while {whence} lost as many: requests of {whence} landed on '{model}''s replicas"
                 )
             else:
-                out.append(
-                    f"'{model}''s replicas counted {extra:g} more requests than {self.router} admitted "
+                out[model] = (
+                    f"'{model}''s replicas counted {_requests(extra)} more than {self.router} admitted "
                     "for it: some were served twice (a retry whose first attempt still counted, hedging), "
                     "or reached the workers around the router (health checks, canaries, a client calling "
                     "a worker directly)"
@@ -89,7 +93,7 @@ class Miscount:
 
     def notes(self) -> list[str]:
         return [
-            f"{self.router} answered {n:g} requests of '{model}' with success that no replica of it counted "
+            f"{self.router} answered {_requests(n)} of '{model}' with success that no replica of it counted "
             "(a response cache, or the router answering for itself): not judged as routing"
             for model, n in self.unseen.items()
             if n > 0 and model not in {m for ms in self.leaked.values() for m in ms}
@@ -145,3 +149,7 @@ class Accounting:
         return {
             m: now.admitted.get(m, 0.0) - previous.admitted.get(m, 0.0) - sent.get(m, 0) for m in self.served
         }
+
+
+def _requests(n: float) -> str:
+    return f"{n:g} request" + ("" if n == 1 else "s")

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..evidence.accounting import Miscount
 from ..evidence.busy import Schedule
 from ..evidence.busy.engine import BlockEngine, Decision
 from .checks import CheckKey, WatchPool
@@ -177,6 +178,20 @@ class Judge:
             # One model's replicas only: a worker that refuses the one model is still a fault of placement.
             key = next(k for k in self.tracks if k.model == model)
         return self._fail(key, now, why)
+
+    def miscounted(self, found: Miscount, *, now: float) -> list[Transition]:
+        """The router's own counts and the workers' disagree (evidence/accounting.py): each model
+        whose replicas counted more than the router admitted fails counted-once, and where another
+        model's requests went missing beside it, that model's multi-model check fails too."""
+        changes = []
+        for model, why in found.by_model().items():
+            if model not in self.pool.served:
+                continue
+            changes += self._fail(CheckKey(COUNTED_ONCE, model), now, why)
+            for source in found.leaked.get(model, []):
+                if CheckKey(MULTI_MODEL, source) in self.tracks:
+                    changes += self._fail(CheckKey(MULTI_MODEL, source), now, why)
+        return changes
 
     def tick(self, now: float) -> list[Transition]:
         """Verdicts that change with time alone: a failure held long enough, a pass grown old."""

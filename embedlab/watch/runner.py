@@ -46,8 +46,10 @@ import numpy as np
 from ..defaults import WORKER_HEADER
 from ..errors import ConfigError, CounterResetError, MetricsError
 from ..evidence import clients
+from ..evidence.accounting import Accounting, RouterCounts
 from ..evidence.busy.constants import WINDOW_S
 from ..evidence.metrics import Snapshot, ascrape
+from ..evidence.router import read_router
 from ..evidence.target import Target
 from ..evidence.traffic import Probes
 from .checks import WatchPool
@@ -186,6 +188,14 @@ class Watch:
         # (every 20th request of a model) fell on the other client's request in every 2 s cycle of
         # 16 of the watch's and 4 of theirs, and no request of the watch's ever leaked.
         self._spacing = random.Random(self.schedule.seed)
+        # The router's own per-model counts, where the target says where they are: read just before
+        # and just after the workers' at every read, the accounting that binds them checked each
+        # time (a request counted beyond what the router admitted alarms at once), and the other
+        # clients' traffic per model taken from them as the units' covariate.
+        self.router = target.router_metrics
+        self.accounting = Accounting(self.pool.models, self.router.name) if self.router else None
+        self._router_last: RouterCounts | None = None  # the latest closing read of the router
+        self.miscounts = 0
 
     # -- what the exporter and the page read ----------------------------------------------------
 
@@ -295,7 +305,50 @@ class Watch:
             self.on_update(self)
 
     async def _read(self, scraper: httpx.AsyncClient) -> list[Snapshot] | None:
-        """Every worker's counter, or None (each failure counted, its worker named in an event)."""
+        """Every worker's counter, or None (each failure counted, its worker named in an event);
+        the router's own counts on either side of them, where it is read."""
+        opening = await self._read_router(scraper)
+        snapshots = await self._read_workers(scraper)
+        closing = await self._read_router(scraper) if opening is not None else None
+        if self.accounting is not None:
+            if snapshots is None or opening is None or closing is None:
+                self.accounting.restart()  # a read missing: the identity starts again from the next
+                self._router_last = None
+            else:
+                self._router_last = closing
+                self._account_router(opening, snapshots, closing)
+        return snapshots
+
+    async def _read_router(self, scraper: httpx.AsyncClient) -> RouterCounts | None:
+        if self.router is None:
+            return None
+        try:
+            counts = await read_router(self.router, scraper)
+        except MetricsError as exc:
+            self._begins("router", "unreadable", f"{self.router.name}'s own counts could not be read: {exc}")
+            return None
+        self._ends("router", "readable", f"{self.router.name}'s own counts can be read again")
+        return counts
+
+    def _account_router(
+        self, opening: RouterCounts, snapshots: list[Snapshot], closing: RouterCounts
+    ) -> None:
+        assert self.accounting is not None
+        found = self.accounting.check(opening, [s.value for s in snapshots], closing)
+        if found is None:
+            return
+        notes = found.notes()
+        if notes:
+            self._begins("unseen", "unseen", "; ".join(notes))
+        else:
+            self._ends("unseen", "seen", "every answer of the router's was counted by a worker again")
+        if found.failed:
+            self.miscounts += 1
+            self._event("miscount", "; ".join(found.reasons()))
+            self._judged(self.judge.miscounted(found, now=self.now))
+            self.accounting.restart()  # counted once: the next read is the new baseline
+
+    async def _read_workers(self, scraper: httpx.AsyncClient) -> list[Snapshot] | None:
         urls = self.target.system_urls
         found = await asyncio.gather(
             *(
@@ -345,6 +398,8 @@ class Watch:
             except CounterResetError:
                 reset = True
                 self._settle_until = self.now + self.config.settle_s
+                if self.accounting is not None:
+                    self.accounting.restart()  # its counts begin again from 0: so does the identity
                 self._event("reset", f"worker {i}'s counter went down: it restarted")
         return None if reset else deltas
 
@@ -357,6 +412,7 @@ class Watch:
         models = self.judge.models_sent
         deltas = np.zeros((len(self.pool.models), arms))
         sent = np.zeros((len(models), arms))
+        others: np.ndarray | None = np.zeros((len(models), arms)) if self.accounting is not None else None
         disturbed = ""
         tasks: list[asyncio.Task[None]] = []
         t0 = time.perf_counter()
@@ -372,6 +428,7 @@ class Watch:
                 task.add_done_callback(self._inflight.discard)
             await asyncio.sleep(max(0.0, t0 + (position + 1) * self.window_s - time.perf_counter()))
             counted = list(answered)  # the answers in hand when the closing read begins
+            opened = self._router_last
             after = await self._read(scraper)
             if after is None:
                 disturbed, snapshots = "unreadable", None
@@ -386,6 +443,13 @@ class Watch:
                 disturbed = disturbed or "late"
             for answer in counted:
                 sent[models.index(answer.model), position] += 1
+            if others is not None and self.accounting is not None:
+                if opened is None or self._router_last is None:
+                    others = None  # the router unread at one end: this block is read without it
+                else:
+                    mine = {m: int(sent[k, position]) for k, m in enumerate(models)}
+                    theirs = self.accounting.others(opened, self._router_last, mine)
+                    others[:, position] = [theirs.get(m, 0.0) for m in models]
         if not disturbed and self._refused():
             disturbed = "refused"
             statuses = sorted({a.status for a in self._answers if a.status and a.status != 200})
@@ -405,7 +469,9 @@ class Watch:
             self._lengthen()
             return None  # what was in flight has been answered since: the next block reads afresh
         self.blocks["kept"] = self.blocks.get("kept", 0) + 1
-        self._judged(self.judge.add_block(deltas, sent, self.schedule.order_index(block), now=self.now))
+        self._judged(
+            self.judge.add_block(deltas, sent, self.schedule.order_index(block), now=self.now, others=others)
+        )
         return snapshots
 
     def _lengthen(self) -> None:

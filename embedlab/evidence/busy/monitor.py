@@ -205,6 +205,11 @@ class BusyMonitor:
                         f"'{unit.model}''s replicas counted {times} the check's requests of it: some reached "
                         "none of them (answered by a cache, dropped, or sent to another model's replicas)"
                     )
+            elif unit.placement and decision.estimate[u] > 1:
+                reasons.append(
+                    f"{_pct(decision.estimate[u])} ({shown}) of '{unit.model}' was counted on its replicas: "
+                    "more than each once (counted twice: a retry whose first attempt still counted, hedging)"
+                )
             elif unit.placement:
                 reasons.append(
                     f"{_pct(decision.estimate[u])} ({shown}) of '{unit.model}' was counted on its replicas, "
@@ -293,7 +298,10 @@ class BusyMonitor:
         if not self.router:
             return ""
         if self.miscount is not None:
-            return f"; {self.router}'s own counts and the workers' disagree (above)"
+            return (
+                f"{self.router}'s own counts and the workers' disagreed after {self.boundaries} window "
+                "boundaries: exact, whoever sent the requests"
+            )
         notes = "".join(f"; {n}" for n in self.router_notes)
         return (
             f"; {self.router}'s own counts agreed with the workers' at all {self.boundaries} window boundaries "
@@ -316,7 +324,9 @@ class BusyMonitor:
             placement=tuple(e for e, u in zip(estimates, units) if u.placement),
             replicas=tuple(e for e, u in zip(estimates, units) if u.replica),
             counted=tuple(e for e, u in zip(estimates, units) if u.counted),
-            power=self._power(decision) + self._router_words(),
+            power=self._router_words()
+            if proven_by is ProvenBy.ROUTER
+            else self._power(decision) + self._router_words(),
             proven_by=proven_by,
             how=(
                 f"{self.engine.blocks} randomized blocks of {len(self.schedule.arms)} windows of "

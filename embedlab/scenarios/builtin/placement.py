@@ -197,7 +197,7 @@ def same_model_busy(
         wall_seconds=time.monotonic() - started,
         figures=busy_split(run, indices, split),
         power=power,
-        proven_by=ProvenBy.SCHEDULE,
+        proven_by=run.verdict.proven_by if run is not None and run.verdict else ProvenBy.SCHEDULE,
         schedule=run,
     )
 
@@ -239,7 +239,7 @@ def placement_busy(
         figures=figures
         or DispatchFigures(wrong=math.nan, counted=sum(moved.values()), codes=status_codes(bursts)),
         power=power,
-        proven_by=ProvenBy.SCHEDULE,
+        proven_by=run.verdict.proven_by if run is not None and run.verdict else ProvenBy.SCHEDULE,
         schedule=run,
     )
 
