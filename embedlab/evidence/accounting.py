@@ -19,7 +19,9 @@ a surplus on one model beside answers on another that none of its replicas count
 surplus alone is counted twice (retries beyond the router's own retry count, hedging) or came
 around the router (health checks, canaries, a client calling a worker directly); answers with
 success that reached no replica, alone, are a response cache (or the router answering for
-itself), named and not failed.
+itself), named and not failed. A request of a served model the router answered "model not found"
+was refused by a worker of another model: a leak, whatever the totals say (leaks both ways between
+two models at one rate keep them).
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ __all__ = ["Accounting", "Miscount", "RouterCounts"]
 @dataclass(frozen=True)
 class RouterCounts:
     """One read of a router's counts, per model: admitted, answered (any status), answered with
-    success, retried."""
+    success, retried, and answered "model not found" (a model the pool serves: a worker of another
+    model got the request and refused it)."""
 
     admitted: Mapping[str, float]
     answered: Mapping[str, float]
     ok: Mapping[str, float]
     retried: Mapping[str, float] = field(default_factory=dict)
+    refused: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -46,16 +50,20 @@ class Miscount:
     """What the router's counts and the workers' say together, per model, since the baseline:
     `surplus`, requests counted on a model's replicas beyond what the router admitted for it (and
     retried); `unseen`, answers with success beyond what its replicas counted; `lost`, answers of
-    any status beyond what they counted (a leaked request a wrong worker refused is one)."""
+    any status beyond what they counted (a leaked request a wrong worker refused is one);
+    `refused`, requests of a model the pool serves that the router answered "model not found":
+    a worker of another model got them, and refused them. Leaks both ways between two models at
+    one rate keep every model's total, so only `refused` shows them (where workers refuse)."""
 
     surplus: Mapping[str, float]
     unseen: Mapping[str, float]
     lost: Mapping[str, float]
     router: str = "router"
+    refused: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
-        return any(v > 0 for v in self.surplus.values())
+        return any(v > 0 for v in (*self.surplus.values(), *self.refused.values()))
 
     @property
     def leaked(self) -> dict[str, list[str]]:
@@ -67,7 +75,18 @@ class Miscount:
         }
 
     def reasons(self) -> list[str]:
-        return list(self.by_model().values())
+        return [*self.misplaced().values(), *self.by_model().values()]
+
+    def misplaced(self) -> dict[str, str]:
+        """Per model some of whose requests a worker of another model refused, in words."""
+        return {
+            model: (
+                f"{self.router} answered {_requests(n)} of '{model}' with \"model not found\" while the pool "
+                f"serves '{model}': a worker of another model got them and refused them (a leak)"
+            )
+            for model, n in self.refused.items()
+            if n > 0
+        }
 
     def by_model(self) -> dict[str, str]:
         """Per model whose replicas counted more than the router admitted, what it shows, in words."""
@@ -86,8 +105,8 @@ class Miscount:
                 out[model] = (
                     f"'{model}''s replicas counted {_requests(extra)} more than {self.router} admitted "
                     "for it: some were served twice (a retry whose first attempt still counted, hedging), "
-                    "or reached the workers around the router (health checks, canaries, a client calling "
-                    "a worker directly)"
+                    "were another model's (a leak, where its requests in flight hide the loss), or reached "
+                    "the workers around the router (health checks, canaries, a client calling a worker directly)"
                 )
         return out
 
@@ -131,7 +150,10 @@ class Accounting:
             self._base = (before, counted, after)
             return None
         (b0, c0, a0) = self._base
-        surplus, unseen, lost = {}, {}, {}
+        surplus: dict[str, float] = {}
+        unseen: dict[str, float] = {}
+        lost: dict[str, float] = {}
+        refused: dict[str, float] = {}
         for m in self.served:
             slack = max(0.0, a0.admitted.get(m, 0.0) - b0.answered.get(m, 0.0))
             moved = counted[m] - c0[m]
@@ -142,7 +164,8 @@ class Accounting:
             surplus[m] = max(0.0, moved - admitted - retried - slack)
             unseen[m] = max(0.0, ok - slack - moved)
             lost[m] = max(0.0, answered - slack - moved)
-        return Miscount(surplus, unseen, lost, self.router)
+            refused[m] = max(0.0, before.refused.get(m, 0.0) - b0.refused.get(m, 0.0))
+        return Miscount(surplus, unseen, lost, self.router, refused)
 
     def others(self, previous: RouterCounts, now: RouterCounts, sent: Mapping[str, int]) -> dict[str, float]:
         """Per model, the requests the router admitted between two reads less the check's own."""

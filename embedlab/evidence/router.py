@@ -37,6 +37,8 @@ class RouterMetrics:
     retried: MetricQuery | None = None
     model_label: str = "model"
     name: str = "router"
+    # The labels of an answer "model not found" (a worker of another model refused it); (): none known.
+    refused: tuple[tuple[str, str], ...] = ()
 
     @property
     def metrics(self) -> str:
@@ -55,16 +57,18 @@ class _Known:
     answered: str
     success: tuple[tuple[str, str], ...]
     retried: str = ""
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 # The routers whose own counts embedlab knows, by the admitted series each exports.
 KNOWN: dict[str, _Known] = {
     "embedlab_frontend_requests_admitted_total": _Known(
         "the embedded frontend", "embedlab_frontend_requests_total", (("status", "200"),),
-        "embedlab_frontend_retries_total",
+        "embedlab_frontend_retries_total", (("status", "404"),),
     ),
     "dynamo_frontend_requests_started_total": _Known(
-        "Dynamo's frontend", "dynamo_frontend_requests_total", (("status", "success"),)
+        "Dynamo's frontend", "dynamo_frontend_requests_total", (("status", "success"),), "",
+        (("error_type", "not_found"),),
     ),
 }  # fmt: skip
 
@@ -79,6 +83,7 @@ def known_router(url: str, admitted: str) -> RouterMetrics:
         success=found.success,
         retried=_lazy(found.retried) if found.retried else None,
         name=found.name,
+        refused=found.refused,
     )
 
 
@@ -147,6 +152,7 @@ def parse_router(text: str, metrics: RouterMetrics) -> RouterCounts:
         answered=by_model(metrics.answered),
         ok=by_model(metrics.answered, metrics.success),
         retried=by_model(metrics.retried) if metrics.retried else {},
+        refused=by_model(metrics.answered, metrics.refused) if metrics.refused else {},
     )
 
 

@@ -184,6 +184,9 @@ class Judge:
         whose replicas counted more than the router admitted fails counted-once, and where another
         model's requests went missing beside it, that model's multi-model check fails too."""
         changes = []
+        for model, why in found.misplaced().items():
+            key = CheckKey(MULTI_MODEL, model)
+            changes += self._fail(key if key in self.tracks else CheckKey(COUNTED_ONCE, model), now, why)
         for model, why in found.by_model().items():
             if model not in self.pool.served:
                 continue
