@@ -541,12 +541,16 @@ class BusyPool:
         return f"{m} model{'s' * (m > 1)} x {k} replica{'s' * (k > 1)} ({self.scenario})"
 
 
+# Requests served twice (issue 42): one in ten and one in fifty, on every pool.
+DOUBLE = ("double:0.1", "double:0.02")
 BUSY_POOLS = (
-    BusyPool("1x2", "same-model", ("embed-model",), 2, ("stick", "skew:0.9")),
-    BusyPool("2x1", "multi-model", ("model-a", "model-b"), 1, ("leak:0.1",)),
-    BusyPool("2x2", "mixed", ("model-a", "model-b"), 2, ("leak:0.1", "stick", "skew:0.9")),
-    BusyPool("1x16", "same-model", ("embed-model",), 16, ("stick", "skew:0.9")),
+    BusyPool("1x2", "same-model", ("embed-model",), 2, ("stick", "skew:0.9", *DOUBLE)),
+    BusyPool("2x1", "multi-model", ("model-a", "model-b"), 1, ("leak:0.1", *DOUBLE)),
+    BusyPool("2x2", "mixed", ("model-a", "model-b"), 2, ("leak:0.1", "stick", "skew:0.9", *DOUBLE)),
+    BusyPool("1x16", "same-model", ("embed-model",), 16, ("stick", "skew:0.9", *DOUBLE)),
 )
+# No other client at all: `--busy` on a quiet pool, where a surplus has no noise to hide in.
+QUIET = Background("steady", 0.0)
 
 
 def _counted(dep: Deployment) -> float:
@@ -608,8 +612,10 @@ def schedule_stats(result: ScenarioResult) -> dict[str, Any] | None:
     }
 
 
-def real_check(target: Any, pool: BusyPool, budget_s: float | None) -> dict[str, Any]:
-    params = {"budget_s": budget_s} if budget_s is not None else {}
+def real_check(target: Any, pool: BusyPool, budget_s: float | None, *, busy: bool = False) -> dict[str, Any]:
+    params: dict[str, Any] = {"budget_s": budget_s} if budget_s is not None else {}
+    if busy:
+        params["busy"] = True
     result = ScenarioPlan(scenario=pool.scenario, params=params).run_on(target)
     return {
         "verdict": str(result.verdict),
@@ -623,18 +629,31 @@ def real_check(target: Any, pool: BusyPool, budget_s: float | None) -> dict[str,
 
 def measure_busy_pool(pool: BusyPool, args: argparse.Namespace) -> dict[str, Any]:
     """Real runs on one pool: quiet checks, then busy ones with `hey` beside them, clean and faulty."""
-    found: dict[str, Any] = {"pool": pool.label, "quiet": {}, "busy": {}, "background_per_s": args.real_rate}
-    for fault in (None, *pool.faults[: args.real_faults]):
+    found: dict[str, Any] = {
+        "pool": pool.label, "quiet": {}, "busy": {}, "quiet_busy": {}, "router": {},
+        "background_per_s": args.real_rate,
+    }  # fmt: skip
+    real = dict.fromkeys((*pool.faults[: args.real_faults], "double:0.1"))
+    for fault in (None, *real):
         name = fault or "clean"
         started = time.monotonic()
         with Deployment(pool.spec(fault)) as dep:
-            target = replace(dep.target(), endpoints=(), stack="attached")
+            # As a user attaches: counters only (no header, not the router's own counts) ...
+            target = replace(dep.target(), endpoints=(), stack="attached", router_metrics=None)
             found["quiet"][name] = [real_check(target, pool, None) for _ in range(args.quiet_runs)]
+            if fault is None or fault in DOUBLE:  # --busy on the quiet pool: no noise to hide a surplus
+                found["quiet_busy"][name] = [real_check(target, pool, args.budget_s, busy=True)]
             runs = args.real_runs if fault is None else args.real_fault_runs
             with background(dep, pool.models, args.real_rate):
                 found["busy"][name] = [real_check(target, pool, args.budget_s) for _ in range(runs)]
-        shown = [(r["verdict"], round(r["seconds"], 1)) for r in found["busy"][name]]
-        print(f"{pool.label} {name}: quiet {[r['verdict'] for r in found['quiet'][name]]}, busy {shown}"
+                # ... and given the router's own per-model counts too (--router-metrics).
+                counted = replace(target, router_metrics=dep.target().router_metrics)
+                found["router"][name] = [real_check(counted, pool, args.budget_s) for _ in range(runs)]
+        shown = {
+            k: [(r["verdict"], round(r["seconds"], 1)) for r in found[k].get(name, [])]
+            for k in ("busy", "router", "quiet_busy")
+        }
+        print(f"{pool.label} {name}: quiet {[r['verdict'] for r in found['quiet'][name]]}, {shown}"
               f" ({time.monotonic() - started:.0f} s)", flush=True)  # fmt: skip
     return found
 
@@ -689,17 +708,33 @@ def simulate_busy_pool(pool: BusyPool, cal: dict[str, Any], args: argparse.Names
         "block_s": cal["block_s"], "overhead_s": cal["overhead_s"], "fano": cal["fano"],
         "leak_rule": "debt", "budget_s": args.budget_s,
     }  # fmt: skip
-    clean = simulate(pool.simulated(), backgrounds=backgrounds, runs=args.sim_clean_runs, seed=1, **options)
-    cells: dict[str, Any] = {
-        f"{b.shape} {b.multiple:g}x": {"clean": _cell(c, Verdict.FAILED)} for b, c in zip(backgrounds, clean)
-    }
-    for n, fault in enumerate(pool.faults):
-        sims = simulate(
-            pool.simulated(fault), backgrounds=backgrounds, runs=args.sim_fault_runs, seed=2 + n, **options
+    cells: dict[str, Any] = {}
+    # Counters only at every background, then no other client (--busy on a quiet pool), then at
+    # every background with the router's own counts read beside the workers'.
+    for router, shown in ((False, backgrounds), (False, [QUIET]), (True, backgrounds)):
+        clean = simulate(
+            pool.simulated(), backgrounds=shown, runs=args.sim_clean_runs, seed=1, router=router, **options
         )
-        for b, sim in zip(backgrounds, sims):
-            cells[f"{b.shape} {b.multiple:g}x"][fault] = _cell(sim, Verdict.FAILED)
+        for b, c in zip(shown, clean):
+            cells[_cell_name(b, router)] = {"clean": _cell(c, Verdict.FAILED)}
+        for n, fault in enumerate(pool.faults):
+            sims = simulate(
+                pool.simulated(fault),
+                backgrounds=shown,
+                runs=args.sim_fault_runs,
+                seed=2 + n,
+                router=router,
+                **options,
+            )
+            for b, sim in zip(shown, sims):
+                cells[_cell_name(b, router)][fault] = _cell(sim, Verdict.FAILED)
     return cells  # fmt: skip
+
+
+def _cell_name(b: Background, router: bool) -> str:
+    if b.multiple == 0:
+        return "none (--busy on a quiet pool)"
+    return f"{b.shape} {b.multiple:g}x" + (", router's counts" if router else "")
 
 
 def quiet_exact(pool: BusyPool) -> dict[str, str]:
@@ -821,18 +856,22 @@ def render_busy(results: dict[str, Any]) -> str:
             continue
         multiple = meta["real_rate"] / cal["rate_per_s"]
         nearest = min(MULTIPLES, key=lambda m: abs(np.log(m / multiple)))
-        for name, runs in measured["busy"].items():
-            cell = results["simulated"][pool.label][f"steady {nearest:g}x"][
-                "clean" if name == "clean" else name
-            ]
-            rate = cell["passed"] if name == "clean" else cell["count"]
-            said = "passed" if name == "clean" else "failed"
-            each = ", ".join(f"{r['seconds']:.0f}" for r in runs)
-            lines.append(
-                f"| {pool.title} | {'correct' if name == 'clean' else f'`{name}`'} | {len(runs)} | "
-                f"steady {multiple:.2f}x | {_verdicts(runs)} | {each} | "
-                f"steady {nearest:g}x: {_rate(rate, cell['runs'])} {said}, {cell['median_s']:.0f} s |"
-            )
+        sets = (
+            ("busy", f"steady {nearest:g}x", f"steady {multiple:.2f}x"),
+            ("router", f"steady {nearest:g}x, router's counts", f"steady {multiple:.2f}x, router's counts"),
+            ("quiet_busy", "none (--busy on a quiet pool)", "none, `--busy`"),
+        )
+        for kind, near, other in sets:
+            for name, runs in measured.get(kind, {}).items():
+                cell = results["simulated"][pool.label][near]["clean" if name == "clean" else name]
+                rate = cell["passed"] if name == "clean" else cell["count"]
+                said = "passed" if name == "clean" else "failed"
+                each = ", ".join(f"{r['seconds']:.0f}" for r in runs)
+                lines.append(
+                    f"| {pool.title} | {'correct' if name == 'clean' else f'`{name}`'} | {len(runs)} | "
+                    f"{other} | {_verdicts(runs)} | {each} | "
+                    f"{near}: {_rate(rate, cell['runs'])} {said}, {cell['median_s']:.0f} s |"
+                )
     lines += sender_lines()
     lines += ["", BUSY_END]
     return "\n".join(lines) + "\n"

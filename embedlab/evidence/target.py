@@ -77,7 +77,10 @@ def attach(
     beside the workers' counters at every window of a busy check.
     """
     if not system_urls:
-        raise ConfigError("attach needs at least one system URL (one per worker)")
+        raise ConfigError(
+            "attach needs each worker's system URL, the /metrics it counts on: --system-url URL, once "
+            "per worker (e.g. --system-url http://w0:8081 --system-url http://w1:8081)"
+        )
     check_system_urls(system_urls, models=models)
     query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
     return Target(

@@ -22,7 +22,7 @@ import httpx
 from ..defaults import BUSY_BUDGET_S, BUSY_RATE_PER_S
 from ..errors import CounterResetError, ScrapeError
 from ..evidence import clients
-from ..evidence.accounting import Accounting, Miscount, RouterCounts
+from ..evidence.accounting import Accounting, RouterCounts
 from ..evidence.busy import BusyMonitor, BusyVerdict, Schedule, WindowRecord
 from ..evidence.busy.constants import WINDOW_S
 from ..evidence.metrics import Snapshot, ascrape_all
@@ -128,13 +128,12 @@ async def _blocks(
     """Block after block into `windows` (the kept and the set aside), a verdict after each kept
     one, until one stands or `budget_s` is spent."""
     # The budget is wall time, blocks set aside included: the monitor only counts what it is fed.
-    monitor = BusyMonitor(schedule, reader.models, weights, budget_s=math.inf)
+    monitor = reader.monitor = BusyMonitor(schedule, reader.models, weights, budget_s=math.inf)
     before = await reader.read()
-    monitor.account(reader.miscount, reader.router_name)
     origin = time.perf_counter()
     block = 0
     while True:
-        found, before = await _block(schedule, block, origin, sender, reader, before, monitor)
+        found, before = await _block(schedule, block, origin, sender, reader, before)
         kept = not any(w.late for w in found)
         windows += [w if kept else dataclasses.replace(w, kept=False) for w in found]
         verdict = None
@@ -147,7 +146,6 @@ async def _blocks(
             # Every answer in, then a fresh read: the next block starts from nothing in flight.
             await sender.settle()
             before = await reader.read()
-            monitor.account(reader.miscount, reader.router_name)
         if verdict is None and monitor.miscount is not None:
             verdict = monitor.verdict(final=False)  # the router's counts ruled, blocks kept or not
         if verdict is None and time.perf_counter() - origin >= budget_s:
@@ -163,10 +161,8 @@ async def _block(
     sender: _Sender,
     reader: _Reader,
     before: list[Snapshot],
-    monitor: BusyMonitor | None = None,
 ) -> tuple[list[ScheduleWindow], list[Snapshot]]:
-    """One block's windows on one clock (its start + k * window_s), and the last read. Each read's
-    accounting against the router's own counts goes to `monitor`, where it reads them."""
+    """One block's windows on one clock (its start + k * window_s), and the last read."""
     t0 = time.perf_counter()
     found: list[ScheduleWindow] = []
     for position in range(len(schedule.arms)):
@@ -180,8 +176,6 @@ async def _block(
         late = n - len(answered)
         opened = reader.router_after
         after = await reader.read()
-        if monitor is not None:
-            monitor.account(reader.miscount, reader.router_name)
         deltas = reader.deltas(before, after)
         before = after
         sent = dict(Counter(r.model for r in counted))
@@ -236,7 +230,7 @@ class _Sender:
 class _Reader:
     """Every worker the schedule judges (`models` not None), read at once; where the target says
     where the router counts, its counts just before and just after (evidence/router.py), and what
-    they and the workers' say together (`miscount`)."""
+    they and the workers' say together, handed to `monitor` at every read."""
 
     def __init__(self, target: Target, models: Sequence[str | None], client: httpx.AsyncClient) -> None:
         self.models, self.metric, self.client = models, target.metric, client
@@ -246,7 +240,7 @@ class _Reader:
         self.router_name = self.router.name if self.router else ""
         self.accounting = Accounting(models, self.router_name) if self.router else None
         self.router_after: RouterCounts | None = None
-        self.miscount: Miscount | None = None
+        self.monitor: BusyMonitor | None = None
 
     async def read(self) -> list[Snapshot]:
         if self.router is None or self.accounting is None:
@@ -257,7 +251,9 @@ class _Reader:
         counters = [0.0] * len(self.models)
         for i, snapshot in zip(self.read_at, found):
             counters[i] = snapshot.value
-        self.miscount = self.accounting.check(opening, counters, self.router_after)
+        miscount = self.accounting.check(opening, counters, self.router_after)
+        if self.monitor is not None:
+            self.monitor.account(miscount, self.router_name)
         return found
 
     def others(self, opened: RouterCounts | None, sent: Mapping[str, int]) -> dict[str, float] | None:

@@ -35,7 +35,16 @@ def cli(*args: str, plugins: str = "") -> str:
                 "--worker-models",
                 "a,b,b",
             ],
-            "2 system URLs but 3 worker models: one per worker",
+            "2 system URLs but 3 worker models: give one per worker, in the order of the system URLs (--worker-models",
+        ),
+        (
+            [
+                *(a for port in range(9, 13) for a in ("--system-url", f"http://127.0.0.1:{port}")),
+                "--models",
+                "a,b",
+            ],
+            "4 system URLs but 2 models: --models names the models to send; say which model each worker "
+            "serves with --worker-models, one per system URL in the same order, e.g. --worker-models a,a,b,b",
         ),
         (["--workers", "2", "--replicas", "3,1"], "workers = 2 and replicas = [3, 1] both count the workers"),
     ],

@@ -345,7 +345,8 @@ def _replicas(target: Target, models: Sequence[str] | None) -> dict[str, list[in
     """Each model's workers, by index: `models`, or every model the pool serves (two at least)."""
     if any(m is None for m in target.models):
         raise ConfigError(
-            "multi-model needs to know which model each worker serves (attach(..., models=[...]))"
+            "multi-model needs to know which model each worker serves: --worker-models, one per system URL "
+            "in their order (e.g. --worker-models A,A,B,B), or attach(..., models=[...]) from Python"
         )
     served = [m for m in target.models if m is not None]
     chosen = list(models) if models else list(dict.fromkeys(served))

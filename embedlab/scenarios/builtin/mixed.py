@@ -239,7 +239,8 @@ class _Pool:
     def of(cls, target: Target) -> _Pool:
         if any(m is None for m in target.models):
             raise ConfigError(
-                "mixed needs to know which model each worker serves (attach(..., models=[...]))"
+                "mixed needs to know which model each worker serves: --worker-models, one per system URL "
+                "in their order (e.g. --worker-models A,A,B,B), or attach(..., models=[...]) from Python"
             )
         models = list(dict.fromkeys(m for m in target.models if m is not None))
         if len(models) < 2:
