@@ -746,6 +746,9 @@ def quiet_exact(pool: BusyPool) -> dict[str, str]:
     if len(pool.models) > 1:
         n = max(leak_requests(), n)
         out["leak:0.1"] = f"100 % ({n} per model: {int(0.1 * n)} leaked in each, one fails it)"
+    # On a quiet pool the counters must move by exactly the requests sent: one doubled request fails it.
+    out["double:0.1"] = f"100 % ({n} requests: {n // 10} doubled, one fails it)"
+    out["double:0.02"] = f"{1 - 0.98**n:.1%} (a router doubling each with 1/50 doubles one of {n})"
     if k > 1:
         q = quiet_power(n, weights)
         out["stick"] = "100 % (every replica must move)" if q.require_all else f"{q.idle:.1%}"
