@@ -180,7 +180,7 @@ class Deployment:
             if self.stack.names_worker and names_worker(self.spec)
             else (),
             router_counts=self.backend_counts if isinstance(self.stack, CountsBackends) else None,
-            router_metrics=self.stack.own_counts(self.frontend_url),
+            router_metrics=self.stack.own_counts(self._context()),
         )
 
     def endpoint(self, index: int) -> str:

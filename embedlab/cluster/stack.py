@@ -299,7 +299,7 @@ class BaseStack(metaclass=_StackType):
         """How long failover watches for the dead instance to leave dispatch."""
         return FAILOVER_WATCH_S
 
-    def own_counts(self, frontend_url: str) -> RouterMetrics | None:
+    def own_counts(self, ctx: StackContext[Any]) -> RouterMetrics | None:
         """Where the frontend counts, per model, the requests it takes and answers (read beside the
         workers' counters at every window of a busy check); None where it counts none."""
         return None

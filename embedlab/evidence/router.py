@@ -39,6 +39,8 @@ class RouterMetrics:
     name: str = "router"
     # The labels of an answer "model not found" (a worker of another model refused it); (): none known.
     refused: tuple[tuple[str, str], ...] = ()
+    # Where no label marks success (`success` empty): its errors, counted apart, less from `answered`.
+    errors: MetricQuery | None = None
 
     @property
     def metrics(self) -> str:
@@ -58,6 +60,7 @@ class _Known:
     success: tuple[tuple[str, str], ...]
     retried: str = ""
     refused: tuple[tuple[str, str], ...] = ()
+    errors: str = ""
 
 
 # The routers whose own counts embedlab knows, by the admitted series each exports.
@@ -65,6 +68,9 @@ KNOWN: dict[str, _Known] = {
     "embedlab_frontend_requests_admitted_total": _Known(
         "the embedded frontend", "embedlab_frontend_requests_total", (("status", "200"),),
         "embedlab_frontend_retries_total", (("status", "404"),),
+    ),
+    "smg_router_requests_total": _Known(
+        "smg", "smg_router_request_duration_seconds_count", (), errors="smg_router_request_errors_total"
     ),
     "dynamo_frontend_requests_started_total": _Known(
         "Dynamo's frontend", "dynamo_frontend_requests_total", (("status", "success"),), "",
@@ -84,6 +90,7 @@ def known_router(url: str, admitted: str) -> RouterMetrics:
         retried=_lazy(found.retried) if found.retried else None,
         name=found.name,
         refused=found.refused,
+        errors=_lazy(found.errors) if found.errors else None,
     )
 
 
@@ -147,10 +154,16 @@ def parse_router(text: str, metrics: RouterMetrics) -> RouterCounts:
                 found[model] = found.get(model, 0.0) + value
         return found
 
+    answered = by_model(metrics.answered)
+    if metrics.success:
+        ok = by_model(metrics.answered, metrics.success)
+    else:
+        failed = by_model(metrics.errors) if metrics.errors else {}
+        ok = {m: n - failed.get(m, 0.0) for m, n in answered.items()}
     return RouterCounts(
         admitted=by_model(metrics.admitted),
-        answered=by_model(metrics.answered),
-        ok=by_model(metrics.answered, metrics.success),
+        answered=answered,
+        ok=ok,
         retried=by_model(metrics.retried) if metrics.retried else {},
         refused=by_model(metrics.answered, metrics.refused) if metrics.refused else {},
     )

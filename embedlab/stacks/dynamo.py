@@ -152,9 +152,9 @@ class DynamoStack(BaseStack):
     }
     package = "ai-dynamo"
 
-    def own_counts(self, frontend_url: str) -> RouterMetrics:
+    def own_counts(self, ctx: StackContext[Any]) -> RouterMetrics:
         # Its frontend counts each request it accepts and each it answers, per model (1.6.1, measured).
-        return known_router(frontend_url, "dynamo_frontend_requests_started_total")
+        return known_router(ctx.frontend_url, "dynamo_frontend_requests_started_total")
 
     def check(self, spec: DeploymentSpec) -> None:
         super().check(spec)

@@ -47,8 +47,8 @@ class EmbeddedStack(BaseStack):
     def failover_watch_s(self, spec: DeploymentSpec) -> float:
         return 3 * spec.lease_ttl
 
-    def own_counts(self, frontend_url: str) -> RouterMetrics:
-        return known_router(frontend_url, "embedlab_frontend_requests_admitted_total")
+    def own_counts(self, ctx: StackContext[Any]) -> RouterMetrics:
+        return known_router(ctx.frontend_url, "embedlab_frontend_requests_admitted_total")
 
     def lease_ttl_s(self, spec: DeploymentSpec) -> float | None:
         return spec.lease_ttl

@@ -38,6 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ..cluster.spec import DeploymentSpec, WorkerSpec
 from ..cluster.stack import BaseStack, Join, ProcessSpec, StackContext
 from ..errors import ServerError
+from ..evidence.router import RouterMetrics, known_router
 from ..evidence.split import Split
 from .routers import RouterRun, RustRouter, venv_program
 from .standalone import StandaloneWorkers, snake_case_policy
@@ -133,6 +134,10 @@ class SmgStack(BaseStack):
                 )
             time.sleep(0.1)
         self.router.add(client, ctx, {"url": url})
+
+    def own_counts(self, ctx: StackContext[RouterRun]) -> RouterMetrics:
+        # Per model, on its own metrics port: each request as it routes it, each as it answers, its errors.
+        return known_router(ctx.state.metrics_url, "smg_router_requests_total")
 
     def backend_counts(self, client: httpx.Client, ctx: StackContext[RouterRun]) -> dict[int, float]:
         """Requests smg says it sent to each worker since it started (each send: retries count again)."""

@@ -191,3 +191,14 @@ def test_dynamos_own_counts_agree_with_the_workers_at_every_window(tmp_path: Pat
     assert code == 0 and lines[-1] == "mixed on attached: PASSED", text
     assert "Dynamo's frontend's own counts agreed with the workers' at all" in lines[-2], text
     assert "by the router's count" in lines[-2], text
+
+
+def test_smgs_own_counts_agree_with_the_workers_at_every_window(tmp_path: Path) -> None:
+    """smg counts per model as it routes and as it answers, on its own metrics port, errors apart."""
+    spec = DeploymentSpec.pool(list(MODELS), replicas=2, stack="smg")
+    with Deployment(spec, run_dir=tmp_path / "run") as dep, another_client(dep, *MODELS):
+        router = dep.target().router_metrics
+        assert router is not None and router.name == "smg"
+        code, lines, text = scenario(dep, "mixed", "--router-metrics", router.url, *ROOM)
+    assert code == 0 and lines[-1] == "mixed on attached: PASSED", text
+    assert "smg's own counts agreed with the workers' at all" in lines[-2], text

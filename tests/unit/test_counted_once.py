@@ -47,6 +47,7 @@ def test_dynamos_counts_are_known_by_their_names_and_other_routers_by_their_sele
     assert set(KNOWN) == {
         "embedlab_frontend_requests_admitted_total",
         "dynamo_frontend_requests_started_total",
+        "smg_router_requests_total",
     }
     named = router_metrics(
         "http://r:9", admitted="my_started_total", answered="my_total", success='code="ok",kind=unary'
