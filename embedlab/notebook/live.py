@@ -12,6 +12,7 @@ launches the next: re-running a cell never leaks servers that nothing can reach 
 from __future__ import annotations
 
 import time
+from typing import Any
 from pathlib import Path
 
 from ..cluster.deployment import Deployment
@@ -29,13 +30,20 @@ _LIVE: dict[str, Deployment] = {}
 
 @guarded("deployment")
 def start_deployment(
-    what: ScenarioPlan | DeploymentSpec, *, key: str = "notebook", progress: bool = True
+    what: ScenarioPlan | DeploymentSpec,
+    *,
+    key: str = "notebook",
+    progress: bool = True,
+    stop_on_error: bool = False,
 ) -> Deployment:
     """Start the deployment `what` describes, after stopping the one this call last started.
 
     `key` names the slot: a notebook that wants two deployments side by side gives each
     its own. `progress` shows the launch (which process, what it waits for, the time so
     far). A start that fails stops what it had started and raises; the slot is left empty.
+    `stop_on_error`: the first cell that fails after this one stops the deployment (Run All
+    halts there, and never reaches the notebook's last cell, which would have stopped it); for
+    a notebook that says it stops everything. A notebook for exploring leaves it False.
     """
     if isinstance(what, ScenarioPlan):
         if what.attached:
@@ -55,7 +63,32 @@ def start_deployment(
     deployment = Deployment(spec, run_dir=run_dir, progress=LaunchProgress() if progress else None)
     deployment.start()
     _LIVE[key] = deployment
+    if stop_on_error:
+        _stop_on_error(key, deployment)
     return deployment
+
+
+def _stop_on_error(key: str, deployment: Deployment) -> None:
+    """In IPython, stop `deployment` after the first cell that fails while it is the slot's."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - the notebook extra is installed with embedlab
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+
+    def after(result: Any) -> None:
+        if _LIVE.get(key) is not deployment:
+            shell.events.unregister("post_run_cell", after)
+            return
+        if result.error_before_exec is not None or result.error_in_exec is not None:
+            shell.events.unregister("post_run_cell", after)
+            stopped = _stop(key)
+            if stopped:
+                print(f"a cell failed: {stopped}", flush=True)
+
+    shell.events.register("post_run_cell", after)
 
 
 def live_deployment(*, key: str = "notebook") -> Deployment | None:

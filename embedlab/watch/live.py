@@ -103,23 +103,28 @@ class LiveWatch:
         return sum(s.alarms for s in self.watch.states())
 
     @property
-    def ok(self) -> bool:
-        """As expected: a correct router reached ok on every check with no alarm; a faulty one raised one."""
-        states = self.watch.states()
+    def as_expected(self) -> bool:
+        """A correct router reached ok on every check with no alarm; a faulty one raised one."""
         if self.expect_fault:
             return self.alarms >= 1
-        return self.alarms == 0 and all(s.state == OK for s in states)
+        return self.alarms == 0 and all(s.state == OK for s in self.watch.states())
 
     @property
     def verdict(self) -> Verdict:
         """What the watch showed: passed as expected; failed where a correct router raised an alarm;
         inconclusive where no alarm came in time for a fault, or a correct router's checks were
         not all ok yet."""
-        if self.ok:
+        if self.as_expected:
             return Verdict.PASSED
         if not self.expect_fault and self.alarms:
             return Verdict.FAILED
         return Verdict.INCONCLUSIVE
+
+    @property
+    def ok(self) -> bool:
+        """Nothing went against the expectation: as expected, or undecided in its time (inconclusive,
+        which says what to change); `verdict(live)` raises only where it is not."""
+        return self.verdict is not Verdict.FAILED
 
     def save_json(self, path: str | Path) -> Path:
         """The run as `embedlab regress` reads a result (its `result_json` parameter)."""
@@ -130,7 +135,7 @@ class LiveWatch:
                 "scenario": "watch",
                 "stack": self.watch.target.stack,
                 "verdict": str(self.verdict),
-                "reasons": [] if self.ok else [self.summary()],
+                "reasons": [] if self.as_expected else [self.summary()],
                 "summary": self.summary(),
                 "expect_fault": self.expect_fault,
                 "key_figures": {
@@ -143,13 +148,40 @@ class LiveWatch:
         )
 
     def summary(self) -> str:
-        states = ", ".join(f"{s.key} {s.state}" for s in self.watch.states())
-        expected = "a fault was injected" if self.expect_fault else "the router is correct"
-        outcome = "as expected" if self.ok else "NOT as expected"
-        return (
-            f"watch {outcome} ({expected}): {self.alarms} alarm(s) in {self.watch.now:.0f} s; {states}; "
-            f"blocks {self.watch.blocks}"
+        """The verdict first, what was expected, what the watch saw, and what to change where it
+        could not decide; then the checks and the blocks, in words."""
+        states = self.watch.states()
+        seconds = f"{self.watch.now:.0f} s"
+        expected = (
+            "expected: an alarm, a fault was injected"
+            if self.expect_fault
+            else "expected: no alarm on a correct router"
         )
+        verdict = self.verdict
+        failing = [s for s in states if s.state == FAILING]
+        undecided = [s for s in states if s.state != OK and s not in failing]
+        alarms = f"{self.alarms} alarm{'' if self.alarms == 1 else 's'}" if self.alarms else "no alarm"
+        if verdict is Verdict.PASSED:
+            said = f"{alarms} in {seconds}" + (
+                f": {_names(failing)} failing" if failing else ", every check ok"
+            )
+        elif verdict is Verdict.FAILED:
+            said = f"{alarms} in {seconds}: {'; '.join(f'{s.key} failing ({s.why})' for s in failing)}"
+        elif self.expect_fault:
+            said = f"no alarm in {seconds}. To find it, watch longer (seconds = {2 * self.watch.now:.0f})"
+        else:
+            said = (
+                f"no alarm in {seconds}, but {_names(undecided)} had not decided yet. To decide, watch longer "
+                f"(seconds = {2 * self.watch.now:.0f}) or send faster (max_rate = "
+                f"{2 * self.watch.config.max_rate:g})"
+            )
+        kept = self.watch.blocks.get("kept", 0)
+        aside = {k: v for k, v in self.watch.blocks.items() if k != "kept"}
+        blocks = f"{kept} block{'' if kept == 1 else 's'} kept" + (
+            ", set aside: " + ", ".join(f"{v} {k}" for k, v in sorted(aside.items())) if aside else ""
+        )
+        checks = ", ".join(f"{s.key} {s.state}" for s in states)
+        return f"watch {verdict.upper()} ({expected}): {said}. Checks: {checks}; {blocks}."
 
     def plot(self, snap: WatchSnapshot | None = None) -> Figure:
         """The verdicts' timeline (one bar per check, an alarm marked) and each worker's share now."""
@@ -170,7 +202,7 @@ class LiveWatch:
         timeline.set_yticks(range(len(snap.states)), [str(s.key) for s in snap.states])
         timeline.set_xlim(0, end)
         timeline.set_xlabel("seconds since the watch started")
-        timeline.set_title("verdicts: green ok, grey inconclusive, red failing; v an alarm")
+        timeline.set_title("each check's verdict\ngreen ok, grey inconclusive, red failing; v an alarm", fontsize="medium")
         for w in snap.shares:
             low = w.estimate - w.low if not math.isnan(w.low) else 0
             high = w.high - w.estimate if not (math.isnan(w.high) or math.isinf(w.high)) else 0
@@ -185,9 +217,15 @@ class LiveWatch:
         shares.set_ylabel("share of its model's requests")
         rates = ", ".join(f"{r:.1f}" for r in snap.request_rates.values() if not math.isnan(r))
         shares.set_title(
-            f"each worker's share (dashed: its weight's); own {rates}, pool {snap.pool_rate:.1f} req/s"
+            f"each worker's share (dashed: its weight's)\nown {rates}, pool {snap.pool_rate:.1f} req/s",
+            fontsize="medium",
         )
         return fig
+
+
+async def _names(states: list[Any]) -> str:
+    keys = [str(s.key) for s in states]
+    return keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + " and " + keys[-1]
 
 
 async def _other_client(target: Target, rate: float, stop: asyncio.Event) -> None:

@@ -198,3 +198,25 @@ def test_run_all_after_a_good_run_never_shows_a_verdict_below_the_failed_cell(
                 assert not any(w in line for w in VERDICT_WORDS), line
     finally:
         kernel.close()
+
+
+def test_a_cell_that_fails_below_the_launch_stops_the_watch_notebooks_pool(runs: Path) -> None:
+    """The watch notebook says it stops everything: its verdict cell fails (here on purpose, after
+    the launch and a short watch), Run All halts there and never reaches the last cell, and still
+    no process of the pool is left while the kernel lives on."""
+    kernel = Kernel({**os.environ, RUN_ROOT_ENV: str(runs)})
+    try:
+        cells = cells_with("watch_pool", {"seconds": 4.0, "refresh_s": 2.0, "other_rate": 0.0})
+        at = next(i for i, (source, _) in enumerate(cells) if source.startswith("verdict(live)"))
+        cells[at] = ("raise RuntimeError('the verdict cell failed')", cells[at][1])
+        replies = kernel.run_all(cells[: at + 1], gap=None)
+        assert [status for status, _ in replies] == ["ok"] * at + ["error"], [
+            text_of(o) for _, outputs in replies for o in outputs if o["type"] == "error"
+        ]
+        said = "".join(text_of(o) for o in replies[at][1] if o["type"] == "stream")
+        assert "a cell failed: stopped the deployment this notebook started" in said, said
+        assert wait_gone(processes_under(runs), timeout=30) == [], "the pool outlived its failed cell"
+        [(status, outputs)] = kernel.run_all([("print(1 + 1)", "after")], gap=None)
+        assert status == "ok" and "2" in text_of(outputs[0])  # the kernel lives on
+    finally:
+        kernel.close()
