@@ -12,8 +12,8 @@ launches the next: re-running a cell never leaks servers that nothing can reach 
 from __future__ import annotations
 
 import time
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from ..cluster.deployment import Deployment
 from ..cluster.spec import DeploymentSpec

@@ -202,7 +202,9 @@ class LiveWatch:
         timeline.set_yticks(range(len(snap.states)), [str(s.key) for s in snap.states])
         timeline.set_xlim(0, end)
         timeline.set_xlabel("seconds since the watch started")
-        timeline.set_title("each check's verdict\ngreen ok, grey inconclusive, red failing; v an alarm", fontsize="medium")
+        timeline.set_title(
+            "each check's verdict\ngreen ok, grey inconclusive, red failing; v an alarm", fontsize="medium"
+        )
         for w in snap.shares:
             low = w.estimate - w.low if not math.isnan(w.low) else 0
             high = w.high - w.estimate if not (math.isnan(w.high) or math.isinf(w.high)) else 0
