@@ -225,7 +225,7 @@ class LiveWatch:
         return fig
 
 
-async def _names(states: list[Any]) -> str:
+def _names(states: list[Any]) -> str:
     keys = [str(s.key) for s in states]
     return keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + " and " + keys[-1]
 
