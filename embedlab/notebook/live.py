@@ -11,7 +11,9 @@ launches the next: re-running a cell never leaks servers that nothing can reach 
 
 from __future__ import annotations
 
+import secrets
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +43,16 @@ def start_deployment(
     `key` names the slot: a notebook that wants two deployments side by side gives each
     its own. `progress` shows the launch (which process, what it waits for, the time so
     far). A start that fails stops what it had started and raises; the slot is left empty.
-    `stop_on_error`: the first cell that fails after this one stops the deployment (Run All
+    A plan whose `seed` is None gets a fresh one, which the deployment's table shows (give it
+    back as `seed` to route as this start did). `stop_on_error`: the first cell that fails after this one stops the deployment (Run All
     halts there, and never reaches the notebook's last cell, which would have stopped it); for
     a notebook that says it stops everything. A notebook for exploring leaves it False.
     """
     if isinstance(what, ScenarioPlan):
         if what.attached:
             raise ConfigError("this plan attaches to a running deployment; it has nothing to start")
+        if what.seed is None:  # routing that differs from one start to the next, its seed kept and shown
+            what = replace(what, seed=secrets.randbelow(2**31))
         spec, run_dir = what.deployment_spec(), what.run_dir or None
     elif isinstance(what, DeploymentSpec):
         spec, run_dir = what, None

@@ -23,6 +23,7 @@ from embedlab import (
     same_model_load_balance,
     start_deployment,
     stop_deployment,
+    table,
 )
 from embedlab.progress import LaunchStep
 
@@ -39,8 +40,11 @@ def slot() -> Iterator[str]:
 
 
 def test_a_second_start_stops_the_first_deployment(slot: str, tmp_path: Path) -> None:
-    plan = ScenarioPlan.from_params(scenario="same-model", run_dir=str(tmp_path / "run"))
+    # seed None: each start routes on a fresh seed of its own, shown under its table (issue 43).
+    plan = ScenarioPlan.from_params(scenario="same-model", seed=None, run_dir=str(tmp_path / "run"))
     first = start_deployment(plan, key=slot, progress=False)
+    seed = first.spec.seed
+    assert isinstance(seed, int) and f"the frontend's routing seed: {seed}" in table(first).caption
     first_pids = deployment_pids(first)
     assert len(first_pids) == 3
     second = start_deployment(plan, key=slot, progress=False)
@@ -48,6 +52,7 @@ def test_a_second_start_stops_the_first_deployment(slot: str, tmp_path: Path) ->
     second_pids = deployment_pids(second)
     assert len(second_pids) == 3 and not set(second_pids) & set(first_pids)
     assert live_deployment(key=slot) is second
+    assert second.spec.seed != seed  # one chance in 2**31 of a repeat
     # Each start keeps its own logs: the second goes one level down in the named run folder.
     assert (tmp_path / "run" / "worker-1.log").is_file() and (
         tmp_path / "run" / "start-2" / "worker-1.log"

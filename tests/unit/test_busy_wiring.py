@@ -9,10 +9,11 @@ from embedlab.evidence.busy import ProvenBy, leak_requests, moving_requests, req
 from embedlab.evidence.counters import DispatchCheck
 from embedlab.evidence.metrics import DEFAULT_METRIC, Snapshot
 from embedlab.evidence.split import Split
+from embedlab.evidence.stats import still_chance
 from embedlab.evidence.traffic import BurstResult
 from embedlab.scenarios.builtin.dispatch import MultiModelParams, SameModelParams
 from embedlab.scenarios.builtin.mixed import MixedParams
-from embedlab.scenarios.builtin.placement import same_model_power
+from embedlab.scenarios.builtin.placement import same_model_power, same_model_rule, still_note
 from embedlab.scenarios.burst import _counters_agree
 from embedlab.scenarios.params import knobs, params_of
 from embedlab.scenarios.result import Burst, ScenarioResult, ScheduleRun, ScheduleWindow
@@ -43,6 +44,20 @@ def test_a_burst_too_small_for_99_percent_power_says_why_and_what_would_do() -> 
         same_model_power(Split.EXACT, 2, [1.0] * 4)[1] and not same_model_power(Split.EXACT, 6, [1.0] * 4)[1]
     )
     assert same_model_power(Split.REPORT, 3, [1.0] * 4)[1] == ""
+
+
+def test_a_burst_that_passes_with_a_still_worker_says_why_in_its_rule_and_its_reasons() -> None:
+    # 1:4 over 20 requests: a correct router leaves the light worker still 1.2 % of the time,
+    # above the fairness level, so "every worker moves" is not asserted and a 0/20 burst may pass.
+    still = still_chance([1.0, 4.0], 20)
+    assert round(still.value, 4) == round(0.8**20 + 0.2**20, 4)
+    rule = same_model_rule(Split.WEIGHTS, all_move=False, still=still, alpha=0.001, requests=20)
+    assert "a still worker is not asserted (a correct router leaves one still 1.2% of the time" in rule
+    note = still_note("m", [0], weights=[1.0, 4.0], requests=20, still=still)
+    assert note.startswith(
+        "m: worker 0 got none of the 20 requests; a correct router leaves one still 1.2% of"
+    )
+    assert "at weights 1:4 over 20 requests" in note and "requests would be)" in note
 
 
 def _snap(value: float) -> Snapshot:

@@ -148,7 +148,7 @@ def steps_table(steps: Sequence[Step]) -> Table:
             "cumulative_share": _joined(step.cumulative_shares or computed[step.index]),
             "p_value": step.p_value,
             "verdict": str(step.result.verdict),
-            "reason": "; ".join(step.result.reasons) if not step.result.passed else "",
+            "reason": "; ".join(step.result.reasons),  # a pass's notes too (a still worker allowed)
         }
         for step in sorted(steps, key=lambda s: s.index)
     ]
@@ -176,7 +176,7 @@ def step_table(step: Step) -> Table:
     ]
     verdict = str(step.result.verdict).upper()
     p_text = "" if step.p_value is None else f", p = {step.p_value:.3g}"
-    why = "" if step.result.passed else f": {'; '.join(step.result.reasons)}"
+    why = f": {'; '.join(step.result.reasons)}" if step.result.reasons else ""
     caption = f"burst {step.number} under {weights_label(step.weights)}: {verdict}{p_text}{why}"
     return table_of(rows, list(rows[0]) if rows else ["worker"], caption=caption)
 
@@ -194,7 +194,7 @@ def sweep_table(sweep: SweepResult) -> Table:
             "observed_share": _joined(p.observed_shares),
             "p_value": p.p_value,
             "verdict": str(p.result.verdict),
-            "reason": "; ".join(p.result.reasons) if not p.result.passed else "",
+            "reason": "; ".join(p.result.reasons),
         }
         for p in sweep.points
     ]
@@ -272,7 +272,8 @@ def deployment_table(deployment: Deployment) -> Table:
     return table_of(
         rows,
         ["process", "url", "endpoint", "pid", "running", "log"],
-        caption=f"run dir: {deployment.run_dir}",
+        caption=f"run dir: {deployment.run_dir}"
+        + ("" if deployment.spec.seed is None else f"; the frontend's routing seed: {deployment.spec.seed}"),
     )
 
 

@@ -40,6 +40,7 @@ from .placement import (
     same_model_busy,
     same_model_power,
     same_model_rule,
+    still_note,
 )
 
 if TYPE_CHECKING:
@@ -181,6 +182,9 @@ def same_model_load_balance(
     power, short = same_model_power(split, requests, own)
     if verdict == Verdict.PASSED:
         verdict, reasons = _by_policy(model, deltas, split, short if require_power else "", reasons)
+    still_now = [i for i, d in zip(indices, deltas) if d <= 0]
+    if verdict == Verdict.PASSED and still_now and still is not None:
+        reasons = [*reasons, still_note(model, still_now, weights=own, requests=requests, still=still)]
     return ScenarioResult(
         scenario="same-model",
         stack=target.stack,

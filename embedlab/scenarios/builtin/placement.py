@@ -39,6 +39,7 @@ __all__ = [
     "same_model_busy",
     "same_model_power",
     "same_model_rule",
+    "still_note",
 ]
 
 
@@ -106,6 +107,20 @@ def same_model_rule(
     else:
         parts.append("the split is reported, not asserted (the policy decides)")
     return "; ".join(parts)
+
+
+def still_note(
+    model: str, still_workers: Sequence[int], *, weights: Sequence[float], requests: int, still: StillChance
+) -> str:
+    """Why a burst that left a worker still passed: a correct router does that often enough at this
+    size that it is not asserted, and how many requests would assert it."""
+    names = ", ".join(f"worker {i}" for i in still_workers)
+    shown = ":".join(f"{w:g}" for w in weights)
+    return (
+        f"{model}: {names} got none of the {requests} requests; a correct router leaves one still "
+        f"{still.of_the_time()} at weights {shown} over {requests} requests, so a still worker is not "
+        f"asserted here ({required_requests(weights).requests} requests would be)"
+    )
 
 
 def same_model_power(split: Split, requests: int, weights: Sequence[float]) -> tuple[str, str]:
