@@ -38,6 +38,14 @@ class WorkerRow:
     asserted: bool = True
 
     @property
+    def expectation(self) -> str:
+        """What the check expects of this worker, in a word: `moves`, `may move` (not asserted) or
+        `stays`; the tables show it, so that nothing unasserted reads as expected."""
+        if not self.expected:
+            return "stays"
+        return "moves" if self.asserted else "may move"
+
+    @property
     def ok(self) -> bool | None:
         """Moved if expected, still if not; None where the check asserts nothing of it (it stayed
         still, and was allowed to)."""
@@ -67,9 +75,8 @@ class CheckResult:
         lines = [f"{'worker':>6} {'before':>10} {'after':>10} {'delta':>8} {'expected':>9}  {'':2} url"]
         for r in self.rows:
             mark = {True: "ok", False: "!!", None: "--"}[r.ok]
-            expect = ("moves" if r.asserted else "may move") if r.expected else "stays"
             lines.append(
-                f"{r.index:>6} {r.before:>10g} {r.after:>10g} {r.delta:>+8g} {expect:>9}  {mark:2} {r.url}"
+                f"{r.index:>6} {r.before:>10g} {r.after:>10g} {r.delta:>+8g} {r.expectation:>9}  {mark:2} {r.url}"
             )
         lines.append(
             f"total delta {self.total_delta:g}"
@@ -100,7 +107,7 @@ class CheckResult:
                     "before": r.before,
                     "after": r.after,
                     "delta": r.delta,
-                    "expected_to_move": r.expected,
+                    "expected": r.expectation,
                     "ok": r.ok,
                 }
                 for r in self.rows

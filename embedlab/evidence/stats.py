@@ -16,6 +16,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 
+def percent(x: float) -> str:
+    """A probability or share in words, as every power sentence writes it: `99.5 %`; `any` for
+    an unbounded share, `?` for one not known yet."""
+    if math.isnan(x):
+        return "?"
+    return "any" if math.isinf(x) else f"{100 * x:.3g} %"
+
+
 def _log_binom_pmf(k: int, n: int, p: float) -> float:
     if p <= 0.0:
         return 0.0 if k == 0 else -math.inf

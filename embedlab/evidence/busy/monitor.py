@@ -23,6 +23,7 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...verdicts import Verdict
+from ..stats import percent
 from .constants import ALPHA, BUDGET_S, LATE_TOLERANCE, LEAK, SKEW, SKEWED_STRICTER, SURPLUS
 from .engine import BlockEngine, Decision, Unit
 from .results import BusyVerdict, ProvenBy, ShareEstimate
@@ -207,23 +208,23 @@ class BusyMonitor:
                     )
             elif unit.placement and decision.estimate[u] > 1:
                 reasons.append(
-                    f"{_pct(decision.estimate[u])} ({shown}) of '{unit.model}' was counted on its replicas: "
+                    f"{percent(decision.estimate[u])} ({shown}) of '{unit.model}' was counted on its replicas: "
                     "more than each once (counted twice: a retry whose first attempt still counted, hedging)"
                 )
             elif unit.placement:
                 reasons.append(
-                    f"{_pct(decision.estimate[u])} ({shown}) of '{unit.model}' was counted on its replicas, "
+                    f"{percent(decision.estimate[u])} ({shown}) of '{unit.model}' was counted on its replicas, "
                     "not all of it: requests landed elsewhere, or the counters moved other than the requests sent"
                 )
             else:
                 reasons.append(
-                    f"{unit.name} took {_pct(decision.estimate[u])} ({shown}) of '{unit.model}', "
-                    f"not its {_pct(unit.expected)}"
+                    f"{unit.name} took {percent(decision.estimate[u])} ({shown}) of '{unit.model}', "
+                    f"not its {percent(unit.expected)}"
                 )
         return tuple(reasons)
 
     def _power(self, decision: Decision | None) -> str:
-        conf = f"{_pct(1 - self.engine.alpha)} confidence"
+        conf = f"{percent(1 - self.engine.alpha)} confidence"
         if decision is None:
             return f"nothing ruled out yet at {conf}"
         units = self.engine.units
@@ -260,7 +261,7 @@ class BusyMonitor:
         for u, unit in enumerate(units):
             if unit.placement and self.engine.asks_leak:
                 low = decision.low[u]
-                bound = "no bound" if math.isnan(low) else f"at most {_pct(max(0.0, 1 - low))}"
+                bound = "no bound" if math.isnan(low) else f"at most {percent(max(0.0, 1 - low))}"
                 # With two models the unit counts both ends of a leak: its bound holds for each model.
                 whose = f"'{sent[0]}' or of '{sent[1]}'" if len(sent) == 2 else f"'{unit.model}'"
                 parts.append(f"{bound} of {whose} landed on other models' replicas")
@@ -277,8 +278,8 @@ class BusyMonitor:
         twice = max(max(0.0, decision.high[u] - 1.0) for u in counted)
         short = max(max(0.0, 1.0 - decision.low[u]) for u in counted)
         return (
-            f"each request counted once: at most {_pct(twice)} of a model's counted twice and "
-            f"{_pct(short)} not counted ({target})"
+            f"each request counted once: at most {percent(twice)} of a model's counted twice and "
+            f"{percent(short)} not counted ({target})"
         )
 
     def _other_traffic(self) -> str:
@@ -344,10 +345,6 @@ def _names(names: list[str]) -> str:
     return ", ".join(names) if len(names) <= 3 else f"{len(names)} replicas"
 
 
-def _pct(x: float) -> str:
-    return "?" if math.isnan(x) else ("any" if math.isinf(x) else f"{100 * x:.3g} %")
-
-
 def _times(x: float) -> str:
     return "any" if math.isinf(x) else f"{x:.2f}x"
 
@@ -357,4 +354,4 @@ def _times_bounds(low: float, high: float) -> str:
 
 
 def _bounds(low: float, high: float) -> str:
-    return "no share fits" if math.isnan(low) else f"between {_pct(low)} and {_pct(high)}"
+    return "no share fits" if math.isnan(low) else f"between {percent(low)} and {percent(high)}"

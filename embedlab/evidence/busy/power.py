@@ -36,7 +36,7 @@ from ...defaults import FAIRNESS_ALPHA, SPLIT_CONFIRM
 from ...errors import ConfigError
 
 # stats keeps its regularised gamma private; the chi-square critical values and powers need it too.
-from ..stats import _gamma_q, binom_acceptance
+from ..stats import _gamma_q, binom_acceptance, percent
 from .constants import LEAK, POWER, SKEW
 
 __all__ = [
@@ -211,14 +211,21 @@ class QuietPower:
             if self.require_all
             else f"a correct router leaves a replica still {100 * self.still:.3g} % of the time, so moving is not asserted"
         )
-        low = 1 - self.smallest_skew
+        smallest = "" if math.isnan(self.smallest_skew) else f"; {self.smallest_skew_words()}"
         return (
             f"{self.requests} requests over {k} replicas: {still}; an idle replica is caught with "
-            f"{_pct(self.idle)} probability, a {self.skew_share:g}/{1 - self.skew_share:.2g} skew between two "
-            f"replicas with {_pct(self.skew)}; the smallest skew caught with {_pct(self.power)} is "
-            f"{self.smallest_skew:.2f}/{low:.2f} (fairness test at alpha {self.alpha:g}, a split that does not fit "
-            f"confirmed by a burst {SPLIT_CONFIRM}x as large)"
+            f"{percent(self.idle)} probability, a {self.skew_share:g}/{1 - self.skew_share:.2g} skew between two "
+            f"replicas with {percent(self.skew)}{smallest} (fairness test at alpha {self.alpha:g}, a split that "
+            f"does not fit confirmed by a burst {SPLIT_CONFIRM}x as large)"
         )
+
+    def smallest_skew_words(self) -> str:
+        """The smallest skew caught with the target power, or that none is: a total skew (1.00/0.00)
+        is an idle replica, so it is never named as a skew that is caught when it is not."""
+        if self.smallest_skew >= 1.0:  # none found below a total skew
+            return f"no skew is caught with {percent(self.power)}"
+        low = 1 - self.smallest_skew
+        return f"the smallest skew caught with {percent(self.power)} is {self.smallest_skew:.2f}/{low:.2f}"
 
 
 def quiet_power(
@@ -306,8 +313,8 @@ class LeakPower:
     def sentence(self) -> str:
         seen = "no leaked request" if self.leaked == 0 else f"{self.leaked} leaked requests"
         return (
-            f"{self.requests} requests per model: a leak of {_rate(self.caught)} or more shows with {_pct(self.power)} "
-            f"probability; {seen} bounds the leak at {_rate(self.bound)} ({_pct(self.confidence)} confidence)"
+            f"{self.requests} requests per model: a leak of {_rate(self.caught)} or more shows with {percent(self.power)} "
+            f"probability; {seen} bounds the leak at {_rate(self.bound)} ({percent(self.confidence)} confidence)"
         )
 
 
@@ -357,10 +364,6 @@ def _binom_cdf(k: int, n: int, p: float) -> float:
         )
         for i in range(k + 1)
     )
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.3g} %"
 
 
 def _rate(x: float) -> str:

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from ...verdicts import Verdict
+from ..stats import percent
 
 __all__ = ["BusyVerdict", "ProvenBy", "ShareEstimate"]
 
@@ -44,10 +45,8 @@ class ShareEstimate:
     fits: bool
 
     def describe(self) -> str:
-        bounds = "none fits" if math.isnan(self.low) else f"{_pct(self.low)} to {_pct(self.high)}"
-        return (
-            f"{self.unit}: {_pct(self.estimate)} of '{self.model}' ({bounds}; expected {_pct(self.expected)})"
-        )
+        bounds = "none fits" if math.isnan(self.low) else f"{percent(self.low)} to {percent(self.high)}"
+        return f"{self.unit}: {percent(self.estimate)} of '{self.model}' ({bounds}; expected {percent(self.expected)})"
 
 
 @dataclass(frozen=True)
@@ -109,9 +108,3 @@ class BusyVerdict:
             "seconds": self.seconds,
             "confidence": self.confidence,
         }
-
-
-def _pct(x: float) -> str:
-    if math.isinf(x):
-        return "any"
-    return f"{100 * x:.3g} %"

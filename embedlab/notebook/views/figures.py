@@ -11,12 +11,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from ...defaults import FAIRNESS_ALPHA
 from ...evidence.stats import binom_acceptance
 from ...scenarios.battery import ConformanceTable
 from ...scenarios.explore import Step, SweepResult, weights_label
 from ...scenarios.result import Burst, ScenarioResult
+from ...verdicts import Verdict
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -102,10 +104,8 @@ def plot_deltas(result: ScenarioResult) -> Figure:
             ax.text(k + 0.2, observed[k], f"{observed[k]:.0f}", ha="center", va="bottom", fontsize=8)
         ax.set_xticks(x, [f"{w.label}\n{w.model or ''}" for w in result.workers], fontsize=8)
         ax.set_ylim(0, top * 1.18)
-        verdict = (
-            "inconclusive" if burst.inconclusive else ("ok" if burst.check and burst.check.passed else "FAIL")
-        )
-        title = f"burst '{burst.name}': {verdict}"
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # requests are counted whole
+        title = f"burst '{burst.name}': {_burst_verdict(result, burst)}"
         if burst.model not in burst.name:  # a burst named for its send order: which models it sent
             title += f"\n{burst.model.replace('+', ', ')}"
         if burst.check and burst.check.p_value is not None:
@@ -118,6 +118,16 @@ def plot_deltas(result: ScenarioResult) -> Figure:
         _plot_share_ranges(axes[-1], result, tested[0])
     fig.suptitle(f"{result.scenario} on {result.where}: {result.verdict.upper()}", fontsize=10)
     return fig
+
+
+def _burst_verdict(result: ScenarioResult, burst: Burst) -> str:
+    """A burst's word under its result's: a burst that broke no rule of a result that could not
+    decide (too few requests to judge, say) is never titled ok under an INCONCLUSIVE verdict."""
+    if burst.inconclusive:
+        return "inconclusive"
+    if not (burst.check and burst.check.passed):
+        return "FAIL"
+    return "no fault seen, inconclusive" if result.verdict == Verdict.INCONCLUSIVE else "ok"
 
 
 def plot_schedule(result: ScenarioResult) -> Figure:

@@ -58,9 +58,11 @@ def _endpoints(result: ScenarioResult) -> dict[int, str | None]:
 def result_table(result: ScenarioResult) -> Table:
     """One row per burst and worker: counter before and after, delta, and what was expected.
 
-    `ok` is whether the worker did what the burst's rule asserts of it, or `not asserted`
-    where the rule allows it to stay still (and it did). `burst` names the burst (the model it sent, for the dispatch scenarios); `serves` is
-    the model the worker serves; `p_value` the burst's split against the weights, where it
+    `expected` is what the burst's rule expects of the worker: `moves`, `stays`, or `may move`
+    where a correct router leaves a worker still too often at the burst's size for moving to be
+    asserted. `ok` is whether the worker did what the rule asserts of it, or `not asserted`
+    where the rule allows it to stay still (and it did). `burst` names the burst (the model it
+    sent, for the dispatch scenarios); `serves` is the model the worker serves; `p_value` the burst's split against the weights, where it
     was tested; `endpoint` the worker's endpoint (empty when attached). The caption says
     what each burst asserted.
     """
@@ -77,7 +79,10 @@ def result_table(result: ScenarioResult) -> Table:
                     "before": _count(row.before if row else None),
                     "after": _count(row.after if row else None),
                     "delta": _count(row.delta if row else None),
-                    "expected_to_move": w.index in burst.expected,
+                    # moves, may move (a still worker is not asserted) or stays
+                    "expected": row.expectation
+                    if row
+                    else ("moves" if w.index in burst.expected else "stays"),
                     "expected_delta": burst.expected_count(w.index),
                     # None: the rule asserts nothing of this worker (it may stay still).
                     "ok": (NOT_ASSERTED if row.ok is None else row.ok) if row else None,
@@ -92,7 +97,7 @@ def result_table(result: ScenarioResult) -> Table:
         "before",
         "after",
         "delta",
-        "expected_to_move",
+        "expected",
         "expected_delta",
         "ok",
         "p_value",

@@ -27,7 +27,6 @@ from ...cluster.deployment import Deployment
 from ...defaults import FAIRNESS_ALPHA, SPLIT_CONFIRM
 from ...errors import ConfigError
 from ...evidence.busy import ProvenBy, leak_power, leak_requests, quiet_power, required_requests
-from ...evidence.busy.constants import POWER
 from ...evidence.counters import fairness_p_value
 from ...evidence.split import Split
 from ...evidence.stats import still_chance
@@ -39,7 +38,7 @@ from ..params import knob, with_knobs
 from ..registry import Scenario
 from ..result import Burst, DataFigures, ScenarioResult, WorkerInfo
 from ..schedule import BusyKnobs, needs_schedule
-from .placement import placement_busy
+from .placement import placement_busy, too_few
 
 if TYPE_CHECKING:
     from ..plan import ScenarioPlan
@@ -419,11 +418,8 @@ def _mixed_power(requests: int, pool: dict[str, list[float]], split: Split) -> t
             continue
         q = quiet_power(requests, weights)
         parts.append(f"'{model}': {q.sentence}")
-        if split is Split.WEIGHTS and not (q.require_all and q.idle >= POWER and q.skew >= POWER):
-            short.append(
-                f"{model}: {requests} requests cannot catch an idle replica and a 0.9/0.1 skew of its "
-                f"{len(weights)} replicas with {POWER:.0%} probability; {required_requests(weights).requests} can"
-            )
+        if split is Split.WEIGHTS and (why := too_few(q)):
+            short.append(f"{model}: {why}")
     return "; ".join(parts), short
 
 

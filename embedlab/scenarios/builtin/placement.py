@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...cluster.deployment import Deployment
-from ...evidence.busy import ProvenBy, leak_power, moving_requests, quiet_power, required_requests
+from ...evidence.busy import ProvenBy, QuietPower, leak_power, moving_requests, quiet_power, required_requests
 from ...evidence.busy.constants import POWER
 from ...evidence.split import Split
-from ...evidence.stats import StillChance
+from ...evidence.stats import StillChance, percent
 from ...evidence.target import Target
 from ...evidence.traffic import run_sync
 from ...verdicts import Verdict
@@ -40,6 +40,7 @@ __all__ = [
     "same_model_power",
     "same_model_rule",
     "still_note",
+    "too_few",
 ]
 
 
@@ -145,12 +146,22 @@ def same_model_power(split: Split, requests: int, weights: Sequence[float]) -> t
             "" if enough else f"{requests} requests cannot show an idle replica of {k}; {2 * (k - 1)} can",
         )
     q = quiet_power(requests, weights)
+    return q.sentence, too_few(q)
+
+
+def too_few(q: QuietPower) -> str:
+    """Why a burst is too small to judge its replicas, fix first, then the odds in words ("": it is
+    not): a correct router may leave one still, or an idle replica or a 0.9/0.1 skew is caught
+    less often than the target."""
     if q.require_all and q.idle >= POWER and q.skew >= POWER:
-        return q.sentence, ""
-    needed = required_requests(weights).requests
-    return q.sentence, (
-        f"{requests} requests cannot catch an idle replica and a 0.9/0.1 skew with {POWER:.0%} probability "
-        f"over {k} replicas ({q.sentence}); {needed} can, the default"
+        return ""
+    k, n = len(q.weights), q.requests
+    needed = required_requests(q.weights).requests
+    still = "" if q.require_all else f"; a correct router leaves one still {percent(q.still)} of the time"
+    return (
+        f"{n} requests are too few to judge {k} replicas: send {needed} or more. At {n}, an idle replica "
+        f"is caught {percent(q.idle)} of the time and a {q.skew_share:g}/{1 - q.skew_share:.2g} skew "
+        f"{percent(q.skew)}, short of the {percent(POWER)} asked{still}"
     )
 
 
