@@ -159,3 +159,13 @@ def test_verdict_prints_a_pass_and_raises_a_failure_without_printing_it(
     ):
         verdict(failed)
     assert capsys.readouterr().out == ""
+
+
+def test_a_small_burst_that_could_not_decide_agrees_across_its_title_table_and_ticks() -> None:
+    # 4/2 over two replicas: no rule broken, but too few requests to judge (issue 43's requests = 6).
+    small = burst("m", "m", [4, 2], shares={0: 0.5, 1: 0.5}, require_all=False)
+    shown = result([small], ["m", "m"], verdict=Verdict.INCONCLUSIVE)
+    counts = plot(shown).axes[0]
+    assert counts.get_title().splitlines()[0] == "burst 'm': no fault seen, inconclusive"
+    assert all(float(t).is_integer() for t in counts.get_yticks()), counts.get_yticks()
+    assert list(table(shown)["expected"]) == ["may move", "may move"]  # nothing unasserted reads as expected
