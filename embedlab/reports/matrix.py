@@ -45,6 +45,7 @@ __all__ = [
     "Matrix",
     "load_matrix",
     "notebook_parameters",
+    "params_in_effect",
     "params_slug",
     "shown_path",
 ]
@@ -245,6 +246,30 @@ def notebook_parameters(notebook: Path) -> dict[str, str]:
     if not found:
         raise ConfigError(f"{notebook} has no code cell tagged 'parameters'")
     return {name: spec["default"] for name, spec in found.items()}
+
+
+def params_in_effect(notebook: Path, given: dict[str, Any], result: dict[str, Any] | None) -> dict[str, str]:
+    """Every parameter a run had, as the report lists it: the notebook's defaults, the matrix's
+    values over them, then what the run itself resolved (a `requests` of None sized from the
+    pool, a fresh seed), where its result records a value the notebook did not say. The
+    runner's own (run_dir, result_json, stop_at_end) are left out: they are the same in kind
+    for every run."""
+    shown = {k: v for k, v in notebook_parameters(notebook).items() if k not in RUNNER_PARAMS}
+    shown.update({k: _as_source(v) for k, v in given.items() if k not in RUNNER_PARAMS})
+    for key, value in ((result or {}).get("params") or {}).items():
+        said = shown.get(key)
+        if said is None or said in ("None", "[]", '""'):
+            shown[key] = f"{_as_source(value)} (resolved by the run)" if key in shown else _as_source(value)
+    return shown
+
+
+def _as_source(value: Any) -> str:
+    """A value as the parameters cell writes it (strings in double quotes)."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_as_source(v) for v in value) + "]"
+    return repr(value)
 
 
 def notebook_scenario(notebook: Path) -> str | None:

@@ -45,7 +45,7 @@ from ..errors import ConfigError, NotebookRunError
 from ..verdicts import RunStatus, Verdict
 from ..wording import counted
 from .kernels import Stop, Stopped, ipc_kernel_manager, kernel_folder, off_main_thread, stopping_on_signals
-from .matrix import Job, load_matrix, notebook_parameters, shown_path
+from .matrix import Job, load_matrix, notebook_parameters, params_in_effect, shown_path
 from .run_report import ReportImage
 from .runfiles import RunFiles, history, latest_results, mark_command, new_run_dir
 
@@ -214,7 +214,7 @@ def run_job(
         banner = {
             "name": job.name,
             "verdict": verdict,
-            "params": job.params,
+            "params": params_in_effect(job.notebook, job.params, result),
             "summary": error or (result or {}).get("verdict", ""),
             "seconds": seconds,  # the date is papermill's, in the notebook
             "command": command,

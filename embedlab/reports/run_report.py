@@ -174,7 +174,7 @@ def _banner(title: str, banner: Mapping[str, Any], target: Path) -> str:
         f'<div class="embedlab-banner">{head}<div><span class="verdict {escape(status)}">{escape(status.upper())}</span>'
         + (f" &middot; {escape(summary)}" if summary and summary.lower() != status else "")
         + f' &middot; <a href="{escape(index.name)}">all scenarios</a></div>'
-        + (f'<div class="params">{escape(params)}</div>' if params else "")
+        + (f'<div class="params">parameters in effect: {escape(params)}</div>' if params else "")
         + "</div>"
     )
 

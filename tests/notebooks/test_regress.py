@@ -71,6 +71,13 @@ def test_regress_writes_every_artifact(regress_run) -> None:  # type: ignore[no-
             :3000
         ]  # the same run time
         assert ran.group(3) == escape(results["command"])
+        # Every parameter in effect: the notebook's defaults, the matrix's values, what the run resolved.
+        listed = re.search(r'<div class="params">parameters in effect: (.*?)</div>', html)
+        assert listed, html[:3000]
+        shown = unescape(listed.group(1))
+        assert "concurrency=4" in shown and "busy=False" in shown and "run_dir=" not in shown, shown
+        if notebook == "same_model_load_balance" and slug == "embedded-hash":
+            assert re.search(r"requests=\d+ \(resolved by the run\)", shown) and "workers=3" in shown, shown
         # Every figure says what it shows, in the kernel's own words, and is drawn at 2x.
         assert "No description has been provided" not in html
         figures = [dict(re.findall(r'(\w+)="([^"]*)"', tag)) for tag in re.findall(r"<img\b[^>]*>", html)]
