@@ -169,6 +169,7 @@ class Watch:
         self.own = {m: _Rate() for m in self.pool.served}
         self.pool_rate = _Rate()
         self._clock0 = time.perf_counter()
+        self._stopped_at: float | None = None  # the watch's clock stops here
         self._late: deque[bool] = deque(maxlen=_LATE_SPAN)
         self._down: set[str] = set()  # conditions now on: "worker 3 unreadable", "frontend unreachable"
         # Every body the watch sends is new: a router that caches responses answers none of them.
@@ -201,7 +202,10 @@ class Watch:
 
     @property
     def now(self) -> float:
-        return time.perf_counter() - self._clock0
+        """Seconds on the watch's clock; it stops with the watch, so every line said after the
+        stop gives the same length of watch."""
+        end = self._stopped_at if self._stopped_at is not None else time.perf_counter()
+        return end - self._clock0
 
     def states(self) -> list[KeyState]:
         return self.judge.states()
@@ -241,7 +245,7 @@ class Watch:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Watch until `stop` is set, or `duration_s` has passed."""
         stop = stop or asyncio.Event()
-        self._clock0 = time.perf_counter()
+        self._clock0, self._stopped_at = time.perf_counter(), None
         self._event(
             "started", f"watching {len(self.pool.models)} workers: {', '.join(map(str, self.pool.keys))}"
         )
@@ -280,6 +284,7 @@ class Watch:
                     await self._sleep(stop, max(wait, RETRY_S if before is None else 0.0))
                     before = None  # other clients' traffic of the gap: the next block reads afresh
             stopping.cancel()
+        self._stopped_at = time.perf_counter()
         self._event("stopped", f"after {self.now:.0f} s")
         self._update()
 
