@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ..evidence import clients
+from ..evidence.stats import percent
 from ..evidence.target import Target, target_of
 from ..evidence.traffic import default_inputs
 from ..jsonio import write_json
 from ..verdicts import Verdict
 from .exporter import Exporter, WatchSnapshot
-from .names import FAILING, INCONCLUSIVE, OK
+from .judge import KeyState
+from .names import COUNTED_ONCE, FAILING, INCONCLUSIVE, MULTI_MODEL, OK
 from .page import Page
 from .runner import Watch, WatchConfig
 
@@ -171,7 +173,8 @@ class LiveWatch:
             said = f"no alarm in {seconds}. To find it, watch longer (seconds = {2 * self.watch.now:.0f})"
         else:
             said = (
-                f"no alarm in {seconds}, but {_names(undecided)} had not decided yet. To decide, watch longer "
+                f"no alarm in {seconds}, but {_names(undecided)} had not decided yet (so far: "
+                f"{'; '.join(_ruled_out(s) for s in undecided)}). To decide, watch longer "
                 f"(seconds = {2 * self.watch.now:.0f}) or send faster (max_rate = "
                 f"{2 * self.watch.config.max_rate:g})"
             )
@@ -223,6 +226,18 @@ class LiveWatch:
             fontsize="medium",
         )
         return fig
+
+
+def _ruled_out(state: KeyState) -> str:
+    """What an undecided check has ruled out so far, in words (judge.KeyState.ruled_out)."""
+    x = state.ruled_out
+    if math.isnan(x):
+        return f"{state.key} rules out nothing yet"
+    fault = {
+        MULTI_MODEL: f"a leak of {percent(x)} of its requests",
+        COUNTED_ONCE: f"{percent(x)} of its requests counted twice or not at all",
+    }.get(state.key.check, f"a replica's share {percent(x)} off its weight's")
+    return f"{state.key} rules out {fault}"
 
 
 def _names(states: list[Any]) -> str:
