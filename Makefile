@@ -12,13 +12,19 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 3
 OUT ?= outputs
 
-.PHONY: run test lab install kernel dynamo vllm routers clean-venv test-debs cluster-debs
+.PHONY: run test test-slow lab install kernel dynamo vllm routers clean-venv test-debs cluster-debs
 
 run: install routers cluster-debs
 	$(BIN)/embedlab regress --out $(OUT)
 
 test: install routers cluster-debs test-debs
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+# The tests marked slow (minutes each, left out of `make test`, which lists them): every
+# notebook's Run All in JupyterLab under Chromium, with stress-ng as a second load.
+test-slow: install routers cluster-debs test-debs
+	@scripts/ensure-debs "on a Debian or Ubuntu machine" stress-ng:stress-ng
+	EMBEDLAB_SLOW=1 $(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 # Debian packages the runs drive: installed with apt-get (through sudo when not root)
 # where missing. Where that cannot be done, one line says what to install, or how to do

@@ -47,6 +47,48 @@ def tiny_models(request: pytest.FixtureRequest) -> dict[str, Path]:
 @pytest.hookimpl(tryfirst=True)  # before the marks' deselection: groups are of every test collected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     xdist_groups.publish(config, items)
+    _leave_out_slow(config, items)
+
+
+# Tests marked `slow` (minutes each: every notebook in a browser) run only where asked, and the
+# summary says which were left out and how to run them: never a silent skip.
+SLOW_ENV = "EMBEDLAB_SLOW"
+
+
+def _leave_out_slow(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(SLOW_ENV) == "1":
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+        config.stash[_LEFT_OUT] = [item.nodeid for item in slow]
+
+
+_LEFT_OUT = pytest.StashKey[list[str]]()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # An xdist worker hands what it left out to the controller, which writes the summary.
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["slow_left_out"] = session.config.stash.get(_LEFT_OUT, [])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    left = getattr(node, "workeroutput", {}).get("slow_left_out", [])
+    known = node.config.stash.get(_LEFT_OUT, [])
+    node.config.stash[_LEFT_OUT] = known + [n for n in left if n not in known]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    left = config.stash.get(_LEFT_OUT, [])
+    if left:
+        terminalreporter.write_sep(
+            "-", f"{len(left)} slow test(s) left out ({SLOW_ENV}=1 or `make test-slow` runs them)"
+        )
+        for nodeid in left:
+            terminalreporter.write_line(nodeid)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -207,7 +207,7 @@ def run_job(
         raise Stopped(error)
     seconds = time.monotonic() - started
     result = json.loads(result_json.read_text()) if result_json.is_file() else None
-    verdict = _verdict(error, result)
+    verdict, error = _verdict(error, result)
     html = None
     figures: list[ReportImage] = []
     if notebook_out.is_file():
@@ -291,13 +291,27 @@ class RunInterrupted(KeyboardInterrupt):
         super().__init__(f"interrupted by {self.signal} after {counted(len(outcomes), 'finished job')}")
 
 
-def _verdict(error: str | None, result: dict[str, Any] | None) -> Verdict:
-    verdict = (result or {}).get("verdict")
-    if verdict in (Verdict.FAILED, Verdict.INCONCLUSIVE):
-        return Verdict(verdict)
+def _verdict(error: str | None, result: dict[str, Any] | None) -> tuple[Verdict, str | None]:
+    """A run's verdict from its error and the result it wrote, and the error to show with it.
+
+    A failed or inconclusive result stands even where its verdict cell raised (that is how a
+    notebook fails). Evidence that is missing is never green: a run that wrote no result, or a
+    result whose verdict regress does not know, is an ERROR that says so.
+    """
+    said = (result or {}).get("verdict")
+    if said in (Verdict.FAILED, Verdict.INCONCLUSIVE):
+        return Verdict(said), error
     if error is not None:
-        return Verdict.ERROR
-    return Verdict(verdict) if verdict in (Verdict.REPORTED, Verdict.UNSUPPORTED) else Verdict.PASSED
+        return Verdict.ERROR, error
+    if result is None:
+        return (
+            Verdict.ERROR,
+            "the notebook wrote no result (its result_json file is missing): nothing shows what it checked",
+        )
+    if said not in (Verdict.PASSED, Verdict.REPORTED, Verdict.UNSUPPORTED):
+        known = ", ".join(v for v in Verdict if v != Verdict.ERROR)
+        return Verdict.ERROR, f"the notebook's result has verdict {said!r}, not one of {known}"
+    return Verdict(said), None
 
 
 def _first_line(text: str) -> str:

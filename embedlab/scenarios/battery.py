@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -156,19 +157,26 @@ def check_battery(*, stacks: Sequence[str], checks: Sequence[str]) -> None:
 
 @guarded("matrix")
 def run_battery(
-    *, stacks: Sequence[str] | None = None, checks: Sequence[str] = BATTERY, run_dir: str = ""
+    *,
+    stacks: Sequence[str] | None = None,
+    checks: Sequence[str] = BATTERY,
+    run_dir: str = "",
+    progress: bool = False,
 ) -> ConformanceTable:
     """Every check on every stack (default: every registered stack that is `in_battery`), in this
     process (each a fresh deployment).
 
     An unknown stack or check is a `ConfigError` before anything runs; a cell that breaks
-    while it runs is recorded (verdict `error`) and the battery goes on.
+    while it runs is recorded (verdict `error`) and the battery goes on. `progress`: a line as
+    each cell ends (a battery takes minutes, and a notebook would otherwise show nothing).
     """
     stacks = battery_stacks() if stacks is None else stacks
     check_battery(stacks=stacks, checks=checks)
     cells = []
+    total = len(stacks) * len(checks)
     for stack in stacks:
         for check in checks:
+            started = time.monotonic()
             try:
                 result = run_scenario(
                     ScenarioPlan(
@@ -179,6 +187,12 @@ def run_battery(
             except Exception as exc:  # a cell that breaks is recorded, and the battery goes on
                 cells.append(
                     Cell(stack, check, Verdict.ERROR, f"{exc.__class__.__name__}: {str(exc).splitlines()[0]}")
+                )
+            if progress:
+                print(
+                    f"[{len(cells)}/{total}] {stack} {check}: {cells[-1].verdict} in "
+                    f"{time.monotonic() - started:.1f} s",
+                    flush=True,
                 )
     return ConformanceTable(
         stacks=list(stacks), checks=list(checks), cells=cells, versions=stack_versions(stacks)

@@ -8,23 +8,31 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
 ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 
 
 def unavailable(why: str) -> None:
     if os.environ.get("EMBEDLAB_ALLOW_NO_BROWSER") == "1":
         pytest.skip(why)
-    pytest.fail(f"{why} (`make test` installs it; `make test EMBEDLAB_ALLOW_NO_BROWSER=1` skips this on purpose)")
+    pytest.fail(
+        f"{why} (`make test` installs it; `make test EMBEDLAB_ALLOW_NO_BROWSER=1` skips this on purpose)"
+    )
 
 
 def chromium() -> Iterator[Any]:

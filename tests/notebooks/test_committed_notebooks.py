@@ -15,18 +15,32 @@ from embedlab.defaults import KERNEL_NAME
 from .conftest import NOTEBOOKS, REPO, code_cells, tagged
 
 SCENARIO_NOTEBOOKS = {
-    "same_model_load_balance": "same-model", "multi_model_dispatch": "multi-model", "failover": "failover",
+    "same_model_load_balance": "same-model",
+    "multi_model_dispatch": "multi-model",
+    "failover": "failover",
     "mixed_traffic": "mixed",
     "scenario": None,
     "cluster_faults": None,
 }
 # The generic notebooks take any scenario's knobs in `params`; the cluster faults take no seed.
-CLUSTER_PARAMETERS = {"stack", "engine", "models", "model_paths", "params", "run_dir", "result_json", "discovery", "hosts"}
+CLUSTER_PARAMETERS = {
+    "stack",
+    "engine",
+    "models",
+    "model_paths",
+    "params",
+    "run_dir",
+    "result_json",
+    "discovery",
+    "hosts",
+}
 COMMON_PARAMETERS = {"stack", "engine", "models", "model_paths", "seed", "run_dir", "result_json"}
 
 
 def committed_notebooks() -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "*.ipynb"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(
+        ["git", "ls-files", "*.ipynb"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     return [REPO / line for line in listed.splitlines() if line]
 
 
@@ -42,9 +56,13 @@ def test_committed_notebook_has_no_outputs_and_the_project_kernel(path: Path) ->
         assert cell.get("outputs") == [], f"{path.name}: code cell {index} carries outputs"
         assert cell.get("execution_count") is None, f"{path.name}: code cell {index} has an execution count"
     # The project's kernel (`make install` registers it), so any JupyterLab runs them on embedlab's Python.
-    assert nb["metadata"]["kernelspec"]["name"] == KERNEL_NAME, f"{path.name} must name the kernel {KERNEL_NAME!r}"
+    assert nb["metadata"]["kernelspec"]["name"] == KERNEL_NAME, (
+        f"{path.name} must name the kernel {KERNEL_NAME!r}"
+    )
     assert nb["metadata"]["language_info"]["name"] == "python", "papermill needs language_info"
-    assert "papermill" not in nb["metadata"], f"{path.name} is an executed papermill output, not a source notebook"
+    assert "papermill" not in nb["metadata"], (
+        f"{path.name} is an executed papermill output, not a source notebook"
+    )
     # nbformat 4.5 requires cell ids; without them every papermill run warns and rewrites them.
     missing = [i for i, cell in enumerate(nb["cells"]) if not cell.get("id")]
     assert not missing, f"{path.name}: cells {missing} have no id (nbformat.validator.normalize adds them)"
@@ -76,7 +94,9 @@ def test_opening_and_saving_a_notebook_changes_nothing(path: Path, kernel_report
     text = path.read_text()
     nb = nbformat.reads(text, as_version=4)
     for key, reported in kernel_reports.items():
-        assert nb.metadata[key] == reported, f"{path.name}: metadata.{key} {nb.metadata[key]} != the kernel's {reported}"
+        assert nb.metadata[key] == reported, (
+            f"{path.name}: metadata.{key} {nb.metadata[key]} != the kernel's {reported}"
+        )
     # And saved as JupyterLab saves (nbformat's writer): byte for byte what is committed.
     assert nbformat.writes(nb) + "\n" == text, f"{path.name} is not in the form a save writes"
 
@@ -86,15 +106,25 @@ def test_notebook_is_thin(path: Path) -> None:
     nb = json.loads(path.read_text())
     cells = code_cells(nb)
     first = cells[0]
-    assert "parameters" in first.get("metadata", {}).get("tags", []), "the first code cell must be tagged `parameters`"
+    assert "parameters" in first.get("metadata", {}).get("tags", []), (
+        "the first code cell must be tagged `parameters`"
+    )
     for assignment in ast.parse("".join(first["source"])).body:
         # Plain values only: a literal papermill can replace, never a computation.
         assert isinstance(assignment, ast.Assign), ast.dump(assignment)
         ast.literal_eval(assignment.value)
     for cell in cells:
-        source = "\n".join(line for line in "".join(cell["source"]).splitlines() if not line.lstrip().startswith("%"))
-        defined = [n for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))]
-        assert not defined, f"{path.name} defines {[getattr(n, 'name', 'lambda') for n in defined]}: logic belongs in the package"
+        source = "\n".join(
+            line for line in "".join(cell["source"]).splitlines() if not line.lstrip().startswith("%")
+        )
+        defined = [
+            n
+            for n in ast.walk(ast.parse(source))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+        ]
+        assert not defined, (
+            f"{path.name} defines {[getattr(n, 'name', 'lambda') for n in defined]}: logic belongs in the package"
+        )
     # The verdict is asserted last; an explore notebook stops its deployment after it, when papermill runs it.
     sources = ["".join(c["source"]) for c in cells]
     if sources[-1] == "stop_deployment(when=stop_at_end)":
@@ -137,17 +167,27 @@ def test_scenario_notebook_parameters(name: str) -> None:
         defaults = {k.name: k.default for k in knobs(get_scenario(scenario).params_class)}
         assert set(defaults) <= names, f"{name} lacks its knobs {set(defaults) - names}"
         if not get_scenario(scenario).launches:
-            assert {"frontend_url", "system_urls"} <= names, "a scenario that can attach takes the attach parameters"
+            assert {"frontend_url", "system_urls"} <= names, (
+                "a scenario that can attach takes the attach parameters"
+            )
     if name == "same_model_load_balance":
         assert {"workers", "weights"} <= names
     plan_fields = set(ScenarioPlan.__dataclass_fields__)
     if scenario is not None:
         plan_fields |= set(defaults)
-    assert names - {"result_json"} <= plan_fields, f"{name} takes parameters no plan has: {names - plan_fields}"
+    assert names - {"result_json"} <= plan_fields, (
+        f"{name} takes parameters no plan has: {names - plan_fields}"
+    )
     code = "".join("".join(c["source"]) for c in code_cells(nb))
-    handed = code[code.index("ScenarioPlan.from_params("):]
+    handed = code[code.index("ScenarioPlan.from_params(") :]
     handed = handed[: handed.index(")")]
     missing = sorted(n for n in names - {"result_json"} if f"{n}={n}" not in handed)
     assert not missing, f"{name} never hands {missing} to its plan: a silent no-op"
-    for call in ("run_scenario(plan, progress=True)", "table(result)", "plot(result)", "plot_latency(result)", "save_json(result_json)"):
+    for call in (
+        "run_scenario(plan, progress=True)",
+        "table(result)",
+        "plot(result)",
+        "plot_latency(result)",
+        "save_json(result_json)",
+    ):
         assert call in code, f"{name} lacks {call}"

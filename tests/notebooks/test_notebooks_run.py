@@ -10,7 +10,17 @@ from pathlib import Path
 import pytest
 from papermill.exceptions import PapermillExecutionError
 
-from .conftest import BIN, NOTEBOOKS, REPO, assert_torn_down, code_cells, execute, processes_under, read, tagged
+from .conftest import (
+    BIN,
+    NOTEBOOKS,
+    REPO,
+    assert_torn_down,
+    code_cells,
+    execute,
+    processes_under,
+    read,
+    tagged,
+)
 
 
 def images(cell: dict) -> list[str]:  # type: ignore[type-arg]
@@ -18,7 +28,12 @@ def images(cell: dict) -> list[str]:  # type: ignore[type-arg]
 
 
 def errors(nb: dict) -> list[str]:  # type: ignore[type-arg]
-    return [f"{o['ename']}: {o['evalue']}" for c in code_cells(nb) for o in c.get("outputs", []) if o["output_type"] == "error"]
+    return [
+        f"{o['ename']}: {o['evalue']}"
+        for c in code_cells(nb)
+        for o in c.get("outputs", [])
+        if o["output_type"] == "error"
+    ]
 
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -31,8 +46,12 @@ def launch_output(nb: dict, marker: str) -> str:  # type: ignore[type-arg]
     leave text instead.
     """
     (cell,) = [c for c in code_cells(nb) if marker in "".join(c["source"])]
-    assert not [o for o in cell["outputs"] if WIDGET in o.get("data", {})], "a frozen progress widget was saved"
-    return "".join("".join(o.get("data", {}).get("text/plain", "")) + "".join(o.get("text", "")) for o in cell["outputs"])
+    assert not [o for o in cell["outputs"] if WIDGET in o.get("data", {})], (
+        "a frozen progress widget was saved"
+    )
+    return "".join(
+        "".join(o.get("data", {}).get("text/plain", "")) + "".join(o.get("text", "")) for o in cell["outputs"]
+    )
 
 
 @pytest.mark.parametrize("cwd", ["repo-root", "notebooks"])
@@ -43,7 +62,10 @@ def test_multi_model_by_hand_with_the_papermill_command(cwd: str, tmp_path: Path
     out = tmp_path / "out.ipynb"
     proc = subprocess.run(
         [str(BIN / "papermill"), notebook, str(out), "-p", "engine", "hash", "-p", "run_dir", str(run_dir)],
-        cwd=where, capture_output=True, text=True, timeout=300,
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     nb = read(out)
@@ -61,7 +83,10 @@ def test_mixed_notebook_takes_replicas_as_its_cell_says(tmp_path: Path, run_dir:
     catches an idle replica and a 0.9/0.1 skew of three with 99 % (issue 30), shown as 27.667."""
     result_json = tmp_path / "result.json"
     nb = execute(
-        NOTEBOOKS / "mixed_traffic.ipynb", tmp_path / "out.ipynb", replicas=[3, 1], run_dir=str(run_dir),
+        NOTEBOOKS / "mixed_traffic.ipynb",
+        tmp_path / "out.ipynb",
+        replicas=[3, 1],
+        run_dir=str(run_dir),
         result_json=str(result_json),
     )
     assert errors(nb) == []
@@ -80,8 +105,13 @@ def test_multi_model_notebook_on_tiny_transformers(tmp_path: Path, run_dir: Path
     # No model_paths: the tiny models come from the same cache `make run` uses, built on first use.
     result_json = tmp_path / "result.json"
     execute(
-        NOTEBOOKS / "multi_model_dispatch.ipynb", tmp_path / "out.ipynb", engine="transformers",
-        models=["tiny-bert", "tiny-qwen3"], requests=6, run_dir=str(run_dir), result_json=str(result_json),
+        NOTEBOOKS / "multi_model_dispatch.ipynb",
+        tmp_path / "out.ipynb",
+        engine="transformers",
+        models=["tiny-bert", "tiny-qwen3"],
+        requests=6,
+        run_dir=str(run_dir),
+        result_json=str(result_json),
     )
     result = json.loads(result_json.read_text())
     assert result["verdict"] == "passed", result["reasons"]
@@ -97,14 +127,22 @@ def test_explore_notebook_sweeps_and_stops_its_deployment(tmp_path: Path, run_di
     # real all-MiniLM-L6-v2, whose similarities through the deployment are the documented ones.
     result_json = tmp_path / "sweep.json"
     nb = execute(
-        NOTEBOOKS / "explore_routing.ipynb", tmp_path / "out.ipynb", run_dir=str(run_dir),
-        result_json=str(result_json), stop_at_end=True, engine="transformers", models=["all-MiniLM-L6-v2"],
+        NOTEBOOKS / "explore_routing.ipynb",
+        tmp_path / "out.ipynb",
+        run_dir=str(run_dir),
+        result_json=str(result_json),
+        stop_at_end=True,
+        engine="transformers",
+        models=["all-MiniLM-L6-v2"],
         **EXPLORE_SMALL,
     )
     assert errors(nb) == []
     (similarity,) = [c for c in code_cells(nb) if "similarity_table(dep" in "".join(c["source"])]
     shown = "".join("".join(o.get("data", {}).get("text/plain", "")) for o in similarity["outputs"])
-    rows = {line.split(".")[0].split("  ")[-1].strip(): re.findall(r"\d\.\d+", line) for line in shown.splitlines()[1:]}
+    rows = {
+        line.split(".")[0].split("  ")[-1].strip(): re.findall(r"\d\.\d+", line)
+        for line in shown.splitlines()[1:]
+    }
     weather, stadium = rows["The weather is lovely today"], rows["He drove to the stadium"]
     assert [round(float(v), 3) for v in (weather[1], stadium[0], stadium[1])] == [0.666, 0.105, 0.141], shown
     sweep = json.loads(result_json.read_text())
@@ -119,10 +157,14 @@ def test_explore_notebook_sweeps_and_stops_its_deployment(tmp_path: Path, run_di
     assert_torn_down(run_dir)
 
 
-def test_explore_notebook_left_running_by_run_all_stops_with_its_kernel(tmp_path: Path, run_dir: Path) -> None:
+def test_explore_notebook_left_running_by_run_all_stops_with_its_kernel(
+    tmp_path: Path, run_dir: Path
+) -> None:
     # stop_at_end left False, as in JupyterLab: the deployment outlives the last cell, and
     # only the kernel's exit at the end of the papermill run takes it down.
-    nb = execute(NOTEBOOKS / "explore_routing.ipynb", tmp_path / "out.ipynb", run_dir=str(run_dir), **EXPLORE_SMALL)
+    nb = execute(
+        NOTEBOOKS / "explore_routing.ipynb", tmp_path / "out.ipynb", run_dir=str(run_dir), **EXPLORE_SMALL
+    )
     assert errors(nb) == []
     assert (run_dir / "worker-1.log").is_file(), "the deployment had started"
     assert_torn_down(run_dir)
@@ -132,14 +174,30 @@ def test_explore_notebook_left_running_by_run_all_stops_with_its_kernel(tmp_path
 @pytest.mark.parametrize(
     "notebook, bad, message",
     [
-        ("explore_routing", {"engine": "nonsense"}, "ConfigError: unknown engine 'nonsense'; choose from hash, transformers, vllm"),
+        (
+            "explore_routing",
+            {"engine": "nonsense"},
+            "ConfigError: unknown engine 'nonsense'; choose from hash, transformers, vllm",
+        ),
         ("explore_routing", {"new_weights": [5]}, "ConfigError: new_weights: 2 workers but 1 weights ([5])"),
-        ("same_model_load_balance", {"workers": 0}, "ConfigError: workers must be a whole number of at least 1, got 0"),
-        ("multi_model_dispatch", {"stack": "nonsense"}, "ConfigError: unknown stack 'nonsense'; choose from embedded, dynamo"),
+        (
+            "same_model_load_balance",
+            {"workers": 0},
+            "ConfigError: workers must be a whole number of at least 1, got 0",
+        ),
+        (
+            "multi_model_dispatch",
+            {"stack": "nonsense"},
+            "ConfigError: unknown stack 'nonsense'; choose from embedded, dynamo",
+        ),
     ],
 )
 def test_a_bad_parameter_is_one_line_at_the_plan_cell_before_anything_launches(
-    notebook: str, bad: dict, message: str, tmp_path: Path, run_dir: Path  # type: ignore[type-arg]
+    notebook: str,
+    bad: dict,
+    message: str,
+    tmp_path: Path,
+    run_dir: Path,  # type: ignore[type-arg]
 ) -> None:
     out = tmp_path / "out.ipynb"
     with pytest.raises(PapermillExecutionError) as err:
@@ -158,8 +216,13 @@ def test_a_bad_parameter_is_one_line_at_the_plan_cell_before_anything_launches(
 def test_failover_notebook(stack: str, tmp_path: Path, run_dir: Path) -> None:
     result_json = tmp_path / "result.json"
     nb = execute(
-        NOTEBOOKS / "failover.ipynb", tmp_path / "out.ipynb", stack=stack, requests=120, kill_after=30,
-        run_dir=str(run_dir), result_json=str(result_json),
+        NOTEBOOKS / "failover.ipynb",
+        tmp_path / "out.ipynb",
+        stack=stack,
+        requests=120,
+        kill_after=30,
+        run_dir=str(run_dir),
+        result_json=str(result_json),
     )
     assert errors(nb) == []
     result = json.loads(result_json.read_text())
@@ -176,11 +239,17 @@ def test_failover_notebook(stack: str, tmp_path: Path, run_dir: Path) -> None:
     assert_torn_down(run_dir)
 
 
-def test_cluster_faults_notebook_runs_the_etcd_restart_and_saves_its_figures(tmp_path: Path, run_dir: Path) -> None:
+def test_cluster_faults_notebook_runs_the_etcd_restart_and_saves_its_figures(
+    tmp_path: Path, run_dir: Path
+) -> None:
     result_json = tmp_path / "result.json"
     nb = execute(
-        NOTEBOOKS / "cluster_faults.ipynb", tmp_path / "out.ipynb", scenario="etcd-restart", hosts=1,
-        run_dir=str(run_dir), result_json=str(result_json),
+        NOTEBOOKS / "cluster_faults.ipynb",
+        tmp_path / "out.ipynb",
+        scenario="etcd-restart",
+        hosts=1,
+        run_dir=str(run_dir),
+        result_json=str(result_json),
     )
     assert errors(nb) == []
     result = json.loads(result_json.read_text())

@@ -126,7 +126,10 @@ def test_regress_writes_every_artifact(regress_run) -> None:  # type: ignore[no-
 
     page = index.read_text()
     assert f"command <code>{escape(results['command'])}</code>" in page and "filtered" not in page
-    assert "No description has been provided" not in page and 'alt="same-model on embedded (hash): PASSED. ' in page
+    assert (
+        "No description has been provided" not in page
+        and 'alt="same-model on embedded (hash): PASSED. ' in page
+    )
     assert (
         "ALL PASSED" not in page
         and "NO FAILURES &middot; 1 REPORTED, NOT ASSERTED" in page
@@ -237,6 +240,32 @@ def test_a_hung_cell_is_cut_by_the_timeout_and_reported(tmp_path: Path) -> None:
     assert scenario["verdict"] == "error" and "timed out" in scenario["error"].lower(), scenario["error"]
     assert (run / "hang--forever.ipynb").is_file() and (run / "hang--forever.html").is_file()
     assert "ERROR" in (run / "index.html").read_text()
+
+
+def test_a_notebook_that_writes_no_result_is_an_error_in_the_index_the_junit_and_the_exit_code(
+    tmp_path: Path,
+) -> None:
+    """Missing evidence is never green (issue 44): the notebook ran to its end, wrote nothing."""
+    silent = new_notebook(
+        cells=[
+            new_code_cell("run_dir = ''\nresult_json = ''", metadata={"tags": ["parameters"]}),
+            new_code_cell("print('ran, asserted nothing')"),
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+    )
+    nbformat.write(silent, tmp_path / "silent.ipynb")
+    (tmp_path / "m.toml").write_text('notebooks = ["silent.ipynb"]\n[[params]]\nname = "quiet"\n')
+    proc = run_regress("--matrix", tmp_path / "m.toml", "--out", tmp_path / "out", timeout=120)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    run = index_path(proc).parent
+    (scenario,) = json.loads((run / "results.json").read_text())["scenarios"]
+    assert scenario["verdict"] == "error" and "wrote no result" in scenario["error"], scenario
+    assert "ERROR" in (run / "index.html").read_text()
+    suite = (run / "junit.xml").read_text()
+    assert "<error" in suite and "wrote no result" in suite, suite
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -65,8 +66,11 @@ def offline_page(browser: Any, **options: Any) -> Iterator[Any]:
     page.external = []
     page.route(
         "**/*",
-        lambda route: route.continue_() if route.request.url.startswith(("file:", "data:"))
-        else (page.external.append(route.request.url), route.abort()),
+        lambda route: (
+            route.continue_()
+            if route.request.url.startswith(("file:", "data:"))
+            else (page.external.append(route.request.url), route.abort())
+        ),
     )
     try:
         yield page
@@ -125,7 +129,9 @@ def described_at_2x(page: Any) -> list[dict[str, Any]]:
     return images
 
 
-def test_a_report_heads_with_what_ran_and_keeps_wide_tables_in_their_box(regress_run, hidpi_page: Any) -> None:  # type: ignore[no-untyped-def]
+def test_a_report_heads_with_what_ran_and_keeps_wide_tables_in_their_box(
+    regress_run, hidpi_page: Any
+) -> None:  # type: ignore[no-untyped-def]
     """Issue 28's report: a title, the date, the run time and the command at the top; figures
     described and sharp; a table wider than the window scrolls in its box, the page does not."""
     proc, index = regress_run
@@ -139,12 +145,16 @@ def test_a_report_heads_with_what_ran_and_keeps_wide_tables_in_their_box(regress
     assert page.title() == "same_model_load_balance — embedded-hash"
     assert page.inner_text(".embedlab-banner h1") == "same_model_load_balance — embedded-hash"
     meta = page.inner_text(".embedlab-banner .meta")
-    assert re.fullmatch(r"ran \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC in [\d.]+ s by embedlab regress .+", meta), meta
+    assert re.fullmatch(r"ran \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC in [\d.]+ s by embedlab regress .+", meta), (
+        meta
+    )
     shown = re.search(r" in ([\d.]+) s by (.*)", meta)
     assert shown and shown.group(2) == results["command"], (meta, results["command"])
     assert abs(float(shown.group(1)) - scenario["seconds"]) <= 0.051, "the run time results.json records"
     images = described_at_2x(page)
-    assert len(images) == 2 and images[0]["alt"].startswith("same-model on embedded (hash): PASSED. Panel 1: burst")
+    assert len(images) == 2 and images[0]["alt"].startswith(
+        "same-model on embedded (hash): PASSED. Panel 1: burst"
+    )
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.locator(".embedlab-banner").screenshot(path=str(SHOTS / "report-head.png"))
@@ -159,7 +169,9 @@ def test_a_report_heads_with_what_ran_and_keeps_wide_tables_in_their_box(regress
     assert wide["boxes"] >= 1 and "scroll" in wide, f"no table wider than its box: {wide}"
     assert wide["scroll"] > wide["client"] and wide["style"] == "auto", wide
     assert wide["right"] <= wide["window"], f"the box itself runs past the window: {wide}"
-    assert wide["last_th"] <= wide["right"] + 1, f"scrolled, its last column {wide['last_name']!r} is in view: {wide}"
+    assert wide["last_th"] <= wide["right"] + 1, (
+        f"scrolled, its last column {wide['last_name']!r} is in view: {wide}"
+    )
     assert wide["page"] <= wide["window"], f"the page is wider than the window: something is cut: {wide}"
     page.locator(".embedlab-table").first.screenshot(path=str(SHOTS / "report-table-scrolled.png"))
     assert page.external == [], f"the report tried to load {page.external}"

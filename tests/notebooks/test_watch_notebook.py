@@ -8,7 +8,9 @@ from .conftest import NOTEBOOKS, assert_torn_down, code_cells, execute, tagged
 from .test_notebooks_run import errors, images
 
 
-def test_the_watch_notebook_finds_a_leak_that_starts_late_and_stops_cleanly(tmp_path: Path, run_dir: Path) -> None:
+def test_the_watch_notebook_finds_a_leak_that_starts_late_and_stops_cleanly(
+    tmp_path: Path, run_dir: Path
+) -> None:
     # A leak of 1 in 20 from 5 s: the watch's own requests meet it within seconds (refused by the
     # wrong worker, proven by the response's header), so 40 s of watching bound the run.
     nb = execute(

@@ -6,6 +6,8 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from embedlab.reports.index import compare_runs, write_index
 from embedlab.reports.matrix import shown_path
 from embedlab.reports.regress import _verdict
@@ -72,10 +74,26 @@ def test_only_a_pass_is_green_and_a_report_is_ok_but_not_a_pass() -> None:
 
 
 def test_a_notebook_that_reported_gets_the_reported_status() -> None:
-    assert _verdict(None, FAILOVER_RESULT) == Verdict.REPORTED
-    assert _verdict("AssertionError: boom (cell 5)", FAILOVER_RESULT) == Verdict.ERROR
-    assert _verdict(None, {"verdict": "failed"}) == Verdict.FAILED
-    assert _verdict(None, None) == Verdict.PASSED
+    assert _verdict(None, FAILOVER_RESULT) == (Verdict.REPORTED, None)
+    boom = "AssertionError: boom (cell 5)"
+    assert _verdict(boom, FAILOVER_RESULT) == (Verdict.ERROR, boom)
+    assert _verdict(None, {"verdict": "failed"}) == (Verdict.FAILED, None)
+    assert _verdict(boom, {"verdict": "inconclusive"}) == (Verdict.INCONCLUSIVE, boom)
+    assert _verdict(None, {"verdict": "passed"}) == (Verdict.PASSED, None)
+
+
+@pytest.mark.parametrize(
+    ("result", "said"),
+    [
+        (None, "the notebook wrote no result"),
+        ({"verdict": "error"}, "the notebook's result has verdict 'error'"),
+        ({"verdict": "ok"}, "the notebook's result has verdict 'ok'"),
+        ({}, "the notebook's result has verdict None"),
+    ],
+)
+def test_missing_evidence_is_an_error_never_green(result: dict[str, str] | None, said: str) -> None:
+    verdict, error = _verdict(None, result)
+    assert verdict == Verdict.ERROR and error is not None and error.startswith(said), error
 
 
 def test_lost_requests_and_time_out_of_dispatch_are_key_figures() -> None:
