@@ -23,6 +23,7 @@ from embedlab.stacks.routers import router_venv
 
 from ..commands import run_embedlab
 from ..proctools import processes_under
+from ..requires import missing
 
 BURST = 30
 
@@ -31,9 +32,9 @@ def _needs(stack: str) -> None:
     # `make test` installs all three (routers: smg; cluster-debs: haproxy, nginx), so CI runs these.
     if stack == "smg":
         if not (router_venv("smg") / ".stamp").exists():
-            pytest.skip("smg's venv is missing: `make routers` (part of `make test`) builds it")
+            missing("smg", "smg's venv is missing: `make routers` builds it")
     elif not any(Path(d, stack).exists() for d in ("/usr/sbin", "/usr/bin")) and not shutil.which(stack):
-        pytest.skip(f"Debian's {stack} is missing: `make cluster-debs` (part of `make test`) installs it")
+        missing(stack, f"Debian's {stack} is missing: `make cluster-debs` installs it")
 
 
 def _pool(stack: str, run_dir: Path, **options: object) -> Iterator[Deployment]:

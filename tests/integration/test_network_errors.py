@@ -10,9 +10,12 @@ import pytest
 from embedlab import NetworkError
 from embedlab.cluster.hosts import Host, Network
 
+from ..requires import missing
 
-@pytest.mark.skipif(shutil.which("ip") is None, reason="needs iproute2's ip")
+
 def test_a_link_that_cannot_be_changed_is_a_network_error_naming_its_host() -> None:
+    if shutil.which("ip") is None:
+        missing("ip", "iproute2's ip is missing: `make cluster-debs` installs it")
     # A host whose namespace does not exist: `ip -n` fails, as it would for one deleted under the run.
     gone = Host(index=1, address="10.254.1.10", hub="10.254.1.1", namespace="embl-no-such-ns-h1", veth="nope")
     network = Network(

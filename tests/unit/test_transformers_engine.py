@@ -16,8 +16,13 @@ import pytest
 from embedlab.engines import EngineOptions, InvalidInput, check_dimensions, create_engine
 from embedlab.errors import EngineError
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from ..requires import missing
+
+try:
+    import torch
+    import transformers
+except ImportError as exc:  # the `torch` extra, which `make test` installs
+    missing(exc.name or "torch", f"{exc.name} does not import: the `torch` extra brings it ({exc})")
 
 from embedlab.engines.cuda_graphs import GRAPH_WIDTHS, graph_shapes  # noqa: E402
 from embedlab.engines.transformers import TransformersEngine, TransformersTuning  # noqa: E402

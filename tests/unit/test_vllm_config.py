@@ -11,11 +11,12 @@ from embedlab import ScenarioPlan, load_matrix
 from embedlab.cli.entry import build_parser, engine_options_from_args
 from embedlab.cluster.placement import vllm_worker_env
 from embedlab.engines.vllm_config import CPU_KV_CACHE_BYTES, cpu_kv_cache_bytes, position_limit
+from embedlab.errors import ConfigError
 
 from ..conftest import REPO
 
 
-def test_the_seed_worker_flags_parse() -> None:
+def test_the_seed_worker_flags_parse(capsys: pytest.CaptureFixture[str]) -> None:
     args = build_parser().parse_args(
         [
             "worker",
@@ -42,10 +43,16 @@ def test_the_seed_worker_flags_parse() -> None:
     options = engine_options_from_args(args)
     assert (options.pooling, options.dtype, options.max_model_len) == ("last", "float32", 2048)
     assert options.extra_args == {"max_num_seqs": 8, "pooler_config": {"use_activation": False}}
-    for bad in (["--runner", "generate"], ["--pooler-config", "MEAN"]):
-        argv = ["worker", "--engine", "vllm", "--served-model-name", "m", "--endpoint", "a.b.c", *bad]
-        with pytest.raises((SystemExit, ValueError)):
-            engine_options_from_args(build_parser().parse_args(argv))
+    base = ["worker", "--engine", "vllm", "--served-model-name", "m", "--endpoint", "a.b.c"]
+    # An embedding worker pools: argparse refuses any other runner, and says which it takes.
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args([*base, "--runner", "generate"])
+    assert (
+        exit_.value.code == 2
+        and "invalid choice: 'generate' (choose from 'pooling')" in capsys.readouterr().err
+    )
+    with pytest.raises(ConfigError, match="--pooler-config must be a JSON object, got 'MEAN'"):
+        engine_options_from_args(build_parser().parse_args([*base, "--pooler-config", "MEAN"]))
     # The dynamo worker takes the same flags.
     dyn = build_parser().parse_args(
         [
