@@ -225,12 +225,10 @@ def test_timeout_on_a_reused_connection_is_not_retried_on_a_fresh_one() -> None:
         timeout = 0.5
         client = UpstreamClient(timeout=timeout)
         assert (await client.post(url, b"{}")).status == 200
-        started = time.monotonic()
         with pytest.raises(UpstreamError, match="no response within 0.5 s"):
             await client.post(url, b"{}")
-        elapsed = time.monotonic() - started
+        # Counted, not timed: a retry would be a second connection, and a third request seen.
         assert (len(seen), connections) == (2, 1), "the stalled request was sent again on a fresh connection"
-        assert elapsed < 2 * timeout, f"waited {elapsed:.2f} s: a second timeout"
         client.close()
         server.close()
 
