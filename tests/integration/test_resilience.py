@@ -24,6 +24,7 @@ from embedlab.cluster.stack_registry import STACKS
 from embedlab.scenarios.builtin.mixed import mixed_traffic
 from embedlab.stacks.dynamo import dynamo_installed
 from embedlab.stacks.embedded import EmbeddedStack
+from embedlab.verdicts import Verdict
 
 from ..commands import run_embedlab
 
@@ -128,16 +129,18 @@ SKEW_SEED = 7
 
 
 @pytest.mark.parametrize(
-    "fault,scenario",
+    "fault,scenario,named",
     [
-        ("leak:0.1", "multi"),
-        ("stick", "same"),
-        ("skew:0.95", "same"),
-        ("drop:0.2", "same"),
-        ("ghost", "drain"),
+        # Each fault by its exact verdict and the reason that names it: a check that lost its power
+        # (INCONCLUSIVE) or failed for another reason would not pass here.
+        ("leak:0.1", "multi", "a: traffic leaked onto worker 1 (+1)"),
+        ("stick", "same", "m: no traffic reached worker 0"),
+        ("skew:0.95", "same", "a confirming burst of 240 requests did not fit either"),
+        ("drop:0.2", "same", "requests failed (HTTP 503"),
+        ("ghost", "drain", "m (worker 1 drained): traffic leaked onto worker 1"),
     ],
 )
-def test_injected_fault_is_caught(fault: str, scenario: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_injected_fault_is_caught(fault: str, scenario: str, named: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     if scenario == "multi":
         spec = DeploymentSpec.multi_model(["a", "b"], frontend_args=("--fault", fault))
     else:
@@ -152,10 +155,33 @@ def test_injected_fault_is_caught(fault: str, scenario: str, tmp_path) -> None: 
             result = drain(dep, victim=1, requests=20)
         else:
             result = same_model_load_balance(dep, requests=60)
-    assert not result.passed, f"{fault} went unnoticed: {result.summary()}"
+    assert result.verdict == Verdict.FAILED, f"{fault} went unnoticed: {result.summary()}"
+    assert any(named in reason for reason in result.reasons), result.reasons
     if fault.startswith("skew"):  # a split that does not fit fails once a burst 4x as large agrees
         assert [b.check.total_delta for b in result.bursts] == [60, 240], result.summary()  # type: ignore[union-attr]
         assert "did not fit either" in result.summary()
+
+
+def test_a_judge_that_doubts_every_failure_would_fail_the_fault_tests(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The mutation the fault tests above must catch: `judge` turning each failed burst into
+    INCONCLUSIVE (a check that lost its power). Under it, `stick` is no longer FAILED, so the
+    fault test's exact-verdict assertion fails, where the old `not result.passed` still held."""
+    from embedlab.scenarios.builtin import dispatch
+
+    real = dispatch.judge
+
+    def doubting(bursts, *, exact_total):  # type: ignore[no-untyped-def]
+        verdict, reasons = real(bursts, exact_total=exact_total)
+        return (Verdict.INCONCLUSIVE if verdict == Verdict.FAILED else verdict), reasons
+
+    monkeypatch.setattr(dispatch, "judge", doubting)
+    spec = DeploymentSpec.same_model("m", workers=2, frontend_args=("--fault", "stick"), seed=SKEW_SEED)
+    with Deployment(spec, run_dir=tmp_path) as dep:
+        result = same_model_load_balance(dep, requests=60)
+    assert not result.passed, "the old assertion held under the mutation"
+    assert result.verdict != Verdict.FAILED, "the exact assertion catches it"
 
 
 # The embedded frontend's weighted-random draws from random.Random(331) split its first 40
