@@ -412,14 +412,18 @@ def _mixed_verdict(
 def _mixed_power(requests: int, pool: dict[str, list[float]], split: Split) -> tuple[str, list[str]]:
     """What each interleaved burst of `requests` per model catches, and why it falls short of the
     target where it does: a leak of 1 in 10, an idle replica and a 0.9/0.1 skew, each with 99 %."""
-    parts, short = [leak_power(requests).sentence], []
+    parts, short = [leak_power(requests).sentence], list[str]()
+    # Models whose replicas are weighted alike are one sentence: said once for the pool, not per model.
+    alike: dict[tuple[float, ...], list[str]] = {}
     for model, weights in pool.items():
-        if len(weights) < 2 or split is Split.REPORT:
-            continue
-        q = quiet_power(requests, weights)
-        parts.append(f"'{model}': {q.sentence}")
+        if len(weights) >= 2 and split is not Split.REPORT:
+            alike.setdefault(tuple(weights), []).append(model)
+    for shared, models in alike.items():
+        q = quiet_power(requests, shared)
+        named = " and ".join(f"'{m}'" for m in models) + (", each" if len(models) > 1 else "")
+        parts.append(f"{named}: {q.sentence}")
         if split is Split.WEIGHTS and (why := too_few(q)):
-            short.append(f"{model}: {why}")
+            short.extend(f"{model}: {why}" for model in models)
     return "; ".join(parts), short
 
 
