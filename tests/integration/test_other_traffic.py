@@ -241,3 +241,22 @@ def test_dynamo_attached_with_its_frontend_log_attributes_every_response(tmp_pat
     (burst,) = result["bursts"]
     assert burst["other_traffic"] and burst["proven_by"].startswith("Dynamo's frontend log"), burst
     assert result["proven_by"] == "per-response attribution" and result["schedule"] is None
+
+
+@pytest.mark.parametrize(("fault", "ends"), [("", "PASSED"), ("stick", "FAILED")])
+def test_same_model_attached_on_a_busy_pool_passes_a_correct_router_and_fails_a_stuck_one(
+    fault: str, ends: str, tmp_path: Path
+) -> None:
+    """The schedule's same-model path on real processes (issue 44): one model on two replicas,
+    `hey` sending that model's requests beside the check, counters only."""
+    faults = ("--fault", fault) if fault else ()
+    spec = DeploymentSpec.same_model("m", workers=2, frontend_args=faults)
+    with Deployment(spec, run_dir=tmp_path / "run") as dep, another_client(dep, "m"):
+        proc = attached(dep, "same-model", *ROOM)
+    text = proc.stdout
+    last = text.strip().splitlines()[-1] if text.strip() else proc.stderr[-2000:]
+    assert proc.returncode == (0 if ends == "PASSED" else 1), text[-3000:] + proc.stderr[-3000:]
+    assert last.startswith(f"same-model on attached: {ends}"), text[-3000:]
+    assert "placement proven by the schedule's on-minus-off counts" in text, text[-3000:]
+    if fault:
+        assert FOUND[fault] in last, last
