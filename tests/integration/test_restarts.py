@@ -67,3 +67,30 @@ def test_a_worker_that_cannot_start_again_is_restarted_a_bounded_number_of_times
     (reason,) = [r for r in result.reasons if r.startswith("the restart policy gave up on worker 1")]
     assert CANNOT_START in reason
     assert processes_under(tmp_path / "run") == []
+
+
+def test_a_worker_restarted_mid_schedule_makes_the_busy_check_inconclusive_naming_it(tmp_path: Path) -> None:
+    """A worker restart on the busy schedule, on real processes (issue 44): worker 1 restarts as
+    soon as the schedule's first request reaches it (long before a verdict can stand, which takes
+    several blocks). A read finds it down (or its counter started again from 0): the check cannot
+    judge its windows, and ends inconclusive naming it, never passed or failed. A restart that no
+    read can see is a limit (docs/busy-method.md, "A restart the counters cannot see")."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from embedlab import DeploymentSpec, same_model_load_balance
+    from embedlab.evidence.metrics import scrape
+    from embedlab.verdicts import Verdict
+
+    with Deployment(DeploymentSpec.same_model("m", workers=2), run_dir=tmp_path / "run") as dep:
+        start = scrape(dep.system_urls[1]).value
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(same_model_load_balance, dep.target(), busy=True, budget_s=120)
+            assert wait_until(lambda: scrape(dep.system_urls[1]).value > start, 60), (
+                "the schedule never began"
+            )
+            dep.outages.restart_worker(1)
+            result = running.result(timeout=300)
+    assert result.verdict == Verdict.INCONCLUSIVE, result.summary()
+    assert any("worker 1" in r and ("reset" in r or "could not be read" in r) for r in result.reasons), (
+        result.reasons
+    )
