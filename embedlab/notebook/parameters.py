@@ -22,7 +22,6 @@ any scenario's knobs in one `params` mapping) are left as they are.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..wording import as_source
 
 __all__ = ["generate", "main", "names", "parameters_source", "plan_source"]
 
@@ -75,29 +75,20 @@ def parameters_source(meta: Mapping[str, Any]) -> str:
         k = known[name]
         help = k.help
         if k.default is None and getattr(resolved, name, None) is not None:
-            help += f"; None: {_literal(getattr(resolved, name))}"
-        lines.append(f"{name} = {_literal(k.default)}  # {help}")
+            help += f"; None: {as_source(getattr(resolved, name))}"
+        lines.append(f"{name} = {as_source(k.default)}  # {help}")
     name, default, help = RESULT_JSON
-    lines.append(f"{name} = {_literal(default)}  # {help}")
+    lines.append(f"{name} = {as_source(default)}  # {help}")
     return "\n".join(lines)
 
 
 def plan_source(meta: Mapping[str, Any]) -> str:
     """The statement that hands every parameter to the plan, by its own name."""
-    handed = ", ".join([f"scenario={_literal(meta['scenario'])}"] + [f"{n}={n}" for n in names(meta)[:-1]])
+    handed = ", ".join([f"scenario={as_source(meta['scenario'])}"] + [f"{n}={n}" for n in names(meta)[:-1]])
     body = textwrap.fill(
         handed + ",", WIDTH, initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False
     )
     return f"{PLAN_CALL}\n{body}\n)"
-
-
-def _literal(value: Any) -> str:
-    """Python source for a plain value, as papermill writes one (a tuple is a list)."""
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(_literal(v) for v in value) + "]"
-    return repr(value)
 
 
 def generate(path: Path) -> str | None:

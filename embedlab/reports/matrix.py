@@ -38,6 +38,7 @@ from ..errors import ConfigError
 from ..scenarios.params import knobs
 from ..scenarios.plan import ScenarioPlan
 from ..scenarios.registry import SCENARIOS
+from ..wording import as_source
 
 __all__ = [
     "GENERIC_NOTEBOOK",
@@ -255,21 +256,12 @@ def params_in_effect(notebook: Path, given: dict[str, Any], result: dict[str, An
     runner's own (run_dir, result_json, stop_at_end) are left out: they are the same in kind
     for every run."""
     shown = {k: v for k, v in notebook_parameters(notebook).items() if k not in RUNNER_PARAMS}
-    shown.update({k: _as_source(v) for k, v in given.items() if k not in RUNNER_PARAMS})
+    shown.update({k: as_source(v) for k, v in given.items() if k not in RUNNER_PARAMS})
     for key, value in ((result or {}).get("params") or {}).items():
         said = shown.get(key)
         if said is None or said in ("None", "[]", '""'):
-            shown[key] = f"{_as_source(value)} (resolved by the run)" if key in shown else _as_source(value)
+            shown[key] = f"{as_source(value)} (resolved by the run)" if key in shown else as_source(value)
     return shown
-
-
-def _as_source(value: Any) -> str:
-    """A value as the parameters cell writes it (strings in double quotes)."""
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_as_source(v) for v in value) + "]"
-    return repr(value)
 
 
 def notebook_scenario(notebook: Path) -> str | None:

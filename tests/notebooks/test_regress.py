@@ -201,18 +201,20 @@ def test_regress_fails_for_real_keeps_the_report_and_shows_the_flip(regress_run,
     )
 
 
-def test_a_hung_cell_is_cut_by_the_timeout_and_reported(tmp_path: Path) -> None:
-    hang = new_notebook(
-        cells=[
-            new_code_cell("run_dir = ''\nresult_json = ''", metadata={"tags": ["parameters"]}),
-            new_code_cell("import threading\nthreading.Event().wait()"),
-        ],
+def _plain_notebook(path: Path, code: str) -> None:
+    """A notebook of the runner's parameters and one cell of `code`, on the plain python3 kernel."""
+    notebook = new_notebook(
+        cells=[new_code_cell("run_dir = ''\nresult_json = ''", metadata={"tags": ["parameters"]}), new_code_cell(code)],
         metadata={
             "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
             "language_info": {"name": "python"},
         },
     )
-    nbformat.write(hang, tmp_path / "hang.ipynb")
+    nbformat.write(notebook, path)
+
+
+def test_a_hung_cell_is_cut_by_the_timeout_and_reported(tmp_path: Path) -> None:
+    _plain_notebook(tmp_path / "hang.ipynb", "import threading\nthreading.Event().wait()")
     (tmp_path / "m.toml").write_text('notebooks = ["hang.ipynb"]\n[[params]]\nname = "forever"\n')
     proc = run_regress(
         "-k",
@@ -246,17 +248,7 @@ def test_a_notebook_that_writes_no_result_is_an_error_in_the_index_the_junit_and
     tmp_path: Path,
 ) -> None:
     """Missing evidence is never green (issue 44): the notebook ran to its end, wrote nothing."""
-    silent = new_notebook(
-        cells=[
-            new_code_cell("run_dir = ''\nresult_json = ''", metadata={"tags": ["parameters"]}),
-            new_code_cell("print('ran, asserted nothing')"),
-        ],
-        metadata={
-            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-            "language_info": {"name": "python"},
-        },
-    )
-    nbformat.write(silent, tmp_path / "silent.ipynb")
+    _plain_notebook(tmp_path / "silent.ipynb", "print('ran, asserted nothing')")
     (tmp_path / "m.toml").write_text('notebooks = ["silent.ipynb"]\n[[params]]\nname = "quiet"\n')
     proc = run_regress("--matrix", tmp_path / "m.toml", "--out", tmp_path / "out", timeout=120)
     assert proc.returncode == 1, proc.stdout[-2000:]
