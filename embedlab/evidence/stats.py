@@ -24,7 +24,8 @@ def percent(x: float) -> str:
     return "any" if math.isinf(x) else f"{100 * x:.3g} %"
 
 
-def _log_binom_pmf(k: int, n: int, p: float) -> float:
+def log_binom_pmf(k: int, n: int, p: float) -> float:
+    """log P(X = k) for X ~ Binomial(n, p); -inf where k cannot happen (p of 0 or 1)."""
     if p <= 0.0:
         return 0.0 if k == 0 else -math.inf
     if p >= 1.0:
@@ -42,17 +43,22 @@ def binom_two_sided(k: int, n: int, p: float) -> float:
     """Two-sided exact binomial test: the probability of outcomes no likelier than `k`."""
     if not 0 <= k <= n:
         raise ValueError(f"k={k} outside [0, {n}]")
-    observed = _log_binom_pmf(k, n, p)
+    observed = log_binom_pmf(k, n, p)
     # The small relative slack keeps outcomes tied with the observed one (scipy does the same).
     threshold = observed + 1e-7
-    total = sum(math.exp(lp) for lp in (_log_binom_pmf(i, n, p) for i in range(n + 1)) if lp <= threshold)
+    total = sum(math.exp(lp) for lp in (log_binom_pmf(i, n, p) for i in range(n + 1)) if lp <= threshold)
     return min(1.0, total)
+
+
+def binom_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), summed exactly in floating point."""
+    return math.fsum(math.exp(log_binom_pmf(i, n, p)) for i in range(k + 1))
 
 
 def binom_acceptance(n: int, p: float, alpha: float) -> tuple[int, int]:
     """The counts k of n whose two-sided binomial p-value (as `binom_two_sided`) is at least
     `alpha`: the range a correct router's count falls in, as (lowest, highest)."""
-    logs = [_log_binom_pmf(k, n, p) for k in range(n + 1)]
+    logs = [log_binom_pmf(k, n, p) for k in range(n + 1)]
     # p(k) = the mass of every outcome no likelier than k: accumulate from the least likely up.
     order = sorted(range(n + 1), key=lambda k: logs[k])
     tail, running, i = [0.0] * (n + 1), 0.0, 0
@@ -68,7 +74,7 @@ def binom_acceptance(n: int, p: float, alpha: float) -> tuple[int, int]:
     return (min(kept), max(kept)) if kept else (0, n)
 
 
-def _gamma_q(a: float, x: float) -> float:
+def gamma_q(a: float, x: float) -> float:
     """Regularised upper incomplete gamma Q(a, x)."""
     if x <= 0:
         return 1.0
@@ -106,7 +112,7 @@ def _gamma_q(a: float, x: float) -> float:
 def chisquare_p(observed: Sequence[float], expected: Sequence[float]) -> float:
     """Pearson's chi-square goodness of fit: P(X^2 >= statistic) with k-1 degrees of freedom."""
     statistic = sum((o - e) ** 2 / e for o, e in zip(observed, expected))
-    return _gamma_q((len(observed) - 1) / 2, statistic / 2)
+    return gamma_q((len(observed) - 1) / 2, statistic / 2)
 
 
 # The most inclusion-exclusion terms `still_chance` sums: 2**12 take 0.04 s here at 100 requests,

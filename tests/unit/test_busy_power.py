@@ -2,39 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 from scipy import stats  # a required dependency: missing, it must fail, not skip
 
 from embedlab.errors import ConfigError
-from embedlab.evidence.busy import leak_power, quiet_power, required_requests, still_probability
+from embedlab.evidence.busy import leak_power, quiet_power, required_requests
 from embedlab.evidence.busy.power import _chi2_critical, _ncx2_sf
-
-
-@pytest.mark.parametrize(
-    ("weights", "n"), [([1, 2, 3], 7), ([1, 1, 1, 1], 9), ([0.3, 0.7], 5), ([1, 1, 2, 2, 5], 8)]
-)
-def test_still_probability_is_exact_against_enumeration(weights: list[float], n: int) -> None:
-    p = np.asarray(weights, dtype=float) / sum(weights)
-    still = sum(
-        stats.multinomial.pmf(counts, n, p)
-        for counts in itertools.product(range(n + 1), repeat=len(p))
-        if sum(counts) == n and min(counts) == 0
-    )
-    assert still_probability(weights, n) == pytest.approx(still, rel=1e-9)
-
-
-def test_still_probability_at_64_replicas_agrees_with_simulation() -> None:
-    rng = np.random.default_rng(0)
-    draws = rng.multinomial(400, [1 / 64] * 64, size=20_000)
-    simulated = (draws.min(axis=1) == 0).mean()
-    exact = still_probability([1] * 64, 400)
-    assert abs(simulated - exact) < 4 * np.sqrt(exact * (1 - exact) / 20_000), (simulated, exact)
-    # The burst that first brings a 64-replica pool's chance under 0.1 %.
-    assert still_probability([1] * 64, 703) < 0.001 <= still_probability([1] * 64, 702)
-    assert still_probability([1] * 64, 63) == 1.0  # fewer requests than replicas
 
 
 def test_two_replica_power_is_the_exact_binomial_of_the_verification_doc() -> None:

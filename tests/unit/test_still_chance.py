@@ -6,6 +6,7 @@ import itertools
 import math
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from embedlab.evidence.stats import EXACT_STILL_TERMS, still_chance
@@ -97,3 +98,13 @@ def test_fractional_weights_in_integers_or_floats_agree_with_every_subset(
     found = still_chance(weights, requests)
     assert found.exact
     assert found.value == pytest.approx(float(every_subset(weights, requests)), rel=1e-9, abs=1e-15)
+
+
+def test_at_64_replicas_it_agrees_with_simulation_and_names_the_burst_the_planner_takes() -> None:
+    rng = np.random.default_rng(0)
+    draws = rng.multinomial(400, [1 / 64] * 64, size=20_000)
+    simulated = (draws.min(axis=1) == 0).mean()
+    exact = still_chance([1] * 64, 400).value
+    assert abs(simulated - exact) < 4 * np.sqrt(exact * (1 - exact) / 20_000), (simulated, exact)
+    # The burst that first brings a 64-replica pool's chance under 0.1 %.
+    assert still_chance([1] * 64, 703).value < 0.001 <= still_chance([1] * 64, 702).value

@@ -27,7 +27,6 @@ from .power import (
     moving_requests,
     quiet_power,
     required_requests,
-    still_probability,
 )
 from .results import BusyVerdict, ProvenBy, ShareEstimate
 from .schedule import Arm, Schedule, Window, WindowRecord
@@ -51,5 +50,4 @@ __all__ = [
     "moving_requests",
     "quiet_power",
     "required_requests",
-    "still_probability",
 ]

@@ -1,8 +1,8 @@
 """How many requests a check needs, and the smallest fault a check of a given size catches.
 
 Quiet pool (the counters move only for the check's requests; checks.evaluate judges):
-    still_probability(weights, n)   exact chance that a correct weighted-random router leaves
-                                    some replica with none of n requests (inclusion-exclusion)
+    (stats.still_chance(weights, n) is the chance that a correct weighted-random router leaves
+    some replica with none of n requests: the judge and the planner read the same figure)
     quiet_power(n, weights)         an idle replica's and a 0.9/0.1 skew's chance of being
                                     caught, the smallest skew caught at 99 %, in one sentence
     required_requests(weights)      the smallest burst for which every replica's moving can be
@@ -27,16 +27,12 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 from ...defaults import FAIRNESS_ALPHA, SPLIT_CONFIRM
 from ...errors import ConfigError
-
-# stats keeps its regularised gamma private; the chi-square critical values and powers need it too.
-from ..stats import _gamma_q, binom_acceptance, percent
+from ..stats import binom_acceptance, binom_cdf, gamma_q, log_binom_pmf, percent, still_chance
 from .constants import LEAK, POWER, SKEW
 
 __all__ = [
@@ -47,10 +43,7 @@ __all__ = [
     "moving_requests",
     "quiet_power",
     "required_requests",
-    "still_probability",
 ]
-
-_MAX_TERMS = 200_000  # inclusion-exclusion terms before the union bound takes over
 
 
 def _shares(weights: Sequence[float]) -> list[float]:
@@ -60,51 +53,12 @@ def _shares(weights: Sequence[float]) -> list[float]:
     return [w / total for w in weights]
 
 
-def still_probability(weights: Sequence[float], n: int) -> float:
-    """The chance that n requests routed at random by `weights` leave some replica with none.
-
-    Exact: inclusion-exclusion over the replicas left still, grouped by equal weight, in
-    integer arithmetic (the alternating sum cancels to many digits in floating point). Where the
-    pairs' term S2 is below 1e-9 of the singles' S1, Bonferroni's S1 - S2 <= P <= S1 - S2 + S3
-    already pins it to that relative precision, and S1 - S2 is returned. Where the weights take so
-    many distinct values that the sum would exceed 200,000 terms, the union bound S1 (which never
-    understates it) is returned instead.
-    """
-    shares = _shares(weights)
-    if n < len(weights):
-        return 1.0
-    s1 = math.fsum((1 - p) ** n for p in shares)
-    s2 = (
-        math.fsum((1 - p - q) ** n for p, q in itertools.combinations(shares, 2))
-        if len(shares) <= 512
-        else s1
-    )
-    if s2 <= 1e-9 * s1:
-        return max(0.0, s1 - s2)
-    rational = [Fraction(str(w)) for w in weights]
-    scale = math.lcm(*(r.denominator for r in rational))
-    ints = [int(r * scale) for r in rational]
-    total = sum(ints)
-    groups = sorted(Counter(ints).items())
-    if math.prod(m + 1 for _, m in groups) > _MAX_TERMS:
-        return min(1.0, sum((1 - w / total) ** n for w in ints))
-    numerator = 0
-    for picks in itertools.product(*(range(m + 1) for _, m in groups)):
-        k = sum(picks)
-        if k == 0:
-            continue
-        left = total - sum(c * w for c, (w, _) in zip(picks, groups))
-        ways = math.prod(math.comb(m, c) for c, (_, m) in zip(picks, groups))
-        numerator += (1 if k % 2 else -1) * ways * left**n
-    return float(Fraction(numerator, total**n))
-
-
 @functools.lru_cache(maxsize=256)
 def _chi2_critical(df: int, alpha: float) -> float:
     lo, hi = 0.0, df + 50.0 * math.sqrt(2 * df) + 100.0
     for _ in range(100):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _gamma_q(df / 2, mid / 2) > alpha else (lo, mid)
+        lo, hi = (mid, hi) if gamma_q(df / 2, mid / 2) > alpha else (lo, mid)
     return hi
 
 
@@ -113,7 +67,7 @@ def _ncx2_sf(x: float, df: int, nc: float) -> float:
     the tails by the recurrence Q(a + 1, y) = Q(a, y) + y^a e^-y / Gamma(a + 1)."""
     half, y = nc / 2, x / 2
     a = df / 2
-    tail = _gamma_q(a, y)
+    tail = gamma_q(a, y)
     total, j = 0.0, 0
     while True:
         weight = math.exp(-half + j * math.log(half) - math.lgamma(j + 1)) if half > 0 else float(j == 0)
@@ -136,26 +90,13 @@ def _detection(
         if require_all:
             lo, hi = max(lo, 1), min(hi, n - 1)
         p = fault[0]
-        inside = sum(
-            math.exp(
-                math.lgamma(n + 1)
-                - math.lgamma(k + 1)
-                - math.lgamma(n - k + 1)
-                + _xlogy(k, p)
-                + _xlogy(n - k, 1 - p)
-            )
-            for k in range(lo, hi + 1)
-        )
+        inside = sum(math.exp(log_binom_pmf(k, n, p)) for k in range(lo, hi + 1))
         return max(0.0, 1.0 - inside)
     df = len(expected) - 1
     nc = n * sum((f - e) ** 2 / e for f, e in zip(fault, expected))
     chi = _ncx2_sf(_chi2_critical(df, alpha), df, nc)
     still = (1 - min(fault)) ** n if require_all else 0.0
     return max(chi, still)
-
-
-def _xlogy(k: int, p: float) -> float:
-    return 0.0 if k == 0 else (k * math.log(p) if p > 0 else -math.inf)
 
 
 def _representatives(shares: Sequence[float]) -> list[int]:
@@ -242,7 +183,7 @@ def quiet_power(
     shares = _shares(weights)
     if len(shares) < 2:
         raise ConfigError("a fairness check needs two replicas or more")
-    still = still_probability(weights, n)
+    still = still_chance(weights, n).value
     require_all = still < alpha
 
     def caught(fault: Sequence[float]) -> float:
@@ -327,7 +268,7 @@ def leak_power(n: int, *, leaked: int = 0, power: float = POWER, confidence: flo
     lo, hi = leaked / n, 1.0
     for _ in range(100):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _binom_cdf(leaked, n, mid) > 1 - confidence else (lo, mid)
+        lo, hi = (mid, hi) if binom_cdf(leaked, n, mid) > 1 - confidence else (lo, mid)
     return LeakPower(n, caught, hi if leaked < n else 1.0, leaked, power, confidence)
 
 
@@ -344,26 +285,13 @@ def moving_requests(weights: Sequence[float], *, alpha: float = FAIRNESS_ALPHA) 
     if len(weights) < 2:
         return 1
     hi = len(weights)
-    while still_probability(weights, hi) >= alpha:
+    while still_chance(weights, hi).value >= alpha:
         hi *= 2
     lo = hi // 2
     while hi - lo > 1:  # leaving one still only gets rarer with more requests
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if still_probability(weights, mid) < alpha else (mid, hi)
+        lo, hi = (lo, mid) if still_chance(weights, mid).value < alpha else (mid, hi)
     return hi
-
-
-def _binom_cdf(k: int, n: int, p: float) -> float:
-    return math.fsum(
-        math.exp(
-            math.lgamma(n + 1)
-            - math.lgamma(i + 1)
-            - math.lgamma(n - i + 1)
-            + _xlogy(i, p)
-            + _xlogy(n - i, 1 - p)
-        )
-        for i in range(k + 1)
-    )
 
 
 def _rate(x: float) -> str:
