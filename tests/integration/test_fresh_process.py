@@ -44,3 +44,16 @@ def test_a_serving_command_imports_nothing_of_the_harness() -> None:
         " or m.startswith(('embedlab.scenarios', 'embedlab.stacks', 'embedlab.cluster.deployment'))))\n"
     )
     assert run(code) == "[]"
+
+
+def test_a_check_from_the_command_line_imports_no_plotting_library() -> None:
+    """`embedlab scenario ...` draws nothing: matplotlib (0.3 s, and a cache folder it makes under
+    HOME, or in /tmp where HOME is not writable) is imported only where a figure is drawn."""
+    code = (
+        "import sys; from embedlab.cli.entry import build_parser\n"
+        "build_parser(command='scenario').parse_args(['scenario', 'same-model', '--requests', '6'])\n"
+        "from embedlab.scenarios.plan import ScenarioPlan, run_scenario\n"
+        "from embedlab.notebook.views import figures, tables\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))\n"
+    )
+    assert run(code) == "[]"

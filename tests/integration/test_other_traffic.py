@@ -152,12 +152,14 @@ def test_attached_on_a_busy_pool_a_faulty_router_fails(fault: str, tmp_path: Pat
         )
         assert "placement proven by the schedule's on-minus-off counts" in proc.stdout
         # The schedule's own finding, beside any request the wrong replica refused (HTTP 404).
-        assert FOUND[fault] in last, last
+        assert any(found in last for found in FOUND[fault]), last
 
 
 FOUND = {
-    "leak:0.1": "was counted on its replicas, not all of it",  # a model's share on its replicas below 1
-    "stick": "not its 50 %",  # a replica's share ruled out: the one left out, or the one that took all
+    # A model's share on its replicas below 1 (placement), or its replicas counting fewer than the
+    # check sent of it (counted once): whichever unit's evidence is decisive first.
+    "leak:0.1": ("was counted on its replicas, not all of it", "some reached none of them"),
+    "stick": ("not its 50 %",),  # a replica's share ruled out: the one left out, or the one that took all
 }
 
 
@@ -259,4 +261,4 @@ def test_same_model_attached_on_a_busy_pool_passes_a_correct_router_and_fails_a_
     assert last.startswith(f"same-model on attached: {ends}"), text[-3000:]
     assert "placement proven by the schedule's on-minus-off counts" in text, text[-3000:]
     if fault:
-        assert FOUND[fault] in last, last
+        assert any(found in last for found in FOUND[fault]), last

@@ -114,7 +114,7 @@ def test_index_and_a_scenario_page_render_with_their_figures(regress_run, page: 
     assert page.url.endswith("--embedded-hash.html"), page.url
     assert_images_loaded(page, at_least=2)
     banner = page.inner_text(".embedlab-banner")
-    assert "PASSED" in banner and "stack=embedded" in banner
+    assert "PASSED" in banner and 'parameters in effect: stack="embedded"' in banner, banner
     shoot(page, tmp_path, "scenario.png")
     assert page.external == [], f"the reports tried to load {page.external}"
 

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.ticker import MaxNLocator
 
 from ...defaults import FAIRNESS_ALPHA
 from ...evidence.stats import binom_acceptance
@@ -77,6 +76,8 @@ def plot_deltas(result: ScenarioResult) -> Figure:
     weights gets a second panel: each worker's share against the range a correct router
     falls in at the test's alpha, the pass rule drawn.
     """
+    from matplotlib.ticker import MaxNLocator  # here: the CLI imports this module, and draws nothing
+
     tested = [b for b in result.bursts if b.check is not None and b.check.p_value is not None]
     shares = len(result.bursts) == 1 and bool(tested)
     n = max(1, len(result.bursts))
