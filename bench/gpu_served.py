@@ -33,7 +33,7 @@ from loadgen import run_bodies, write_bodies
 from measure import machine_jiffies
 
 from embedlab import Deployment
-from embedlab.cluster.process import ManagedProcess
+from embedlab.cluster.managed_process import ManagedProcess
 
 _TICK = os.sysconf("SC_CLK_TCK")
 

@@ -50,7 +50,7 @@ _EXPORTS: dict[str, str] = {
     "MetricQuery": "evidence.metrics",
     "Snapshot": "evidence.metrics",
     "scrape": "evidence.metrics",
-    "ManagedProcess": "cluster.process",
+    "ManagedProcess": "cluster.managed_process",
     "Event": "cluster.events",
     "LaunchProgress": "progress",
     "Matrix": "reports.matrix",
@@ -107,7 +107,7 @@ _EXPORTS: dict[str, str] = {
     "verdict": "notebook.views",
     "Watch": "watch.runner",
     "WatchConfig": "watch.runner",
-    "watch_live": "watch.live",
+    "watch_live": "watch.in_notebook",
 }
 
 # Old public name -> its new name: still importable, with a DeprecationWarning.
@@ -139,7 +139,7 @@ if TYPE_CHECKING:
     # `X as X`: an explicit re-export, for type checkers (the names load lazily above).
     from .cluster.deployment import Deployment as Deployment
     from .cluster.events import Event as Event
-    from .cluster.process import ManagedProcess as ManagedProcess
+    from .cluster.managed_process import ManagedProcess as ManagedProcess
     from .cluster.spec import DeploymentSpec as DeploymentSpec, WorkerSpec as WorkerSpec
     from .cluster.stack import (
         BaseStack as BaseStack,
@@ -232,5 +232,5 @@ if TYPE_CHECKING:
     )
     from .scenarios.result import Figures as Figures, ScenarioResult as ScenarioResult
     from .verdicts import Verdict as Verdict
-    from .watch.live import watch_live as watch_live
+    from .watch.in_notebook import watch_live as watch_live
     from .watch.runner import Watch as Watch, WatchConfig as WatchConfig

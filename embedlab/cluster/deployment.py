@@ -38,11 +38,11 @@ from ..progress import LaunchObserver
 from .events import EventLog, LaunchReport
 from .hosts import Network
 from .launcher import Launcher, delete_scratch, keep_scratch
+from .managed_process import ManagedProcess
 from .outages import Outages
-from .placement import default_run_dir
 from .ports import release_port, reserve_port
-from .process import ManagedProcess
 from .processes import Processes
+from .provisioning import default_run_dir
 from .spec import DeploymentSpec
 from .stack import CountsBackends, StackContext, prepare_run
 from .stack_registry import get_stack

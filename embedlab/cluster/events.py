@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..progress import LaunchObserver, LaunchStep, StepKind
 
 if TYPE_CHECKING:
-    from .process import ManagedProcess
+    from .managed_process import ManagedProcess
 
 __all__ = ["Event", "EventLog", "LaunchReport"]
 

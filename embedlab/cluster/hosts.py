@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from ..defaults import HOST
 from ..errors import ConfigError, NetworkError
-from .process import register_cleanup, unregister_cleanup
+from .managed_process import register_cleanup, unregister_cleanup
 
 __all__ = ["Host", "Network", "can_make_namespaces"]
 

@@ -5,7 +5,7 @@ then the frontend and the workers side by side (a worker registers as soon as th
 answers, so start-up costs one interpreter start, not two in a row); then each worker until
 its /health answers, the frontend lists its model and dispatches to its endpoint. A worker
 that must start again (a fault, the restart policy) comes back through `respawn_worker`,
-the one relaunch. `placement.py` decides what each process gets (its folder, GPU, vLLM
+the one relaunch. `provisioning.py` decides what each process gets (its folder, GPU, vLLM
 settings); this module runs them. The launcher builds the run's `Processes`
 (`processes.py`), which owns them and their lock, and is the only part that puts a process
 in it; the faults, the restart policy and steering are given the launcher, never the deployment.
@@ -35,9 +35,9 @@ from ..defaults import (
 from ..errors import DeploymentStoppedError, ServerStartError
 from ..evidence import clients
 from ..plugins import child_env
-from .placement import gpu_for, visible_gpus, vllm_worker_env
-from .process import ManagedProcess, register_cleanup, unregister_cleanup
+from .managed_process import ManagedProcess, register_cleanup, unregister_cleanup
 from .processes import Processes
+from .provisioning import gpu_for, visible_gpus, vllm_worker_env
 from .worker_server import runs_vllm
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from ..defaults import STOP_TIMEOUT_S
 from ..errors import DeploymentStoppedError
-from .process import ManagedProcess, stop_together
+from .managed_process import ManagedProcess, stop_together
 from .spec import DeploymentSpec, WorkerSpec
 
 __all__ = ["Processes"]

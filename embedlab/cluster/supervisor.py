@@ -31,7 +31,7 @@ from ..errors import DeploymentStoppedError, ServerError, ServerStartError
 if TYPE_CHECKING:
     from .events import EventLog
     from .launcher import Launcher
-    from .process import ManagedProcess
+    from .managed_process import ManagedProcess
     from .spec import WorkerSpec
 
 __all__ = ["GAVE_UP", "RESTART_POLL_S", "RestartBudget", "Supervisor"]

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..cluster.process import register_cleanup, unregister_cleanup
+from ..cluster.managed_process import register_cleanup, unregister_cleanup
 from ..defaults import CELL_GUARD_EXTENSION, CELL_TIMEOUT_S, KERNEL_NAME
 from ..errors import ConfigError, NotebookRunError
 from ..verdicts import RunStatus, Verdict

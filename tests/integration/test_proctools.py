@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from embedlab.cluster.process import ManagedProcess
+from embedlab.cluster.managed_process import ManagedProcess
 
 from ..proctools import alive, group_members, wait_gone
 

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from embedlab.cluster.ports import release_port, reserve_port
-from embedlab.cluster.process import ManagedProcess
+from embedlab.cluster.managed_process import ManagedProcess
 from embedlab.defaults import KERNEL_DISPLAY_NAME, RUN_ROOT_ENV
 
 from ..proctools import descendants_of, kill_all, processes_under, wait_gone

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from embedlab.cluster.process import ManagedProcess
+from embedlab.cluster.managed_process import ManagedProcess
 
 from ..proctools import wait_gone
 from .conftest import NOTEBOOKS

@@ -27,8 +27,8 @@ from pathlib import Path
 import httpx
 
 from embedlab import Deployment, DeploymentSpec
+from embedlab.cluster.managed_process import ManagedProcess, _watchdog
 from embedlab.cluster.ports import reserve_port
-from embedlab.cluster.process import ManagedProcess, _watchdog
 
 
 def wrapped_worker(dep: Deployment, run_dir: Path) -> ManagedProcess:

@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from embedlab import Deployment, DeploymentSpec, same_model_load_balance
+from embedlab.cluster.managed_process import ManagedProcess
 from embedlab.cluster.ports import release_port, reserve_port
-from embedlab.cluster.process import ManagedProcess
 from embedlab.serving.frontend.app import FrontendConfig
 
 from ..commands import run_embedlab

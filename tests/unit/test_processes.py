@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from embedlab import ConfigError, DeploymentSpec, WorkerSpec, register_engine
-from embedlab.cluster.placement import gpu_for
 from embedlab.cluster.processes import Processes
+from embedlab.cluster.provisioning import gpu_for
 from embedlab.engines import ENGINES, EngineTraits, engine_traits
 
 CLUSTER = Path(__file__).resolve().parents[2] / "embedlab" / "cluster"

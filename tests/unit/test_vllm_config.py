@@ -9,7 +9,7 @@ import pytest
 
 from embedlab import ScenarioPlan, load_matrix
 from embedlab.cli.entry import build_parser, engine_options_from_args
-from embedlab.cluster.placement import vllm_worker_env
+from embedlab.cluster.provisioning import vllm_worker_env
 from embedlab.engines.vllm_config import CPU_KV_CACHE_BYTES, cpu_kv_cache_bytes, position_limit
 from embedlab.errors import ConfigError
 

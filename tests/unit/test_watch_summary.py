@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from embedlab.watch.checks import CheckKey
-from embedlab.watch.live import LiveWatch
+from embedlab.watch.in_notebook import LiveWatch
 from embedlab.watch.names import FAILING, INCONCLUSIVE, OK
 
 

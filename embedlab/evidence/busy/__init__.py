@@ -4,7 +4,7 @@
     sequential.py  RandomizationCS: per-block randomization bets, e-processes and confidence sequences
     engine.py      BlockEngine: the units judged (placement per model, share per replica) and the stop rule
     monitor.py     BusyMonitor: window records in, a BusyVerdict out as soon as the evidence suffices
-    results.py     BusyVerdict, ShareEstimate, ProvenBy: plain frozen data
+    outcome.py     BusyVerdict, ShareEstimate, ProvenBy: plain frozen data
     power.py       quiet-pool power: requests needed per pool, the smallest fault a burst catches
     simulate.py    simulated busy pools (steady, bursty, ramp backgrounds; the frontend's faults)
     constants.py   the defaults (budget, window, alpha, the faults a pass rules out)
@@ -19,6 +19,7 @@ here). It sits on its own floor of the import contract, just above stats.
 from __future__ import annotations
 
 from .monitor import BusyMonitor
+from .outcome import BusyVerdict, ProvenBy, ShareEstimate
 from .power import (
     LeakPower,
     QuietPower,
@@ -28,7 +29,6 @@ from .power import (
     quiet_power,
     required_requests,
 )
-from .results import BusyVerdict, ProvenBy, ShareEstimate
 from .schedule import Arm, Schedule, Window, WindowRecord
 from .sequential import Betting, RandomizationCS
 

@@ -26,7 +26,7 @@ from ...verdicts import Verdict
 from ..stats import percent
 from .constants import ALPHA, BUDGET_S, LATE_TOLERANCE, LEAK, SKEW, SKEWED_STRICTER, SURPLUS
 from .engine import BlockEngine, Decision, Unit
-from .results import BusyVerdict, ProvenBy, ShareEstimate
+from .outcome import BusyVerdict, ProvenBy, ShareEstimate
 from .schedule import Schedule, WindowRecord
 
 if TYPE_CHECKING:  # the one name it takes of the accounting: the monitor is fed its findings
