@@ -93,7 +93,8 @@ def quiet_window_cost(label: str, runs: int) -> dict[str, Any]:
     from embedlab import Deployment, DeploymentSpec
     from embedlab.defaults import QUIET_WINDOW_S
     from embedlab.evidence.busy import required_requests
-    from embedlab.evidence.traffic import default_inputs, run_sync
+    from embedlab.evidence.clients import run_sync
+    from embedlab.evidence.traffic import default_inputs
     from embedlab.scenarios.builtin.dispatch import SameModelParams
     from embedlab.scenarios.burst import BurstSpec, judge, run_burst
 
@@ -144,7 +145,8 @@ def sender_vs_hey(workers: int, requests: int, concurrency: int, turns: int) -> 
     from measure import hey
 
     from embedlab import Deployment, DeploymentSpec, ScenarioPlan
-    from embedlab.evidence.traffic import asend_burst, default_inputs, run_sync
+    from embedlab.evidence.clients import run_sync
+    from embedlab.evidence.traffic import asend_burst, default_inputs
 
     model = "embed-model"
     body = json.dumps({"model": model, "input": SAME_INPUT}).encode()

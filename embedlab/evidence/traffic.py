@@ -23,7 +23,6 @@ from ..defaults import REQUEST_ID_HEADER, WORKER_HEADER
 from ..errors import ConfigError, TrafficError
 from ..progress import Bar
 from . import clients
-from .clients import run_sync  # here since it was first defined here: callers import it from traffic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -311,7 +310,7 @@ async def asend_burst(
 
 def send_burst(frontend_url: str, model: str, n: int, **options: Any) -> BurstResult:
     """`asend_burst`, from sync code (notebooks included). Same keyword options."""
-    return run_sync(asend_burst(frontend_url, model, n, **options))
+    return clients.run_sync(asend_burst(frontend_url, model, n, **options))
 
 
 def embed(

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from ..errors import ConfigError
 
 P = TypeVar("P")
+T = TypeVar("T")
 
 __all__ = [
     "Knob",
@@ -44,15 +45,16 @@ __all__ = [
 
 
 def knob(
-    default: Any,
+    default: T,
     help: str,
     *,
     min: float | None = None,
     positive: bool = False,
     choices: Callable[[], Sequence[str]] | Sequence[str] | None = None,
     each: bool = False,
-) -> Any:
+) -> T:
     """A field of a params class: its default, its help text, and a lower bound if it has one.
+    Typed by its default, so that a default of the wrong type fails the type checker.
 
     `positive`: above 0. `choices`: the values it takes (or a function listing them, for a
     registry read when the options are made). `each`: a tuple given one item per option,
@@ -200,7 +202,8 @@ def with_knobs(cls: type[P], params: P | None, given: Mapping[str, Any], *, scen
     if not given:
         return params if params is not None else cls()
     base = {} if params is None else {k.name: getattr(params, k.name) for k in knobs(cls)}
-    return params_of(cls, {**base, **given}, scenario=scenario)
+    made: P = params_of(cls, {**base, **given}, scenario=scenario)
+    return made
 
 
 def check_params_class(cls: Any, *, scenario: str) -> None:

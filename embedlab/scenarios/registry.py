@@ -76,7 +76,7 @@ class Scenario:
     def params_class(self) -> type:
         """Its params class (imported on first use where registered as a string)."""
         if isinstance(self.params, str):
-            loaded = resolve(self.params)
+            loaded: type = resolve(self.params)
             check_params_class(loaded, scenario=self.name)
             object.__setattr__(self, "params", loaded)
             return loaded

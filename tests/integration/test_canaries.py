@@ -15,8 +15,8 @@ import pytest
 
 from embedlab import Deployment, DeploymentSpec, same_model_load_balance
 from embedlab.defaults import CANARY_METRIC, CANARY_WAIT_S
+from embedlab.evidence.clients import run_sync
 from embedlab.evidence.metrics import scrape
-from embedlab.evidence.traffic import run_sync
 from embedlab.scenarios.burst import BurstSpec, judge, run_burst
 from embedlab.stacks.dynamo import dynamo_installed
 from embedlab.verdicts import Verdict

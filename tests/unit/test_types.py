@@ -12,14 +12,41 @@ ROOT = Path(__file__).resolve().parents[2]
 IGNORE = re.compile(r"#\s*type:\s*ignore(?P<codes>\[[^\]]*\])?(?P<rest>.*)$")
 
 
-def test_mypy_finds_no_error_in_the_package() -> None:
+# Checked beside the package in the same run: a scenario's knob whose default is of the wrong
+# type is an error, on its line, and nothing else is.
+WRONG_KNOB = """\
+from dataclasses import dataclass
+
+from embedlab import knob
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    requests: int = knob("many", "requests in the burst")
+    budget_s: float | None = knob(None, "a default of None is fine")
+"""
+
+
+def test_mypy_finds_no_error_in_the_package_and_a_wrong_knob_default(tmp_path: Path) -> None:
     try:
         from mypy import api
     except ImportError:
         missing("mypy", "mypy is not installed: the `dev` extra brings it")
+    probe = tmp_path / "wrong_knob.py"
+    probe.write_text(WRONG_KNOB)
     # In-process, with the pyproject's [tool.mypy] settings; the cache stays in the run's temp.
-    out, err, status = api.run(["--config-file", str(ROOT / "pyproject.toml"), "--no-incremental"])
-    assert status == 0, out[-6000:] + err[-2000:]
+    out, err, status = api.run(
+        [
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--no-incremental",
+            str(ROOT / "embedlab"),
+            str(probe),
+        ]
+    )
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert status == 1 and len(errors) == 1, out[-6000:] + err[-2000:]
+    assert errors[0].startswith(f"{probe}:8: error: Incompatible types in assignment"), errors
 
 
 def _why(lines: list[str], index: int, rest: str) -> str:

@@ -215,7 +215,6 @@ class BlockEngine:
         values = [np.unique(np.concatenate([base * u.expected, s])) for u, s in zip(self.units, specials)]
         width = max(len(v) for v in values)
         self.grid = np.stack([np.pad(v, (0, width - len(v)), mode="edge") for v in values])
-        self._at = lambda u, theta: int(np.searchsorted(self.grid[u], theta))
         self._i_expected = np.array([self._at(u, x.expected) for u, x in enumerate(self.units)])
         self._i_zero = np.zeros(len(self.units), dtype=np.int64)
         self._i_leak = np.array(
@@ -236,6 +235,10 @@ class BlockEngine:
         self._p_low = np.array([(i, self._at(i, lo)) for _, i, _, lo in self._pairs], dtype=np.int64).reshape(
             -1, 2
         )
+
+    def _at(self, u: int, theta: float) -> int:
+        """Where `theta` falls in unit u's grid of tested shares."""
+        return int(np.searchsorted(self.grid[u], theta))
 
     @property
     def blocks(self) -> int:

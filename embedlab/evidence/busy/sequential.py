@@ -95,9 +95,9 @@ class Betting:
         """An odd function of the rescaled contrast, in [-1, 1]: odd, so the bet is fair under H(theta)."""
         clipped = np.clip(x, -1.0, 1.0)
         if self.zero <= self.flat:
-            return clipped
+            return np.asarray(clipped)
         fall = np.clip((self.zero - np.abs(x)) / (self.zero - self.flat), 0.0, 1.0)
-        return clipped * fall
+        return np.asarray(clipped * fall)
 
 
 class RandomizationCS:
@@ -134,10 +134,10 @@ class RandomizationCS:
     def _scale(self, spread: np.ndarray) -> np.ndarray:
         rule, n = self.betting.spread, self.blocks + 1
         if rule == "mean":
-            return (self._sum_spread + spread) / n
+            return np.asarray((self._sum_spread + spread) / n)
         if rule == "rms":
-            return np.sqrt((self._sum_spread2 + spread * spread) / n)
-        return np.median(np.stack([*self._spreads, spread]), axis=0)
+            return np.asarray(np.sqrt((self._sum_spread2 + spread * spread) / n))
+        return np.asarray(np.median(np.stack([*self._spreads, spread]), axis=0))
 
     def update(
         self, contrast: np.ndarray, counts: np.ndarray, doses: np.ndarray, observed: np.ndarray
@@ -213,4 +213,4 @@ class RandomizationCS:
         (the effect exceeds theta: a lower confidence bound) or "below" (it falls short)."""
         level = -np.log(np.asarray(alpha, dtype=float))
         capital = {"above": self.best_up, "below": self.best_down}[side]
-        return capital >= level
+        return np.asarray(capital >= level)

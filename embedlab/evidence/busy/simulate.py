@@ -106,7 +106,7 @@ class Background:
             r = np.broadcast_to(2.0 * t / budget_s, (len(phase), *t.shape[1:]))
         else:
             raise ValueError(f"unknown background shape {self.shape!r}; choose from {SHAPES}")
-        return self.multiple * r.mean(axis=-1)
+        return np.asarray(self.multiple * r.mean(axis=-1))
 
 
 @dataclass

@@ -24,8 +24,9 @@ from ...cluster.events import Event
 from ...cluster.stack_registry import stack_class, stacks_with
 from ...errors import ConfigError, DeploymentStoppedError, MetricsError
 from ...evidence import clients
+from ...evidence.clients import run_sync
 from ...evidence.metrics import scrape
-from ...evidence.traffic import BurstResult, run_sync
+from ...evidence.traffic import BurstResult
 from ...progress import LaunchProgress
 from ...verdicts import Verdict
 from ..burst import launched, serving, unread_events, workers_of

@@ -22,10 +22,11 @@ from ...evidence.busy import (
     moving_requests,
     required_requests,
 )
+from ...evidence.clients import run_sync
 from ...evidence.split import Split
 from ...evidence.stats import still_chance
 from ...evidence.target import Target, target_of
-from ...evidence.traffic import Input, RequestRecord, run_sync
+from ...evidence.traffic import Input, RequestRecord
 from ...verdicts import Verdict
 from ..burst import BurstSpec, judge, run_burst, served_models, serving, status_codes, workers_of
 from ..params import knob, with_knobs

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from ...cluster.deployment import Deployment
 from ...errors import ConfigError
+from ...evidence.clients import run_sync
 from ...evidence.target import Target
-from ...evidence.traffic import probes, run_sync
+from ...evidence.traffic import probes
 from ..burst import BurstSpec, judge, launched, run_burst, serving, workers_of
 from ..params import knob, with_knobs
 from ..registry import Scenario

@@ -27,11 +27,12 @@ from ...cluster.deployment import Deployment
 from ...defaults import FAIRNESS_ALPHA, SPLIT_CONFIRM
 from ...errors import ConfigError
 from ...evidence.busy import ProvenBy, leak_power, leak_requests, quiet_power, required_requests
+from ...evidence.clients import run_sync
 from ...evidence.counters import fairness_p_value
 from ...evidence.split import Split
 from ...evidence.stats import still_chance
 from ...evidence.target import Target, target_of
-from ...evidence.traffic import probes, run_sync
+from ...evidence.traffic import probes
 from ...verdicts import Verdict
 from ..burst import BurstSpec, judge, run_burst, served_models, workers_of
 from ..params import knob, with_knobs

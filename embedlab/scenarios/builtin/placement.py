@@ -20,10 +20,10 @@ from typing import Any
 from ...cluster.deployment import Deployment
 from ...evidence.busy import ProvenBy, QuietPower, leak_power, moving_requests, quiet_power, required_requests
 from ...evidence.busy.constants import POWER
+from ...evidence.clients import run_sync
 from ...evidence.split import Split
 from ...evidence.stats import StillChance, percent
 from ...evidence.target import Target
-from ...evidence.traffic import run_sync
 from ...verdicts import Verdict
 from ..burst import status_codes, workers_of
 from ..result import Burst, DataFigures, ScenarioResult, ScheduleRun

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 from ...cluster.deployment import Deployment
 from ...errors import ConfigError
 from ...evidence import clients
+from ...evidence.clients import run_sync
 from ...evidence.target import Target, target_of
-from ...evidence.traffic import asend_burst, probes, run_sync
+from ...evidence.traffic import asend_burst, probes
 from ...verdicts import Verdict
 from ..burst import BurstSpec, judge, run_burst, serving, status_codes, workers_of
 from ..params import knob, with_knobs

@@ -23,9 +23,10 @@ from ...cluster.stack_registry import get_stack
 from ...errors import ConfigError, ScrapeError
 from ...evidence import clients
 from ...evidence.busy import ProvenBy
+from ...evidence.clients import run_sync
 from ...evidence.metrics import ascrape
 from ...evidence.target import Target
-from ...evidence.traffic import RequestRecord, probes, run_sync
+from ...evidence.traffic import RequestRecord, probes
 from ...verdicts import Verdict
 from ..burst import (
     BurstSpec,
