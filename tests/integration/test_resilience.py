@@ -138,6 +138,7 @@ SKEW_SEED = 7
         ("skew:0.95", "same", "a confirming burst of 240 requests did not fit either"),
         ("drop:0.2", "same", "requests failed (HTTP 503"),
         ("ghost", "drain", "m (worker 1 drained): traffic leaked onto worker 1"),
+        ("double:0.1", "same", "m: counters moved 66 for 60 requests sent: some were counted twice"),
     ],
 )
 def test_injected_fault_is_caught(fault: str, scenario: str, named: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -160,6 +161,17 @@ def test_injected_fault_is_caught(fault: str, scenario: str, named: str, tmp_pat
     if fault.startswith("skew"):  # a split that does not fit fails once a burst 4x as large agrees
         assert [b.check.total_delta for b in result.bursts] == [60, 240], result.summary()  # type: ignore[union-attr]
         assert "did not fit either" in result.summary()
+
+
+def test_a_slow_replica_is_no_placement_fault_and_its_latency_shows(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`slow:50` delays every request to one replica by 50 ms: where the requests went is right, so
+    the verdict passes, and the latency figures show the delay (no clock asserted beyond it: a
+    request delayed 50 ms takes at least 50 ms)."""
+    spec = DeploymentSpec.same_model("m", workers=2, frontend_args=("--fault", "slow:50"), seed=SKEW_SEED)
+    with Deployment(spec, run_dir=tmp_path) as dep:
+        result = same_model_load_balance(dep, requests=60)
+    assert result.verdict == Verdict.PASSED, result.summary()
+    assert result.latency_ms()["p90"] >= 50, result.latency_ms()
 
 
 def test_a_judge_that_doubts_every_failure_would_fail_the_fault_tests(
