@@ -153,6 +153,10 @@ def check_kernel(name: str = KERNEL_NAME) -> None:
         )
 
 
+# What a notebook that takes no `result_json` is said to be: it ran, and asserted nothing.
+PLAIN = "a plain notebook (it takes no result_json parameter): it ran to its end, and nothing in it is asserted"
+
+
 def run_job(
     job: Job,
     run_dir: Path,
@@ -174,11 +178,13 @@ def run_job(
     notebook_out = run_dir / f"{job.name}.ipynb"
     result_json = run_dir / "results" / f"{job.name}.json"
     logs = run_dir / "logs" / job.name
-    # Absolute: the kernel runs in the run folder, where a relative path would nest.
-    params = {**job.params, "run_dir": str(logs.resolve()), "result_json": str(result_json.resolve())}
-    if "stop_at_end" in notebook_parameters(job.notebook):
-        # An explore notebook keeps its deployment up for people; a run stops it in its own cell.
-        params["stop_at_end"] = True
+    takes = notebook_parameters(job.notebook)
+    # Absolute: the kernel runs in the run folder, where a relative path would nest. Only what the
+    # notebook takes: a plain notebook (no result_json) is run as it is, and said to be plain.
+    runner = {"run_dir": str(logs.resolve()), "result_json": str(result_json.resolve()), "stop_at_end": True}
+    # stop_at_end: an explore notebook keeps its deployment up for people; a run stops it in its own cell.
+    params = {**job.params, **{k: v for k, v in runner.items() if k in takes}}
+    plain = "result_json" not in takes
     started = time.monotonic()
     error = None
     stop = stop or Stop()
@@ -207,6 +213,8 @@ def run_job(
         raise Stopped(error)
     seconds = time.monotonic() - started
     result = json.loads(result_json.read_text()) if result_json.is_file() else None
+    if plain and result is None:
+        result = {"verdict": str(Verdict.REPORTED), "reasons": [PLAIN]}
     verdict, error = _verdict(error, result)
     html = None
     figures: list[ReportImage] = []

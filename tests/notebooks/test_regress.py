@@ -11,6 +11,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
+from embedlab.reports.regress import PLAIN
 from nbformat.v4 import new_code_cell, new_notebook
 
 from embedlab import Deployment, DeploymentSpec
@@ -201,10 +203,10 @@ def test_regress_fails_for_real_keeps_the_report_and_shows_the_flip(regress_run,
     )
 
 
-def _plain_notebook(path: Path, code: str) -> None:
-    """A notebook of the runner's parameters and one cell of `code`, on the plain python3 kernel."""
+def _plain_notebook(path: Path, code: str, *, parameters: str = "run_dir = ''\nresult_json = ''") -> None:
+    """A notebook of `parameters` (the runner's) and one cell of `code`, on the plain python3 kernel."""
     notebook = new_notebook(
-        cells=[new_code_cell("run_dir = ''\nresult_json = ''", metadata={"tags": ["parameters"]}), new_code_cell(code)],
+        cells=[new_code_cell(parameters, metadata={"tags": ["parameters"]}), new_code_cell(code)],
         metadata={
             "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
             "language_info": {"name": "python"},
@@ -258,6 +260,18 @@ def test_a_notebook_that_writes_no_result_is_an_error_in_the_index_the_junit_and
     assert "ERROR" in (run / "index.html").read_text()
     suite = (run / "junit.xml").read_text()
     assert "<error" in suite and "wrote no result" in suite, suite
+
+
+def test_a_plain_notebook_without_a_result_is_reported_as_plain_not_as_a_verdict(tmp_path: Path) -> None:
+    """A notebook that takes no result_json asserts nothing: it runs, and is said to be plain."""
+    _plain_notebook(tmp_path / "plain.ipynb", "print('a figure, say')", parameters="run_dir = ''")
+    (tmp_path / "m.toml").write_text('notebooks = ["plain.ipynb"]\n[[params]]\nname = "as-is"\n')
+    proc = run_regress("--matrix", tmp_path / "m.toml", "--out", tmp_path / "out", timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = index_path(proc).parent
+    (scenario,) = json.loads((run / "results.json").read_text())["scenarios"]
+    assert scenario["verdict"] == "reported" and scenario["reasons"] == [PLAIN], scenario
+    assert "REPORTED" in (run / "index.html").read_text() and "PASSED" not in (run / "index.html").read_text()
 
 
 @pytest.mark.parametrize(
