@@ -154,7 +154,9 @@ def check_kernel(name: str = KERNEL_NAME) -> None:
 
 
 # What a notebook that takes no `result_json` is said to be: it ran, and asserted nothing.
-PLAIN = "a plain notebook (it takes no result_json parameter): it ran to its end, and nothing in it is asserted"
+PLAIN = (
+    "a plain notebook (it takes no result_json parameter): it ran to its end, and nothing in it is asserted"
+)
 
 
 def run_job(

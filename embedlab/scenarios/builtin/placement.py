@@ -199,32 +199,21 @@ def same_model_busy(
     """same-model on a busy pool: the randomized on/off schedule's verdict."""
     if split is Split.REPORT:
         reason = f"{model}: the pool is busy, and the router's policy decides the split: nothing to test it against"
-        verdict, reasons, power, run = Verdict.INCONCLUSIVE, [reason], "", None
-    else:
-        models = [m if m is not None else model for m in target.models]
-        run = run_sync(
-            run_schedule(
-                target,
-                schedule_for([model], workers=len(indices)),
-                models=models,
-                weights=weights,
-                budget_s=budget_s,
-            )
-        )
-        verdict, reasons, power = busy_verdict(run, bursts)
-    return ScenarioResult(
-        scenario="same-model",
-        stack=target.stack,
-        params=params,
-        workers=workers_of(deployment),
-        bursts=bursts,
-        verdict=verdict,
-        reasons=reasons,
-        wall_seconds=time.monotonic() - started,
+        return _scheduled(
+            "same-model", deployment, target, None, bursts, started, params,
+            figures=busy_split(None, indices, split), decided=(Verdict.INCONCLUSIVE, [reason], ""),
+        )  # fmt: skip
+    models = [m if m is not None else model for m in target.models]
+    run = _run_schedule(target, [model], len(indices), models, weights, budget_s)
+    return _scheduled(
+        "same-model",
+        deployment,
+        target,
+        run,
+        bursts,
+        started,
+        params,
         figures=busy_split(run, indices, split),
-        power=power,
-        proven_by=run.verdict.proven_by if run is not None and run.verdict else ProvenBy.SCHEDULE,
-        schedule=run,
     )
 
 
@@ -242,17 +231,48 @@ def placement_busy(
 ) -> ScenarioResult:
     """multi-model and mixed on a busy pool: the schedule's verdict, one arm per model."""
     pool = [m for m in target.models if m is not None]
-    run = run_sync(
+    run = _run_schedule(target, models, max(pool.count(m) for m in models), pool, weights, budget_s)
+    moved = run.on_minus_off()
+    return _scheduled(
+        scenario, deployment, target, run, bursts, started, params,
+        figures=figures or DispatchFigures(wrong=math.nan, counted=sum(moved.values()), codes=status_codes(bursts)),
+    )  # fmt: skip
+
+
+def _run_schedule(
+    target: Target,
+    models: list[str],
+    workers: int,
+    pool: Sequence[str | None],
+    weights: Sequence[float],
+    budget_s: float,
+) -> ScheduleRun:
+    """The randomized on/off schedule, one arm per model of `models`, over the pool's workers."""
+    return run_sync(
         run_schedule(
-            target,
-            schedule_for(models, workers=max(pool.count(m) for m in models)),
-            models=pool,
-            weights=weights,
-            budget_s=budget_s,
+            target, schedule_for(models, workers=workers), models=pool, weights=weights, budget_s=budget_s
         )
     )
-    verdict, reasons, power = busy_verdict(run, bursts)
-    moved = run.on_minus_off()
+
+
+def _scheduled(
+    scenario: str,
+    deployment: Deployment | Target,
+    target: Target,
+    run: ScheduleRun | None,
+    bursts: list[Burst],
+    started: float,
+    params: dict[str, Any],
+    *,
+    figures: Any,
+    decided: tuple[Verdict, list[str], str] | None = None,
+) -> ScenarioResult:
+    """A placement scenario's result on a busy pool: the schedule's verdict (or one `decided`
+    before any schedule ran), its power, and how placement was proven."""
+    if decided is None:
+        assert run is not None, "a schedule ran, or the verdict was decided without one"
+        decided = busy_verdict(run, bursts)
+    verdict, reasons, power = decided
     return ScenarioResult(
         scenario=scenario,
         stack=target.stack,
@@ -262,8 +282,7 @@ def placement_busy(
         verdict=verdict,
         reasons=reasons,
         wall_seconds=time.monotonic() - started,
-        figures=figures
-        or DispatchFigures(wrong=math.nan, counted=sum(moved.values()), codes=status_codes(bursts)),
+        figures=figures,
         power=power,
         proven_by=run.verdict.proven_by if run is not None and run.verdict else ProvenBy.SCHEDULE,
         schedule=run,
