@@ -249,13 +249,16 @@ def notebook_parameters(notebook: Path) -> dict[str, str]:
     return {name: spec["default"] for name, spec in found.items()}
 
 
-def params_in_effect(notebook: Path, given: dict[str, Any], result: dict[str, Any] | None) -> dict[str, str]:
-    """Every parameter a run had, as the report lists it: the notebook's defaults, the matrix's
+def params_in_effect(
+    defaults: dict[str, str], given: dict[str, Any], result: dict[str, Any] | None
+) -> dict[str, str]:
+    """Every parameter a run had, as the report lists it: the notebook's defaults (as
+    `notebook_parameters` reads them), the matrix's
     values over them, then what the run itself resolved (a `requests` of None sized from the
     pool, a fresh seed), where its result records a value the notebook did not say. The
     runner's own (run_dir, result_json, stop_at_end) are left out: they are the same in kind
     for every run."""
-    shown = {k: v for k, v in notebook_parameters(notebook).items() if k not in RUNNER_PARAMS}
+    shown = {k: v for k, v in defaults.items() if k not in RUNNER_PARAMS}
     shown.update({k: as_source(v) for k, v in given.items() if k not in RUNNER_PARAMS})
     for key, value in ((result or {}).get("params") or {}).items():
         said = shown.get(key)

@@ -224,7 +224,7 @@ def run_job(
         banner = {
             "name": job.name,
             "verdict": verdict,
-            "params": params_in_effect(job.notebook, job.params, result),
+            "params": params_in_effect(takes, job.params, result),
             "summary": error or (result or {}).get("verdict", ""),
             "seconds": seconds,  # the date is papermill's, in the notebook
             "command": command,
