@@ -348,11 +348,10 @@ def busy_outcome(run: ScheduleRun) -> tuple[Verdict, list[str], str]:
         return Verdict.INCONCLUSIVE, [run.why or "the schedule reached no verdict"], "nothing ruled out"
     v = run.verdict
     failed = run.traffic.failures
-    if failed and v.verdict is Verdict.PASSED:
-        # As on a quiet pool: a request the check sent that failed fails the check.
-        return (
-            Verdict.FAILED,
-            [f"{len(failed)} of the schedule's {run.traffic.n} requests failed ({failed[0].error})"],
-            v.power,
-        )
+    if failed:
+        # As on a quiet pool: a request the check sent that failed fails the check. It is the
+        # direct evidence, so it comes first; what the counters found of the same fault follows.
+        named = f"{len(failed)} of the schedule's {run.traffic.n} requests failed ({failed[0].error})"
+        beside = list(v.reasons) if v.verdict is Verdict.FAILED else []
+        return Verdict.FAILED, [named, *beside], v.power
     return v.verdict, list(v.reasons), v.power

@@ -87,6 +87,7 @@ class WatchConfig:
     alpha: float = ALPHA
     scrape_timeout_s: float = SCRAPE_TIMEOUT_S
     settle_s: float = SETTLE_S
+    retry_s: float = RETRY_S  # after a failed read or a disturbed block, the wait before the next try
     request_timeout_s: float = 30.0
     seed: int | None = None
     duration_s: float | None = None  # stop by itself after this long (tests, the notebook)
@@ -271,7 +272,7 @@ class Watch:
                     before = await self._read(scraper)
                     if before is None:
                         self._update()  # the failures counted while no block can run
-                        await self._sleep(stop, RETRY_S)
+                        await self._sleep(stop, self.config.retry_s)
                         continue
                 started = time.perf_counter()
                 before = await self._block(block, before, scraper, http)
@@ -281,7 +282,7 @@ class Watch:
                 period = self._per_block / self.config.max_rate * self._spacing.uniform(0.5, 1.5)
                 wait = started + period - time.perf_counter()
                 if before is None or wait > 0.05:
-                    await self._sleep(stop, max(wait, RETRY_S if before is None else 0.0))
+                    await self._sleep(stop, max(wait, self.config.retry_s if before is None else 0.0))
                     before = None  # other clients' traffic of the gap: the next block reads afresh
             stopping.cancel()
         self._stopped_at = time.perf_counter()

@@ -39,7 +39,9 @@ class Feed:
         self.block, self.now = 0, 0.0
         self.transitions: list = []
 
-    def run(self, seconds: float, fault: str = "") -> None:
+    def run(self, seconds: float, fault: str = "", *, twice: float = 0.0, lost: float = 0.0) -> None:
+        """`twice`: each of the check's requests is counted a second time with this probability, on a
+        replica of its model (`double`); `lost`: counted by no worker (`cache`)."""
         names = {m: f"m{k}" for k, m in enumerate(self.judge.pool.served)}
         routing = Pool(tuple(names[m] for m in self.judge.pool.models), fault=fault).routing()
         even = Pool(tuple(names[m] for m in self.judge.pool.models)).routing().mean(axis=0)
@@ -55,7 +57,10 @@ class Feed:
             of = [[x == m for x in self.judge.pool.models] for m in self.judge.models_sent]
             for t in range(sent.shape[1]):
                 for m in range(sent.shape[0]):
-                    deltas[:, t] += self.rng.multinomial(sent[m, t], routing[m])
+                    counted = sent[m, t] - self.rng.binomial(sent[m, t], lost)
+                    deltas[:, t] += self.rng.multinomial(
+                        counted + self.rng.binomial(counted, twice), routing[m]
+                    )
                 theirs = self.rng.poisson(self.background * 0.25 * even)
                 deltas[:, t] += theirs
                 others[:, t] = [theirs[own].sum() for own in of]
@@ -170,3 +175,24 @@ def test_a_fault_after_an_hour_meets_a_young_test() -> None:
     alarms = [t for t in feed.transitions if t.alarm and t.key.model == "a"]
     assert alarms and alarms[0].key.check in (MULTI_MODEL, COUNTED_ONCE), alarms
     assert alarms[0].at - fault_at <= 60 * 10, alarms  # within 60 blocks of the fault
+
+
+@pytest.mark.parametrize(("twice", "lost"), [(0.2, 0.0), (0.0, 0.2)], ids=["double", "cache"])
+def test_requests_counted_twice_or_not_at_all_are_convicted_by_the_counts_not_the_shares(
+    twice: float, lost: float
+) -> None:
+    """`double:0.2` and `cache:0.2` on the watch (the loop's other faults are test_watch_runner.py's):
+    a check that weighs a model's count against the check's requests (multi-model's or counted-once's)
+    fails, with the count it found beside its expected 1; the replicas' shares stay right, so
+    same-model accuses no one. At 6 requests a window the watch needs minutes for a fifth."""
+    judge = judge_for(["a", "a", "b", "b"], horizon_s=120, stagger_s=30)
+    feed = Feed(judge, seed=4, router=True)
+    feed.run(60)
+    assert not [t for t in feed.transitions if t.alarm]
+    feed.run(3 * 60, twice=twice, lost=lost)
+    alarms = [t for t in feed.transitions if t.alarm]
+    assert alarms and all(t.key.check in (MULTI_MODEL, COUNTED_ONCE) for t in alarms), alarms
+    low, high = (1.0, 2.0) if twice else (0.0, 1.0)
+    for t in alarms:
+        found = float(t.why.split(": ")[-1].split(" of ")[0])
+        assert low < found < high and "expected 1)" in t.why, t.why

@@ -35,8 +35,14 @@ class MockPool:
         background: float = 0.08,
         seed: int = 0,
         names: bool = True,
+        fault: str = "",
     ) -> None:
+        """`fault`: one of the embedded frontend's (serving/frontend/faults.py), as it acts on a
+        request: `stick`, `skew:w`, `drop:p` (503, no worker), `double:p` (served by two
+        replicas), `cache:p` (200, no worker), `slow:ms` (the first replica answers late)."""
         self.models, self.leak, self.background, self.names = models, leak, background, names
+        name, _, param = fault.partition(":")
+        self.fault, self.param = name, float(param or 0)
         self.rng = random.Random(seed)
         self.registries = [self._registry() for _ in models]
         self.unreadable: set[int] = set()
@@ -73,11 +79,30 @@ class MockPool:
         other = [i for i, m in enumerate(self.models) if m != model]
         leaks = other and self.rng.random() < self.leak
         i = self.rng.choice(other if leaks else own)
+        if self.fault == "stick" or (self.fault == "skew" and self.rng.random() < self.param):
+            i = own[0]
+        elif self.fault == "skew":
+            i = self.rng.choice(own[1:])
+        if self.fault == "drop" and self.rng.random() < self.param:
+            return httpx.Response(503, json={"error": {"message": "dropped"}})
+        if self.fault == "cache" and self.rng.random() < self.param:
+            return httpx.Response(200, json={"data": [{"embedding": [0.1]}]})
         self.registries[i][1].inc()
+        if self.fault == "double" and self.rng.random() < self.param:
+            self.registries[self.rng.choice([j for j in own if j != i] or own)][1].inc()
         headers = {WORKER_HEADER: f"dynamo.embed-worker-{i + 1}.generate/{i:016x}"} if self.names else {}
         if leaks:
             return httpx.Response(404, json={"error": {"code": "model_not_found"}}, headers=headers)
         return httpx.Response(200, json={"data": [{"embedding": [0.1]}]}, headers=headers)
+
+    async def answer(self, request: httpx.Request) -> httpx.Response:
+        response = self.handle(request)
+        named = response.headers.get(WORKER_HEADER)
+        if self.fault == "slow" and named:
+            i = int(named.rsplit("/", 1)[1], 16)
+            if self.models.index(self.models[i]) == i:  # the first replica of its model
+                await asyncio.sleep(self.param / 1000)
+        return response
 
 
 def watch_on(
@@ -95,6 +120,7 @@ def watch_on(
         seed=3,
         scrape_timeout_s=1,
         settle_s=0.3,
+        retry_s=0.1,
     )
     exporter = Exporter()
     stop = asyncio.Event()
@@ -106,7 +132,7 @@ def watch_on(
         if until is not None and until(watch):
             stop.set()
 
-    watch = Watch(target, config, on_update=update, transport=httpx.MockTransport(pool.handle))
+    watch = Watch(target, config, on_update=update, transport=httpx.MockTransport(pool.answer))
 
     async def main() -> None:
         stop.clear()  # made on this loop's behalf, outside it
@@ -298,3 +324,48 @@ def test_the_command_refuses_what_cannot_work_in_one_line(argv: list[str], says:
         code = exc.code
     err = capsys.readouterr().err.strip()
     assert code == 2 and says in err and len(err.splitlines()) == 1, err
+
+
+# Each fault on the watch's loop (the busy schedule's matrix is test_busy_fault_matrix.py's; double
+# and cache, which only the counts convict, are test_watch_judge.py's), by the check that convicts it.
+# `ghost` is not here: it acts only on an instance that left the pool, and a watched pool's workers
+# stay (drain's and failover's checks see it). `leak`: test_a_leak_is_one_alarm_per_model_proven_by_the_refusals.
+@pytest.mark.parametrize("fault", ["stick", "skew:0.9"])
+def test_a_replica_given_more_than_its_share_is_convicted_by_the_same_model_check(fault: str) -> None:
+    pool = MockPool(["a", "a", "b", "b"], seed=6, fault=fault)
+    failing = {(names.SAME_MODEL, "a"), (names.SAME_MODEL, "b")}
+
+    def decided(watch: Watch) -> bool:
+        return {(t.key.check, t.key.model) for t in watch.transitions if t.alarm} >= failing
+
+    watch, exporter = watch_on(pool, seconds=90, until=decided)
+    found = verdicts(exporter)
+    assert {k for k, state in found.items() if state == names.FAILING} == failing, (fault, found)
+    assert {(t.key.check, t.key.model) for t in watch.transitions if t.alarm} == failing
+    assert any("counters rule out a correct router" in t.why for t in watch.transitions if t.alarm)
+
+
+def test_a_slow_replica_sets_blocks_aside_and_accuses_nothing() -> None:
+    """`slow:60`: each model's first replica answers 60 ms late, past its 50 ms window's closing
+    read: the block is set aside (its late answer would count in the next window) and run again.
+    Where the requests went is right, so no check fails."""
+    pool = MockPool(["a", "a", "b", "b"], seed=6, fault="slow:60")
+    watch, exporter = watch_on(
+        pool, seconds=90, until=lambda w: w.blocks.get("late", 0) >= 3 and w.blocks.get("kept", 0) >= 20
+    )
+    assert names.FAILING not in set(verdicts(exporter).values()) and not any(
+        t.alarm for t in watch.transitions
+    )
+    assert watch.blocks["late"] >= 3 and watch.blocks["kept"] >= 20, watch.blocks
+
+
+def test_a_frontend_that_drops_requests_is_named_and_judges_nothing() -> None:
+    """`drop:0.2`: the frontend answers one request in five 503 itself. A block with a request that
+    reached no worker is set aside (its counters cannot be read as the check's), so no check
+    decides on them: the watch names the refusals, turns nothing ok, and accuses no routing."""
+    pool = MockPool(["a", "a", "b", "b"], seed=6, fault="drop:0.2")
+    watch, exporter = watch_on(pool, seconds=90, until=lambda w: w.blocks.get("refused", 0) >= 5)
+    refused = [e for e in watch.events if e.kind == "refused"]
+    assert refused and "the frontend answered for itself (HTTP 503), not a worker" in refused[0].detail
+    assert names.OK not in set(verdicts(exporter).values()) and not any(t.alarm for t in watch.transitions)
+    assert watch.blocks["refused"] > watch.blocks.get("kept", 0), watch.blocks
