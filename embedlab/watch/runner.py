@@ -55,7 +55,6 @@ from ..evidence.traffic import Probes
 from .checks import WatchPool
 from .judge import Judge, KeyState, ShareState, Transition
 from .names import (
-    ALPHA,
     HORIZON_S,
     MAX_RATE,
     RATE_SPAN_S,
@@ -63,6 +62,7 @@ from .names import (
     SCRAPE_TIMEOUT_S,
     SETTLE_S,
     STAGGER_S,
+    WATCH_TEST_ALPHA,
     WINDOW_REQUESTS,
 )
 
@@ -84,7 +84,7 @@ class WatchConfig:
     window_s: float = WINDOW_S
     horizon_s: float = HORIZON_S
     stagger_s: float = STAGGER_S
-    alpha: float = ALPHA
+    alpha: float = WATCH_TEST_ALPHA
     scrape_timeout_s: float = SCRAPE_TIMEOUT_S
     settle_s: float = SETTLE_S
     request_timeout_s: float = 30.0

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ConfigError
-from .constants import ALPHA, LEAK, SKEW, SKEWED_STRICTER, SKEWNESS, SURPLUS
+from .constants import BUSY_CHECK_ALPHA, LEAK, SKEW, SKEWED_STRICTER, SKEWNESS, SURPLUS
 from .sequential import Betting, RandomizationCS, orders
 
 __all__ = ["COUNTED", "PLACEMENT", "REPLICA", "BlockEngine", "Decision", "Unit"]
@@ -140,7 +140,7 @@ class BlockEngine:
         models: Sequence[str | None],
         weights: Sequence[float] | None = None,
         *,
-        alpha: float = ALPHA,
+        alpha: float = BUSY_CHECK_ALPHA,
         skew: float = SKEW,
         leak: float = LEAK,
         surplus: float = SURPLUS,
