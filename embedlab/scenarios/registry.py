@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..plugins import Registry, resolve
-from .params import NoParams, check_params_class, params_from
+from .params import NoParams, check_params_class
 
 __all__ = ["LAYOUTS", "SCENARIOS", "Scenario", "get_scenario", "register_scenario", "scenario_names"]
 
@@ -81,10 +81,6 @@ class Scenario:
             object.__setattr__(self, "params", loaded)
             return loaded
         return self.params
-
-    def params_from(self, given: Any) -> Any:
-        """Its params from what a plan was given: None (the defaults), a mapping, or an instance."""
-        return params_from(self.params_class, given, scenario=self.name)
 
 
 def _check_run(name: str, run: Any) -> None:
