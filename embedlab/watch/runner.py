@@ -186,8 +186,8 @@ class Watch:
         # average, and no periodic behaviour of a pool (a fault that strikes every n-th request, a
         # batcher's cycle) can lock in phase with the blocks (sampling at random times, as RFC 2330
         # asks of active measurement). At a fixed 1 s period, the embedded frontend's `leak:0.05`
-        # (every 20th request of a model) fell on the other client's request in every 2 s cycle of
-        # 16 of the watch's and 4 of theirs, and no request of the watch's ever leaked.
+        # (every 20th request of a model) falls on the other client's request in every 2 s cycle
+        # of 16 of the watch's and 4 of theirs, and no request of the watch's ever leaks.
         self._spacing = random.Random(self.schedule.seed)
         # The router's own per-model counts, where the target says where they are: read just before
         # and just after the workers' at every read, the accounting that binds them checked each

@@ -30,7 +30,7 @@ Units, for each model m the schedule sends:
                beta is c's regression on C over earlier blocks' off windows (the expected share
                before there are any). It takes out the swings a burst's edge puts into a block,
                and it is the router's real share of the other clients' requests, so a starved
-               replica reads 0 as before. Simulated on 16 replicas at 1x bursty traffic, a
+               replica still reads 0. Simulated on 16 replicas at 1x bursty traffic, a
                correct pool passed in a median 21 s with it, 35 s without; faults were caught
                as fast (docs/busy-method.md).
 

@@ -68,9 +68,10 @@ class Watch:
             await self._tick()
 
     async def _poll_dispatch(self, client: httpx.AsyncClient) -> None:
-        """The frontend's list, in a loop of its own: it answers slowly on a loaded box (1.4 s seen
-        under stress-ng with 128 requests in flight), and a read cut at the counters' 0.225 s lost
-        every sample of a partition's outage. Host 0 is never cut off, so a slow answer is an answer."""
+        """The frontend's list, in a loop of its own: it answers slowly on a loaded box (over a
+        second with 128 requests in flight: docs/benchmarks.md), and a read cut at the counters'
+        0.225 s would lose every sample of a partition's outage. Host 0 is never cut off, so a slow
+        answer is an answer."""
         while not self.done.is_set():
             at = time.perf_counter() - self.origin
             try:
