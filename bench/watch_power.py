@@ -84,7 +84,10 @@ def main() -> int:
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
-        "--alpha", type=float, default=names.ALPHA, help="a test's level (the watch's default: names.ALPHA)"
+        "--alpha",
+        type=float,
+        default=names.WATCH_TEST_ALPHA,
+        help="a test's level (the watch's default: names.WATCH_TEST_ALPHA)",
     )
     args = parser.parse_args()
     started = time.time()

@@ -12,7 +12,6 @@ Users import from `embedlab`, never from a submodule.
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -110,19 +109,10 @@ _EXPORTS: dict[str, str] = {
     "watch_live": "watch.in_notebook",
 }
 
-# Old public name -> its new name: still importable, with a DeprecationWarning.
-_RENAMED: dict[str, str] = {
-    "ConformanceMatrix": "ConformanceTable",
-}
-
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warnings.warn(f"embedlab.{name} is deprecated: use embedlab.{new}", DeprecationWarning, stacklevel=2)
-        return __getattr__(new)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'embedlab' has no attribute {name!r}")

@@ -55,7 +55,7 @@ def child_env(env: Mapping[str, str]) -> dict[str, str]:
     standard library's, and each would fail to start. Safe-path mode (`PYTHONSAFEPATH`,
     Python's -P) keeps the folder off the path; set in the environment, it also reaches
     what those processes start in turn (a worker's ingest processes, vLLM's engine, a
-    router's own Python). What the folder used to give is named explicitly instead: each
+    router's own Python). What the folder would give is named explicitly instead: each
     plugin file of `EMBEDLAB_PLUGINS` by its absolute path, and embedlab's own checkout in
     `PYTHONPATH` when this process found it only by running there.
     """

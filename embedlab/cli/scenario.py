@@ -45,7 +45,7 @@ def add_scenario(sub: argparse._SubParsersAction) -> None:
 def _knobs(scenario: Any) -> list[Any]:
     from ..scenarios.params import knobs
 
-    return knobs(scenario.params_class)
+    return knobs(scenario.params)
 
 
 def _add_knob(group: Any, knob: Any, *, default: Any = None) -> str:

@@ -213,7 +213,3 @@ class DeploymentSpec:
             for (m, p), w in zip(shapes, weights)
         )
         return cls(stack=stack, workers=specs, **options)
-
-    def replicas_of(self, model: str) -> list[int]:
-        """The indices of the workers serving `model`."""
-        return [i for i, w in enumerate(self.workers) if w.model == model]

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import abc
 import secrets
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, cast, runtime_checkable
 
 import httpx
 
@@ -121,48 +120,11 @@ CAPABILITIES: dict[str, tuple[type, str]] = {
     "canaries": (SendsCanaries, "{name} has no health-check canaries"),
     "counts_backends": (CountsBackends, "{name} keeps no per-worker counts"),
 }
-# The old contract's reasons (before issue 29), by what `lacks` keys them by now.
-OLD_REASONS = {
-    "no_drain": "drains",
-    "no_retries_switch": "retries_switch",
-    "no_canaries": "canaries",
-    "no_worker_servers": "worker_servers",
-}
 
 
-def _old_flag(cls: type, name: str) -> bool:
-    """The old contract's flag `name` (`drains`, ...), read from a class that no longer sets it:
-    what its methods say, with a DeprecationWarning."""
-    if name not in CAPABILITIES:
-        raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}")
-    protocol = CAPABILITIES[name][0]
-    warnings.warn(
-        f"{cls.__name__}.{name} is deprecated: a stack that has it is a {protocol.__name__} "
-        f"(isinstance(stack, embedlab.{protocol.__name__}), issubclass for a class)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return issubclass(cls, protocol)
-
-
-class _StackType(abc.ABCMeta):
-    """BaseStack's metaclass, for readers of the old contract: `stack_class(name).drains` still
-    answers (deprecated). Hidden from type checkers, which then flag any other unknown name."""
-
-    if not TYPE_CHECKING:
-
-        def __getattr__(cls, name: str) -> bool:
-            return _old_flag(cls, name)
-
-
-class BaseStack(metaclass=_StackType):
+class BaseStack(abc.ABC):
     """A stack's defaults. Subclasses define the four abstract methods and override the rest
     where they differ; `register_stack` checks both when the class joins the registry."""
-
-    if not TYPE_CHECKING:
-
-        def __getattr__(self, name: str) -> bool:
-            return _old_flag(type(self), name)
 
     name: ClassVar[str] = ""
     title: ClassVar[str] = ""  # how messages name it; default "the <name> stack"
@@ -250,9 +212,6 @@ class BaseStack(metaclass=_StackType):
         general sentence of `CAPABILITIES`."""
         if capability in self.lacks:
             return self.lacks[capability]
-        old = next((o for o, c in OLD_REASONS.items() if c == capability), "")
-        if getattr(self, old, ""):  # a class of the old contract (stack_check warns of it)
-            return str(getattr(self, old))
         general = CAPABILITIES[capability][1].format(name=self.name) if capability in CAPABILITIES else ""
         return default or general
 
@@ -359,14 +318,5 @@ def capable(stack: BaseStack, capability: Callable[..., CapabilityT]) -> Capabil
 def prepare_run(stack: BaseStack, ctx: StackContext[Any]) -> tuple[StackContext[Any], dict[str, str]]:
     """The run prepared: its context, carrying the state `stack.prepare` returned, and the
     environment of its every process."""
-    state = stack.prepare(ctx)
-    if isinstance(state, Mapping):  # the contract before issue 29: prepare returned the environment
-        warnings.warn(
-            f"{type(stack).__qualname__}.prepare returns a mapping: return the run's state (a dataclass) "
-            "and give the environment from env(ctx)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return ctx, dict(state)
-    ready = replace(ctx, state=state)
+    ready = replace(ctx, state=stack.prepare(ctx))
     return ready, stack.env(ready)

@@ -7,21 +7,16 @@ abstract methods, keep no state on its objects (a run's is what `prepare()` retu
 the arguments the harness passes to each method it defines (by name, in order), define a
 capability's methods all or none (`drain` with `resume`), and give reasons (`lacks`) only
 for what it lacks. Each refusal is a `ConfigError` that names the stack and what is wrong.
-
-The contract before issue 29 stated each capability twice, a flag beside the method
-(`drains = True` beside `drain`): a class that still sets such a flag joins with a
-DeprecationWarning where the flag says what its methods say, and is refused where it does not.
 """
 
 from __future__ import annotations
 
 import inspect
-import warnings
 from collections.abc import Callable
 
 from ..errors import ConfigError
 from .spec import DISCOVERY_BACKENDS
-from .stack import CAPABILITIES, OLD_REASONS, BaseStack
+from .stack import CAPABILITIES, BaseStack
 
 __all__ = ["check_stack_class"]
 
@@ -117,7 +112,7 @@ def check_stack_class(name: str, cls: object) -> None:
 
 
 def _check_capabilities(name: str, cls: type[BaseStack]) -> None:
-    """A capability's methods all or none; reasons only for what it lacks; old flags that agree."""
+    """A capability's methods all or none; reasons only for what it lacks."""
     for capability, (protocol, _) in CAPABILITIES.items():
         methods = _protocol_methods(protocol)
         defined = [m for m in methods if _defines(cls, m)]
@@ -127,44 +122,13 @@ def _check_capabilities(name: str, cls: type[BaseStack]) -> None:
                 f"stack {name!r}: {cls.__qualname__} defines {', '.join(defined)} but not {', '.join(rest)}: "
                 f"a stack that is a {protocol.__name__} defines {', '.join(methods)}"
             )
-        has = bool(defined)
-        if capability in cls.lacks and has:
+        if capability in cls.lacks and defined:
             raise ConfigError(
                 f"stack {name!r}: {cls.__qualname__} gives a reason it lacks {capability}, yet defines "
                 f"{', '.join(methods)}"
-            )
-        flag = next((vars(c)[capability] for c in cls.__mro__ if capability in vars(c)), None)
-        if isinstance(flag, bool):  # the old contract's flag
-            if flag and not has:
-                raise ConfigError(
-                    f"stack {name!r}: {cls.__qualname__} declares {capability} but does not define {', '.join(methods)}"
-                )
-            if has and not flag:
-                raise ConfigError(
-                    f"stack {name!r}: {cls.__qualname__} defines {', '.join(methods)} but declares {capability} = False"
-                )
-            warnings.warn(
-                f"stack {name!r}: the flag {capability} is deprecated: defining {', '.join(methods)} says it "
-                f"(a {protocol.__name__}); drop the flag",
-                DeprecationWarning,
-                stacklevel=4,
             )
     unknown = sorted(set(cls.lacks) - _KNOWN_LACKS)
     if unknown:
         raise ConfigError(
             f"stack {name!r}: lacks names {', '.join(unknown)}; it keys reasons by {', '.join(sorted(_KNOWN_LACKS))}"
-        )
-    for old, capability in OLD_REASONS.items():
-        if getattr(cls, old, None):
-            warnings.warn(
-                f"stack {name!r}: {old} is deprecated: give the reason as lacks = {{{capability!r}: ...}}",
-                DeprecationWarning,
-                stacklevel=4,
-            )
-    if getattr(cls, "worker_servers", None) is not None:
-        warnings.warn(
-            f"stack {name!r}: worker_servers is deprecated: a stack runs every worker server that joins "
-            "the way its workers_join says (Join.REGISTERS, Join.DYNAMO, Join.BY_URL)",
-            DeprecationWarning,
-            stacklevel=4,
         )

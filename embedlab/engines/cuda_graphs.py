@@ -165,7 +165,7 @@ class Slot:
         self.lengths = self.lengths_t.numpy()
         self.out = self.out_t.numpy()
         # Blocking: its waiter sleeps in the driver. A spinning wait (the default with more
-        # cores than GPUs) held a core per worker for as long as the device was busy.
+        # cores than GPUs) holds a core per worker for as long as the device is busy.
         self.done = torch.cuda.Event(blocking=True)
 
 

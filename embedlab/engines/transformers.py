@@ -20,7 +20,7 @@ device computes the last:
   other positions' outputs of that layer are never read.
 
 On CPU none of the CUDA machinery runs: a forward pads to the longest sequence in its
-batch, as before, with the same mask-free inputs.
+batch, and takes the same mask-free inputs as on CUDA.
 """
 
 from __future__ import annotations

@@ -148,14 +148,6 @@ class BurstResult:
     def throughput(self) -> float:
         return len(self.records) / self.wall_seconds if self.wall_seconds > 0 else float("nan")
 
-    def raise_for_errors(self) -> None:
-        failures = self.failures
-        if failures:
-            first = failures[0]
-            raise TrafficError(
-                f"{len(failures)} of {self.n} requests for '{self.model}' failed; first: request {first.index}: {first.error}"
-            )
-
     def to_frame(self) -> pd.DataFrame:
         import pandas as pd
 

@@ -45,7 +45,7 @@ def _knobs_by_name(scenario: str) -> dict[str, Any]:
     from ..scenarios.registry import get_scenario
 
     shared = {k.name: k for k in knobs(ScenarioPlan) if k.help}
-    return shared | {k.name: k for k in knobs(get_scenario(scenario).params_class)}
+    return shared | {k.name: k for k in knobs(get_scenario(scenario).params)}
 
 
 def names(meta: Mapping[str, Any]) -> list[str]:
@@ -53,7 +53,7 @@ def names(meta: Mapping[str, Any]) -> list[str]:
     from ..scenarios.params import knobs
     from ..scenarios.registry import get_scenario
 
-    own = [k.name for k in knobs(get_scenario(meta["scenario"]).params_class)]
+    own = [k.name for k in knobs(get_scenario(meta["scenario"]).params)]
     listed = [n for name in meta["parameters"] for n in (own if name == KNOBS else [name])]
     known = _knobs_by_name(meta["scenario"])
     unknown = [n for n in listed if n not in known]

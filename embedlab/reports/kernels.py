@@ -1,9 +1,9 @@
 """The notebooks' kernels under `embedlab regress`: where their sockets lie, and how a signal stops them.
 
 A run's kernel talks over Unix sockets in a folder of its own (`kernel_folder`), which
-the notebook's end deletes and the watchdog deletes should the harness die first: a
-SIGKILLed harness used to leave `kernel-ipc-1` to `-5` in the run folder and the
-connection file in the temp dir. Papermill runs on a thread of its own
+the notebook's end deletes and the watchdog deletes should the harness die first:
+otherwise a SIGKILLed harness would leave `kernel-ipc-1` to `-5` in the run folder and
+the connection file in the temp dir. Papermill runs on a thread of its own
 (`off_main_thread`), so that the main thread takes SIGINT and SIGTERM (`Stop`): the
 running cell is interrupted as Jupyter's interrupt button does it, and nothing further
 starts.

@@ -228,7 +228,7 @@ def knob_names(scenario: str) -> set[str]:
     """The names of `scenario`'s own knobs (an unknown scenario is the plan's error to raise)."""
     if scenario not in SCENARIOS:
         return set()
-    return {k.name for k in knobs(SCENARIOS.get(scenario).params_class)}
+    return {k.name for k in knobs(SCENARIOS.get(scenario).params)}
 
 
 def _knobs_into_params(notebook: Path, scenario: str, params: dict[str, Any]) -> dict[str, Any]:

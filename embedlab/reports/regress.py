@@ -131,8 +131,8 @@ def check_kernel(name: str = KERNEL_NAME) -> None:
 
     The kernel is a user-level kernelspec (`make install`), which another checkout's
     `make install` may have pointed at its own venv: its notebooks would then run another
-    embedlab, silently. One written by `ipykernel install` (before the guard was an
-    extension) runs the notebooks unguarded, as silently.
+    embedlab, silently. One written by a plain `ipykernel install` does not load the guard:
+    its notebooks run unguarded, as silently.
     """
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 

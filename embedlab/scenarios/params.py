@@ -1,11 +1,11 @@
 """A scenario's own knobs: one frozen dataclass per scenario, each knob with its type and default.
 
     @dataclass(frozen=True, kw_only=True)
-    class FailoverParams:
-        requests: int = knob(200, "requests in the burst", min=1)
+    class FailoverParams(BusyKnobs):      # scenarios/builtin/resilience.py, beside failover()
+        requests: int = knob(200, "requests in the burst", min=2)
         kill_after: int = knob(50, "the victim is SIGKILLed after this many responses", min=1)
 
-    register_scenario("failover", run_failover, params=FailoverParams)
+    FAILOVER = Scenario(name="failover", run=run_failover, params=FailoverParams, launches=True)
 
 From that one class come the scenario's `embedlab scenario NAME` options (`kill_after`
 becomes `--kill-after`, type-checked), the keys a matrix and a notebook's parameters cell

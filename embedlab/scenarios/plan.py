@@ -166,9 +166,7 @@ class ScenarioPlan:
             object.__setattr__(self, name, _tuple(getattr(self, name), item))
         scenario = self.definition  # an unknown scenario fails here
         check_knob_names(scenario)
-        object.__setattr__(
-            self, "params", params_from(scenario.params_class, self.params, scenario=self.scenario)
-        )
+        object.__setattr__(self, "params", params_from(scenario.params, self.params, scenario=self.scenario))
         if self.stack not in STACKS:
             raise ConfigError(f"unknown stack {self.stack!r}; choose from {', '.join(STACKS.names())}")
         if self.engine not in ENGINES:
@@ -255,7 +253,7 @@ class ScenarioPlan:
             raise ConfigError(f"params must be a mapping of the scenario's knobs, got {given!r}")
         if "scenario" not in values:
             raise ConfigError("a plan needs a scenario")
-        knob_names = {k.name for k in knobs(get_scenario(values["scenario"]).params_class)}
+        knob_names = {k.name for k in knobs(get_scenario(values["scenario"]).params)}
         unknown = sorted(set(values) - plan_fields - knob_names)
         if unknown:
             takes = ", ".join(sorted(knob_names)) or "none"
@@ -422,7 +420,7 @@ class ScenarioPlan:
         plan = self.resolved()
         try:
             with probing(plan.nonce) as drawn:
-                result: ScenarioResult = plan.definition.runner()(deployment, plan)
+                result: ScenarioResult = plan.definition.run(deployment, plan)
         except UnsupportedError as exc:
             return plan._unsupported(exc)
         if not isinstance(result, ScenarioResult):
@@ -456,7 +454,7 @@ def _tuple_fields() -> tuple[tuple[str, type], ...]:
 def check_knob_names(scenario: Scenario) -> None:
     """A knob may not share a name with a plan field: in a matrix, a notebook or on the command
     line the two would be one key."""
-    clash = sorted({k.name for k in knobs(scenario.params_class)} & {f.name for f in fields(ScenarioPlan)})
+    clash = sorted({k.name for k in knobs(scenario.params)} & {f.name for f in fields(ScenarioPlan)})
     if clash:
         raise ConfigError(
             f"scenario {scenario.name!r}: its knobs {clash} are plan fields too (the deployment's); rename them"

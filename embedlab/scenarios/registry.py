@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from ..plugins import Registry, resolve
-from .params import NoParams, check_params_class, params_from
+from ..plugins import Registry
+from .params import NoParams, check_params_class
 
 __all__ = ["LAYOUTS", "SCENARIOS", "Scenario", "get_scenario", "register_scenario", "scenario_names"]
 
@@ -45,9 +45,9 @@ class Scenario:
     """A registered scenario: how to run it, its knobs, and what a plan must know before it launches."""
 
     name: str
-    run: Run | str  # or "module:function", imported on first use (an entry point's)
+    run: Run
     help: str = ""
-    params: type | str = NoParams  # its knobs: a frozen dataclass, or "module:Class"
+    params: type = NoParams  # its knobs: a frozen dataclass
     deployment: Mapping[str, Any] = field(default_factory=dict)  # plan fields it sets: restart="on-exit"
     layout: str = "pool"
     launches: bool = False  # it kills or drains workers: it needs a deployment embedlab launched
@@ -59,32 +59,13 @@ class Scenario:
             raise ConfigError(
                 f"scenario {self.name!r}: layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}"
             )
-        if not isinstance(self.run, str):
-            _check_run(self.name, self.run)
+        _check_run(self.name, self.run)
         unknown = sorted(set(self.deployment) - set(DEPLOYMENT_FIELDS))
         if unknown:
             raise ConfigError(
                 f"scenario {self.name!r} sets {unknown}; a scenario may set {', '.join(DEPLOYMENT_FIELDS)}"
             )
-        if not isinstance(self.params, str):
-            check_params_class(self.params, scenario=self.name)
-
-    def runner(self) -> Run:
-        return resolve(self.run) if isinstance(self.run, str) else self.run
-
-    @property
-    def params_class(self) -> type:
-        """Its params class (imported on first use where registered as a string)."""
-        if isinstance(self.params, str):
-            loaded: type = resolve(self.params)
-            check_params_class(loaded, scenario=self.name)
-            object.__setattr__(self, "params", loaded)
-            return loaded
-        return self.params
-
-    def params_from(self, given: Any) -> Any:
-        """Its params from what a plan was given: None (the defaults), a mapping, or an instance."""
-        return params_from(self.params_class, given, scenario=self.name)
+        check_params_class(self.params, scenario=self.name)
 
 
 def _check_run(name: str, run: Any) -> None:

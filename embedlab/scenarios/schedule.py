@@ -274,17 +274,17 @@ async def _fitted(
 ) -> Schedule:
     """`schedule` fitted to this sender and router, before its first window: a window's requests
     must be answered within its sending part at the rate measured (one in flight at a window's
-    end counts in the next, and its block is set aside). Half the sending part, as it was, fitted
-    16 replicas to 51 requests a window on a quiet 2-core machine (2026-12-03), where a correct
-    pool passed at 1x in a median 39-44 s; the whole part fitted 104, 4 % of blocks were set
-    aside, and it passed in 19-28 s (bench/verification_power.py --busy). The sender's rate is
-    measured on the busiest arm's requests, sent three times before the first read: the first
-    opens the lanes' connections, which every window after it reuses, so the slower of the other
-    two sets the rate. Where it falls short, each arm sends fewer requests (down to `_FEWEST`),
-    then windows grow (up to `_LONGEST_S`): a sign-flip test needs blocks more than requests (14
-    at least at the check's level), so shorter windows come first. Fitted before any order is
-    drawn, the randomization still holds. Measured on a 2-core machine at load 12: 20 requests
-    took 0.14-0.9 s, past a 0.25 s window's 0.175 s."""
+    end counts in the next, and its block is set aside). On a loaded machine a window's nominal
+    requests can take several times its sending part, hence the fit. The whole sending part is
+    filled, with no margin: twice the requests a window, at the cost of a few blocks set aside,
+    pass a correct pool in about half the time (docs/benchmarks.md has both figures).
+
+    The sender's rate is measured on the busiest arm's requests, sent three times before the
+    first read: the first opens the lanes' connections, which every window after it reuses, so
+    the slower of the other two sets the rate. Where it falls short, each arm sends fewer
+    requests (down to `_FEWEST`), then windows grow (up to `_LONGEST_S`): a sign-flip test needs
+    blocks more than requests (14 at least at the check's level), so shorter windows come first.
+    Fitted before any order is drawn, the randomization still holds."""
     busiest = max(schedule.arms, key=lambda a: sum(a.requests.values()))
     nominal = sum(busiest.requests.values())
     order = [m for m, k in busiest.requests.items() for _ in range(k)]

@@ -68,7 +68,8 @@ def make_app(*, client_max_size: int = 1 << 20) -> web.Application:
                 code="unsupported_content_encoding",
             )
         # A body declared over the limit is refused unread. aiohttp would buffer it up to
-        # the limit first: 8 MiB per request, which the soak saw as 15 MiB swings of RSS.
+        # the limit first: 8 MiB per request, and the process's RSS swings with it
+        # (docs/benchmarks.md).
         if request.content_length is not None and request.content_length > client_max_size:
             return closing_error(
                 413,
@@ -197,9 +198,9 @@ def freeze_heap() -> int:
 
     For a server once it has loaded what it keeps for life (a model, its compiled code, a
     tokenizer): a full collection walks every tracked object, and in an engine process
-    holding a compiled model it stopped the event loop for 400-440 ms at saturation on an
-    H200, stalling every request in flight (`bench/gpu_serving.py`, issue 33). Frozen, they
-    are never walked; what the requests allocate is collected as before.
+    holding a compiled model that stops the event loop for hundreds of milliseconds,
+    stalling every request in flight (docs/benchmarks.md). Frozen, they are never walked;
+    what the requests allocate is still collected.
     """
     gc.collect()
     gc.freeze()

@@ -84,10 +84,6 @@ class EmbeddingRequest:
     encoding_format: str = "float"
     dimensions: int | None = None
 
-    @property
-    def is_tokens(self) -> bool:
-        return bool(self.inputs) and not isinstance(self.inputs[0], str)
-
 
 def _is_int(value: object) -> bool:
     # bool is a subclass of int; `[true, false]` is not a list of token ids.

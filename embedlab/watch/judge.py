@@ -7,7 +7,7 @@ of correct routing before, and would take far longer to turn), and a verdict res
 last `horizon_s` alone. Each test's false-alarm probability is at most `alpha` over its whole
 life, whenever it is read (Ville's inequality; docs/busy-method.md), so a correct router is
 accused at most `alpha` times per test started: `alpha * 3600 / stagger_s` alarms an hour at
-most (0.006 at the defaults: names.ALPHA), before the restarts below, which only lower it.
+most (0.006 at the defaults: names.WATCH_TEST_ALPHA), before the restarts below, which only lower it.
 
 Per (check, model), from its own units of each live test (checks.py):
     failing       some test ruled out a correct router on its units (a leak; an idle or skewed
@@ -40,7 +40,16 @@ from ..evidence.accounting import Miscount
 from ..evidence.busy import Schedule
 from ..evidence.busy.engine import BlockEngine, Decision
 from .checks import CheckKey, WatchPool
-from .names import ALPHA, COUNTED_ONCE, FAILING, HORIZON_S, INCONCLUSIVE, MULTI_MODEL, OK, STAGGER_S
+from .names import (
+    COUNTED_ONCE,
+    FAILING,
+    HORIZON_S,
+    INCONCLUSIVE,
+    MULTI_MODEL,
+    OK,
+    STAGGER_S,
+    WATCH_TEST_ALPHA,
+)
 
 __all__ = ["Judge", "KeyState", "ShareState", "Transition"]
 
@@ -110,7 +119,7 @@ class Judge:
         horizon_s: float = HORIZON_S,
         stagger_s: float = STAGGER_S,
         hold_s: float | None = None,
-        alpha: float = ALPHA,
+        alpha: float = WATCH_TEST_ALPHA,
     ) -> None:
         self.pool, self.schedule = pool, schedule
         self.horizon_s, self.stagger_s = horizon_s, min(stagger_s, horizon_s)

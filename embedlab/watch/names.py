@@ -29,13 +29,13 @@ WINDOW_REQUESTS = 8
 HORIZON_S = 300.0
 STAGGER_S = 60.0
 # A test's false-alarm probability over its whole life (Ville's inequality; judge.py). A one-shot
-# busy check runs at evidence.busy.constants.ALPHA (0.001), but the watch starts a test every
-# STAGGER_S, so its bound is ALPHA x 3600 / STAGGER_S alarms an hour: at 0.001 that is 0.06 an hour,
+# busy check runs at evidence.busy.constants.BUSY_CHECK_ALPHA (0.001), but the watch starts a test
+# every STAGGER_S, so its bound is alpha x 3600 / STAGGER_S alarms an hour: at 0.001 that is 0.06 an hour,
 # 1.4 a day, too many for an alert that pages someone. At 1e-4 it is 0.006 an hour, one a week at
 # most whatever the pool does, for about a quarter more blocks to ok and to conviction (simulated:
 # first ok median 32 s against 26 s, an idle replica caught in 22 blocks against 17;
 # docs/verification.md).
-ALPHA = 1e-4
+WATCH_TEST_ALPHA = 1e-4
 SCRAPE_TIMEOUT_S = 5.0  # one read of a worker; longer, and the read failed (an event, never a verdict)
 RETRY_S = 1.0  # after a failed read or a disturbed block, the wait before the next try
 # After a worker was unreadable or restarted, blocks wait this long: a worker back on its port may

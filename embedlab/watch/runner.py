@@ -55,7 +55,6 @@ from ..evidence.traffic import Probes
 from .checks import WatchPool
 from .judge import Judge, KeyState, ShareState, Transition
 from .names import (
-    ALPHA,
     HORIZON_S,
     MAX_RATE,
     RATE_SPAN_S,
@@ -63,6 +62,7 @@ from .names import (
     SCRAPE_TIMEOUT_S,
     SETTLE_S,
     STAGGER_S,
+    WATCH_TEST_ALPHA,
     WINDOW_REQUESTS,
 )
 
@@ -84,7 +84,7 @@ class WatchConfig:
     window_s: float = WINDOW_S
     horizon_s: float = HORIZON_S
     stagger_s: float = STAGGER_S
-    alpha: float = ALPHA
+    alpha: float = WATCH_TEST_ALPHA
     scrape_timeout_s: float = SCRAPE_TIMEOUT_S
     settle_s: float = SETTLE_S
     retry_s: float = RETRY_S  # after a failed read or a disturbed block, the wait before the next try
@@ -187,8 +187,8 @@ class Watch:
         # average, and no periodic behaviour of a pool (a fault that strikes every n-th request, a
         # batcher's cycle) can lock in phase with the blocks (sampling at random times, as RFC 2330
         # asks of active measurement). At a fixed 1 s period, the embedded frontend's `leak:0.05`
-        # (every 20th request of a model) fell on the other client's request in every 2 s cycle of
-        # 16 of the watch's and 4 of theirs, and no request of the watch's ever leaked.
+        # (every 20th request of a model) falls on the other client's request in every 2 s cycle
+        # of 16 of the watch's and 4 of theirs, and no request of the watch's ever leaks.
         self._spacing = random.Random(self.schedule.seed)
         # The router's own per-model counts, where the target says where they are: read just before
         # and just after the workers' at every read, the accounting that binds them checked each

@@ -164,7 +164,7 @@ def test_scenario_notebook_parameters(name: str) -> None:
     else:
         from embedlab.scenarios.params import knobs
 
-        defaults = {k.name: k.default for k in knobs(get_scenario(scenario).params_class)}
+        defaults = {k.name: k.default for k in knobs(get_scenario(scenario).params)}
         assert set(defaults) <= names, f"{name} lacks its knobs {set(defaults) - names}"
         if not get_scenario(scenario).launches:
             assert {"frontend_url", "system_urls"} <= names, (

@@ -19,7 +19,7 @@ from embedlab.cli.entry import build_parser
 from embedlab.cli.scenario import plan_from_args
 from embedlab.cli.stacks import describe
 from embedlab.cluster.stack import SendsCanaries
-from embedlab.cluster.stack_registry import STACKS, get_stack, register_stack, stacks_with
+from embedlab.cluster.stack_registry import STACKS, get_stack, stacks_with
 from embedlab.defaults import (
     CANARY_INPUT,
     CANARY_METRIC,
@@ -32,7 +32,7 @@ from embedlab.evidence.metrics import MetricQuery, parse_snapshot
 from embedlab.serving.worker.dynamo import Canaries
 from embedlab.stacks.dynamo import DynamoRun, DynamoStack
 
-from .stub_stacks import Minimal, context_for
+from .stub_stacks import context_for
 
 REPO = Path(__file__).resolve().parents[2]
 QUERY = MetricQuery.parse(CANARY_METRIC)
@@ -64,17 +64,6 @@ def test_only_dynamo_declares_canaries_and_every_other_stack_refuses_them() -> N
 def test_canaries_must_be_a_bool() -> None:
     with pytest.raises(ConfigError, match="canaries must be true or false, got 'yes'"):
         DeploymentSpec(canaries="yes", workers=(WorkerSpec(model="m"),))  # type: ignore[arg-type]
-
-
-class CanariesOnPaper(Minimal):
-    name = "paper-canaries"
-    canaries = True
-
-
-def test_a_stack_that_declares_canaries_without_saying_how_is_refused_when_it_joins() -> None:
-    with pytest.raises(ConfigError, match="declares canaries but does not define canary_env"):
-        register_stack("paper-canaries", CanariesOnPaper)
-    assert "paper-canaries" not in STACKS.names()
 
 
 def _context(spec: DeploymentSpec, tmp_path: Path) -> StackContext:

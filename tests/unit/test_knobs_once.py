@@ -4,14 +4,13 @@ result's parameter under its one name, from its one declaration."""
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import pytest
 
 from embedlab import ConfigError, ScenarioPlan
 from embedlab.cli.entry import build_parser
 from embedlab.cli.scenario import plan_from_args
-from embedlab.scenarios.builtin.dispatch import MultiModelParams, SameModelParams, multi_model_dispatch
+from embedlab.scenarios.builtin.dispatch import MultiModelParams, SameModelParams
 from embedlab.scenarios.builtin.mixed import MixedParams
 from embedlab.scenarios.params import knobs, with_knobs
 
@@ -79,16 +78,6 @@ def test_a_scenario_function_takes_its_params_or_its_knobs_by_name() -> None:
         with_knobs(SameModelParams, None, {"requets": 5}, scenario="same-model")
     with pytest.raises(ConfigError, match="same-model takes SameModelParams as params"):
         with_knobs(SameModelParams, MultiModelParams(), {}, scenario="same-model")  # type: ignore[arg-type]
-
-
-def test_the_old_keyword_of_multi_model_warns_and_means_requests() -> None:
-    # Checked before the deployment is touched: requests must be at least 1.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with pytest.raises(ConfigError, match="multi-model: requests must be at least 1, got 0"):
-            multi_model_dispatch(None, requests_per_burst=0)  # type: ignore[arg-type]
-    assert [w.category for w in caught] == [DeprecationWarning]
-    assert "use requests=" in str(caught[0].message)
 
 
 def test_a_new_knob_reaches_the_notebooks_cell_and_plan_call_by_its_name() -> None:

@@ -27,31 +27,3 @@ def test_type_checking_block_reexports_exactly_the_exports() -> None:
             )
             seen[alias.name] = node.module
     assert seen == embedlab._EXPORTS
-
-
-def test_a_renamed_name_still_resolves_with_a_deprecation_warning() -> None:
-    import warnings
-
-    from embedlab.scenarios.battery import ConformanceTable
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = embedlab.ConformanceMatrix
-    assert old is ConformanceTable
-    assert [w.category for w in caught] == [DeprecationWarning]
-    assert "embedlab.ConformanceTable" in str(caught[0].message)
-
-
-# move.py: keep (the old names, on purpose)
-def test_the_registrys_names_once_in_embedlab_stacks_still_resolve_with_a_warning() -> None:
-    import warnings
-
-    import embedlab.stacks
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        base, stack_class = embedlab.stacks.BaseStack, embedlab.stacks.stack_class
-    assert base is embedlab.BaseStack and stack_class is embedlab.stack_class
-    assert [w.category for w in caught] == [DeprecationWarning, DeprecationWarning]
-    assert "use embedlab.BaseStack" in str(caught[0].message)
-    # /move.py

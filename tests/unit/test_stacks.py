@@ -4,7 +4,6 @@ and are composed of parts rather than derived from each other."""
 from __future__ import annotations
 
 import ast
-import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -99,14 +98,6 @@ class OldSignature(Minimal):
         return set()
 
 
-class DrainsOnPaper(Minimal):
-    """The contract before issue 29 had a flag beside each method: one that says more than the
-    methods do is still refused."""
-
-    name = "paper"
-    drains = True
-
-
 class HalfADrain(Minimal):
     name = "half"
 
@@ -158,7 +149,6 @@ class Stateful(Minimal):
             OldSignature,
             r"stack 'bad': OldSignature: dispatchable_endpoints\(health\) should take \(ctx, health\)",
         ),
-        (DrainsOnPaper, "stack 'bad': DrainsOnPaper declares drains but does not define drain, resume"),
         (HalfADrain, "stack 'bad': HalfADrain defines drain but not resume: a stack that is a Drains"),
         (ReasonForWhatItHas, "stack 'bad': ReasonForWhatItHas gives a reason it lacks live_weights, yet"),
         (WrongDrainSignature, r"drain\(ctx, index\) should take \(client, ctx, index\)"),
@@ -259,32 +249,6 @@ def test_dynamo_on_file_discovery_refuses_a_pool_past_the_inotify_limit(
     stack.check(DeploymentSpec.same_model(workers=64, stack="dynamo", discovery="etcd"))  # no inotify
 
 
-class OldFlags(Minimal):
-    """A plugin of the contract before issue 29: its flag agrees with its methods."""
-
-    name = "old-flags"
-    drains = True
-    no_retries_switch = "its own words"
-
-    def drain(self, client: httpx.Client, ctx: StackContext[Any], index: int) -> None:
-        return None
-
-    def resume(self, client: httpx.Client, ctx: StackContext[Any], index: int) -> None:
-        return None
-
-
-def test_a_stack_of_the_old_contract_joins_with_a_deprecation_warning(registered: list[str]) -> None:
-    registered.append("old-flags")
-    with pytest.warns(DeprecationWarning) as caught:
-        register_stack("old-flags", OldFlags)
-    said = " ".join(str(w.message) for w in caught)
-    assert "the flag drains is deprecated" in said and "lacks = {'retries_switch'" in said
-    stack = get_stack("old-flags")
-    assert isinstance(stack, Drains) and stack.capabilities()["drains"]
-    with pytest.raises(embedlab.UnsupportedError, match="its own words"):
-        capable(stack, SwitchesRetries)
-
-
 CAPS = {"drains", "live_weights", "retries_switch", "canaries", "counts_backends"}
 
 
@@ -326,29 +290,6 @@ def test_a_prepared_run_carries_the_stacks_typed_state_and_its_environment(tmp_p
         for sub in sorted(path.rglob("*"), reverse=True):
             sub.rmdir()
         path.rmdir()
-
-
-def test_an_old_prepare_that_returns_the_environment_still_runs_with_a_warning(tmp_path: Path) -> None:
-    class OldPrepare(Minimal):
-        def prepare(self, ctx: StackContext[Any]) -> Any:
-            return {"A": "1"}
-
-    spec = DeploymentSpec(stack="minimal", workers=(WorkerSpec(model="m"),))
-    with pytest.warns(DeprecationWarning, match="prepare returns a mapping"):
-        ctx, env = prepare_run(OldPrepare(), context_for(spec, tmp_path, iter(range(3200, 3300))))
-    assert env == {"A": "1"} and ctx.state is None
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        prepare_run(Minimal(), context_for(spec, tmp_path, iter(range(3300, 3400))))
-
-
-def test_the_old_flags_still_answer_when_read_with_a_deprecation_warning() -> None:
-    with pytest.warns(DeprecationWarning, match="EmbeddedStack.live_weights is deprecated: .* LiveWeights"):
-        assert stack_class("embedded").live_weights is True  # type: ignore[attr-defined]
-    with pytest.warns(DeprecationWarning, match="drains is deprecated"):
-        assert get_stack("litellm").drains is False  # type: ignore[attr-defined]
-    with pytest.raises(AttributeError):
-        stack_class("embedded").no_such_flag  # type: ignore[attr-defined]  # noqa: B018
 
 
 def test_no_module_compares_a_worker_server_or_an_engine_with_its_name() -> None:

@@ -25,7 +25,7 @@ SEND_FRACTION = 0.7
 # Family-wise error of one busy check (split over its tests by Bonferroni): a correct router is
 # accused with at most this probability, whatever the other clients do; the same level as the
 # quiet pool's fairness test (embedlab.defaults.FAIRNESS_ALPHA).
-ALPHA = 0.001
+BUSY_CHECK_ALPHA = 0.001
 # The faults a passing check must have ruled out: an idle replica, a 0.9/0.1 skew between two
 # replicas, (with two models or more) a leak of one request in ten, and, per model, one request in
 # ten counted twice (a timeout retry whose first attempt still counts, hedging) or not at all

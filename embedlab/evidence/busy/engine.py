@@ -30,7 +30,7 @@ Units, for each model m the schedule sends:
                beta is c's regression on C over earlier blocks' off windows (the expected share
                before there are any). It takes out the swings a burst's edge puts into a block,
                and it is the router's real share of the other clients' requests, so a starved
-               replica reads 0 as before. Simulated on 16 replicas at 1x bursty traffic, a
+               replica still reads 0. Simulated on 16 replicas at 1x bursty traffic, a
                correct pool passed in a median 21 s with it, 35 s without; faults were caught
                as fast (docs/busy-method.md).
 
@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ConfigError
-from .constants import ALPHA, LEAK, SKEW, SKEWED_STRICTER, SKEWNESS, SURPLUS
+from .constants import BUSY_CHECK_ALPHA, LEAK, SKEW, SKEWED_STRICTER, SKEWNESS, SURPLUS
 from .sequential import Betting, RandomizationCS, orders
 
 __all__ = ["COUNTED", "PLACEMENT", "REPLICA", "BlockEngine", "Decision", "Unit"]
@@ -140,7 +140,7 @@ class BlockEngine:
         models: Sequence[str | None],
         weights: Sequence[float] | None = None,
         *,
-        alpha: float = ALPHA,
+        alpha: float = BUSY_CHECK_ALPHA,
         skew: float = SKEW,
         leak: float = LEAK,
         surplus: float = SURPLUS,

@@ -24,7 +24,7 @@ import numpy as np
 from ...errors import ConfigError
 from ...verdicts import Verdict
 from ..stats import percent
-from .constants import ALPHA, BUDGET_S, LATE_TOLERANCE, LEAK, SKEW, SKEWED_STRICTER, SURPLUS
+from .constants import BUDGET_S, BUSY_CHECK_ALPHA, LATE_TOLERANCE, LEAK, SKEW, SKEWED_STRICTER, SURPLUS
 from .engine import BlockEngine, Decision, Unit
 from .outcome import BusyVerdict, ProvenBy, ShareEstimate
 from .schedule import Schedule, WindowRecord
@@ -47,7 +47,7 @@ class BusyMonitor:
         models: Sequence[str | None],
         weights: Sequence[float] | None = None,
         *,
-        alpha: float = ALPHA,
+        alpha: float = BUSY_CHECK_ALPHA,
         skew: float = SKEW,
         leak: float = LEAK,
         surplus: float = SURPLUS,

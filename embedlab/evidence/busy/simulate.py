@@ -24,7 +24,7 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...verdicts import Verdict
-from .constants import ALPHA, BUDGET_S, RATE_PER_S, WINDOW_S
+from .constants import BUDGET_S, BUSY_CHECK_ALPHA, RATE_PER_S, WINDOW_S
 from .engine import BlockEngine
 from .schedule import Schedule
 from .sequential import Betting, orders
@@ -156,7 +156,7 @@ def simulate(
     rate_per_s: float = RATE_PER_S,
     window_s: float = WINDOW_S,
     budget_s: float = BUDGET_S,
-    alpha: float = ALPHA,
+    alpha: float = BUSY_CHECK_ALPHA,
     mix: float = 0.0,
     betting: Betting | None = None,
     requests: int | None = None,

@@ -8,7 +8,6 @@ result.ok, table(result), plot(result)
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -274,13 +273,6 @@ def multi_model_dispatch(
     ends inconclusive, never passed. A busy pool (or `busy`) runs the randomized schedule, one arm per
     model, up to `budget_s`, and its verdict is the schedule's.
     """
-    if "requests_per_burst" in knobs:  # its name before the knob's own (issue 29)
-        warnings.warn(
-            "multi_model_dispatch(requests_per_burst=) is deprecated: use requests=",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        knobs["requests"] = knobs.pop("requests_per_burst")
     params = with_knobs(MultiModelParams, params, knobs, scenario="multi-model")
     target = target_of(deployment)
     served_models(target.frontend_url)

@@ -40,11 +40,11 @@ from ..burst import (
     unread_of,
     workers_of,
 )
-from ..params import with_knobs
+from ..params import knob, with_knobs
 from ..registry import Scenario
 from ..result import Burst, ScenarioResult, ScheduleRun, worker_label
-from ..schedule import busy_outcome, needs_schedule, run_schedule, schedule_for
-from .resilience_figures import FailoverFigures, FailoverParams
+from ..schedule import BusyKnobs, busy_outcome, needs_schedule, run_schedule, schedule_for
+from .resilience_figures import FailoverFigures
 
 if TYPE_CHECKING:
     from ..plan import ScenarioPlan
@@ -56,6 +56,20 @@ __all__ = [
     "run_failover",
     "run_failover_without_retries",
 ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailoverParams(BusyKnobs):
+    requests: int = knob(200, "requests in the burst", min=2)
+    concurrency: int = knob(8, "requests in flight at once", min=1)
+    kill_after: int = knob(50, "the victim is SIGKILLed after this many responses", min=1)
+    victim: int = knob(1, "the index of the worker that dies", min=0)
+
+    def describe(self) -> str:
+        return (
+            f"{self.requests} requests at concurrency {self.concurrency}, worker {self.victim} SIGKILLed "
+            f"after {self.kill_after} responses"
+        )
 
 
 async def _dispatchable(client: httpx.AsyncClient, deployment: Deployment, endpoint: str) -> bool:

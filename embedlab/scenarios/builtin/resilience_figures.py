@@ -1,30 +1,14 @@
-"""Failover's own knobs and figures: plain data, read by the views and the reports through the
-`Figures` protocol (kept apart from `resilience.py`, which kills the worker)."""
+"""Failover's figures: plain data, read by the views and the reports through the `Figures`
+protocol (kept apart from `resilience.py`, which kills the worker)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from ..params import knob
 from ..result import DataFigures
-from ..schedule import BusyKnobs
 
-__all__ = ["FailoverFigures", "FailoverParams"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class FailoverParams(BusyKnobs):
-    requests: int = knob(200, "requests in the burst", min=2)
-    concurrency: int = knob(8, "requests in flight at once", min=1)
-    kill_after: int = knob(50, "the victim is SIGKILLed after this many responses", min=1)
-    victim: int = knob(1, "the index of the worker that dies", min=0)
-
-    def describe(self) -> str:
-        return (
-            f"{self.requests} requests at concurrency {self.concurrency}, worker {self.victim} SIGKILLed "
-            f"after {self.kill_after} responses"
-        )
+__all__ = ["FailoverFigures"]
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from .cluster_figures import RATE, CounterSample
 __all__ = [
     "DISPATCH_TIMEOUT_S",
     "POLL_S",
-    "REQUEST_TIMEOUT_S",
+    "STEADY_REQUEST_TIMEOUT_S",
     "Watch",
     "events_since",
     "served_between",
@@ -39,7 +39,9 @@ __all__ = [
 POLL_S = 0.25  # how often every worker's counter is read
 # The read of the frontend's dispatch list: its own host is never cut off, so only load slows it.
 DISPATCH_TIMEOUT_S = 5.0
-REQUEST_TIMEOUT_S = 30.0
+# The client's wait for one request of the steady traffic: one held past it by a fault counts as
+# failed (status 0), and the traffic goes on (the frontend's own wait is defaults.REQUEST_TIMEOUT_S).
+STEADY_REQUEST_TIMEOUT_S = 30.0
 
 
 class Watch:
@@ -66,9 +68,10 @@ class Watch:
             await self._tick()
 
     async def _poll_dispatch(self, client: httpx.AsyncClient) -> None:
-        """The frontend's list, in a loop of its own: it answers slowly on a loaded box (1.4 s seen
-        under stress-ng with 128 requests in flight), and a read cut at the counters' 0.225 s lost
-        every sample of a partition's outage. Host 0 is never cut off, so a slow answer is an answer."""
+        """The frontend's list, in a loop of its own: it answers slowly on a loaded box (over a
+        second with 128 requests in flight: docs/benchmarks.md), and a read cut at the counters'
+        0.225 s would lose every sample of a partition's outage. Host 0 is never cut off, so a slow
+        answer is an answer."""
         while not self.done.is_set():
             at = time.perf_counter() - self.origin
             try:
@@ -126,7 +129,7 @@ def steady_traffic(
         n,
         concurrency=concurrency,
         inputs=probes().take(n),
-        timeout=REQUEST_TIMEOUT_S,
+        timeout=STEADY_REQUEST_TIMEOUT_S,
         progress=progress,
         rate=RATE,
     )

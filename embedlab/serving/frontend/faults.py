@@ -21,7 +21,7 @@ Off by default. Each fault mimics a real dispatch bug:
 
 Any fault may start late, and stop: `leak:0.01@60s` leaks from 60 s after the frontend
 started, `stick@30s-90s` sticks from 30 s to 90 s (the `s` is optional). Intermittent faults
-are what a continuous watch exists to catch (issue 32); each routing process counts from its
+are what a continuous watch exists to catch; each routing process counts from its
 own start, which on a multi-process frontend is within a second of the owner's.
 """
 

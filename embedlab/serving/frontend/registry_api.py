@@ -70,8 +70,8 @@ class RegistryService:
             raise bad_request("'weight' must be a positive number", param="weight")
         url = payload["url"]
         # Refuse here what the dispatch cannot use: a URL that does not parse ('http://h:abc',
-        # 'http://[::1') or https (the upstream client speaks plain HTTP) was accepted and
-        # then failed every request for the model with a 502. The upstream client's own
+        # 'http://[::1') or https (the upstream client speaks plain HTTP), accepted, would
+        # fail every request for the model with a 502. The upstream client's own
         # parser decides, so that what registers is exactly what dispatch can connect to.
         try:
             host: str | None = parse_worker_url(url)[0]

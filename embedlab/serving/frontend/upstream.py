@@ -35,9 +35,9 @@ def parse_worker_url(url: str) -> tuple[str, int]:
     """(host, port) of a worker's request plane: `http://host:port`, optionally with "/".
 
     The one parser for worker URLs, used by registration, its loopback check and the
-    connection pools alike: two parsers disagreed, so URLs that registration accepted
-    failed at dispatch (a trailing space made the port a ValueError there, port 0
-    became 80, a path was silently ignored).
+    connection pools alike, so that a URL registration accepts is one dispatch can use:
+    where two parsers differ, an accepted URL fails at dispatch (a trailing space makes
+    the port a ValueError, port 0 becomes 80, a path is silently ignored).
     """
     if url != url.strip():
         raise WorkerUrlError(f"worker URL {url!r} has surrounding whitespace")

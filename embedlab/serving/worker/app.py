@@ -145,7 +145,7 @@ class Worker:
             )
             await self.pool.start()
             self.board = self.pool.board
-            # The system port now reads every ingest process's counters, summed; or none, where
+            # The system port reads every ingest process's counters, summed; or none, where
             # each process shows its own on a port of its own.
             self.registry = CollectorRegistry(auto_describe=True)
             if not cfg.process_metrics_ports:
