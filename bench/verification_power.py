@@ -680,7 +680,7 @@ def calibration(measured: dict[str, Any]) -> dict[str, Any]:
 
 def nominal(pool: BusyPool) -> dict[str, Any]:
     """The schedule as designed, unmeasured (--nominal: a dry run of the simulation and the table)."""
-    from embedlab.scenarios.schedule import busy_rate
+    from embedlab.evidence.busy import busy_rate
 
     arms = 2 if len(pool.models) == 1 else len(pool.models)
     rate = busy_rate(pool.replicas)

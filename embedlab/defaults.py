@@ -107,7 +107,7 @@ QUIET_WINDOW_S = 0.2
 # (`--budget-s`; docs/busy-method.md).
 BUSY_BUDGET_S = 60.0
 # The busy check's own rate while a window is on, for a pool of two workers; larger pools send
-# more (scenarios.schedule.busy_rate), and the sender's fit sends less where it cannot keep up. A
+# more (evidence.busy.busy_rate), and the sender's fit sends less where it cannot keep up. A
 # pass rules out one request in ten counted twice or not at all, which the counters alone resolve
 # against the other clients' noise at a speed that grows with the square of this rate over theirs:
 # simulated with another client at 40 req/s, a correct 2x2 pool passed within 60 s in 76 % of

@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
+import functools
 import random
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -320,3 +322,78 @@ def embed(
         return [list(map(float, d["embedding"])) for d in data]
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
         raise TrafficError(f"cannot embed through {url}: {exc.__class__.__name__}: {exc}") from exc
+
+
+class WindowSender:
+    """The busy checks' one sender (evidence/busy/driver.py drives it): a window's requests sent at
+    once, in the background, through `http`; the list `send` returns fills with their records as
+    they are answered. `keep`: every record, its start counted from the check's start, in
+    `records` (a one-shot check's traffic; the watch, which runs for days, keeps none)."""
+
+    def __init__(
+        self,
+        frontend_url: str,
+        http: httpx.AsyncClient,
+        *,
+        limits: int,
+        timeout: float,
+        inputs: Callable[[int], Sequence[Input]] | None = None,
+        on_response: Callable[[RequestRecord], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+        keep: bool = True,
+    ) -> None:
+        self.frontend_url, self.http, self.limits, self.timeout = frontend_url, http, limits, timeout
+        self.inputs = inputs or (lambda n: probes().take(n))
+        self.on_response, self.on_error, self.keep = on_response, on_error, keep
+        self.records: list[RequestRecord] = []
+        self.pending: set[asyncio.Task[BurstResult]] = set()
+
+    def send(self, requests: Mapping[str, int], *, name: str, at: float) -> list[RequestRecord]:
+        answered: list[RequestRecord] = []
+        n = sum(requests.values())
+        if not n:
+            return answered
+
+        def answer(record: RequestRecord) -> None:
+            answered.append(record)
+            if self.on_response is not None:
+                self.on_response(record)
+
+        task = asyncio.create_task(
+            asend_burst(
+                self.frontend_url,
+                name,
+                n,
+                concurrency=min(n, self.limits),
+                inputs=self.inputs(n),
+                timeout=self.timeout,
+                client=self.http,
+                models=[m for m, k in requests.items() for _ in range(k)],
+                on_response=answer,
+            )
+        )
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+        task.add_done_callback(functools.partial(self._done, at))
+        return answered
+
+    def _done(self, at: float, task: asyncio.Task[BurstResult]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            if self.on_error is not None:
+                self.on_error(error)
+            return
+        if self.keep:
+            self.records += [dataclasses.replace(r, started=r.started + at) for r in task.result().records]
+
+    async def settle(self) -> None:
+        """Wait for every request in flight."""
+        if self.pending:
+            await asyncio.gather(*self.pending, return_exceptions=True)
+
+    def cancel(self) -> None:
+        """Cancel every request in flight (a stop: a hung frontend never holds the exit)."""
+        for task in list(self.pending):
+            task.cancel()

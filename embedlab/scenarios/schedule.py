@@ -8,9 +8,7 @@ in docs/busy-method.md; the statistics are in evidence/busy/.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
 import math
 import time
 from collections import Counter
@@ -19,21 +17,21 @@ from dataclasses import dataclass
 
 import httpx
 
-from ..defaults import BUSY_BUDGET_S, BUSY_RATE_PER_S
+from ..defaults import BUSY_BUDGET_S
 from ..errors import CounterResetError, ScrapeError
 from ..evidence import clients
 from ..evidence.accounting import Accounting, RouterCounts
 from ..evidence.busy import BusyMonitor, BusyVerdict, Schedule, WindowRecord
-from ..evidence.busy.constants import WINDOW_S
+from ..evidence.busy.driver import fitted_window, run_block
 from ..evidence.metrics import Snapshot, ascrape_all
 from ..evidence.router import read_router
 from ..evidence.target import Target
-from ..evidence.traffic import BurstResult, RequestRecord, asend_burst, probes
+from ..evidence.traffic import BurstResult, WindowSender, asend_burst
 from ..verdicts import Verdict
 from .params import knob
 from .result import Burst, ScheduleRun, ScheduleWindow
 
-__all__ = ["BusyKnobs", "busy_outcome", "busy_rate", "needs_schedule", "run_schedule", "schedule_for"]
+__all__ = ["BusyKnobs", "busy_outcome", "needs_schedule", "run_schedule"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,14 +53,6 @@ def needs_schedule(bursts: Sequence[Burst]) -> bool:
     """Whether some burst saw traffic embedlab did not send that nothing per response accounted
     for: the counters' before/after pair judges nothing there, and the check runs the schedule."""
     return any(b.other_traffic and not b.proven_by and b.unread is None for b in bursts)
-
-
-def busy_rate(workers: int) -> float:
-    """The busy check's own rate while a window is on, for a model of `workers` replicas (one
-    model's requests per window): BUSY_RATE_PER_S for two, proportionally more for more, so that
-    each replica's share of a window stays about the same (up to 8x: the sender bounds it, and
-    `_fitted` lowers it further to what the sender and router answer in time)."""
-    return BUSY_RATE_PER_S * min(8.0, max(1.0, workers / 2))
 
 
 async def run_schedule(
@@ -95,7 +85,7 @@ async def run_schedule(
         clients.scrape_client(timeout=10.0) as scrape_client,
         clients.lanes_client(limits, timeout=timeout) as http,
     ):
-        sender = _Sender(target, http, limits, timeout)
+        sender = WindowSender(target.frontend_url, http, limits=limits, timeout=timeout)
         reader = _Reader(target, models, scrape_client)
         try:
             schedule = await _fitted(schedule, target, http, limits, timeout)
@@ -119,7 +109,7 @@ async def run_schedule(
 
 async def _blocks(
     schedule: Schedule,
-    sender: _Sender,
+    sender: WindowSender,
     reader: _Reader,
     windows: list[ScheduleWindow],
     weights: Sequence[float] | None,
@@ -158,73 +148,41 @@ async def _block(
     schedule: Schedule,
     block: int,
     origin: float,
-    sender: _Sender,
+    sender: WindowSender,
     reader: _Reader,
     before: list[Snapshot],
 ) -> tuple[list[ScheduleWindow], list[Snapshot]]:
-    """One block's windows on one clock (its start + k * window_s), and the last read."""
-    t0 = time.perf_counter()
-    found: list[ScheduleWindow] = []
-    for position in range(len(schedule.arms)):
-        window = schedule.window(block * len(schedule.arms) + position)
-        at = t0 - origin + position * schedule.window_s
-        answered = sender.send(window.arm.name, window.arm.requests, at)
-        n = sum(window.arm.requests.values())
-        await asyncio.sleep(max(0.0, t0 + (position + 1) * schedule.window_s - time.perf_counter()))
-        # What counts in this window: the answers in hand when its closing read begins.
-        counted = [r for r in answered if r.status]
-        late = n - len(answered)
+    """One block's windows (evidence/busy/driver.py), and the last read."""
+
+    async def read() -> tuple[RouterCounts | None, list[Snapshot], RouterCounts | None]:
+        # The router's counts on either side of the window, where it is read.
         opened = reader.router_after
         after = await reader.read()
+        return opened, after, reader.router_after
+
+    cuts = await run_block(
+        schedule, block, window_s=schedule.window_s, origin=origin, sender=sender, read=read
+    )
+    found: list[ScheduleWindow] = []
+    for cut in cuts:
+        opened, after, closed = cut.read
         deltas = reader.deltas(before, after)
         before = after
-        sent = dict(Counter(r.model for r in counted))
-        others = reader.others(opened, sent)
+        # What counts in the window: the answers in hand when its closing read began.
+        sent = dict(Counter(r.model for r in cut.answered if r.status))
         found.append(
             ScheduleWindow(
-                window.index, window.arm.name, at, at + schedule.window_s, deltas, sent, late, others=others
+                cut.window.index,
+                cut.window.arm.name,
+                cut.at,
+                cut.at + schedule.window_s,
+                deltas,
+                sent,
+                cut.late,
+                others=reader.others(opened, closed, sent),
             )
         )
     return found, before
-
-
-class _Sender:
-    """A window's requests sent at once, in the background: its answers land in the list
-    `send` returns as they come, every record (start times from the schedule's) in `records`."""
-
-    def __init__(self, target: Target, http: httpx.AsyncClient, limits: int, timeout: float) -> None:
-        self.target, self.http, self.limits, self.timeout = target, http, limits, timeout
-        self.records: list[RequestRecord] = []
-        self.pending: set[asyncio.Task[BurstResult]] = set()
-
-    def send(self, arm: str, requests: Mapping[str, int], at: float) -> list[RequestRecord]:
-        answered: list[RequestRecord] = []
-        n = sum(requests.values())
-        if not n:
-            return answered
-        order = [m for m, k in requests.items() for _ in range(k)]
-        task = asyncio.create_task(
-            asend_burst(
-                self.target.frontend_url,
-                arm,
-                n,
-                concurrency=min(n, self.limits),
-                inputs=probes().take(n),
-                timeout=self.timeout,
-                client=self.http,
-                models=order,
-                on_response=answered.append,
-            )
-        )
-        self.pending.add(task)
-        task.add_done_callback(self.pending.discard)
-        task.add_done_callback(functools.partial(_collect, self.records, at))
-        return answered
-
-    async def settle(self) -> None:
-        """Wait for every request in flight."""
-        if self.pending:
-            await asyncio.gather(*self.pending, return_exceptions=True)
 
 
 class _Reader:
@@ -256,12 +214,14 @@ class _Reader:
             self.monitor.account(miscount, self.router_name)
         return found
 
-    def others(self, opened: RouterCounts | None, sent: Mapping[str, int]) -> dict[str, float] | None:
-        """Per model, the other clients' requests the router took since the read `opened` (None:
-        it is not read)."""
-        if self.accounting is None or opened is None or self.router_after is None:
+    def others(
+        self, opened: RouterCounts | None, closed: RouterCounts | None, sent: Mapping[str, int]
+    ) -> dict[str, float] | None:
+        """Per model, the other clients' requests the router took between the reads `opened` and
+        `closed` (None: it is not read)."""
+        if self.accounting is None or opened is None or closed is None:
             return None
-        return self.accounting.others(opened, self.router_after, sent)
+        return self.accounting.others(opened, closed, sent)
 
     def deltas(self, before: list[Snapshot], after: list[Snapshot]) -> tuple[float, ...]:
         """Each worker's delta by index; 0 for one left out."""
@@ -282,7 +242,7 @@ async def _fitted(
     The sender's rate is measured on the busiest arm's requests, sent three times before the
     first read: the first opens the lanes' connections, which every window after it reuses, so
     the slower of the other two sets the rate. Where it falls short, each arm sends fewer
-    requests (down to `_FEWEST`), then windows grow (up to `_LONGEST_S`): a sign-flip test needs
+    requests, then windows grow (`evidence.busy.driver.fitted_window`): a sign-flip test needs
     blocks more than requests (14 at least at the check's level), so shorter windows come first.
     Fitted before any order is drawn, the randomization still holds."""
     busiest = max(schedule.arms, key=lambda a: sum(a.requests.values()))
@@ -297,13 +257,7 @@ async def _fitted(
         )  # fmt: skip
         took.append(time.perf_counter() - started)
     rate = nominal / max(max(took[1:]), 1e-6)
-    window, per_window = schedule.window_s, nominal
-    while True:
-        fits = math.floor(rate * window * schedule.send_fraction)
-        if fits >= min(nominal, _FEWEST) or window >= _LONGEST_S:
-            per_window = max(1, min(nominal, fits))
-            break
-        window += WINDOW_S
+    window, per_window = fitted_window(schedule.window_s, nominal, rate, schedule.send_fraction)
     if (window, per_window) == (schedule.window_s, nominal):
         return schedule
     arms = tuple(
@@ -313,33 +267,6 @@ async def _fitted(
         for a in schedule.arms
     )
     return dataclasses.replace(schedule, arms=arms, window_s=window)
-
-
-# A window's fewest requests before windows grow, and the longest window: 14 blocks of two
-# 1 s windows still fit a 60 s budget twice over.
-_FEWEST = 4
-_LONGEST_S = 1.0
-
-
-def _collect(records: list[RequestRecord], at: float, task: asyncio.Task[BurstResult]) -> None:
-    records.extend(_shifted(task, at))
-
-
-def _shifted(task: asyncio.Task[BurstResult], at: float) -> list[RequestRecord]:
-    """A window's records, their start times counted from the schedule's start."""
-    if task.cancelled() or task.exception() is not None:
-        return []
-    return [dataclasses.replace(r, started=r.started + at) for r in task.result().records]
-
-
-def schedule_for(models: Sequence[str], *, workers: int) -> Schedule:
-    """The schedule of a busy check: on/off windows for one model, one arm per model for several;
-    `workers`: the most replicas any of them has."""
-    per_window = max(1, round(busy_rate(workers) * WINDOW_S))
-    models = list(dict.fromkeys(models))
-    if len(models) == 1:
-        return Schedule.same_model(models[0], requests=per_window)
-    return Schedule.per_model(models, requests=per_window)
 
 
 def busy_outcome(run: ScheduleRun) -> tuple[Verdict, list[str], str]:

@@ -43,15 +43,15 @@ from dataclasses import dataclass, field
 import httpx
 import numpy as np
 
-from ..defaults import WORKER_HEADER
 from ..errors import ConfigError, CounterResetError, MetricsError
 from ..evidence import clients
 from ..evidence.accounting import Accounting, RouterCounts
 from ..evidence.busy.constants import WINDOW_S
+from ..evidence.busy.driver import longer_window, run_block
 from ..evidence.metrics import Snapshot, ascrape
 from ..evidence.router import read_router
 from ..evidence.target import Target
-from ..evidence.traffic import Probes
+from ..evidence.traffic import Probes, RequestRecord, WindowSender
 from .checks import WatchPool
 from .judge import Judge, KeyState, ShareState, Transition
 from .names import (
@@ -68,11 +68,9 @@ from .names import (
 
 __all__ = ["Watch", "WatchConfig", "WatchEvent"]
 
-# Windows grow by this much, up to _LONGEST_S, where most recent blocks came late: the sender
-# and the router could not answer a window's requests within its sending part.
-_LONGER_S = WINDOW_S
-_LONGEST_S = 1.0
-_LATE_SPAN = 20  # blocks looked back on for that
+# Windows grow (evidence.busy.driver.longer_window) where most of this many recent blocks came
+# late: the sender and the router could not answer a window's requests within its sending part.
+_LATE_SPAN = 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,13 +97,6 @@ class WatchEvent:
     wall: float  # epoch seconds
     kind: str
     detail: str
-
-
-@dataclass
-class _Answer:
-    model: str
-    status: int  # 0: no HTTP answer
-    worker: str | None
 
 
 @dataclass
@@ -175,12 +166,12 @@ class Watch:
         self._down: set[str] = set()  # conditions now on: "worker 3 unreadable", "frontend unreachable"
         # Every body the watch sends is new: a router that caches responses answers none of them.
         self.probes = Probes(seed=self.schedule.seed % 1000)
-        self._answers: list[_Answer] = []  # the block's, late ones included
+        self._answers: list[RequestRecord] = []  # the block's, late ones included
         self._last_read: list[Snapshot] | None = None
         self._since_last: np.ndarray | None = (
             None  # counts between the last two reads (None: a reset, or one read)
         )
-        self._inflight: set[asyncio.Task[None]] = set()
+        self._sender: WindowSender | None = None  # while it runs
         self._settle_until = 0.0
         self._per_block = sum(sum(a.requests.values()) for a in self.schedule.arms)
         # Block starts at a random spacing, uniform on 0.5-1.5x the cap's period: the cap holds on
@@ -260,6 +251,16 @@ class Watch:
             ) as scraper,
             clients.async_client(timeout=self.config.request_timeout_s, transport=sender) as http,
         ):
+            self._sender = WindowSender(
+                self.target.frontend_url,
+                http,
+                limits=most,
+                timeout=self.config.request_timeout_s,
+                inputs=self.probes.take,
+                on_response=self._answered,
+                on_error=self._send_failed,
+                keep=False,
+            )
             block = 0
             before: list[Snapshot] | None = None
             stopping = asyncio.create_task(self._cancel_on(stop))
@@ -275,7 +276,7 @@ class Watch:
                         await self._sleep(stop, self.config.retry_s)
                         continue
                 started = time.perf_counter()
-                before = await self._block(block, before, scraper, http)
+                before = await self._block(block, before, scraper)
                 block += 1
                 self._update()
                 # The rate cap, on average: the next block starts a random spacing after this one.
@@ -292,8 +293,8 @@ class Watch:
     async def _cancel_on(self, stop: asyncio.Event) -> None:
         """At a stop, the requests in flight are cancelled: a hung frontend never holds the exit."""
         await stop.wait()
-        for task in self._inflight:
-            task.cancel()
+        if self._sender is not None:
+            self._sender.cancel()
 
     def _over(self, stop: asyncio.Event) -> bool:
         limit = self.config.duration_s
@@ -410,51 +411,57 @@ class Watch:
         return None if reset else deltas
 
     async def _block(
-        self, block: int, before: list[Snapshot], scraper: httpx.AsyncClient, http: httpx.AsyncClient
+        self, block: int, before: list[Snapshot], scraper: httpx.AsyncClient
     ) -> list[Snapshot] | None:
-        """Run one block from its opening read `before`; judge it if nothing disturbed it.
-        Returns the closing read (None where a read failed)."""
+        """Run one block from its opening read `before` (evidence/busy/driver.py); judge it if
+        nothing disturbed it. Returns the closing read (None where a read failed)."""
+        assert self._sender is not None
         arms = len(self.schedule.arms)
         models = self.judge.models_sent
         deltas = np.zeros((len(self.pool.models), arms))
         sent = np.zeros((len(models), arms))
         others: np.ndarray | None = np.zeros((len(models), arms)) if self.accounting is not None else None
         disturbed = ""
-        tasks: list[asyncio.Task[None]] = []
-        t0 = time.perf_counter()
         snapshots: list[Snapshot] | None = before
-        for position in range(arms):
-            window = self.schedule.window(block * arms + position)
-            answered: list[_Answer] = []
-            wanted = [m for m, k in window.arm.requests.items() for _ in range(k)]
-            for model, text in zip(wanted, self.probes.take(len(wanted))):
-                task = asyncio.create_task(self._send(http, model, text, answered))
-                tasks.append(task)
-                self._inflight.add(task)
-                task.add_done_callback(self._inflight.discard)
-            await asyncio.sleep(max(0.0, t0 + (position + 1) * self.window_s - time.perf_counter()))
-            counted = list(answered)  # the answers in hand when the closing read begins
+
+        async def read() -> tuple[
+            RouterCounts | None, list[Snapshot] | None, np.ndarray | None, RouterCounts | None
+        ]:
+            # `_read` counts the window (the reads on either side), and the router's counts
+            # closing it, where it is read.
             opened = self._router_last
             after = await self._read(scraper)
+            return opened, after, self._since_last, self._router_last
+
+        cuts = await run_block(
+            self.schedule,
+            block,
+            window_s=self.window_s,
+            origin=self._clock0,
+            sender=self._sender,
+            read=read,
+            go_on=lambda r: r[1] is not None and r[2] is not None,
+        )
+        for position, cut in enumerate(cuts):
+            opened, after, window_deltas, closed = cut.read
             if after is None:
                 disturbed, snapshots = "unreadable", None
                 break
-            window_deltas = self._since_last  # `_read` counted this window: the reads on either side
             snapshots = after
             if window_deltas is None:
                 disturbed = "reset"
                 break
             deltas[:, position] = window_deltas
-            if len(counted) < len(wanted):
+            if cut.late:
                 disturbed = disturbed or "late"
-            for answer in counted:
+            for answer in cut.answered:
                 sent[models.index(answer.model), position] += 1
             if others is not None and self.accounting is not None:
-                if opened is None or self._router_last is None:
+                if opened is None or closed is None:
                     others = None  # the router unread at one end: this block is read without it
                 else:
                     mine = {m: int(sent[k, position]) for k, m in enumerate(models)}
-                    theirs = self.accounting.others(opened, self._router_last, mine)
+                    theirs = self.accounting.others(opened, closed, mine)
                     others[:, position] = [theirs.get(m, 0.0) for m in models]
         if not disturbed and self._refused():
             disturbed = "refused"
@@ -466,8 +473,7 @@ class Watch:
                 )
         elif not disturbed:
             self._ends("refused", "answered", "every request reaches a worker again")
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._sender.settle()
         self._account()
         self._late.append(disturbed == "late")
         if disturbed:
@@ -481,27 +487,18 @@ class Watch:
         return snapshots
 
     def _lengthen(self) -> None:
-        if len(self._late) == _LATE_SPAN and sum(self._late) > _LATE_SPAN / 2 and self.window_s < _LONGEST_S:
-            self.window_s = min(_LONGEST_S, self.window_s + _LONGER_S)
+        longer = longer_window(self.window_s)
+        if len(self._late) == _LATE_SPAN and sum(self._late) > _LATE_SPAN / 2 and longer is not None:
+            self.window_s = longer
             self._late.clear()
             self._event("window", f"most blocks came late: windows are now {self.window_s:g} s")
 
-    async def _send(self, http: httpx.AsyncClient, model: str, text: str, into: list[_Answer]) -> None:
-        url = self.target.frontend_url + "/v1/embeddings"
-        status, worker = 0, None
-        try:
-            response = await http.post(url, json={"model": model, "input": text, "encoding_format": "float"})
-            status = response.status_code
-            worker = response.headers.get(WORKER_HEADER) or response.headers.get(
-                f"llm_provider-{WORKER_HEADER}"
-            )
-        except httpx.HTTPError:
-            pass  # no HTTP answer: the frontend is down, restarting, or too slow
-        except Exception as exc:  # a request must never take the watch down; say what broke it
-            self._event("error", f"a request for '{model}' raised {exc.__class__.__name__}: {exc}")
-        answer = _Answer(model, status, worker)
-        into.append(answer)
-        self._answers.append(answer)
+    def _answered(self, answer: RequestRecord) -> None:
+        self._answers.append(answer)  # `_account` takes the list whole: never hand it out
+
+    def _send_failed(self, exc: BaseException) -> None:
+        # A request must never take the watch down; say what broke it.
+        self._event("error", f"a window's requests raised {exc.__class__.__name__}: {exc}")
 
     def _refused(self) -> bool:
         """Whether some of the block's requests reached no worker: no HTTP answer, a 5xx (the
@@ -538,7 +535,7 @@ class Watch:
         elif answers:
             self._ends("frontend", "reachable", "the frontend answers again")
 
-    def _misplaced(self, answer: _Answer) -> str:
+    def _misplaced(self, answer: RequestRecord) -> str:
         if answer.worker is None:
             return ""
         index = self.target.index_of(answer.worker)

@@ -95,7 +95,7 @@ def test_a_faulty_router_never_passes_even_where_it_cannot_be_caught_in_time() -
 
 def test_the_simulation_runs_at_the_rate_the_check_ships() -> None:
     from embedlab.defaults import BUSY_RATE_PER_S
-    from embedlab.scenarios.schedule import busy_rate
+    from embedlab.evidence.busy import busy_rate
 
     default = inspect.signature(simulate).parameters["rate_per_s"].default
     assert default == BUSY_RATE_PER_S == busy_rate(2)

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from embedlab.evidence.busy import ProvenBy, leak_requests, moving_requests, required_requests
+from embedlab.evidence.busy import (
+    ProvenBy,
+    busy_rate,
+    leak_requests,
+    moving_requests,
+    required_requests,
+    schedule_for,
+)
 from embedlab.evidence.counters import DispatchCheck
 from embedlab.evidence.metrics import DEFAULT_METRIC, Snapshot
 from embedlab.evidence.split import Split
@@ -17,7 +24,7 @@ from embedlab.scenarios.builtin.placement import same_model_power, same_model_ru
 from embedlab.scenarios.burst import _counters_agree
 from embedlab.scenarios.params import knobs, params_of
 from embedlab.scenarios.result import Burst, ScenarioResult, ScheduleRun, ScheduleWindow
-from embedlab.scenarios.schedule import busy_rate, needs_schedule, schedule_for
+from embedlab.scenarios.schedule import needs_schedule
 
 
 def test_the_busy_knobs_are_declared_once_and_every_placement_scenario_takes_them() -> None:

@@ -41,10 +41,10 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError
-from .constants import SEND_FRACTION, WINDOW_S
+from .constants import RATE_PER_S, SEND_FRACTION, WINDOW_S
 from .sequential import orders
 
-__all__ = ["Arm", "Schedule", "Window", "WindowRecord"]
+__all__ = ["Arm", "Schedule", "Window", "WindowRecord", "busy_rate", "schedule_for"]
 
 
 @dataclass(frozen=True)
@@ -194,3 +194,21 @@ class Schedule:
     def blocks_within(self, seconds: float) -> int:
         """Whole blocks that fit in `seconds`."""
         return int(seconds // self.block_s + 1e-9)
+
+
+def busy_rate(workers: int) -> float:
+    """The busy check's own rate while a window is on, for a model of `workers` replicas (one
+    model's requests per window): RATE_PER_S for two, proportionally more for more, so that
+    each replica's share of a window stays about the same (up to 8x: the sender bounds it, and
+    driver.fitted_window lowers it further to what the sender and router answer in time)."""
+    return RATE_PER_S * min(8.0, max(1.0, workers / 2))
+
+
+def schedule_for(models: Sequence[str], *, workers: int) -> Schedule:
+    """The schedule of a busy check: on/off windows for one model, one arm per model for several;
+    `workers`: the most replicas any of them has."""
+    per_window = max(1, round(busy_rate(workers) * WINDOW_S))
+    models = list(dict.fromkeys(models))
+    if len(models) == 1:
+        return Schedule.same_model(models[0], requests=per_window)
+    return Schedule.per_model(models, requests=per_window)

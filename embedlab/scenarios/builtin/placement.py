@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...cluster.deployment import Deployment
-from ...evidence.busy import ProvenBy, QuietPower, leak_power, moving_requests, quiet_power, required_requests
+from ...evidence.busy import (
+    ProvenBy,
+    QuietPower,
+    leak_power,
+    moving_requests,
+    quiet_power,
+    required_requests,
+    schedule_for,
+)
 from ...evidence.busy.constants import POWER
 from ...evidence.clients import run_sync
 from ...evidence.split import Split
@@ -27,7 +35,7 @@ from ...evidence.target import Target
 from ...verdicts import Verdict
 from ..burst import status_codes, workers_of
 from ..result import Burst, DataFigures, ScenarioResult, ScheduleRun
-from ..schedule import busy_outcome, run_schedule, schedule_for
+from ..schedule import busy_outcome, run_schedule
 
 __all__ = [
     "DispatchFigures",

@@ -22,7 +22,7 @@ from ...cluster.stack import SwitchesRetries, capable
 from ...cluster.stack_registry import get_stack
 from ...errors import ConfigError, ScrapeError
 from ...evidence import clients
-from ...evidence.busy import ProvenBy
+from ...evidence.busy import ProvenBy, schedule_for
 from ...evidence.clients import run_sync
 from ...evidence.metrics import ascrape
 from ...evidence.target import Target
@@ -43,7 +43,7 @@ from ..burst import (
 from ..params import knob, with_knobs
 from ..registry import Scenario
 from ..result import Burst, ScenarioResult, ScheduleRun, worker_label
-from ..schedule import BusyKnobs, busy_outcome, needs_schedule, run_schedule, schedule_for
+from ..schedule import BusyKnobs, busy_outcome, needs_schedule, run_schedule
 from .resilience_figures import FailoverFigures
 
 if TYPE_CHECKING:

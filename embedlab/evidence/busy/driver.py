@@ -1,0 +1,115 @@
+"""The one window driver of a busy check, and its window rule.
+
+    cuts = await run_block(schedule, block, window_s=0.25, origin=t, sender=sender, read=read)
+
+A block's windows run on one clock (its start + k * window_s). Each window's requests go out at
+once, right after its opening read, and count where they were answered before its closing read:
+`Cut.answered` holds the answers in hand when that read began, and a request still in flight then
+(late) would count in the next window, perhaps of another arm. What a late or disturbed block means
+is the caller's: the one-shot check (`scenarios.schedule.run_schedule`) sets it aside and runs the
+same block again; the watch (`watch.runner.Watch`) sets it aside and lengthens its windows where
+most blocks come late. Both grow a window by `longer_window`.
+
+Pure asyncio: the sender (`evidence.traffic.WindowSender`) and the reads are given to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from .constants import WINDOW_S
+from .schedule import Schedule, Window
+
+__all__ = [
+    "FEWEST_REQUESTS",
+    "LONGEST_WINDOW_S",
+    "Cut",
+    "Sender",
+    "fitted_window",
+    "longer_window",
+    "run_block",
+]
+
+A = TypeVar("A")
+A_co = TypeVar("A_co", covariant=True)
+R = TypeVar("R")
+
+# The longest window. Windows grow one WINDOW_S at a time where a window's requests are not
+# answered within it: a sign-flip test needs blocks more than requests (14 at least at the check's
+# level), so fewer requests a window come first, down to FEWEST_REQUESTS; 14 blocks of two 1 s
+# windows still fit a 60 s budget twice over.
+LONGEST_WINDOW_S = 1.0
+FEWEST_REQUESTS = 4
+
+
+class Sender(Protocol[A_co]):
+    def send(self, requests: Mapping[str, int], *, name: str, at: float) -> list[A_co]:
+        """Send a window's requests in the background; the list returned fills as they are answered."""
+        ...
+
+
+@dataclass(frozen=True)
+class Cut(Generic[A, R]):
+    """One window as the driver ran it."""
+
+    window: Window
+    at: float  # its opening, in seconds from the `origin` run_block was given
+    wanted: int  # the requests it sent
+    answered: list[A]  # the answers in hand when its closing read began
+    read: R  # that closing read
+
+    @property
+    def late(self) -> int:
+        return self.wanted - len(self.answered)
+
+
+async def run_block(
+    schedule: Schedule,
+    block: int,
+    *,
+    window_s: float,
+    origin: float,
+    sender: Sender[A],
+    read: Callable[[], Awaitable[R]],
+    go_on: Callable[[R], bool] = lambda _: True,
+) -> list[Cut[A, R]]:
+    """Block `block` of `schedule`, window by window: send, wait for the window's end, read. Stops
+    early after a read `go_on` refuses (a worker unread, a counter reset)."""
+    t0 = time.perf_counter()
+    arms = len(schedule.arms)
+    cuts: list[Cut[A, R]] = []
+    for position in range(arms):
+        window = schedule.window(block * arms + position)
+        at = t0 - origin + position * window_s
+        answered = sender.send(window.arm.requests, name=window.arm.name, at=at)
+        await asyncio.sleep(max(0.0, t0 + (position + 1) * window_s - time.perf_counter()))
+        in_hand = list(answered)
+        after = await read()
+        cuts.append(Cut(window, at, sum(window.arm.requests.values()), in_hand, after))
+        if not go_on(after):
+            break
+    return cuts
+
+
+def longer_window(window_s: float) -> float | None:
+    """The next window where a window's requests are not answered within it (None: the longest)."""
+    if window_s >= LONGEST_WINDOW_S - 1e-9:
+        return None
+    return min(LONGEST_WINDOW_S, window_s + WINDOW_S)
+
+
+def fitted_window(window_s: float, requests: int, rate: float, send_fraction: float) -> tuple[float, int]:
+    """The window and the requests a window that a sender answering `rate` a second fits in its
+    sending part: fewer requests first (down to FEWEST_REQUESTS), then longer windows."""
+    window = window_s
+    while True:
+        fits = math.floor(rate * window * send_fraction)
+        longer = longer_window(window)
+        if fits >= min(requests, FEWEST_REQUESTS) or longer is None:
+            return window, max(1, min(requests, fits))
+        window = longer
