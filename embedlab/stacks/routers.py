@@ -32,7 +32,6 @@ __all__ = [
     "LiteLLMStack",
     "RouterRun",
     "RustRouter",
-    "RustRouterStack",
     "SglangRouterStack",
     "VllmRouterStack",
     "router_venv",
@@ -122,50 +121,7 @@ def several_models(spec: DeploymentSpec) -> bool:
     return len(set(spec.models)) > 1
 
 
-class RustRouterStack(BaseStack):
-    """What the stacks of the three Rust routers (vllm-router, sglang-router, smg) share: their
-    policy names, standalone workers given by URL, the `/workers` list as their health, and
-    `--disable-retries`. Each keeps its own command line, joins, drains and resumes."""
-
-    names_worker = True  # each passes the worker's `x-embedlab-worker` on
-    workers_join = Join.BY_URL
-    router: ClassVar[RustRouter]
-    # Only the workers whose status is ready dispatch (smg lists a worker being removed until it is gone).
-    ready_only: ClassVar[bool] = False
-
-    def policy(self, router_mode: str | None) -> str | None:
-        return snake_case_policy(router_mode, self.default_policy)
-
-    def prepare(self, ctx: StackContext[Any]) -> RouterRun:
-        return self.router.prepare(ctx)
-
-    def launched(self, ctx: StackContext[RouterRun], argv: list[str]) -> ProcessSpec:
-        """The router's process: `argv`, then the deployment's own frontend arguments."""
-        return ProcessSpec(
-            role="frontend",
-            argv=argv + list(ctx.spec.frontend_args),
-            ready_url=f"{ctx.frontend_url}/readiness",
-        )
-
-    def worker(
-        self, ctx: StackContext[RouterRun], index: int, worker: WorkerSpec, system_port: int
-    ) -> ProcessSpec:
-        return self.router.workers.process(ctx, ctx.state.workers, index, worker, system_port)
-
-    def health_url(self, ctx: StackContext[RouterRun]) -> str:
-        return f"{ctx.frontend_url}/workers"
-
-    def dispatchable_endpoints(self, ctx: StackContext[RouterRun], health: Any) -> set[str]:
-        return self.router.dispatchable(ctx, health, ready_only=self.ready_only)
-
-    def direct_url(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> str | None:
-        return ctx.state.workers.url(index)
-
-    def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
-        return ("--disable-retries",)
-
-
-class VllmRouterStack(RustRouterStack):
+class VllmRouterStack(BaseStack):
     """vllm-router: the port opens once every worker answers /health; `/workers` lists them.
 
     One model's pool runs in its regular mode, which ignores the body's `model`. A pool of
@@ -188,7 +144,15 @@ class VllmRouterStack(RustRouterStack):
     }
     default_policy = "cache_aware"
     model_aware = True  # by --enable-igw, for a pool of several models
+    names_worker = True  # it passes the worker's `x-embedlab-worker` on
+    workers_join = Join.BY_URL
     router: ClassVar[RustRouter] = RustRouter(StandaloneWorkers(load_format="vllm"))
+
+    def policy(self, router_mode: str | None) -> str | None:
+        return snake_case_policy(router_mode, self.default_policy)
+
+    def prepare(self, ctx: StackContext[Any]) -> RouterRun:
+        return self.router.prepare(ctx)
 
     def frontend(self, ctx: StackContext[RouterRun]) -> ProcessSpec:
         igw = several_models(ctx.spec)
@@ -203,10 +167,31 @@ class VllmRouterStack(RustRouterStack):
             "--worker-startup-timeout-secs",
             str(int(ctx.spec.startup_timeout)),
         ]
-        return self.launched(ctx, argv)
+        return ProcessSpec(
+            role="frontend",
+            argv=argv + list(ctx.spec.frontend_args),
+            ready_url=f"{ctx.frontend_url}/readiness",
+        )
+
+    def worker(
+        self, ctx: StackContext[RouterRun], index: int, worker: WorkerSpec, system_port: int
+    ) -> ProcessSpec:
+        return self.router.workers.process(ctx, ctx.state.workers, index, worker, system_port)
+
+    def health_url(self, ctx: StackContext[RouterRun]) -> str:
+        return f"{ctx.frontend_url}/workers"
+
+    def dispatchable_endpoints(self, ctx: StackContext[RouterRun], health: Any) -> set[str]:
+        return self.router.dispatchable(ctx, health)
+
+    def direct_url(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> str | None:
+        return ctx.state.workers.url(index)
 
     def listed_models(self, client: httpx.Client, ctx: StackContext[RouterRun]) -> set[str] | None:
         return None  # its /v1/models is one worker's, passed through: it lists no model of its own
+
+    def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
+        return ("--disable-retries",)
 
     def _worker_json(self, ctx: StackContext[RouterRun], index: int) -> dict[str, str]:
         url = ctx.state.workers.url(index)
@@ -238,7 +223,7 @@ SGLANG_IGW_OFFLINE = (
 )
 
 
-class SglangRouterStack(RustRouterStack):
+class SglangRouterStack(BaseStack):
     """sglang-router: the port opens at once and workers join in the background; `/readiness` waits for one."""
 
     name = venv = package = "sglang-router"
@@ -252,16 +237,43 @@ class SglangRouterStack(RustRouterStack):
     }
     default_policy = "cache_aware"
     model_aware = False  # its gateway mode cannot start offline: SGLANG_IGW_OFFLINE
+    names_worker = True  # it passes the worker's `x-embedlab-worker` on
+    workers_join = Join.BY_URL
     router: ClassVar[RustRouter] = RustRouter(StandaloneWorkers(load_format="sglang"))
+
+    def policy(self, router_mode: str | None) -> str | None:
+        return snake_case_policy(router_mode, self.default_policy)
 
     def prepare(self, ctx: StackContext[Any]) -> RouterRun:
         if several_models(ctx.spec):
             raise UnsupportedError(SGLANG_IGW_OFFLINE)
-        return super().prepare(ctx)
+        return self.router.prepare(ctx)
 
     def frontend(self, ctx: StackContext[RouterRun]) -> ProcessSpec:
         head = [venv_program(self, "bin/python"), "-m", "sglang_router.launch_router"]
-        return self.launched(ctx, self.router.argv(ctx, head, self.policy(ctx.spec.router_mode)))
+        argv = self.router.argv(ctx, head, self.policy(ctx.spec.router_mode))
+        return ProcessSpec(
+            role="frontend",
+            argv=argv + list(ctx.spec.frontend_args),
+            ready_url=f"{ctx.frontend_url}/readiness",
+        )
+
+    def worker(
+        self, ctx: StackContext[RouterRun], index: int, worker: WorkerSpec, system_port: int
+    ) -> ProcessSpec:
+        return self.router.workers.process(ctx, ctx.state.workers, index, worker, system_port)
+
+    def health_url(self, ctx: StackContext[RouterRun]) -> str:
+        return f"{ctx.frontend_url}/workers"
+
+    def dispatchable_endpoints(self, ctx: StackContext[RouterRun], health: Any) -> set[str]:
+        return self.router.dispatchable(ctx, health)
+
+    def direct_url(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> str | None:
+        return ctx.state.workers.url(index)
+
+    def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
+        return ("--disable-retries",)
 
     def drain(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> None:
         self.router.remove_by_id(client, ctx, index, self.name)

@@ -30,17 +30,18 @@ stack uses it:
 from __future__ import annotations
 
 import time
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..cluster.stack import ProcessSpec, StackContext
+from ..cluster.spec import DeploymentSpec, WorkerSpec
+from ..cluster.stack import BaseStack, Join, ProcessSpec, StackContext
 from ..errors import ServerError
 from ..evidence.router import RouterMetrics, known_router
 from ..evidence.split import Split
-from .routers import RouterRun, RustRouter, RustRouterStack, venv_program
-from .standalone import StandaloneWorkers
+from .routers import RouterRun, RustRouter, venv_program
+from .standalone import StandaloneWorkers, snake_case_policy
 
 __all__ = ["SmgStack"]
 
@@ -53,7 +54,7 @@ SHUTDOWN_GRACE_S = 5
 REMOVAL_TIMEOUT_S = 30.0
 
 
-class SmgStack(RustRouterStack):
+class SmgStack(BaseStack):
     """smg in its regular (model-aware) mode, workers given by URL."""
 
     name = venv = package = "smg"
@@ -71,8 +72,15 @@ class SmgStack(RustRouterStack):
     }
     default_policy = "cache_aware"
     model_aware = True  # its regular mode keeps one worker group per model
+    names_worker = True  # it passes the worker's `x-embedlab-worker` on
+    workers_join = Join.BY_URL
     router: ClassVar[RustRouter] = RustRouter(StandaloneWorkers(load_format="sglang"))
-    ready_only = True  # a worker being removed is listed, healthy, until it is gone
+
+    def policy(self, router_mode: str | None) -> str | None:
+        return snake_case_policy(router_mode, self.default_policy)
+
+    def prepare(self, ctx: StackContext[Any]) -> RouterRun:
+        return self.router.prepare(ctx)
 
     def frontend(self, ctx: StackContext[RouterRun]) -> ProcessSpec:
         argv = self.router.argv(
@@ -88,7 +96,29 @@ class SmgStack(RustRouterStack):
             "--shutdown-grace-period-secs",
             str(SHUTDOWN_GRACE_S),
         ]
-        return self.launched(ctx, argv)
+        return ProcessSpec(
+            role="frontend",
+            argv=argv + list(ctx.spec.frontend_args),
+            ready_url=f"{ctx.frontend_url}/readiness",
+        )
+
+    def worker(
+        self, ctx: StackContext[RouterRun], index: int, worker: WorkerSpec, system_port: int
+    ) -> ProcessSpec:
+        return self.router.workers.process(ctx, ctx.state.workers, index, worker, system_port)
+
+    def health_url(self, ctx: StackContext[RouterRun]) -> str:
+        return f"{ctx.frontend_url}/workers"
+
+    def dispatchable_endpoints(self, ctx: StackContext[RouterRun], health: Any) -> set[str]:
+        """Workers it lists as healthy and ready (a worker being removed is listed until it is gone)."""
+        return self.router.dispatchable(ctx, health, ready_only=True)
+
+    def direct_url(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> str | None:
+        return ctx.state.workers.url(index)
+
+    def without_retries(self, spec: DeploymentSpec) -> tuple[str, ...]:
+        return ("--disable-retries",)
 
     def drain(self, client: httpx.Client, ctx: StackContext[RouterRun], index: int) -> None:
         self.router.remove_by_id(client, ctx, index, self.name)

@@ -36,7 +36,6 @@ __all__ = [
 ]
 
 A = TypeVar("A")
-A_co = TypeVar("A_co", covariant=True)
 R = TypeVar("R")
 
 # The longest window. Windows grow one WINDOW_S at a time where a window's requests are not
@@ -47,8 +46,8 @@ LONGEST_WINDOW_S = 1.0
 FEWEST_REQUESTS = 4
 
 
-class Sender(Protocol[A_co]):
-    def send(self, requests: Mapping[str, int], *, name: str, at: float) -> list[A_co]:
+class Sender(Protocol[A]):
+    def send(self, requests: Mapping[str, int], *, name: str, at: float) -> list[A]:
         """Send a window's requests in the background; the list returned fills as they are answered."""
         ...
 
