@@ -59,6 +59,13 @@ _EXPORTS: dict[str, str] = {
     "Explorer": "scenarios.explore",
     "ScenarioPlan": "scenarios.plan",
     "ScenarioResult": "scenarios.result",
+    "Burst": "scenarios.result",
+    "DataFigures": "scenarios.result",
+    "BurstSpec": "scenarios.burst",
+    "burst_of": "scenarios.burst",
+    "judge": "scenarios.burst",
+    "workers_of": "scenarios.burst",
+    "target_of": "evidence.target",
     "Figures": "scenarios.result",
     "knob": "scenarios.params",
     "SweepResult": "scenarios.explore",
@@ -178,7 +185,7 @@ if TYPE_CHECKING:
     )
     from .evidence.metrics import MetricQuery as MetricQuery, Snapshot as Snapshot, scrape as scrape
     from .evidence.split import Split as Split
-    from .evidence.target import Target as Target, attach as attach
+    from .evidence.target import Target as Target, attach as attach, target_of as target_of
     from .evidence.traffic import (
         BurstResult as BurstResult,
         RequestRecord as RequestRecord,
@@ -209,6 +216,12 @@ if TYPE_CHECKING:
     )
     from .scenarios.builtin.drain import drain as drain
     from .scenarios.builtin.resilience import failover as failover
+    from .scenarios.burst import (
+        BurstSpec as BurstSpec,
+        burst_of as burst_of,
+        judge as judge,
+        workers_of as workers_of,
+    )
     from .scenarios.explore import (
         Explorer as Explorer,
         SweepResult as SweepResult,
@@ -220,7 +233,12 @@ if TYPE_CHECKING:
         register_scenario as register_scenario,
         scenario_names as scenario_names,
     )
-    from .scenarios.result import Figures as Figures, ScenarioResult as ScenarioResult
+    from .scenarios.result import (
+        Burst as Burst,
+        DataFigures as DataFigures,
+        Figures as Figures,
+        ScenarioResult as ScenarioResult,
+    )
     from .verdicts import Verdict as Verdict
     from .watch.in_notebook import watch_live as watch_live
     from .watch.runner import Watch as Watch, WatchConfig as WatchConfig

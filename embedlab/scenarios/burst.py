@@ -1,8 +1,8 @@
 """The piece every scenario is made of: one burst between two counter snapshots, judged.
 
 spec = BurstSpec(name="m", model="m", expected=frozenset({0, 1}), requests=40)
-burst = run_sync(run_burst(target, spec))
-verdict, reasons = judge([burst], exact_total=True)
+found = burst_of(target, spec)  # run_burst, awaited, from synchronous code
+verdict, reasons = judge([found], exact_total=True)
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from .result import Burst, Unread, WorkerInfo
 
 __all__ = [
     "BurstSpec",
+    "burst_of",
     "judge",
     "launched",
     "mark_unread",
@@ -366,6 +367,12 @@ def status_codes(bursts: Sequence[Burst]) -> dict[str, int]:
         for record in burst.traffic.failures:
             found[str(record.status)] = found.get(str(record.status), 0) + 1
     return found
+
+
+def burst_of(deployment: Deployment | Target, spec: BurstSpec, *, progress: bool = False) -> Burst:
+    """`run_burst` from synchronous code (a scenario's `run`, a script, a notebook cell): read every
+    worker, send the burst, read again, and judge the deltas by worker index."""
+    return clients.run_sync(run_burst(target_of(deployment), spec, progress=progress))
 
 
 def judge(bursts: Sequence[Burst], *, exact_total: bool) -> tuple[Verdict, list[str]]:

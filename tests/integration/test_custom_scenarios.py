@@ -27,10 +27,10 @@ from embedlab.scenarios.registry import SCENARIOS
 REPO = Path(__file__).resolve().parents[2]
 
 
-def readme_guide() -> str:
-    """The README's custom-scenario example: the first python block under its heading."""
+def readme_guide(heading: str = "### Scenarios of your own") -> str:
+    """A README example: the first python block under its heading."""
     text = (REPO / "README.md").read_text()
-    section = text[text.index("### Scenarios of your own") :]
+    section = text[text.index(heading) :]
     match = re.search(r"```python\n(.*?)```", section, re.S)
     assert match, "the README's guide has no python block"
     return match.group(1)
@@ -47,6 +47,14 @@ def test_the_readme_guide_runs_as_written_from_a_file_outside_the_package(tmp_pa
     proc = run([sys.executable, "my_scenarios.py"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "one-hot-query on embedded (hash): PASSED"
+
+
+def test_the_readme_guide_to_a_scenario_of_its_own_bursts_runs_as_written(tmp_path: Path) -> None:
+    """The exported toolkit (BurstSpec, burst_of, judge, workers_of, DataFigures), as the README shows it."""
+    (tmp_path / "my_bursts.py").write_text(readme_guide("### A scenario that sends its own bursts"))
+    proc = run([sys.executable, "my_bursts.py"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "single-and-batched on embedded (hash): PASSED", proc.stdout
 
 
 def test_the_readme_commands_load_the_file_with_embedlab_plugins(tmp_path: Path) -> None:
