@@ -7,7 +7,6 @@ result.ok, table(result), plot(result)
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -16,7 +15,6 @@ from ...cluster.deployment import Deployment
 from ...defaults import FAIRNESS_ALPHA, SPLIT_CONFIRM
 from ...errors import ConfigError
 from ...evidence.busy import (
-    ProvenBy,
     leak_requests,
     moving_requests,
     required_requests,
@@ -27,13 +25,14 @@ from ...evidence.stats import still_chance
 from ...evidence.target import Target, target_of
 from ...evidence.traffic import Input, RequestRecord
 from ...verdicts import Verdict
-from ..burst import BurstSpec, judge, run_burst, served_models, serving, status_codes, workers_of
+from ..burst import BurstSpec, judge, run_burst, served_models, serving, status_codes
 from ..params import knob, with_knobs
 from ..registry import Scenario
 from ..result import Burst, ScenarioResult
 from ..schedule import BusyKnobs, needs_schedule
 from .placement import (
     DispatchFigures,
+    Placement,
     SplitFigures,
     multi_model_power,
     placement_busy,
@@ -142,15 +141,9 @@ def same_model_load_balance(
         "fairness_alpha": fairness_alpha,
         "split": split,
     }
-    started = time.monotonic()
-
-    def busy(bursts: list[Burst]) -> ScenarioResult:
-        return same_model_busy(
-            deployment, target, model, indices, weights, split, bursts, started, recorded, params.budget_s
-        )
-
+    placement = Placement("same-model", deployment, target, recorded, params.budget_s)
     if params.busy:
-        return busy([])
+        return same_model_busy(placement, model, indices, weights, split, [])
     alpha = FAIRNESS_ALPHA if fairness_alpha is None else fairness_alpha
     still = still_chance(own, requests) if split is Split.WEIGHTS else None
     all_move = split is Split.EXACT or (still is not None and still.value < alpha)
@@ -172,7 +165,7 @@ def same_model_load_balance(
     )
     burst = run_sync(run_burst(target, spec, progress=progress))
     if needs_schedule([burst]):
-        return busy([burst])
+        return same_model_busy(placement, model, indices, weights, split, [burst])
     verdict, reasons = judge([burst], exact_total=True)
     bursts = [burst]
     if verdict == Verdict.FAILED and split is Split.WEIGHTS and _only_the_split(burst, reasons, spec):
@@ -185,21 +178,10 @@ def same_model_load_balance(
     still_now = [i for i, d in zip(indices, deltas) if d <= 0]
     if verdict == Verdict.PASSED and still_now and still is not None:
         reasons = [*reasons, still_note(model, still_now, weights=own, requests=requests, still=still)]
-    return ScenarioResult(
-        scenario="same-model",
-        stack=target.stack,
-        params=recorded,
-        workers=workers_of(deployment),
-        bursts=bursts,
-        verdict=verdict,
-        reasons=reasons,
-        wall_seconds=time.monotonic() - started,
-        figures=SplitFigures(
-            deltas=tuple(deltas), split=str(split), p_value=burst.check.p_value if burst.check else None
-        ),
-        power=power,
-        proven_by=ProvenBy.ATTRIBUTION if burst.proven_by else ProvenBy.QUIET,
+    figures = SplitFigures(
+        deltas=tuple(deltas), split=str(split), p_value=burst.check.p_value if burst.check else None
     )
+    return placement.result(bursts, verdict, reasons, figures=figures, power=power)
 
 
 def _by_policy(
@@ -284,15 +266,9 @@ def multi_model_dispatch(
     if requests is None:
         requests = max([leak_requests(), *(moving_requests(w) for w in own.values())])
     recorded = {**asdict(params), "requests": requests, "models": models}
-    started = time.monotonic()
-
-    def busy(bursts: list[Burst]) -> ScenarioResult:
-        return placement_busy(
-            "multi-model", deployment, target, models, weights, bursts, started, recorded, params.budget_s
-        )
-
+    placement = Placement("multi-model", deployment, target, recorded, params.budget_s)
     if params.busy:
-        return busy([])
+        return placement_busy(placement, models, weights, [])
     specs = [
         BurstSpec(
             name=model,
@@ -318,24 +294,12 @@ def multi_model_dispatch(
 
     bursts = run_sync(run_all())
     if needs_schedule(bursts):
-        return busy(bursts)
+        return placement_busy(placement, models, weights, bursts)
     power, short = multi_model_power(requests, own)
     verdict, reasons = judge(bursts, exact_total=True)
     if verdict == Verdict.PASSED and short:
         verdict, reasons = Verdict.INCONCLUSIVE, short
-    return ScenarioResult(
-        scenario="multi-model",
-        stack=target.stack,
-        params=recorded,
-        workers=workers_of(deployment),
-        bursts=bursts,
-        verdict=verdict,
-        reasons=reasons,
-        wall_seconds=time.monotonic() - started,
-        figures=_dispatch_figures(bursts),
-        power=power,
-        proven_by=ProvenBy.ATTRIBUTION if any(b.proven_by for b in bursts) else ProvenBy.QUIET,
-    )
+    return placement.result(bursts, verdict, reasons, figures=_dispatch_figures(bursts), power=power)
 
 
 def _replicas(target: Target, models: Sequence[str] | None) -> dict[str, list[int]]:

@@ -17,7 +17,6 @@ chi-square test for random, reported for cache-aware).
 from __future__ import annotations
 
 import random
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ...cluster.deployment import Deployment
 from ...defaults import FAIRNESS_ALPHA, SPLIT_CONFIRM
 from ...errors import ConfigError
-from ...evidence.busy import ProvenBy, leak_power, leak_requests, quiet_power, required_requests
+from ...evidence.busy import leak_power, leak_requests, quiet_power, required_requests
 from ...evidence.clients import run_sync
 from ...evidence.counters import fairness_p_value
 from ...evidence.split import Split
@@ -39,7 +38,7 @@ from ..params import knob, with_knobs
 from ..registry import Scenario
 from ..result import Burst, DataFigures, ScenarioResult, WorkerInfo
 from ..schedule import BusyKnobs, needs_schedule
-from .placement import placement_busy, too_few
+from .placement import Placement, placement_busy, too_few
 
 if TYPE_CHECKING:
     from ..plan import ScenarioPlan
@@ -169,24 +168,13 @@ def mixed_traffic(
     served_models(target.frontend_url)
     pool = _Pool.of(target)
     workers = workers_of(deployment)
-    started = time.monotonic()
     requests = pool.requests() if params.requests is None else params.requests
     recorded = {**asdict(params), "requests": requests, "models": pool.models, "split": str(split)}
+    placement = Placement("mixed", deployment, target, recorded, params.budget_s)
 
     def busy(bursts: list[Burst]) -> ScenarioResult:
         figures = MixedFigures(splits=(), judged=str(split))
-        return placement_busy(
-            "mixed",
-            deployment,
-            target,
-            pool.models,
-            pool.weights,
-            bursts,
-            started,
-            recorded,
-            params.budget_s,
-            figures=figures,
-        )
+        return placement_busy(placement, pool.models, pool.weights, bursts, figures=figures)
 
     if params.busy:
         return busy([])
@@ -212,19 +200,8 @@ def mixed_traffic(
         if p in ORDERED
     )
     verdict, reasons = _mixed_verdict(bursts, splits, split, short)
-    return ScenarioResult(
-        scenario="mixed",
-        stack=target.stack,
-        params=recorded,
-        workers=workers,
-        bursts=bursts,
-        verdict=verdict,
-        reasons=reasons,
-        wall_seconds=time.monotonic() - started,
-        figures=MixedFigures(splits=tuple(splits), judged=str(split)),
-        power=power,
-        proven_by=ProvenBy.ATTRIBUTION if any(b.proven_by for b in bursts) else ProvenBy.QUIET,
-    )
+    figures = MixedFigures(splits=tuple(splits), judged=str(split))
+    return placement.result(bursts, verdict, reasons, figures=figures, power=power)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""What a placement check can prove, and its busy half: the power sentences and the schedule's verdict.
+"""The skeleton of a placement check, what it can prove, and its busy half.
+
+`Placement` holds what same-model, multi-model and mixed share: the knobs as run, the clock, the
+hand-over to the busy half, and the result; each scenario keeps only the bursts it sends and how
+it judges them.
 
 A quiet burst proves placement by the counters' deltas; how much it can prove is said in
 words beside the verdict (`same_model_power`, `multi_model_power`: an idle replica, a
@@ -14,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...cluster.deployment import Deployment
@@ -39,6 +43,7 @@ from ..schedule import busy_outcome, run_schedule
 
 __all__ = [
     "DispatchFigures",
+    "Placement",
     "SplitFigures",
     "busy_split",
     "busy_verdict",
@@ -192,59 +197,105 @@ def multi_model_power(requests: int, pool: dict[str, list[float]]) -> tuple[str,
     return "; ".join(parts), short
 
 
+@dataclass
+class Placement:
+    """One placement check under way, the steps same-model, multi-model and mixed share: what it
+    records, its clock, the busy half it hands over to, and the result it returns."""
+
+    scenario: str
+    deployment: Deployment | Target
+    target: Target
+    params: dict[str, Any]  # the knobs as run (sizes filled in)
+    budget_s: float
+    started: float = field(default_factory=time.monotonic)
+
+    def result(
+        self,
+        bursts: list[Burst],
+        verdict: Verdict,
+        reasons: list[str],
+        *,
+        figures: Any,
+        power: str,
+        proven_by: str | None = None,
+        schedule: ScheduleRun | None = None,
+    ) -> ScenarioResult:
+        """The result; placement proven by the bursts (a response header, else the counters on a
+        quiet pool) unless `proven_by` says otherwise."""
+        if proven_by is None:
+            proven_by = ProvenBy.ATTRIBUTION if any(b.proven_by for b in bursts) else ProvenBy.QUIET
+        return ScenarioResult(
+            scenario=self.scenario,
+            stack=self.target.stack,
+            params=self.params,
+            workers=workers_of(self.deployment),
+            bursts=bursts,
+            verdict=verdict,
+            reasons=reasons,
+            wall_seconds=time.monotonic() - self.started,
+            figures=figures,
+            power=power,
+            proven_by=proven_by,
+            schedule=schedule,
+        )
+
+    def scheduled(
+        self,
+        run: ScheduleRun | None,
+        bursts: list[Burst],
+        *,
+        figures: Any,
+        decided: tuple[Verdict, list[str], str] | None = None,
+    ) -> ScenarioResult:
+        """The result on a busy pool: the schedule's verdict (or one `decided` before any schedule
+        ran), its power, and how placement was proven."""
+        if decided is None:
+            assert run is not None, "a schedule ran, or the verdict was decided without one"
+            decided = busy_verdict(run, bursts)
+        verdict, reasons, power = decided
+        proven = run.verdict.proven_by if run is not None and run.verdict else ProvenBy.SCHEDULE
+        return self.result(
+            bursts, verdict, reasons, figures=figures, power=power, proven_by=proven, schedule=run
+        )
+
+
 def same_model_busy(
-    deployment: Deployment | Target,
-    target: Target,
+    placement: Placement,
     model: str,
     indices: list[int],
     weights: list[float],
     split: Split,
     bursts: list[Burst],
-    started: float,
-    params: dict[str, Any],
-    budget_s: float,
 ) -> ScenarioResult:
     """same-model on a busy pool: the randomized on/off schedule's verdict."""
     if split is Split.REPORT:
         reason = f"{model}: the pool is busy, and the router's policy decides the split: nothing to test it against"
-        return _scheduled(
-            "same-model", deployment, target, None, bursts, started, params,
-            figures=busy_split(None, indices, split), decided=(Verdict.INCONCLUSIVE, [reason], ""),
-        )  # fmt: skip
+        return placement.scheduled(
+            None,
+            bursts,
+            figures=busy_split(None, indices, split),
+            decided=(Verdict.INCONCLUSIVE, [reason], ""),
+        )
+    target = placement.target
     models = [m if m is not None else model for m in target.models]
-    run = _run_schedule(target, [model], len(indices), models, weights, budget_s)
-    return _scheduled(
-        "same-model",
-        deployment,
-        target,
-        run,
-        bursts,
-        started,
-        params,
-        figures=busy_split(run, indices, split),
-    )
+    run = _run_schedule(target, [model], len(indices), models, weights, placement.budget_s)
+    return placement.scheduled(run, bursts, figures=busy_split(run, indices, split))
 
 
 def placement_busy(
-    scenario: str,
-    deployment: Deployment | Target,
-    target: Target,
-    models: list[str],
-    weights: list[float],
-    bursts: list[Burst],
-    started: float,
-    params: dict[str, Any],
-    budget_s: float,
-    figures: Any = None,
+    placement: Placement, models: list[str], weights: list[float], bursts: list[Burst], figures: Any = None
 ) -> ScenarioResult:
     """multi-model and mixed on a busy pool: the schedule's verdict, one arm per model."""
+    target = placement.target
     pool = [m for m in target.models if m is not None]
-    run = _run_schedule(target, models, max(pool.count(m) for m in models), pool, weights, budget_s)
+    run = _run_schedule(target, models, max(pool.count(m) for m in models), pool, weights, placement.budget_s)
     moved = run.on_minus_off()
-    return _scheduled(
-        scenario, deployment, target, run, bursts, started, params,
-        figures=figures or DispatchFigures(wrong=math.nan, counted=sum(moved.values()), codes=status_codes(bursts)),
-    )  # fmt: skip
+    return placement.scheduled(
+        run,
+        bursts,
+        figures=figures
+        or DispatchFigures(wrong=math.nan, counted=sum(moved.values()), codes=status_codes(bursts)),
+    )
 
 
 def _run_schedule(
@@ -260,40 +311,6 @@ def _run_schedule(
         run_schedule(
             target, schedule_for(models, workers=workers), models=pool, weights=weights, budget_s=budget_s
         )
-    )
-
-
-def _scheduled(
-    scenario: str,
-    deployment: Deployment | Target,
-    target: Target,
-    run: ScheduleRun | None,
-    bursts: list[Burst],
-    started: float,
-    params: dict[str, Any],
-    *,
-    figures: Any,
-    decided: tuple[Verdict, list[str], str] | None = None,
-) -> ScenarioResult:
-    """A placement scenario's result on a busy pool: the schedule's verdict (or one `decided`
-    before any schedule ran), its power, and how placement was proven."""
-    if decided is None:
-        assert run is not None, "a schedule ran, or the verdict was decided without one"
-        decided = busy_verdict(run, bursts)
-    verdict, reasons, power = decided
-    return ScenarioResult(
-        scenario=scenario,
-        stack=target.stack,
-        params=params,
-        workers=workers_of(deployment),
-        bursts=bursts,
-        verdict=verdict,
-        reasons=reasons,
-        wall_seconds=time.monotonic() - started,
-        figures=figures,
-        power=power,
-        proven_by=run.verdict.proven_by if run is not None and run.verdict else ProvenBy.SCHEDULE,
-        schedule=run,
     )
 
 
