@@ -3,7 +3,7 @@
 The metrics follow Prometheus's conventions: a state set in kube-state-metrics' style (one
 series per state, the current one 1 and the others 0), gauges in base units, counters ending
 in `_total`. `assets/rules.yml` and `assets/dashboard.json` use these names;
-tests/unit/test_watch_assets.py checks that every name they use is one the exporter serves.
+tests/unit/watch/test_watch_assets.py checks that every name they use is one the exporter serves.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Port reservations across processes: four reserving side by side never share a port, each
-taking dead owners' reservations over (one process's logic: tests/unit/test_ports.py)."""
+taking dead owners' reservations over (one process's logic: tests/unit/cluster/test_ports.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """promtool accepts the watch's alerting rules: `promtool check rules`, and promtool's own unit
-test of the alerts (tests/unit/watch_rules_test.yml)."""
+test of the alerts (tests/unit/watch/watch_rules_test.yml)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from embedlab.watch import names
 
-RULES_TEST = Path(__file__).parents[1] / "unit" / "watch_rules_test.yml"
+RULES_TEST = Path(__file__).parents[1] / "unit" / "watch" / "watch_rules_test.yml"
 
 
 def _promtool() -> str:

@@ -9,7 +9,8 @@ import pytest
 
 import embedlab
 
-REPO = Path(__file__).resolve().parents[2]
+from ..conftest import REPO
+
 PACKAGE = Path(embedlab.__file__).parent
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..conftest import REPO
 from ..requires import missing
 
-ROOT = Path(__file__).resolve().parents[2]
 IGNORE = re.compile(r"#\s*type:\s*ignore(?P<codes>\[[^\]]*\])?(?P<rest>.*)$")
 
 
@@ -38,9 +38,9 @@ def test_mypy_finds_no_error_in_the_package_and_a_wrong_knob_default(tmp_path: P
     out, err, status = api.run(
         [
             "--config-file",
-            str(ROOT / "pyproject.toml"),
+            str(REPO / "pyproject.toml"),
             "--no-incremental",
-            str(ROOT / "embedlab"),
+            str(REPO / "embedlab"),
             str(probe),
         ]
     )
@@ -59,13 +59,13 @@ def _why(lines: list[str], index: int, rest: str) -> str:
 
 def test_every_type_ignore_names_its_code_and_says_why() -> None:
     unexplained = []
-    for path in sorted((ROOT / "embedlab").rglob("*.py")):
+    for path in sorted((REPO / "embedlab").rglob("*.py")):
         lines = path.read_text().splitlines()
         for index, line in enumerate(lines):
             found = IGNORE.search(line)
             if found is None:
                 continue
-            where = f"{path.relative_to(ROOT)}:{index + 1}"
+            where = f"{path.relative_to(REPO)}:{index + 1}"
             if not found["codes"]:
                 unexplained.append(f"{where}: no error code")
             elif len(_why(lines, index, found["rest"]).split()) < 3:

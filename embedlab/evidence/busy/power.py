@@ -19,7 +19,7 @@ combined share 0.9/0.1; a leak sends a share of a model's requests to other mode
 The quiet fairness test is checks.fairness_p_value: the exact binomial for two replicas, Pearson's
 chi-square for more, at `alpha`. Two-replica figures are exact; for more, the chi-square test's
 power is the non-central chi-square approximation (Pearson's statistic under a fixed alternative,
-Patnaik 1949), checked against simulation in tests/unit/test_busy_power.py.
+Patnaik 1949), checked against simulation in tests/unit/evidence/busy/test_busy_power.py.
 """
 
 from __future__ import annotations

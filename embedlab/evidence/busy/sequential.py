@@ -79,7 +79,7 @@ class Betting:
     where a geometric mean took 13 s and lost 6 points at 4x. `prior_mean` and
     `prior_second` are the pseudo-observation's centred bet and its square; `max_bet` keeps
     every outcome's capital above `1 - max_bet` of what it was. Tuned on the simulations of
-    tests/unit/test_busy_simulation.py; any values keep the test valid.
+    tests/unit/evidence/busy/test_busy_simulation.py; any values keep the test valid.
     """
 
     scale: float = 1.25

@@ -18,7 +18,7 @@ from embedlab.scenarios.burst import judge
 from embedlab.serving.frontend.faults import Fault, FaultInjector, parse_fault
 from embedlab.verdicts import Verdict
 
-from .test_result_views import burst
+from ..notebook.test_result_views import burst
 
 
 def _exposition(admitted: dict[str, int], answered: dict[tuple[str, str], int]) -> str:

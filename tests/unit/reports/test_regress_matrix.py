@@ -14,7 +14,8 @@ from embedlab.reports.index import compare_runs
 from embedlab.reports.matrix import notebook_parameters, params_slug
 from embedlab.reports.run_report import write_junit
 
-REPO = Path(__file__).resolve().parents[2]
+from ...conftest import REPO
+
 NOTEBOOKS = REPO / "notebooks"
 
 

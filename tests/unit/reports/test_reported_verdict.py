@@ -16,7 +16,7 @@ from embedlab.scenarios.builtin.resilience import FailoverFigures
 from embedlab.scenarios.result import ScenarioResult
 from embedlab.verdicts import Verdict
 
-REPO = Path(__file__).resolve().parents[2]
+from ...conftest import REPO
 
 FAILOVER = ScenarioResult(
     scenario="failover",

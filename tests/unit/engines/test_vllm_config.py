@@ -13,7 +13,7 @@ from embedlab.cluster.provisioning import vllm_worker_env
 from embedlab.engines.vllm_config import CPU_KV_CACHE_BYTES, cpu_kv_cache_bytes, position_limit
 from embedlab.errors import ConfigError
 
-from ..conftest import REPO
+from ...conftest import REPO
 
 
 def test_the_seed_worker_flags_parse(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,7 +16,7 @@ import pytest
 from embedlab.engines import EngineOptions, InvalidInput, check_dimensions, create_engine
 from embedlab.errors import EngineError
 
-from ..requires import missing
+from ...requires import missing
 
 try:
     import torch

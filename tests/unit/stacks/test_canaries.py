@@ -32,9 +32,9 @@ from embedlab.evidence.metrics import MetricQuery, parse_snapshot
 from embedlab.serving.worker.dynamo import Canaries
 from embedlab.stacks.dynamo import DynamoRun, DynamoStack
 
-from .stub_stacks import context_for
+from ...conftest import REPO
+from ..stub_stacks import context_for
 
-REPO = Path(__file__).resolve().parents[2]
 QUERY = MetricQuery.parse(CANARY_METRIC)
 CANARY_KEYS = {HEALTH_CHECK_ENABLED_ENV, CANARY_WAIT_ENV, HEALTH_CHECK_PAYLOAD_ENV}
 

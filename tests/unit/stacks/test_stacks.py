@@ -40,9 +40,8 @@ from embedlab.engines import ENGINES
 from embedlab.stacks import dynamo
 from embedlab.stacks.routers import RouterRun, VllmRouterStack
 
-from .stub_stacks import Minimal, context_for
+from ..stub_stacks import Minimal, context_for
 
-REPO = Path(__file__).resolve().parents[2]
 PACKAGE = Path(embedlab.__file__).parent
 
 

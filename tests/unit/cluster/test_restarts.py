@@ -17,7 +17,7 @@ from embedlab.plugins import child_env
 from embedlab.scenarios.result import ScenarioResult
 from embedlab.verdicts import Verdict
 
-REPO = Path(__file__).resolve().parents[2]
+from ...conftest import REPO
 
 
 def crash_loop(budget: RestartBudget, *, starts_in: float = 0.0) -> list[float]:

@@ -1,7 +1,7 @@
 """Every frontend fault on the busy schedule, by its exact verdict and the reason that names it.
 
 The quiet path's matrix is tests/integration/test_resilience.py's, on real processes; the watch's
-is tests/unit/test_watch_runner.py's. Here each fault is what the embedded frontend does to a
+is tests/unit/watch/test_watch_runner.py's. Here each fault is what the embedded frontend does to a
 request (serving/frontend/faults.py), applied window by window to what the schedule sends, with
 another client's Poisson traffic on every worker; the windows go through the same BusyMonitor
 and `busy_outcome` a real schedule's do (scenarios/schedule.py), so a verdict that changes, or a

@@ -25,7 +25,7 @@ from embedlab.defaults import INFINITY_METRIC, METRIC, TEI_METRIC, VLLM_SERVE_ME
 from embedlab.errors import ConfigError, UnsupportedError
 from embedlab.evidence.traffic import asend_burst
 
-from .stub_stacks import context_for
+from ..stub_stacks import context_for
 
 
 class FakeTei:

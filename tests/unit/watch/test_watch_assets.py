@@ -9,7 +9,8 @@ import re
 import yaml
 
 from embedlab.watch import names
-from tests.unit.test_watch_runner import MockPool, families, watch_on
+
+from .test_watch_runner import MockPool, families, watch_on
 
 METRIC = re.compile(r"\bembedlab_watch_[a-z_]+\b")
 

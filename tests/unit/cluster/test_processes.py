@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,9 @@ from embedlab.cluster.processes import Processes
 from embedlab.cluster.provisioning import gpu_for
 from embedlab.engines import ENGINES, EngineTraits, engine_traits
 
-CLUSTER = Path(__file__).resolve().parents[2] / "embedlab" / "cluster"
+from ...conftest import REPO
+
+CLUSTER = REPO / "embedlab" / "cluster"
 
 
 def test_live_weights_are_the_pools_state_and_the_launch_spec_is_never_replaced() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from embedlab.cluster import ports
 
-from ..proctools import unused_pid
+from ...proctools import unused_pid
 
 LOW = 25000
 

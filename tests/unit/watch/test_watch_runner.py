@@ -326,8 +326,9 @@ def test_the_command_refuses_what_cannot_work_in_one_line(argv: list[str], says:
     assert code == 2 and says in err and len(err.splitlines()) == 1, err
 
 
-# Each fault on the watch's loop (the busy schedule's matrix is test_busy_fault_matrix.py's; double
-# and cache, which only the counts convict, are test_watch_judge.py's), by the check that convicts it.
+# Each fault on the watch's loop (the busy schedule's matrix is
+# tests/unit/evidence/busy/test_busy_fault_matrix.py's; double and cache, which only the counts
+# convict, are test_watch_judge.py's), by the check that convicts it.
 # `ghost` is not here: it acts only on an instance that left the pool, and a watched pool's workers
 # stay (drain's and failover's checks see it). `leak`: test_a_leak_is_one_alarm_per_model_proven_by_the_refusals.
 @pytest.mark.parametrize("fault", ["stick", "skew:0.9"])

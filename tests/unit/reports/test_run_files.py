@@ -11,7 +11,7 @@ from embedlab.jsonio import write_json
 from embedlab.reports.runfiles import history, run_status, this_process, write_outputs_index
 from embedlab.verdicts import RunStatus
 
-from ..proctools import unused_pid
+from ...proctools import unused_pid
 
 
 def gone_process() -> dict[str, Any]:
