@@ -54,7 +54,9 @@ def test_the_readme_guide_to_a_scenario_of_its_own_bursts_runs_as_written(tmp_pa
     (tmp_path / "my_bursts.py").write_text(readme_guide("### A scenario that sends its own bursts"))
     proc = run([sys.executable, "my_bursts.py"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1] == "single-and-batched on embedded (hash): PASSED", proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "single-and-batched on embedded (hash): PASSED", (
+        proc.stdout
+    )
 
 
 def test_the_readme_commands_load_the_file_with_embedlab_plugins(tmp_path: Path) -> None:
