@@ -127,7 +127,6 @@ class Judge:
         self.alpha = alpha
         self.tests: list[_Test] = []
         self.tracks = {key: _Track() for key in pool.keys}
-        self._doses: dict[str, Sequence[int]] = {m: schedule.doses(m) for m in schedule.models}
         probe = self._engine()
         self.units = probe.units
         self.models_sent = probe.models_sent
@@ -139,7 +138,7 @@ class Judge:
         self.threshold_log10 = math.log10(2 * len(probe.units) / alpha)
 
     def _engine(self) -> BlockEngine:
-        return BlockEngine(self._doses, self.pool.models, self.pool.weights, alpha=self.alpha)
+        return BlockEngine.of(self.schedule, self.pool.models, self.pool.weights, alpha=self.alpha)
 
     # -- what comes in ------------------------------------------------------------------------
 

@@ -57,11 +57,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ...errors import ConfigError
 from .constants import BUSY_CHECK_ALPHA, LEAK, SKEW, SKEWED_STRICTER, SKEWNESS, SURPLUS
+from .schedule import Schedule
 from .sequential import Betting, RandomizationCS, orders
 
 __all__ = ["COUNTED", "PLACEMENT", "REPLICA", "BlockEngine", "Decision", "Unit"]
@@ -196,6 +198,18 @@ class BlockEngine:
         self._den = np.zeros((*batch, n_units))
         self._sxy = np.zeros((*batch, n_units))  # over earlier off windows: counter x covariate
         self._sxx = np.zeros((*batch, n_units))  # and covariate squared
+
+    @classmethod
+    def of(
+        cls,
+        schedule: Schedule,
+        models: Sequence[str | None],
+        weights: Sequence[float] | None = None,
+        **kw: Any,
+    ) -> BlockEngine:
+        """The engine of `schedule`'s arms: the one way a check (the one-shot monitor's, each of the
+        watch's staggered tests) turns its schedule into the units it judges."""
+        return cls({m: schedule.doses(m) for m in schedule.models}, models, weights, **kw)
 
     def _build_grid(self, resolution: str) -> None:
         specials: list[list[float]] = [[0.0, u.expected] for u in self.units]

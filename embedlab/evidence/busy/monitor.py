@@ -56,8 +56,8 @@ class BusyMonitor:
         self.schedule = schedule
         self.models = list(models)
         self.budget_s = budget_s
-        self.engine = BlockEngine(
-            {m: schedule.doses(m) for m in schedule.models},
+        self.engine = BlockEngine.of(
+            schedule,
             self.models,
             weights,
             alpha=alpha,
