@@ -46,6 +46,16 @@ EXIT_FAILED = 1  # `embedlab ...`: a check failed (0 passed or reported; 130/143
 EXIT_CANNOT_RUN = 2  # bad arguments, a start failure, an unreachable URL
 
 # -- the wire -----------------------------------------------------------------------------------
+# The OpenAI routes embedlab's frontend and worker serve, by request kind; the kinds that
+# generate (completions, chat) are the ones a prefix (KV) cache sees.
+KIND_PATHS = {
+    "embeddings": "/v1/embeddings",
+    "completions": "/v1/completions",
+    "chat": "/v1/chat/completions",
+}
+GENERATE_KINDS = ("completions", "chat")
+# Where a worker posts the KV events of its prefix cache to embedlab's frontend, per instance.
+KV_EVENTS_PATH = "/registry/instances/{instance_id}/kv-events"
 WORKER_HEADER = "x-embedlab-worker"  # the frontend names the serving instance: <endpoint>/<instance id>
 METRIC = "dynamo_component_requests_total"  # the counter every check reads, one per worker
 CANARY_METRIC = "embedlab_canaries_total"  # canaries an embedlab dynamo worker answered

@@ -1,4 +1,4 @@
-"""The embedded frontend: OpenAI `/v1/embeddings` routed by model name over registered workers.
+"""The embedded frontend: OpenAI embeddings, completions and chat routed by model name over registered workers.
 
 Dispatch is one lookup and one pick: the request's `model` selects the live instances
 that registered it, the routing policy picks one, and the request body is forwarded
@@ -18,13 +18,24 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from ...defaults import FRONTEND_PROCESSES, LEASE_TTL_S, MAX_BODY_BYTES, REQUEST_TIMEOUT_S, TOKEN_ENV
+from ...defaults import (
+    FRONTEND_PROCESSES,
+    KIND_PATHS,
+    KV_EVENTS_PATH,
+    LEASE_TTL_S,
+    MAX_BODY_BYTES,
+    REQUEST_TIMEOUT_S,
+    TOKEN_ENV,
+)
+from ...engines.kv import KvEvent, block_hashes, words
 from ...errors import ConfigError
+from ..generation import parse_generate_request
 from ..http import JSON, error_response, is_loopback_host, json_response, make_app, start_site
-from ..openai import WORKER_HEADER, ApiError, parse_embedding_request
+from ..openai import WORKER_HEADER, ApiError, bad_request, loads, parse_embedding_request
 from .dispatch import make_policy
 from .faults import Fault, FaultInjector, parse_fault
 from .instances import Instance, InstanceTable
+from .kv_router import KvAware
 from .metrics import FrontendMetrics
 from .registry_api import RegistryService
 from .shared_routing import SharedRouting
@@ -63,6 +74,8 @@ class FrontendConfig:
                 f"in ${TOKEN_ENV} for registration and the registry endpoints"
             )
         make_policy(self.router_mode)  # fail at configuration time, not at the first request
+        if self.router_mode == "kv" and self.processes > 1:
+            raise ConfigError("router mode 'kv' keeps its KV index in one process: run it with processes=1")
 
     def settings(self) -> dict[str, Any]:
         """Plain data for another routing process (the token travels in its environment)."""
@@ -99,7 +112,10 @@ class Frontend:
         self.app = make_app(client_max_size=config.max_body_bytes)
         self.app.add_routes(
             [
-                web.post("/v1/embeddings", self.embeddings),
+                web.post(KIND_PATHS["embeddings"], self.embeddings),
+                web.post(KIND_PATHS["completions"], self.completions),
+                web.post(KIND_PATHS["chat"], self.chat),
+                web.post(KV_EVENTS_PATH, self.kv_events),
                 web.get("/v1/models", self.models),
                 web.get("/health", self.health),
                 web.get("/metrics", self.metrics_text),
@@ -153,6 +169,8 @@ class Frontend:
     def _instance_left(self, instance: Instance) -> None:
         if self.index == 0:  # a replica's ghosts are the owner's
             self.faults.remember(instance)
+        if isinstance(self.policy, KvAware):
+            self.policy.index.forget(instance.instance_id)
         if self.changed_soon is not None:
             self.changed_soon()
         # Idle connections to a worker that left would otherwise stay open, and its pool
@@ -170,6 +188,15 @@ class Frontend:
     # -- OpenAI API -----------------------------------------------------------------
 
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve("embeddings", request)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve("completions", request)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve("chat", request)
+
+    async def _serve(self, kind: str, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         metrics = self.metrics
         metrics.inflight_now += 1
@@ -177,10 +204,17 @@ class Frontend:
         status = 500
         try:
             body = await request.read()
-            parsed = parse_embedding_request(body)
-            model_label = parsed.model if self.instances.is_known(parsed.model) else "__unknown__"
+            blocks: list[int] = []
+            if kind == "embeddings":
+                model = parse_embedding_request(body).model
+            else:
+                parsed = parse_generate_request(kind, body)
+                model = parsed.model
+                if isinstance(self.policy, KvAware):
+                    blocks = block_hashes(words(parsed.prompt))
+            model_label = model if self.instances.is_known(model) else "__unknown__"
             metrics.admitted(model_label)
-            response = await self._dispatch(parsed.model, body)
+            response = await self._dispatch(model, body, KIND_PATHS[kind], blocks)
             status = response.status
             return response
         except ApiError as exc:
@@ -193,7 +227,32 @@ class Frontend:
             metrics.inflight_now -= 1
             metrics.answered(model_label, status, time.perf_counter() - started)
 
-    async def _dispatch(self, model: str, body: bytes) -> web.Response:
+    async def kv_events(self, request: web.Request) -> web.Response:
+        """A worker's prefix-cache events, applied to the KV index (where the policy keeps one)."""
+        try:
+            self.registry.authorize(request.headers.get("Authorization", ""))
+            instance = self.instances.get(request.match_info["instance_id"])
+            if instance is None:
+                raise ApiError(404, "Unknown instance", type="not_found_error", code="unknown_instance")
+            payload = loads(await request.read())
+            raw = payload.get("events") if isinstance(payload, dict) else None
+            if not isinstance(raw, list):
+                raise bad_request("'events' must be a list", param="events")
+            try:
+                events = [KvEvent.from_json(e) for e in raw]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise bad_request(f"a KV event is malformed: {exc}", param="events") from None
+        except ApiError as exc:
+            return error_response(exc)
+        if isinstance(self.policy, KvAware) and (
+            not self.faults or self.faults.hears(instance, self.instances)
+        ):
+            self.policy.index.apply(instance.instance_id, events)
+            for event in events:
+                self.metrics.kv_applied(instance, event.kind)
+        return json_response({"applied": len(events)})
+
+    async def _dispatch(self, model: str, body: bytes, path: str, blocks: Sequence[int]) -> web.Response:
         live = self.instances.live(model)
         if self.faults:
             live = self.faults.candidates(model, live)
@@ -225,18 +284,18 @@ class Frontend:
         candidates: Sequence[Instance] = live
         for attempt in range(2):
             instance = (
-                self.faults.pick(model, candidates, self.policy, self.instances)
+                self.faults.pick(model, candidates, self.policy, self.instances, blocks)
                 if self.faults
-                else self.policy.pick(model, candidates)
+                else self.policy.pick(model, candidates, blocks)
             )
             if self.faults and self.faults.doubles(model):
                 # Both attempts run to their end (each worker counts it), the first answer is relayed.
                 twice = self.faults.second(instance, candidates)
                 result, _ = await asyncio.gather(
-                    self._forward(instance, body, live), self._forward(twice, body, live)
+                    self._forward(instance, body, live, path), self._forward(twice, body, live, path)
                 )
             else:
-                result = await self._forward(instance, body, live)
+                result = await self._forward(instance, body, live, path)
             if isinstance(result, web.Response):
                 if self.faults and isinstance(result.body, bytes):
                     self.faults.keep(body, result.status, result.body, result.content_type)
@@ -254,7 +313,9 @@ class Frontend:
             code="upstream_failed",
         )
 
-    async def _forward(self, instance: Instance, body: bytes, live: Sequence[Instance]) -> web.Response | str:
+    async def _forward(
+        self, instance: Instance, body: bytes, live: Sequence[Instance], path: str
+    ) -> web.Response | str:
         """Send the body to one instance; a Response to relay, or why the instance failed."""
         assert self._upstream is not None
         if self.faults:
@@ -263,7 +324,7 @@ class Frontend:
                 await asyncio.sleep(delay)
         instance.inflight += 1
         try:
-            upstream = await self._upstream.post(instance.url, body)
+            upstream = await self._upstream.post(instance.url, body, path)
         except UpstreamError as exc:
             # Cannot connect, or the connection died: keep it out of dispatch until it heartbeats again.
             self.instances.mark_suspect(instance.instance_id)

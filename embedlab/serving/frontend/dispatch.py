@@ -13,11 +13,15 @@ from typing import Protocol
 
 from ...errors import ConfigError
 from .instances import Instance
+from .kv_router import KvAware
 from .shared_routing import SharedRouting
 
 
 class Policy(Protocol):
-    def pick(self, model: str, instances: Sequence[Instance]) -> Instance: ...
+    """`blocks`: the request's prompt as KV block hashes (completions and chat), which only a
+    KV-aware policy reads; () for embeddings."""
+
+    def pick(self, model: str, instances: Sequence[Instance], blocks: Sequence[int] = ()) -> Instance: ...
 
 
 class WeightedRandom:
@@ -26,7 +30,7 @@ class WeightedRandom:
     def __init__(self, rng: random.Random) -> None:
         self._rng = rng
 
-    def pick(self, model: str, instances: Sequence[Instance]) -> Instance:
+    def pick(self, model: str, instances: Sequence[Instance], blocks: Sequence[int] = ()) -> Instance:
         if len(instances) == 1:
             return instances[0]
         total = 0.0
@@ -51,7 +55,7 @@ class RoundRobin:
         self._counters: dict[str, itertools.count[int]] = {}
         self._shared = shared
 
-    def pick(self, model: str, instances: Sequence[Instance]) -> Instance:
+    def pick(self, model: str, instances: Sequence[Instance], blocks: Sequence[int] = ()) -> Instance:
         if self._shared is not None:
             return instances[self._shared.next_position(model) % len(instances)]
         counter = self._counters.get(model)
@@ -66,7 +70,7 @@ class LeastInflight:
     def __init__(self, rng: random.Random) -> None:
         self._rng = rng
 
-    def pick(self, model: str, instances: Sequence[Instance]) -> Instance:
+    def pick(self, model: str, instances: Sequence[Instance], blocks: Sequence[int] = ()) -> Instance:
         least = min(i.inflight for i in instances)
         tied = [i for i in instances if i.inflight == least]
         return tied[0] if len(tied) == 1 else self._rng.choice(tied)
@@ -76,6 +80,7 @@ POLICIES: dict[str, Callable[[random.Random], Policy]] = {
     "weighted-random": WeightedRandom,
     "round-robin": RoundRobin,
     "least-inflight": LeastInflight,
+    "kv": KvAware,  # prefix-aware: kv_router.py
 }
 
 

@@ -15,6 +15,10 @@ Off by default. Each fault mimics a real dispatch bug:
     cache     responses are kept by request body and a repeated body is answered from them,
               reaching no worker (LiteLLM's `cache: true`, an HTTP cache in front of embeddings):
               not a routing fault, a router feature a check must not mistake for one
+    blind     a KV-aware router ignores the prompt's cached prefix and routes on load alone
+              (a tokenizer or block-size mismatch between router and workers does this)
+    deaf      the KV events of each model's first instance never reach the router's index
+              (a worker whose event publisher is misconfigured): prompts cached there look new
     shared-rr every model's requests take turns on one round-robin position shared by all models
               (vllm production-stack #915): under strictly alternating models, each model's
               requests all land on one of its replicas
@@ -52,6 +56,8 @@ CATALOGUE: dict[str, tuple[bool, float, float]] = {
     "double": (True, 0.0, 1.0),
     "cache": (False, 0.0, 0.0),
     "shared-rr": (False, 0.0, 0.0),
+    "blind": (False, 0.0, 0.0),
+    "deaf": (False, 0.0, 0.0),
 }
 
 # The responses `cache` keeps, at most: an LRU of request bodies.
@@ -210,12 +216,24 @@ class FaultInjector:
         """A routing process's copy of the owner's ghosts."""
         self._ghosts = ghosts
 
+    def hears(self, instance: Instance, instances: InstanceTable) -> bool:
+        """Whether the router applies this instance's KV events (`deaf` loses its model's first's)."""
+        if "deaf" not in self.faults:
+            return True
+        live = instances.live(instance.model)
+        return not live or live[0] is not instance
+
     def candidates(self, model: str, live: list[Instance]) -> list[Instance]:
         ghosts = self._ghosts.get(model) if "ghost" in self.faults else None
         return live + ghosts if ghosts else live
 
     def pick(
-        self, model: str, live: Sequence[Instance], policy: Policy, instances: InstanceTable
+        self,
+        model: str,
+        live: Sequence[Instance],
+        policy: Policy,
+        instances: InstanceTable,
+        blocks: Sequence[int] = (),
     ) -> Instance:
         faults = self.faults
         if "leak" in faults and self._shared is not None:
@@ -239,4 +257,4 @@ class FaultInjector:
             if self._rng.random() < faults["skew"]:
                 return live[0]
             return self._rng.choice(live[1:])
-        return policy.pick(model, live)
+        return policy.pick(model, live, () if "blind" in faults else blocks)

@@ -201,6 +201,9 @@ class InstanceTable:
             self._drop(instance.instance_id)
         return lapsed
 
+    def get(self, instance_id: str) -> Instance | None:
+        return self._instances.get(instance_id)
+
     def live(self, model: str) -> list[Instance]:
         """Instances that may take a request for `model` now."""
         instances = self._by_model.get(model)

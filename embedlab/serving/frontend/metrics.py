@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
-from .instances import InstanceTable
+from .instances import Instance, InstanceTable
 
 LIVE = "embedlab_frontend_live_instances"
 PROPAGATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
@@ -66,7 +66,18 @@ class FrontendMetrics:
             ["model"],
             registry=self.prom,
         )
+        # The router's own view of the workers' prefix caches (router mode kv): the events it
+        # applied per instance, held against each worker's own count of the events it made.
+        self.kv_events = Counter(
+            "embedlab_frontend_kv_events_applied",
+            "KV events applied to the router's index, by instance and kind.",
+            ["worker_id", "model", "kind"],
+            registry=self.prom,
+        )
         self.prom.register(LiveInstances(instances))
+
+    def kv_applied(self, instance: Instance, kind: str) -> None:
+        self.kv_events.labels(instance.instance_id, instance.model, kind).inc()
 
     def admitted(self, model: str) -> None:
         """Count one /v1/embeddings request read for `model`, before it is dispatched."""

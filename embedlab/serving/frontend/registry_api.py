@@ -38,7 +38,7 @@ class RegistryService:
     def call(self, op: str, instance_id: str, body: bytes, authorization: str) -> tuple[int, bytes]:
         """One registry request; errors come back as OpenAI error JSON with their status."""
         try:
-            self._authorize(authorization)
+            self.authorize(authorization)
             status, payload = getattr(self, f"_{op}")(instance_id, body)
         except ApiError as exc:
             return exc.status, exc.body()
@@ -47,7 +47,8 @@ class RegistryService:
             return 500, error_body("Internal server error", type="server_error")
         return status, dumps(payload)
 
-    def _authorize(self, given: str) -> None:
+    def authorize(self, given: str) -> None:
+        """An ApiError 401 unless `given` carries the registry's token (where it has one)."""
         if not self.token:
             return
         if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):

@@ -14,6 +14,8 @@ from collections import deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from ...defaults import KIND_PATHS
+
 MAX_HEAD = 64 * 1024
 MAX_BODY = 256 * 1024 * 1024
 
@@ -221,7 +223,15 @@ class _Pool:
         self.port = port
         self.idle: deque[_Connection] = deque()
         self.closed = False
-        self.head_prefix = f"POST /v1/embeddings HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n".encode()
+        self._heads: dict[str, bytes] = {}
+
+    def head_prefix(self, path: str) -> bytes:
+        head = self._heads.get(path)
+        if head is None:
+            head = self._heads[path] = (
+                f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
+            ).encode()
+        return head
 
     def forget(self, conn: _Connection) -> None:
         try:
@@ -252,7 +262,7 @@ class _Pool:
 
 
 class UpstreamClient:
-    """POSTs request bodies to workers' `/v1/embeddings`, reusing connections per worker."""
+    """POSTs request bodies to workers' OpenAI routes, reusing connections per worker."""
 
     def __init__(self, *, timeout: float = 120.0, max_idle_per_worker: int = 256) -> None:
         self.timeout = timeout
@@ -269,9 +279,11 @@ class UpstreamClient:
             pool = self._pools[base_url] = _Pool(host, port)
         return pool
 
-    async def post(self, base_url: str, body: bytes) -> UpstreamResponse:
+    async def post(
+        self, base_url: str, body: bytes, path: str = KIND_PATHS["embeddings"]
+    ) -> UpstreamResponse:
         pool = self._pool(base_url)
-        head = pool.head_prefix + b"Content-Length: %d\r\n\r\n" % len(body)
+        head = pool.head_prefix(path) + b"Content-Length: %d\r\n\r\n" % len(body)
         # A pooled connection may have been closed by the worker while idle; that is no
         # fault of the worker, so retry once on a fresh connection before reporting one.
         # Only a close by the worker before any byte of the answer counts as stale: a

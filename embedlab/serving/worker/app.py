@@ -17,8 +17,9 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
-from ...defaults import LEASE_TTL_S, api_processes_for
+from ...defaults import KV_EVENTS_PATH, LEASE_TTL_S, api_processes_for
 from ...engines import create_engine
+from ...engines.kv import KvEvent
 from ...errors import EngineError
 from ..http import freeze_heap, json_response, make_app, start_site
 from .config import WorkerConfig
@@ -159,6 +160,8 @@ class Worker:
         if not cfg.standalone:
             self.state = "registering"
             self.lease_ttl = await self._register(deadline=time.monotonic() + cfg.register_timeout)
+            if self.pool is None:  # ingest processes keep caches of their own, and publish none
+                self.plane.publish = self._publish_kv
         self.state = "ready"
         log.info(
             "worker ready: model %s on %s, instance %s, request plane %s",
@@ -215,6 +218,22 @@ class Worker:
                     raise EngineError(f"could not reach the frontend at {cfg.frontend_url}: {exc}") from exc
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.1)
+
+    async def _publish_kv(self, events: list[KvEvent]) -> None:
+        """Post the prefix cache's events to the frontend's KV index; a lost post is the router's
+        loss, which its view of the events shows beside this worker's own count."""
+        assert self._session is not None
+        path = KV_EVENTS_PATH.format(instance_id=self.config.instance_id)
+        try:
+            async with self._session.post(
+                f"{self.config.frontend_url.rstrip('/')}{path}",
+                json={"events": [e.to_json() for e in events]},
+                headers=self._auth(),
+            ) as resp:
+                if resp.status >= 300:
+                    log.warning("the frontend refused KV events: HTTP %d", resp.status)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            log.warning("KV events not delivered: %s", exc)
 
     async def heartbeat_forever(self, ttl: float) -> None:
         if self.config.standalone:

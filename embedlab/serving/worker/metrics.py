@@ -34,6 +34,9 @@ COUNTERS = (
 )
 DURATION = ("dynamo_component_request_duration_seconds", "Time to answer a request.")
 INFLIGHT = ("dynamo_component_inflight_requests", "Requests being answered.")
+# The simulated prefix cache of a worker that answers completions and chat (engines/kv.py).
+KV_EVENTS = ("embedlab_kv_events", "KV events the worker's prefix cache made, by kind.")
+KV_BLOCKS = ("embedlab_kv_blocks", "Blocks the worker's prefix cache holds.")
 STATES = ("starting", "loading", "registering", "ready", "draining", "stopping")
 
 
@@ -54,6 +57,9 @@ class WorkerMetrics:
             **labels
         )
         self.inflight = Gauge(*INFLIGHT, names, registry=self.prom).labels(**labels)
+        events = Counter(*KV_EVENTS, [*names, "kind"], registry=self.prom)
+        self.kv_stored, self.kv_removed = (events.labels(**labels, kind=k) for k in ("stored", "removed"))
+        self.kv_blocks = Gauge(*KV_BLOCKS, names, registry=self.prom).labels(**labels)
 
 
 # A slot: the four counters, inflight, the duration's sum, count and per-bucket counts (+Inf last),
