@@ -38,7 +38,7 @@ from ..plugins import child_env
 from .managed_process import ManagedProcess, register_cleanup, unregister_cleanup
 from .processes import Processes
 from .provisioning import gpu_for, visible_gpus, vllm_worker_env
-from .worker_server import runs_vllm
+from .worker_server import runs_vllm, server_of
 
 if TYPE_CHECKING:
     from .events import LaunchReport
@@ -172,7 +172,7 @@ class Launcher:
                 raise ServerStartError(
                     f"{proc.name}: the deployment is stopping", name=proc.name, log_path=proc.log_path
                 )
-            if client.get(f"{system_url}/health").status_code != 200:
+            if client.get(f"{system_url}{server_of(ctx.spec.workers[index]).ready_path}").status_code != 200:
                 return False
             if not joined:
                 stack.join(client, self.context, index)
@@ -180,7 +180,11 @@ class Launcher:
             listed = stack.listed_models(client, self.context)
             if listed is not None and model not in listed:
                 return False
-            return endpoint in self.dispatchable_endpoints(client)
+            # Workers that share an endpoint (one per model) are each an instance of it: this one is
+            # listed once the endpoint has as many instances as its workers up to this one.
+            sharing = sum(1 for i in range(index + 1) if ctx.endpoint(i) == endpoint)
+            health = client.get(stack.health_url(ctx)).json()
+            return stack.dispatchable_instances(ctx, health).get(endpoint, 0) >= sharing
 
         self.processes.startup_seconds[proc.name] = self._report.wait(
             proc,

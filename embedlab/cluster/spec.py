@@ -92,6 +92,9 @@ class WorkerSpec:
             )
 
 
+ENDPOINT_LAYOUTS = ("worker", "model")
+
+
 @dataclass(frozen=True, kw_only=True)
 class DeploymentSpec:
     """A frontend of `stack` and its workers."""
@@ -113,8 +116,16 @@ class DeploymentSpec:
     discovery: str = DISCOVERY  # file (one host), or etcd, which the run starts (where the stack has it)
     # Dynamo's canary health checks on every worker, where the stack sends them (`SendsCanaries`).
     canaries: bool = False
+    # Where the workers' endpoints come from, unless a WorkerSpec names its own: "worker", one
+    # endpoint each (as the seed's launch script names them), or "model", one per model, its
+    # workers instances of one endpoint (what a router that chooses inside one endpoint needs).
+    endpoints: str = "worker"
 
     def __post_init__(self) -> None:
+        if self.endpoints not in ENDPOINT_LAYOUTS:
+            raise ConfigError(
+                f"endpoints must be one of {', '.join(ENDPOINT_LAYOUTS)}, got {self.endpoints!r}"
+            )
         if not self.workers:
             raise ConfigError("a deployment needs at least one worker")
         object.__setattr__(self, "workers", tuple(self.workers))

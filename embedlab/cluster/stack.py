@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import abc
 import secrets
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -140,6 +141,10 @@ class BaseStack(abc.ABC):
     model_aware: ClassVar[bool] = True  # routes by the body's `model`: multi-model is a real check
     # How its workers come to the frontend's notice: it runs every worker server that joins so.
     workers_join: ClassVar[Join] = Join.REGISTERS
+    # It picks one of a model's endpoints first (at random, by live instances) and lets its router
+    # choose only among that endpoint's instances: a KV router there never compares workers of
+    # different endpoints (Dynamo's frontend, measured).
+    picks_endpoint_first: ClassVar[bool] = False
     names_worker: ClassVar[bool] = False  # the `x-embedlab-worker` header reaches the client
     asserts_failover: ClassVar[bool] = False  # failover's loss and exclusion are asserted, not reported
     # Why it lacks a capability, in its own words, by the capability's name (`CAPABILITIES`,
@@ -172,6 +177,11 @@ class BaseStack(abc.ABC):
 
     # -- defaults ---------------------------------------------------------------------------
 
+    def dispatchable_instances(self, ctx: StackContext[Any], health: Any) -> Counter[str]:
+        """Instances per endpoint path the frontend would dispatch to now (a stack whose health
+        page lists instances counts them; the default, one per endpoint listed)."""
+        return Counter(self.dispatchable_endpoints(ctx, health))
+
     @property
     def display(self) -> str:
         return self.title or f"the {self.name} stack"
@@ -181,6 +191,10 @@ class BaseStack(abc.ABC):
 
         The default refuses what the class declares it cannot do; a stack adds its own rules.
         """
+        if spec.endpoints == "model" and self.workers_join is Join.BY_URL:
+            raise ConfigError(
+                f"{self.display} is given its workers by URL: they have no endpoints to share (endpoints='model')"
+            )
         if spec.hosts > 1 and not self.multi_host:
             raise ConfigError(
                 f"{self.display} runs on one host; hosts={spec.hosts} needs a stack that runs across "

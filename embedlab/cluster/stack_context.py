@@ -117,7 +117,13 @@ class StackContext(Generic[StateT]):
         return f"http://{self.host}:{self.frontend_port}"
 
     def endpoint(self, index: int) -> str:
-        return self.spec.workers[index].endpoint or worker_endpoint(self.namespace, index)
+        own = self.spec.workers[index].endpoint
+        if own:
+            return own
+        if self.spec.endpoints == "model":  # the endpoint of the model's first worker
+            model = self.spec.workers[index].model
+            index = next(i for i, w in enumerate(self.spec.workers) if w.model == model)
+        return worker_endpoint(self.namespace, index)
 
 
 class Join(enum.Enum):

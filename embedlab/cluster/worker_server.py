@@ -110,6 +110,8 @@ class WorkerServer:
     # How long a deployment of it waits for its workers where the spec keeps the default:
     # what one start was seen to take on 2 busy cores, with room.
     startup_s: ClassVar[float] = STARTUP_TIMEOUT_S
+    # The system port's page that answers 200 once it is up (`/health` unless that lies).
+    ready_path: ClassVar[str] = "/health"
 
     @property
     def display(self) -> str:
@@ -126,6 +128,10 @@ class WorkerServer:
                 f"{self.display} exposes one /metrics port; metrics_ports={worker.metrics_ports} is "
                 "embedlab's worker's (--api-processes with a port per process)"
             )
+
+    def model_directory(self, worker: WorkerSpec) -> Path | None:
+        """The directory whose tokenizer counts this worker's prompts (None: embedlab's words)."""
+        return None if worker.model_path is None else Path(str(worker.model_path))
 
     def argv(self, replica: Replica) -> list[str]:
         raise ConfigError(self.no_launch or f"{self.display} is not launched by embedlab")
@@ -189,6 +195,7 @@ WORKER_SERVERS: Registry[type[WorkerServer]] = Registry(
         "infinity": "embedlab.stacks.foreign_servers:Infinity",
         "tei": "embedlab.stacks.foreign_servers:Tei",
         "dynamo-vllm": "embedlab.stacks.dynamo:DynamoVllmServer",
+        "mocker": "embedlab.stacks.dynamo:DynamoMocker",
     },
     check=lambda name, cls: _check_server(name, cls),
 )

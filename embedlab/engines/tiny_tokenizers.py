@@ -54,6 +54,15 @@ Hello world! This is a test. Another test follows; it is short and simple.
 """
 
 
+# ChatML, role by role: without a chat template Dynamo's frontend refuses a model for chat and
+# completions alike ("chat_template field is required", measured on 1.6.1), so every stack can
+# serve chat only if the tiny models carry one.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
 def write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
@@ -132,6 +141,7 @@ def write_bert_tokenizer(d: Path) -> int:
             "padding_side": "right",
             "clean_up_tokenization_spaces": True,
             "added_tokens_decoder": _added_tokens_decoder(tok, BERT_SPECIALS),
+            "chat_template": CHAT_TEMPLATE,
         },
     )
     write_json(
@@ -201,6 +211,7 @@ def write_qwen_tokenizer(d: Path, *, model_max_length: int) -> tuple[int, int]:
             "split_special_tokens": False,
             "clean_up_tokenization_spaces": False,
             "added_tokens_decoder": _added_tokens_decoder(tok, [EOS]),
+            "chat_template": CHAT_TEMPLATE,
         },
     )
     write_json(d / "special_tokens_map.json", {"eos_token": EOS, "pad_token": EOS})

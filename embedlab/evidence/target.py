@@ -53,7 +53,9 @@ class Target:
     def index_of(self, served_by: str | None) -> int | None:
         """The worker index a response's `x-embedlab-worker` (`<endpoint>/<instance>`) names."""
         endpoint = (served_by or "").split("/")[0]
-        return self.endpoints.index(endpoint) if endpoint and endpoint in self.endpoints else None
+        if not endpoint or self.endpoints.count(endpoint) != 1:
+            return None  # unnamed, unknown, or shared by several workers (one endpoint per model)
+        return self.endpoints.index(endpoint)
 
 
 def attach(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ..defaults import REQUEST_ID_HEADER, WORKER_HEADER
+from ..defaults import GENERATE_KINDS, KIND_PATHS, REQUEST_ID_HEADER, WORKER_HEADER
 from ..errors import ConfigError, TrafficError
 from ..progress import Bar
 from . import clients
@@ -191,6 +191,33 @@ def _validate(body: Any, model: str, inputs: int, dims: set[int]) -> str | None:
     return None
 
 
+# The answer a completion or chat request asks for: short, since placement, not text, is checked.
+GENERATE_MAX_TOKENS = 4
+
+
+def request_body(kind: str, model: str, item: Input, encoding_format: str) -> dict[str, Any]:
+    """The JSON body of one request of `kind` (defaults.KIND_PATHS): a chat request sends `item`
+    as its user message."""
+    if kind == "embeddings":
+        return {"model": model, "input": item, "encoding_format": encoding_format}
+    if kind == "completions":
+        return {"model": model, "prompt": item, "max_tokens": GENERATE_MAX_TOKENS}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": item}],
+        "max_tokens": GENERATE_MAX_TOKENS,
+    }
+
+
+def _validate_generated(body: Any, model: str) -> str | None:
+    """Why a 200 completion or chat response breaks its contract, or None."""
+    if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"]:
+        return "response has no 'choices'"
+    if body.get("model") != model:
+        return f"response names model {body.get('model')!r}, not {model!r}"
+    return None
+
+
 async def asend_burst(
     frontend_url: str,
     model: str,
@@ -206,8 +233,12 @@ async def asend_burst(
     rate: float | None = None,
     models: Sequence[str] | None = None,
     request_ids: str | None = None,
+    kind: str = "embeddings",
 ) -> BurstResult:
     """Send `n` requests for `model` with at most `concurrency` in flight; record every one.
+
+    `kind`: embeddings, completions or chat (`defaults.KIND_PATHS`); for the two that
+    generate, each input is a prompt (chat: the user's message).
 
     `request_ids`, a prefix: request i carries `x-request-id: {prefix}{i}`, by which a router's
     own log can name the worker it picked (Dynamo 1.6.1's frontend: evidence/dynamo_log.py).
@@ -221,11 +252,13 @@ async def asend_burst(
     """
     if n < 1 or concurrency < 1 or (rate is not None and rate <= 0):
         raise ConfigError("n and concurrency must be at least 1, and a rate positive")
+    if kind not in KIND_PATHS:
+        raise ConfigError(f"unknown request kind {kind!r}; choose from {', '.join(KIND_PATHS)}")
     if models is not None and len(models) != n:
         raise ConfigError(f"{n} requests but {len(models)} models for them")
     model_of = list(models) if models is not None else [model] * n
     payloads = list(inputs) if inputs else probes().take(n)
-    url = frontend_url.rstrip("/") + "/v1/embeddings"
+    url = frontend_url.rstrip("/") + KIND_PATHS[kind]
     records: list[RequestRecord] = []
     dims: dict[str, set[int]] = {}  # per model: each model's vectors have one size
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -244,7 +277,7 @@ async def asend_burst(
         try:
             response = await http.post(
                 url,
-                json={"model": model_of[i], "input": item, "encoding_format": encoding_format},
+                json=request_body(kind, model_of[i], item, encoding_format),
                 headers={REQUEST_ID_HEADER: f"{request_ids}{i}"} if request_ids is not None else None,
             )
             status = response.status_code
@@ -254,6 +287,8 @@ async def asend_burst(
             )
             if status != 200:
                 error = f"HTTP {status}: {response.text[:200]}"
+            elif kind in GENERATE_KINDS:
+                error = _validate_generated(_loads(response.content), model_of[i])
             else:
                 error = _validate(
                     _loads(response.content), model_of[i], count, dims.setdefault(model_of[i], set())
@@ -311,7 +346,7 @@ def embed(
     frontend_url: str, model: str, inputs: Sequence[str], *, timeout: float = 60.0
 ) -> list[list[float]]:
     """The vectors the deployment returns for `inputs`, in one request, in input order."""
-    url = frontend_url.rstrip("/") + "/v1/embeddings"
+    url = frontend_url.rstrip("/") + KIND_PATHS["embeddings"]
     try:
         with clients.client(timeout=timeout) as client:
             response = client.post(

@@ -77,6 +77,7 @@ class BurstSpec:
     quiet_s: float = QUIET_WINDOW_S  # each quiet window's length; 0: none
     # The workers it reads, by index (None: all): failover leaves out the one it kills mid-burst.
     read: Sequence[int] | None = None
+    kind: str = "embeddings"  # or completions, chat (defaults.KIND_PATHS): each input a prompt
     on_response: Callable[[RequestRecord], None] | None = field(default=None, compare=False)
 
 
@@ -186,6 +187,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
             on_response=spec.on_response,
             models=spec.models,
             request_ids=ids,
+            kind=spec.kind,
         )
         share_of = spec.weights if spec.weights is not None else [1.0] * len(target.system_urls)
         total = sum(share_of[i] for i in spec.expected) or 1.0

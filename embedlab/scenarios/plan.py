@@ -14,7 +14,7 @@ from typing import Any
 
 from ..cluster.deployment import Deployment
 from ..cluster.etcd import discovered
-from ..cluster.spec import DISCOVERY_BACKENDS, DeploymentSpec, WorkerSpec
+from ..cluster.spec import DISCOVERY_BACKENDS, ENDPOINT_LAYOUTS, DeploymentSpec, WorkerSpec
 from ..cluster.stack_registry import STACKS, get_stack
 from ..cluster.worker_server import (
     WORKER_SERVERS,
@@ -115,6 +115,10 @@ class ScenarioPlan:
         "run's recorded one (results.json: probes) sends its bodies again, on purpose",
     )  # fmt: skip
     router_mode: str | None = knob(None, "the frontend's policy, in its own names (None: its default)")
+    endpoints: str = knob(
+        "worker", "worker: an endpoint per worker (the seed's layout); model: the workers of a model are "
+        "instances of one endpoint", choices=ENDPOINT_LAYOUTS,
+    )  # fmt: skip
     pooling: str | None = knob(None, "the engine's pooling (None: the model's own)")
     max_model_len: int | None = knob(None, "the engine's longest input in tokens (None: the model's)", min=1)
     frontend_url: str = knob("", "attach: the frontend of a running deployment (launches nothing)")
@@ -371,6 +375,7 @@ class ScenarioPlan:
             discovery=self.discovery,
             lease_ttl=self.lease_ttl or FALLBACKS["lease_ttl"],
             canaries=self.canaries,
+            endpoints=self.endpoints,
         )
 
     def deployment(self, *, progress: LaunchProgress | None = None) -> Deployment:

@@ -35,7 +35,7 @@ __all__ = ["LAYOUTS", "SCENARIOS", "Scenario", "get_scenario", "register_scenari
 # `per-model` one worker per model, worker i serving models[i].
 LAYOUTS = ("pool", "per-model")
 # The plan fields a scenario may set for its deployment, unless the caller does.
-DEPLOYMENT_FIELDS = ("workers", "lease_ttl", "restart")
+DEPLOYMENT_FIELDS = ("workers", "lease_ttl", "restart", "router_mode")
 
 Run = Callable[[Any, Any], Any]  # (Deployment | Target | None, ScenarioPlan) -> ScenarioResult
 
@@ -113,6 +113,8 @@ SCENARIOS: Registry[Scenario] = Registry(
         "partition": f"{_BUILTIN}.cluster:PARTITION",
         "etcd-restart": f"{_BUILTIN}.cluster:ETCD_RESTART",
         "lease-ttl-sweep": f"{_BUILTIN}.cluster:TTL_SWEEP",
+        "prefix-affinity": f"{_BUILTIN}.kv:PREFIX_AFFINITY",
+        "kv-participation": f"{_BUILTIN}.kv:KV_PARTICIPATION",
     },
 )
 

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import shlex
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,17 +34,24 @@ from ..defaults import (
     DISCOVERY_ENV,
     HEALTH_CHECK_ENABLED_ENV,
     HEALTH_CHECK_PAYLOAD_ENV,
+    METRIC,
     REQUEST_PLANE,
     REQUEST_PLANE_ENV,
     SYSTEM_HOST_ENV,
 )
+from ..engines.tiny import cached_tiny_model
 from ..errors import ConfigError
 from ..evidence.router import RouterMetrics, known_router
 from ..evidence.split import Split
 
 # embedlab router mode -> Dynamo's. Across worker sets of one model Dynamo always picks
 # at random weighted by live instances; the mode chooses inside a set.
-ROUTER_MODES = {"weighted-random": "random", "round-robin": "round-robin", "least-inflight": "least-loaded"}
+ROUTER_MODES = {
+    "weighted-random": "random",
+    "round-robin": "round-robin",
+    "least-inflight": "least-loaded",
+    "kv": "kv",  # prefix-aware (its KV router), over the workers' KV events
+}
 # On file discovery the frontend opens one inotify instance of its own and four per worker
 # endpoint it watches (measured on 1.6.1: 9 with 2 workers, 33 with 8). The kernel allows
 # each user fs.inotify.max_user_instances of them, 128 by default, for all its processes
@@ -130,6 +138,50 @@ class DynamoVllmServer(WorkerServer):
         return dynamo_vllm_argv(replica.python, replica.worker, replica.endpoint)
 
 
+class DynamoMocker(WorkerServer):
+    """Dynamo's mocker (`python -m dynamo.mocker`): a simulated LLM engine with a simulated KV
+    cache that publishes KV events, so Dynamo's KV router runs on CPU (measured: FACTS.md)."""
+
+    name = "mocker"
+    title = "Dynamo's mocker"
+    # Its router's KV queries are counted on the same name under another endpoint label.
+    metric = f'{METRIC}{{dynamo_endpoint="generate"}}'
+    counts = (
+        "each completion or chat request its generate endpoint received (Dynamo's runtime counts it; "
+        "the KV router's queries are the same name's worker_kv_query_source_<id> endpoint, left out)"
+    )
+    foreign = False
+    joins = frozenset({Join.DYNAMO})
+    package = "ai-dynamo"
+    ready_path = "/metrics"  # its /health answers 503 "notready" while it serves (1.6.1, measured)
+    # Its simulated engine at this multiple of real speed: a 16-token completion in about 15 ms
+    # where 1.0 takes about 110 (measured; 0, though documented as "no delays", is 1.0).
+    speedup = 100
+
+    def model_directory(self, worker: WorkerSpec) -> Path:
+        """A tokenizer with a chat template: the worker's model, else the tiny Qwen3."""
+        if worker.model_path is not None:
+            return Path(str(worker.model_path))
+        return cached_tiny_model("qwen3")
+
+    def argv(self, replica: Replica) -> list[str]:
+        worker = replica.worker
+        return [
+            replica.python,
+            "-m",
+            "dynamo.mocker",
+            "--model-path",
+            str(self.model_directory(worker)),
+            "--model-name",
+            worker.model,
+            "--endpoint",
+            f"dyn://{replica.endpoint}",
+            "--speedup-ratio",
+            str(self.speedup),
+            *(a for arg in worker.extra_args for a in shlex.split(arg)),
+        ]
+
+
 class DynamoStack(BaseStack):
     """The real Dynamo frontend; on etcd, across simulated hosts; canaries; no drain API, no retries of embeddings."""
 
@@ -141,6 +193,7 @@ class DynamoStack(BaseStack):
     # random, weighted by live instances: the mode only chooses inside one endpoint.
     policies: ClassVar[dict[str, Split]] = {mode: Split.WEIGHTS for mode in ROUTER_MODES}
     model_aware = True
+    picks_endpoint_first = True
     names_worker = False  # its workers answer over Dynamo's TCP request plane: no header of theirs
     workers_join = Join.DYNAMO
     lacks: ClassVar[dict[str, str]] = {
@@ -240,6 +293,9 @@ class DynamoStack(BaseStack):
         env = {
             "DYN_TCP_RPC_HOST": host.address,
             "DYN_TCP_RESPONSE_STREAM_HOST": host.address,
+            # The address its KV events' publisher advertises (1.6.1 binds that socket on 0.0.0.0
+            # whatever this says, measured: no setting keeps it on loopback).
+            "DYN_EVENT_PLANE_HOST": host.address,
             SYSTEM_HOST_ENV: host.address,
         }
         if ctx.state.etcd_port is not None:
@@ -313,7 +369,12 @@ class DynamoStack(BaseStack):
         return f"{ctx.frontend_url}/health"
 
     def dispatchable_endpoints(self, ctx: StackContext[DynamoRun], health: Any) -> set[str]:
-        return {f"{i['namespace']}.{i['component']}.{i['endpoint']}" for i in health.get("instances", [])}
+        return set(self.dispatchable_instances(ctx, health))
+
+    def dispatchable_instances(self, ctx: StackContext[DynamoRun], health: Any) -> Counter[str]:
+        return Counter(
+            f"{i['namespace']}.{i['component']}.{i['endpoint']}" for i in health.get("instances", [])
+        )
 
 
 def dynamo_vllm_argv(python: str, worker: WorkerSpec, endpoint: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -25,6 +26,7 @@ class EmbeddedStack(BaseStack):
         "weighted-random": Split.WEIGHTS,
         "round-robin": Split.EXACT,
         "least-inflight": Split.REPORT,
+        "kv": Split.REPORT,  # prefix-aware: embeddings go to the least loaded
     }
     default_policy = "weighted-random"
     worker_weights = True
@@ -110,10 +112,13 @@ class EmbeddedStack(BaseStack):
         return f"{ctx.frontend_url}/health"
 
     def dispatchable_endpoints(self, ctx: StackContext[None], health: Any) -> set[str]:
+        return set(self.dispatchable_instances(ctx, health))
+
+    def dispatchable_instances(self, ctx: StackContext[None], health: Any) -> Counter[str]:
         # A suspect instance failed a dispatch; the frontend skips it until it heartbeats again.
-        return {
+        return Counter(
             i["endpoint"]
             for group in health.get("models", {}).values()
             for i in group
             if not i.get("suspect")
-        }
+        )
