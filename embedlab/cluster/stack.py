@@ -141,7 +141,7 @@ class BaseStack(abc.ABC):
     model_aware: ClassVar[bool] = True  # routes by the body's `model`: multi-model is a real check
     # How its workers come to the frontend's notice: it runs every worker server that joins so.
     workers_join: ClassVar[Join] = Join.REGISTERS
-    # It picks one of a model's endpoints first (at random, by live instances) and lets its router
+    # It picks one of a model's endpoints first (by live instances, never by cache) and lets its router
     # choose only among that endpoint's instances: a KV router there never compares workers of
     # different endpoints (Dynamo's frontend, measured).
     picks_endpoint_first: ClassVar[bool] = False

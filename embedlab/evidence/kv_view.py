@@ -61,7 +61,7 @@ class KvView:
             if parts:
                 rows.append((f"worker {i} KV", ", ".join(parts)))
         if self.applied_total:
-            shown = ", ".join(f"{k} {v:g}" for k, v in sorted(self.applied_total.items()))
+            shown = ", ".join(f"{k} {v:g}" for k, v in sorted(self.applied_total.items()) if v) or "none"
             rows.append(("router applied (all workers)", shown))
         return rows
 

@@ -53,7 +53,7 @@ __all__ = [
 
 KINDS = ("completions", "chat")
 # The chance a correct router with random tie-breaks leaves some worker out, at most.
-PARTICIPATION_MISS = 0.01
+PARTICIPATION_MISS = 0.001
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +71,7 @@ class AffinityParams:
 @dataclass(frozen=True, kw_only=True)
 class ParticipationParams:
     requests: int = knob(
-        0, "prompts that share nothing (0: enough that a correct router misses a worker < 1 %)", min=0
+        0, "prompts that share nothing (0: enough that a random router misses a worker < 0.1 %)", min=0
     )
     prompt_tokens: int = knob(128, "tokens of each prompt", min=1)
     kind: str = knob("completions", "the request type: completions or chat", choices=KINDS)
@@ -136,10 +136,10 @@ def _endpoint_cause(target: Deployment | Target, indices: list[int]) -> str:
         return ""
     return (
         f"the cause is the layout: the model's {len(indices)} workers are on {len(endpoints)} endpoints "
-        f"({', '.join(endpoints)}); {target.stack.display} first picks an endpoint at random, weighted by "
-        "its live instances, and only then lets its router choose among that endpoint's instances, so a "
-        "KV router never sees a choice between workers of different endpoints. Give the workers of one "
-        "model one endpoint (WorkerSpec.endpoint, or `--shared-endpoint`)"
+        f"({', '.join(endpoints)}); {target.stack.display} first picks one endpoint (a worker set, by "
+        "its live instances, never by cache) and only then lets its router choose among that endpoint's "
+        "instances, so its KV router never compares workers of different endpoints. Give the workers of "
+        "one model one endpoint (`--endpoints model`, DeploymentSpec.endpoints='model')"
     )
 
 
