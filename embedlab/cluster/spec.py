@@ -28,6 +28,9 @@ from ..errors import ConfigError
 
 RESTART_POLICIES = ("never", "on-exit")
 DISCOVERY_BACKENDS = ("file", "etcd")
+# A worker's part in disaggregated serving: it only prefills (computes the prompt's KV cache and
+# hands it on) or only decodes; a worker with no stage does both.
+STAGES = ("prefill", "decode")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +61,7 @@ class WorkerSpec:
     restart_backoff: float = RESTART_BACKOFF_S
     restart_limit: int = RESTART_LIMIT
     restart_window: float = RESTART_WINDOW_S
+    stage: str | None = None  # "prefill" or "decode" (STAGES); None: aggregated, it does both
 
     @property
     def runs_vllm(self) -> bool:
@@ -79,6 +83,8 @@ class WorkerSpec:
             raise ConfigError(f"metrics_ports must be a whole number of at least 1, got {ports!r}")
         if self.endpoint is not None and len(self.endpoint.split(".")) != 3:
             raise ConfigError(f"endpoint must be 'namespace.component.endpoint', got {self.endpoint!r}")
+        if self.stage is not None and self.stage not in STAGES:
+            raise ConfigError(f"stage must be one of {', '.join(STAGES)} or none, got {self.stage!r}")
         if self.restart not in RESTART_POLICIES:
             raise ConfigError(f"restart must be one of {', '.join(RESTART_POLICIES)}, got {self.restart!r}")
         limit = self.restart_limit
@@ -141,6 +147,13 @@ class DeploymentSpec:
             if worker.host is not None and not 0 <= worker.host < self.hosts:
                 raise ConfigError(
                     f"worker {index} is placed on host {worker.host}, but the deployment has hosts 0..{self.hosts - 1}"
+                )
+        for model in {w.model for w in self.workers if w.stage is not None}:
+            stages = {w.stage for w in self.workers if w.model == model}
+            if stages != set(STAGES):
+                raise ConfigError(
+                    f"model {model!r}: a disaggregated model needs prefill and decode workers, and no "
+                    f"others; its workers are {', '.join(sorted(str(s or 'aggregated') for s in stages))}"
                 )
 
     def host_of(self, index: int) -> int:

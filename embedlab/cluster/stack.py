@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Protocol, TypeVar, cast, runtime_checkable
 
 import httpx
 
-from ..defaults import DISCOVERY, FAILOVER_WATCH_S
+from ..defaults import DISCOVERY, FAILOVER_WATCH_S, WORKER_SERVER
 from ..errors import ConfigError, UnsupportedError
 from ..evidence.router import RouterMetrics
 from ..evidence.split import Split
@@ -50,6 +50,7 @@ from .stack_context import (
 
 __all__ = [
     "CAPABILITIES",
+    "PREFIX_AWARE",
     "BaseStack",
     "CountsBackends",
     "Drains",
@@ -60,6 +61,7 @@ __all__ = [
     "StackContext",
     "SwitchesRetries",
     "capable",
+    "prefix_aware",
     "embedlab_worker",
     "openai_models",
     "prepare_run",
@@ -141,12 +143,19 @@ class BaseStack(abc.ABC):
     model_aware: ClassVar[bool] = True  # routes by the body's `model`: multi-model is a real check
     # How its workers come to the frontend's notice: it runs every worker server that joins so.
     workers_join: ClassVar[Join] = Join.REGISTERS
+    disaggregates: ClassVar[bool] = False  # it sends each request to a prefill and a decode worker
     # It picks one of a model's endpoints first (by live instances, never by cache) and lets its router
     # choose only among that endpoint's instances: a KV router there never compares workers of
     # different endpoints (Dynamo's frontend, measured).
     picks_endpoint_first: ClassVar[bool] = False
     names_worker: ClassVar[bool] = False  # the `x-embedlab-worker` header reaches the client
     asserts_failover: ClassVar[bool] = False  # failover's loss and exclusion are asserted, not reported
+    # Its own prefix-aware policy (the router mode that routes by the prompt's cached prefix), which
+    # a plan's router mode `PREFIX_AWARE` names (the KV checks' default); None: it has none.
+    prefix_aware_mode: ClassVar[str | None] = None
+    # What that policy routes over where embedlab's worker on an endpoint each is not it: a worker
+    # server and an endpoint layout (`DeploymentSpec.endpoints`), read by the conformance matrix's KV rows.
+    prefix_aware_workers: ClassVar[tuple[str, str]] = (WORKER_SERVER, "worker")
     # Why it lacks a capability, in its own words, by the capability's name (`CAPABILITIES`,
     # and "worker_servers" for the servers it cannot run).
     lacks: ClassVar[Mapping[str, str]] = {}
@@ -212,6 +221,10 @@ class BaseStack(abc.ABC):
         if spec.router_mode is not None and self.policy(spec.router_mode) not in self.policies:
             raise ConfigError(
                 f"{self.display} has no router mode {spec.router_mode!r}; choose from {', '.join(self.policies) or 'none'}"
+            )
+        if any(w.stage is not None for w in spec.workers) and not self.disaggregates:
+            raise ConfigError(
+                f"{self.display} does not route prefill and decode separately: give its workers no stage"
             )
         if not self.worker_weights and any(w.weight != 1.0 for w in spec.workers):
             raise ConfigError(f"{self.display} has no per-worker weights; leave every weight at 1")
@@ -308,6 +321,7 @@ class BaseStack(abc.ABC):
             "names_worker": cls.names_worker,
             "workers_join": cls.workers_join.name.lower(),
             "asserts_failover": cls.asserts_failover,
+            "prefix_aware_mode": cls.prefix_aware_mode,
             **{name: issubclass(cls, protocol) for name, (protocol, _) in CAPABILITIES.items()},
             "venv": cls.venv,
             "pins": list(cls.pins),
@@ -326,6 +340,24 @@ def capable(stack: BaseStack, capability: Callable[..., CapabilityT]) -> Capabil
     name = next((n for n, (protocol, _) in CAPABILITIES.items() if protocol is capability), "")
     raise UnsupportedError(
         stack.reason(name) if name else f"{stack.name} is no {getattr(capability, '__name__', '')}"
+    )
+
+
+# The router mode that names each stack's own prefix-aware policy, whatever the stack calls it.
+PREFIX_AWARE = "prefix-aware"
+
+
+def prefix_aware(stack: BaseStack) -> str:
+    """The stack's own prefix-aware policy, in its names, else UnsupportedError with its reason."""
+    if stack.prefix_aware_mode is not None:
+        return stack.prefix_aware_mode
+    modes = ", ".join(stack.policies) or "none"
+    raise UnsupportedError(
+        stack.reason(
+            "prefix_aware",
+            f"{stack.display} has no prefix-aware policy: none of its router modes ({modes}) routes by "
+            "the prompt's cached prefix",
+        )
     )
 
 

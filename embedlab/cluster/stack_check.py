@@ -20,7 +20,7 @@ from .stack import CAPABILITIES, BaseStack
 
 __all__ = ["check_stack_class"]
 
-_KNOWN_LACKS = {*CAPABILITIES, "worker_servers"}
+_KNOWN_LACKS = {*CAPABILITIES, "worker_servers", "prefix_aware"}
 
 
 def _methods() -> dict[str, Callable[..., object]]:
@@ -104,6 +104,14 @@ def check_stack_class(name: str, cls: object) -> None:
     if cls.default_policy is not None and cls.default_policy not in cls.policies:
         raise ConfigError(
             f"stack {name!r}: its default policy {cls.default_policy!r} is not among its policies"
+        )
+    if cls.prefix_aware_mode is not None and cls.prefix_aware_mode not in cls.policies:
+        raise ConfigError(
+            f"stack {name!r}: its prefix-aware policy {cls.prefix_aware_mode!r} is not among its policies"
+        )
+    if cls.prefix_aware_mode is not None and "prefix_aware" in cls.lacks:
+        raise ConfigError(
+            f"stack {name!r}: {cls.__qualname__} gives a reason it lacks a prefix-aware policy, yet names one"
         )
     if bool(cls.venv) != bool(cls.pins):
         raise ConfigError(

@@ -120,9 +120,11 @@ class StackContext(Generic[StateT]):
         own = self.spec.workers[index].endpoint
         if own:
             return own
-        if self.spec.endpoints == "model":  # the endpoint of the model's first worker
-            model = self.spec.workers[index].model
-            index = next(i for i, w in enumerate(self.spec.workers) if w.model == model)
+        if self.spec.endpoints == "model":  # the endpoint of the model's first worker (of its stage)
+            own = self.spec.workers[index]
+            index = next(
+                i for i, w in enumerate(self.spec.workers) if (w.model, w.stage) == (own.model, own.stage)
+            )
         return worker_endpoint(self.namespace, index)
 
 

@@ -112,6 +112,7 @@ class WorkerServer:
     startup_s: ClassVar[float] = STARTUP_TIMEOUT_S
     # The system port's page that answers 200 once it is up (`/health` unless that lies).
     ready_path: ClassVar[str] = "/health"
+    stages: ClassVar[bool] = False  # it can run as a prefill-only or a decode-only worker (`WorkerSpec.stage`)
 
     @property
     def display(self) -> str:
@@ -119,6 +120,11 @@ class WorkerServer:
 
     def check(self, worker: WorkerSpec) -> None:
         """A ConfigError for a worker this server cannot start, before anything starts."""
+        if worker.stage is not None and not self.stages:
+            raise ConfigError(
+                f"{self.display} has no {worker.stage} stage: only a worker server that disaggregates "
+                "(Dynamo's mocker) runs as a prefill or a decode worker"
+            )
         if self.foreign and worker.model_path is None:
             raise ConfigError(
                 f"{self.display} serves a model directory: worker {worker.model!r} needs a model_path"
@@ -316,6 +322,8 @@ def check_servers(stack: BaseStack, spec: DeploymentSpec) -> None:
             raise UnsupportedError(f"{why}; not {server.display}")
         if not server.launchable:
             raise UnsupportedError(server.no_launch)
+    for worker in spec.workers:
+        WORKER_SERVERS.get(worker.server)().check(worker)
 
 
 def servers_of(stack: type[BaseStack]) -> list[str]:

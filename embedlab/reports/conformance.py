@@ -11,6 +11,13 @@ report and logs, as `embedlab regress` writes them (`notebooks/scenario.ipynb` r
 `vllm serve`, Infinity; `cluster.worker_server`), a row `STACK+SERVER` for each server other
 than embedlab's. Those rows go to their own section of docs/conformance.md
 (`write_servers_markdown`), merged row by row with the rows earlier runs wrote there.
+
+`router_modes` adds another: each stack at each mode, a row `STACK (MODE)`. The KV checks
+(`KV_CHECKS`, `embedlab conformance --kv`) run on `kv_rows`: each stack at its own prefix-aware
+policy (`BaseStack.prefix_aware_mode`, which the checks ask for by default) over the workers
+that policy routes over (`prefix_aware_workers`: Dynamo's mocker, one endpoint per model); a
+stack without one gives cells stated unsupported. Their rows go to the page's KV section
+(`write_kv_markdown`), merged as the worker-server rows are.
 """
 
 from __future__ import annotations
@@ -19,32 +26,119 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..cluster.stack_registry import battery_stacks
+from ..cluster.spec import ENDPOINT_LAYOUTS
+from ..cluster.stack import PREFIX_AWARE
+from ..cluster.stack_registry import battery_stacks, get_stack
 from ..cluster.worker_server import WORKER_SERVERS
 from ..defaults import CELL_TIMEOUT_S, WORKER_SERVER
+from ..errors import ConfigError
 from ..jsonio import write_json
 from ..plugins import child_env
 from ..scenarios.battery import BATTERY, Cell, ConformanceTable, cell_text, check_battery, stack_versions
 from ..verdicts import Verdict
-from .index import APPENDIX_MARKER, SERVERS_MARKER, write_conformance
+from .index import APPENDIX_MARKER, KV_MARKER, SERVERS_MARKER, write_conformance
 from .matrix import GENERIC_NOTEBOOK, Job, default_notebook_dir
 from .regress import Outcome, check_kernel, new_run_dir, run_jobs
 from .run_report import write_junit
 
-__all__ = ["ConformanceRun", "conformance", "row_label", "write_servers_markdown"]
+__all__ = [
+    "ConformanceRun",
+    "Row",
+    "conformance",
+    "kv_rows",
+    "matrix_rows",
+    "row_label",
+    "write_kv_markdown",
+    "write_servers_markdown",
+]
 
 EMBEDLAB = WORKER_SERVER  # the worker server of the main matrix's rows: its rows carry no suffix
+LAYOUT = ENDPOINT_LAYOUTS[0]  # the plan's default endpoint layout (an endpoint per worker)
 
 
-def row_label(stack: str, server: str) -> str:
-    """A matrix row: the stack's name, or `STACK+SERVER` in front of another worker server."""
-    return stack if server == EMBEDLAB else f"{stack}+{server}"
+def row_label(stack: str, server: str, router_mode: str | None = None) -> str:
+    """A matrix row: the stack's name, or `STACK+SERVER` in front of another worker server, with
+    ` (MODE)` where the row names a router mode (a stack at two modes is two rows)."""
+    name = stack if server == EMBEDLAB else f"{stack}+{server}"
+    return f"{name} ({router_mode})" if router_mode else name
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the matrix: `stack` in front of `server`'s workers, laid out on `endpoints`, at
+    `router_mode` (None: each check's own, the stack's default or the one the check asks for)."""
+
+    stack: str
+    server: str = EMBEDLAB
+    router_mode: str | None = None
+    endpoints: str = LAYOUT
+
+    @property
+    def label(self) -> str:
+        return row_label(self.stack, self.server, self.router_mode)
+
+    @property
+    def slug(self) -> str:
+        """The label as the cell's file names take it (no spaces, no parentheses)."""
+        return self.label.replace(" (", "@").rstrip(")")
+
+    def params(self) -> dict[str, Any]:
+        """The notebook's parameters for this row, beside the check: what differs from its defaults."""
+        return (
+            {"stack": self.stack}
+            | ({} if self.server == EMBEDLAB else {"worker_server": self.server})
+            | ({"router_mode": self.router_mode} if self.router_mode else {})
+            | ({} if self.endpoints == LAYOUT else {"endpoints": self.endpoints})
+        )
+
+    def kv_mode(self) -> str:
+        """The policy the row's KV checks run: its mode, else the stack's prefix-aware one, in the stack's names."""
+        mode = self.router_mode or PREFIX_AWARE
+        if mode == PREFIX_AWARE:
+            return get_stack(self.stack).prefix_aware_mode or "none"
+        return str(get_stack(self.stack).policy(mode))
+
+
+def matrix_rows(
+    stacks: Sequence[str],
+    *,
+    worker_servers: Sequence[str] = (EMBEDLAB,),
+    router_modes: Sequence[str | None] = (None,),
+) -> list[Row]:
+    """Each stack in front of each worker server at each router mode (`PREFIX_AWARE` names each
+    stack's own prefix-aware policy; an unknown stack, or a mode a stack lacks, is a ConfigError
+    before anything runs)."""
+    check_battery(stacks=stacks, checks=())
+    for mode in router_modes:
+        lacking = [s for s in stacks if mode not in (None, PREFIX_AWARE) and not _has_mode(s, mode)]
+        if lacking:
+            raise ConfigError(
+                f"{', '.join(lacking)} have no router mode {mode!r}: leave them out of --stacks"
+            )
+    return [
+        Row(stack, server, mode) for server in worker_servers for stack in stacks for mode in router_modes
+    ]
+
+
+def kv_rows(stacks: Sequence[str], *, router_modes: Sequence[str | None] = (None,)) -> list[Row]:
+    """The KV checks' rows: each stack over the workers its prefix-aware policy routes over
+    (`BaseStack.prefix_aware_workers`), at each mode (None: the checks' own, the stack's prefix-aware)."""
+    rows = []
+    for row in matrix_rows(stacks, router_modes=router_modes):
+        server, endpoints = get_stack(row.stack).prefix_aware_workers
+        rows.append(replace(row, server=server, endpoints=endpoints))
+    return rows
+
+
+def _has_mode(stack: str, mode: str) -> bool:
+    found = get_stack(stack)
+    return found.policy(mode) in found.policies
 
 
 @dataclass(kw_only=True)
@@ -70,17 +164,20 @@ def conformance(
     timeout: float = CELL_TIMEOUT_S,
     progress: Callable[[str], None] | None = None,
     worker_servers: Sequence[str] = (EMBEDLAB,),
+    rows: Sequence[Row] | None = None,
 ) -> ConformanceRun:
     """Run every check (a registered scenario) against every stack, with each stack's defaults,
-    in front of each of `worker_servers` (default: embedlab's own worker).
+    in front of each of `worker_servers` (default: embedlab's own worker); or on `rows`, each
+    a stack, a worker server, a router mode and an endpoint layout (`matrix_rows`, `kv_rows`).
 
     `stacks` left out: every registered stack that is `in_battery`, plugins' included.
     """
-    stacks = battery_stacks() if stacks is None else stacks
+    if rows is None:
+        rows = matrix_rows(battery_stacks() if stacks is None else stacks, worker_servers=worker_servers)
+    stacks = list(dict.fromkeys(row.stack for row in rows))
     check_battery(stacks=stacks, checks=checks)
-    for server in worker_servers:
+    for server in dict.fromkeys(row.server for row in rows):
         WORKER_SERVERS.get(server)  # an unknown one fails here, before any cell runs
-    rows = [(stack, server) for server in worker_servers for stack in stacks]
     check_kernel()  # every cell is a notebook on the project's kernel
     notebook = (default_notebook_dir() / f"{GENERIC_NOTEBOOK}.ipynb").resolve()
     run_id, run_dir = new_run_dir(Path(out))
@@ -88,16 +185,11 @@ def conformance(
     started_at = datetime.now(UTC)
     t0 = time.monotonic()
     jobs = [
-        Job(
-            notebook=notebook,
-            slug=row_label(stack, server),
-            params={"scenario": check, "stack": stack}
-            | ({} if server == EMBEDLAB else {"worker_server": server}),
-            label=check,
-        )
-        for stack, server in rows
+        Job(notebook=notebook, slug=row.slug, params={"scenario": check} | row.params(), label=check)
+        for row in rows
         for check in checks
     ]
+    labels = {row.slug: row.label for row in rows}
     outcomes = run_jobs(
         jobs,
         run_dir,
@@ -108,7 +200,7 @@ def conformance(
     )
     cells = [
         Cell(
-            o.job.slug,
+            labels[o.job.slug],
             o.job.label,
             o.verdict,
             cell_text(o.result, error=o.error),
@@ -117,14 +209,15 @@ def conformance(
         for o in outcomes
     ]
     versions = stack_versions(stacks)
+    servers = {s: server_version(s) for s in dict.fromkeys(row.server for row in rows) if s != EMBEDLAB}
     matrix = ConformanceTable(
-        stacks=[row_label(stack, server) for stack, server in rows],
+        stacks=[row.label for row in rows],
         checks=list(checks),
         cells=cells,
         versions={
-            row_label(stack, server): versions.get(stack, "")
-            + ("" if server == EMBEDLAB else f" / {server_version(server)}")
-            for stack, server in rows
+            row.label: versions.get(row.stack, "")
+            + (f" / {servers[row.server]}" if row.server in servers else "")
+            for row in rows
         },
     )
     data = {
@@ -133,6 +226,7 @@ def conformance(
         "wall_seconds": round(time.monotonic() - t0, 1),
         "counts": {str(v): sum(c.verdict == v for c in cells) for v in Verdict},
         **matrix.to_json(),
+        "rows": {row.label: asdict(row) for row in rows},
         "scenarios": [o.to_json(run_dir) for o in outcomes],
     }
     json_path = write_json(run_dir / "conformance.json", data)
@@ -168,7 +262,7 @@ def server_version(name: str) -> str:
         return f"{cls.package} (not installed)"
 
 
-# -- the worker-server rows of docs/conformance.md ------------------------------------------------
+# -- the worker-server rows and the KV rows of docs/conformance.md ---------------------------------
 
 SERVERS_HEAD = """## Routers in front of the worker servers users run
 
@@ -184,26 +278,72 @@ reduced battery, same-model, multi-model and mixed: a vLLM server takes a minute
 are merged cell by cell, run by run; the runs that wrote them:
 """
 
+KV_HEAD = """## KV-aware routing
+
+The KV checks, `prefix-affinity` (groups of completions that share a 256-token prefix, one group
+at a time on an idle pool: every request of a group must go to the worker that served its first)
+and `kv-participation` (prompts that share nothing, enough of them that a router placing them at
+random leaves a worker out with probability under 0.1 %: every worker takes part), each against
+the stack at its own prefix-aware policy (`router mode`: embedded's and Dynamo's `kv`, the Rust
+routers' `cache_aware`; `embedlab conformance --kv`), or at the mode a row names
+(`--router-modes`). Verdicts from the workers' own counters. Dynamo's KV router needs workers that
+publish KV events, so its rows run over Dynamo's mocker, the model's workers on one endpoint
+(`endpoints=model`); the other rows over embedlab's workers (the hash engine), which serve
+completions too. A stack with no prefix-aware policy says so, and nothing is launched for it. Rows
+are merged cell by cell, run by run; the runs that wrote them:
+"""
+
+# Where each generated section of the page begins, in the page's order (the main matrix first).
+SECTIONS = (SERVERS_MARKER, KV_MARKER, APPENDIX_MARKER)
+
 
 def write_servers_markdown(path: Path, matrix: dict[str, Any], *, command: str) -> Path:
     """The rows of `matrix` in front of other worker servers, into their section of the page at
     `path`: rows this run did not cover stay as an earlier run wrote them; the main matrix above
-    and the appended sections below are kept."""
-    text = path.read_text() if path.exists() else ""
-    start = text.find(SERVERS_MARKER)
-    end = text.find(APPENDIX_MARKER)
-    head = text[:start] if start >= 0 else (text[:end] if end >= 0 else text)
-    tail = text[end:] if end >= 0 else ""
-    section = text[start : end if end >= 0 else len(text)] if start >= 0 else ""
-    runs, checks, rows = _read_section(section)
+    and the sections below are kept."""
     ours = [s for s in matrix["stacks"] if "+" in s]
+    rows = {label: tuple(label.split("+", 1)) for label in ours}
+    return _write_section(
+        path, SERVERS_MARKER, SERVERS_HEAD, matrix, rows, ("router", "worker server"), command=command
+    )
+
+
+def write_kv_markdown(path: Path, matrix: dict[str, Any], *, command: str) -> Path:
+    """The KV rows of `matrix` (each stack at a router mode: `kv_rows`) into the page's KV section,
+    merged as `write_servers_markdown` merges its rows: a row is a stack, a worker server and the
+    mode its checks ran."""
+    rows = {}
+    for label in matrix["stacks"]:
+        row = Row(**matrix["rows"][label])
+        rows[label] = (row.stack, row.server, row.kv_mode())
+    return _write_section(
+        path, KV_MARKER, KV_HEAD, matrix, rows, ("stack", "worker server", "router mode"), command=command
+    )
+
+
+def _write_section(
+    path: Path,
+    marker: str,
+    intro: str,
+    matrix: dict[str, Any],
+    rows: dict[str, tuple[str, ...]],
+    keys: tuple[str, ...],
+    *,
+    command: str,
+) -> Path:
+    """`matrix`'s `rows` (label -> the row's key columns) into `marker`'s section of the page at
+    `path`, a table keyed by `keys` then a version and one column per check; the section's rows
+    this run did not cover, and the rest of the page, stay as they were."""
+    text = path.read_text() if path.exists() else ""
+    head, section, tail = _page_around(text, marker)
+    runs, checks, table = _read_section(section, len(keys))
     cells = {(c["stack"], c["check"]): c for c in matrix.get("cells", [])}
     for check in matrix["checks"]:
         if check not in checks:
             checks.append(check)
-    for label in ours:  # this run's cells replace those it ran; the row's others stay
-        rows[label] = {
-            **rows.get(label, {}),
+    for label, key in rows.items():  # this run's cells replace those it ran; the row's others stay
+        table[key] = {
+            **table.get(key, {}),
             "version": matrix.get("versions", {}).get(label, ""),
             **{
                 check: f"**{c['verdict'].upper()}** {c['text']}".replace("|", "/").replace("\n", " ")
@@ -211,33 +351,45 @@ def write_servers_markdown(path: Path, matrix: dict[str, Any], *, command: str) 
                 if (c := cells.get((label, check)))
             },
         }
-    runs.append(f"- `{command}` on {matrix.get('started_at', '')}: {', '.join(ours)}")
-    lines = [SERVERS_MARKER, "", SERVERS_HEAD.rstrip(), "", *runs, ""]
-    lines += ["| router | worker server | version | " + " | ".join(checks) + " |"]
-    lines += ["|---|---|---|" + "---|" * len(checks)]
-    for label in sorted(rows, key=lambda r: (r.split("+", 1)[1], r)):
-        stack, server = label.split("+", 1)
-        row = rows[label]
+    runs.append(f"- `{command}` on {matrix.get('started_at', '')}: {', '.join(rows)}")
+    lines = [marker, "", intro.rstrip(), "", *runs, ""]
+    lines += ["| " + " | ".join(keys) + " | version | " + " | ".join(checks) + " |"]
+    lines += ["|---" * (len(keys) + 1) + "|" + "---|" * len(checks)]
+    for key in sorted(table, key=lambda k: (k[1:], k[0])):
+        row = table[key]
         shown = [row.get(check, "not run") for check in checks]
-        lines.append(f"| {stack} | {server} | {row.get('version', '')} | " + " | ".join(shown) + " |")
+        lines.append("| " + " | ".join(key) + f" | {row.get('version', '')} | " + " | ".join(shown) + " |")
     page = head.rstrip() + "\n\n" + "\n".join(lines) + "\n" + ("\n" + tail if tail else "")
     path.write_text(page)
     return path
 
 
-def _read_section(section: str) -> tuple[list[str], list[str], dict[str, dict[str, str]]]:
-    """An earlier run's section: its run lines, its checks, and each row's version and cells."""
+def _page_around(text: str, marker: str) -> tuple[str, str, str]:
+    """The page before `marker`'s section, the section (empty where the page has none yet), and
+    the sections after it: each generated section begins at its marker, in `SECTIONS`' order."""
+    start = text.find(marker)
+    later = [at for m in SECTIONS[SECTIONS.index(marker) + 1 :] if (at := text.find(m)) > start]
+    end = min(later, default=len(text))
+    if start < 0:
+        return text[:end], "", text[end:]
+    return text[:start], text[start:end], text[end:]
+
+
+def _read_section(
+    section: str, keys: int
+) -> tuple[list[str], list[str], dict[tuple[str, ...], dict[str, str]]]:
+    """An earlier run's section: its run lines, its checks, and each row's version and cells, by
+    the row's first `keys` columns."""
     runs = [line for line in section.splitlines() if line.startswith("- `embedlab conformance")]
     table = [line for line in section.splitlines() if line.startswith("| ")]
     if not table:
         return runs, [], {}
     header = [c.strip() for c in table[0].strip("|").split("|")]
-    checks = header[3:]
-    rows: dict[str, dict[str, str]] = {}
+    checks = header[keys + 1 :]
+    rows: dict[tuple[str, ...], dict[str, str]] = {}
     for line in table[1:]:
         values = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(values) != len(header):
             continue
-        stack, server, version, *texts = values
-        rows[f"{stack}+{server}"] = {"version": version, **dict(zip(checks, texts))}
+        rows[tuple(values[:keys])] = {"version": values[keys], **dict(zip(checks, values[keys + 1 :]))}
     return runs, checks, rows

@@ -19,6 +19,7 @@ from .run_report import VERDICT_CSS, ReportImage, escape, short, shown_time, ver
 
 __all__ = [
     "APPENDIX_MARKER",
+    "KV_MARKER",
     "SERVERS_MARKER",
     "compare_runs",
     "conformance_markdown",
@@ -386,15 +387,21 @@ APPENDIX_MARKER = "<!-- appended by other generators (bench/render_docs.py); kep
 SERVERS_MARKER = (
     "<!-- worker-server rows (embedlab conformance --worker-servers); kept by the main matrix's run -->"
 )
+# Where the KV checks' rows begin (`embedlab conformance --kv`, conformance.write_kv_markdown),
+# after the worker-server rows: the main matrix's run keeps them too.
+KV_MARKER = "<!-- KV rows (embedlab conformance --kv); kept by the main matrix's run -->"
 
 
 def write_conformance_markdown(path: Path, matrix: Mapping[str, Any], *, command: str) -> Path:
-    """The matrix as Markdown at `path`, keeping what follows `APPENDIX_MARKER` in the page there."""
+    """The matrix as Markdown at `path`, keeping the sections after it in the page there (from the
+    first of `SERVERS_MARKER`, `KV_MARKER` and `APPENDIX_MARKER` it holds)."""
     kept = ""
     if path.exists():
         text = path.read_text()
-        at = text.find(SERVERS_MARKER) if SERVERS_MARKER in text else text.find(APPENDIX_MARKER)
-        kept = text[at:] if at >= 0 else ""
+        found = [
+            at for marker in (SERVERS_MARKER, KV_MARKER, APPENDIX_MARKER) if (at := text.find(marker)) >= 0
+        ]
+        kept = text[min(found) :] if found else ""
     page = conformance_markdown(matrix, command=command)
     return write_text_atomic(path, page + ("\n" + kept if kept else ""))
 

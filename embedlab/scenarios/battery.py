@@ -37,6 +37,7 @@ __all__ = [
     "Cell",
     "check_battery",
     "ConformanceTable",
+    "KV_CHECKS",
     "cell_text",
     "run_battery",
     "stack_versions",
@@ -52,6 +53,8 @@ BATTERY = (
     "drain",
     "overhead",
 )
+# The KV checks (`embedlab conformance --kv`): each stack at its own prefix-aware policy, where it has one.
+KV_CHECKS = ("prefix-affinity", "kv-participation")
 
 
 @dataclass(frozen=True)

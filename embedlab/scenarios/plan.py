@@ -15,6 +15,7 @@ from typing import Any
 from ..cluster.deployment import Deployment
 from ..cluster.etcd import discovered
 from ..cluster.spec import DISCOVERY_BACKENDS, ENDPOINT_LAYOUTS, DeploymentSpec, WorkerSpec
+from ..cluster.stack import PREFIX_AWARE, prefix_aware
 from ..cluster.stack_registry import STACKS, get_stack
 from ..cluster.worker_server import (
     WORKER_SERVERS,
@@ -54,7 +55,13 @@ from .result import ScenarioResult, given_up
 __all__ = ["ScenarioPlan", "check_knob_names", "run_scenario"]
 
 # What a plan field left unset (None) becomes when its scenario sets no value for it.
-FALLBACKS: dict[str, Any] = {"workers": 2, "lease_ttl": LEASE_TTL_S, "restart": "never"}
+FALLBACKS: dict[str, Any] = {
+    "workers": 2,
+    "lease_ttl": LEASE_TTL_S,
+    "restart": "never",
+    "prefill_workers": 0,
+    "endpoints": "worker",
+}
 RESTARTS = ("never", "on-exit")
 
 
@@ -64,6 +71,13 @@ def _engines() -> list[str]:
 
 def _servers() -> list[str]:
     return WORKER_SERVERS.names()
+
+
+def _stage(replica: int, prefill: int) -> str | None:
+    """Replica `replica`'s stage where each model's first `prefill` replicas only prefill."""
+    if not prefill:
+        return None
+    return "prefill" if replica < prefill else "decode"
 
 
 def _tuple(value: Any, kind: Callable[[Any], Any] = str) -> tuple[Any, ...]:
@@ -108,6 +122,10 @@ class ScenarioPlan:
     )  # fmt: skip
     workers: int | None = knob(None, "replicas of each model", min=1)
     replicas: tuple[int, ...] = knob((), "replicas per model, in place of workers (give one of the two): 4,2")
+    prefill_workers: int | None = knob(
+        None, "disaggregated serving: the first N replicas of each model only prefill, the rest only "
+        "decode (Dynamo's mocker; None or 0: every worker does both)", min=0,
+    )  # fmt: skip
     weights: tuple[float, ...] = knob((), "routing weight per worker, model by model (none: all equal)")
     seed: int | None = knob(0, "seeds the frontend's routing choices")
     nonce: str = knob(
@@ -115,8 +133,8 @@ class ScenarioPlan:
         "run's recorded one (results.json: probes) sends its bodies again, on purpose",
     )  # fmt: skip
     router_mode: str | None = knob(None, "the frontend's policy, in its own names (None: its default)")
-    endpoints: str = knob(
-        "worker", "worker: an endpoint per worker (the seed's layout); model: the workers of a model are "
+    endpoints: str | None = knob(
+        None, "worker: an endpoint per worker (the seed's layout); model: the workers of a model are "
         "instances of one endpoint", choices=ENDPOINT_LAYOUTS,
     )  # fmt: skip
     pooling: str | None = knob(None, "the engine's pooling (None: the model's own)")
@@ -301,6 +319,12 @@ class ScenarioPlan:
         )
         if self.replicas:
             filled.pop("workers", None)  # each model's count is given
+        if filled.get("router_mode", self.router_mode) == PREFIX_AWARE:  # in the stack's own name
+            own = get_stack(self.stack).prefix_aware_mode
+            if own is None and self.router_mode is None:  # it has none: `without_policy` says so
+                filled.pop("router_mode")
+            else:
+                filled["router_mode"] = own
         return replace(self, **filled) if filled else self
 
     def describe(self) -> str:
@@ -356,12 +380,19 @@ class ScenarioPlan:
         counts = list(self.replicas) or [workers or 1] * len(models)
         if len(counts) != len(models):
             raise ConfigError(f"{len(models)} models but {len(counts)} replica counts")
-        shapes = [(m, p) for m, p, k in zip(models, paths, counts) for _ in range(k)]
+        prefill = self.prefill_workers or 0
+        if prefill and min(counts) <= prefill:
+            raise ConfigError(
+                f"prefill_workers = {prefill} leaves a model no decode worker: give each model more than "
+                f"{prefill} replicas (it has {min(counts)})"
+            )
+        shapes = [(m, p, _stage(r, prefill)) for m, p, k in zip(models, paths, counts) for r in range(k)]
         weights = self.weights or (1.0,) * len(shapes)
         if len(weights) != len(shapes):
             raise ConfigError(f"{len(shapes)} workers but {len(weights)} weights")
         specs = tuple(
-            WorkerSpec(model=m, model_path=p, weight=w, **common) for (m, p), w in zip(shapes, weights)
+            WorkerSpec(model=m, model_path=p, weight=w, stage=stage, **common)
+            for (m, p, stage), w in zip(shapes, weights)
         )
         return DeploymentSpec(
             stack=self.stack,
@@ -375,7 +406,7 @@ class ScenarioPlan:
             discovery=self.discovery,
             lease_ttl=self.lease_ttl or FALLBACKS["lease_ttl"],
             canaries=self.canaries,
-            endpoints=self.endpoints,
+            endpoints=self.endpoints or FALLBACKS["endpoints"],
         )
 
     def deployment(self, *, progress: LaunchProgress | None = None) -> Deployment:
@@ -420,8 +451,22 @@ class ScenarioPlan:
             ),
         )
 
+    def without_policy(self) -> ScenarioResult | None:
+        """UNSUPPORTED, with the stack's reason, where the plan asks for the stack's own prefix-aware
+        policy (`PREFIX_AWARE`, the KV checks' default) and it has none: nothing launches for it."""
+        asked = self.router_mode or self.definition.deployment.get("router_mode")
+        if asked != PREFIX_AWARE or self.attached:
+            return None
+        try:
+            prefix_aware(get_stack(self.stack))
+        except UnsupportedError as exc:
+            return self.resolved()._unsupported(exc)
+        return None
+
     def run_on(self, deployment: Deployment | Target | None) -> ScenarioResult:
         """This plan's scenario on a deployment that the caller started and stops."""
+        if (unsupported := self.without_policy()) is not None:
+            return unsupported
         plan = self.resolved()
         try:
             with probing(plan.nonce) as drawn:
@@ -489,8 +534,8 @@ def run_scenario(
                 asdict(i) | {"path": i.path} for i in discovered(plan.etcd_endpoints.split(",")[0])
             ]
         return result
-    if plan.definition.deploys:
-        return plan.run_on(None)
+    if plan.definition.deploys or plan.without_policy() is not None:
+        return plan.run_on(None)  # a stack without the policy asked for: run_on says so, unlaunched
     show_launch = plan.progress if launch_progress is None else launch_progress
     deployment = plan.deployment(progress=LaunchProgress() if show_launch else None)
     try:

@@ -35,7 +35,7 @@ __all__ = ["LAYOUTS", "SCENARIOS", "Scenario", "get_scenario", "register_scenari
 # `per-model` one worker per model, worker i serving models[i].
 LAYOUTS = ("pool", "per-model")
 # The plan fields a scenario may set for its deployment, unless the caller does.
-DEPLOYMENT_FIELDS = ("workers", "lease_ttl", "restart", "router_mode")
+DEPLOYMENT_FIELDS = ("workers", "lease_ttl", "restart", "router_mode", "prefill_workers", "endpoints")
 
 Run = Callable[[Any, Any], Any]  # (Deployment | Target | None, ScenarioPlan) -> ScenarioResult
 
@@ -115,6 +115,7 @@ SCENARIOS: Registry[Scenario] = Registry(
         "lease-ttl-sweep": f"{_BUILTIN}.cluster:TTL_SWEEP",
         "prefix-affinity": f"{_BUILTIN}.kv:PREFIX_AFFINITY",
         "kv-participation": f"{_BUILTIN}.kv:KV_PARTICIPATION",
+        "prefill-decode": f"{_BUILTIN}.disagg:PREFILL_DECODE",
     },
 )
 

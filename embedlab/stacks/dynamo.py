@@ -154,6 +154,7 @@ class DynamoMocker(WorkerServer):
     joins = frozenset({Join.DYNAMO})
     package = "ai-dynamo"
     ready_path = "/metrics"  # its /health answers 503 "notready" while it serves (1.6.1, measured)
+    stages = True  # --disaggregation-mode prefill|decode
     # Its simulated engine at this multiple of real speed: a 16-token completion in about 15 ms
     # where 1.0 takes about 110 (measured; 0, though documented as "no delays", is 1.0).
     speedup = 100
@@ -178,6 +179,7 @@ class DynamoMocker(WorkerServer):
             f"dyn://{replica.endpoint}",
             "--speedup-ratio",
             str(self.speedup),
+            *(("--disaggregation-mode", worker.stage) if worker.stage else ()),
             *(a for arg in worker.extra_args for a in shlex.split(arg)),
         ]
 
@@ -194,6 +196,12 @@ class DynamoStack(BaseStack):
     policies: ClassVar[dict[str, Split]] = {mode: Split.WEIGHTS for mode in ROUTER_MODES}
     model_aware = True
     picks_endpoint_first = True
+    # Its KV router, over KV events that embedlab's worker does not publish: its mocker does, and the
+    # router compares only the instances of one endpoint (`picks_endpoint_first`).
+    prefix_aware_mode = "kv"
+    prefix_aware_workers = ("mocker", "model")
+    # Its KV router sends each request to a prefill worker, then to a decode worker (1.6.1, measured).
+    disaggregates = True
     names_worker = False  # its workers answer over Dynamo's TCP request plane: no header of theirs
     workers_join = Join.DYNAMO
     lacks: ClassVar[dict[str, str]] = {
@@ -218,6 +226,7 @@ class DynamoStack(BaseStack):
         limit = inotify_limit()
         if spec.discovery == "file" and limit is not None and inotify_needed(len(spec.workers)) > limit:
             raise ConfigError(_inotify_refusal(len(spec.workers), limit))
+        _check_stage_endpoints(spec)
         if any(w.metrics_ports != 1 for w in spec.workers):
             raise ConfigError(
                 "the dynamo stack's embedlab workers have one system port: leave metrics_ports at 1"
@@ -374,6 +383,24 @@ class DynamoStack(BaseStack):
     def dispatchable_instances(self, ctx: StackContext[DynamoRun], health: Any) -> Counter[str]:
         return Counter(
             f"{i['namespace']}.{i['component']}.{i['endpoint']}" for i in health.get("instances", [])
+        )
+
+
+def _check_stage_endpoints(spec: DeploymentSpec) -> None:
+    """Dynamo 1.6.1 serves a disaggregated model only where its prefill workers are instances of one
+    endpoint and its decode workers of another: on an endpoint each, its /v1/models stays empty
+    and no request is taken (measured)."""
+    shared: dict[tuple[str, str], set[object]] = {}
+    for index, worker in enumerate(spec.workers):
+        if worker.stage is not None:
+            own = worker.endpoint or (None if spec.endpoints == "model" else index)
+            shared.setdefault((worker.model, worker.stage), set()).add(own)
+    split = sorted(f"{model}'s {stage} workers" for (model, stage), own in shared.items() if len(own) > 1)
+    if split:
+        raise ConfigError(
+            f"{' and '.join(split)} are on several endpoints: Dynamo 1.6.1 serves a disaggregated model "
+            "only where each stage's workers share one endpoint (on an endpoint each it never lists the "
+            "model); give them endpoints='model' (--endpoints model)"
         )
 
 

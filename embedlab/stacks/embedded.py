@@ -29,6 +29,7 @@ class EmbeddedStack(BaseStack):
         "kv": Split.REPORT,  # prefix-aware: embeddings go to the least loaded
     }
     default_policy = "weighted-random"
+    prefix_aware_mode = "kv"  # over its workers' KV events (serving/frontend/kv_router.py)
     worker_weights = True
     model_aware = True
     names_worker = True

@@ -143,6 +143,7 @@ class VllmRouterStack(BaseStack):
         "kv_aware": Split.REPORT,
     }
     default_policy = "cache_aware"
+    prefix_aware_mode = "cache_aware"  # a prefix tree of the text it routed, per worker
     model_aware = True  # by --enable-igw, for a pool of several models
     names_worker = True  # it passes the worker's `x-embedlab-worker` on
     workers_join = Join.BY_URL
@@ -236,6 +237,7 @@ class SglangRouterStack(BaseStack):
         "manual": Split.REPORT,
     }
     default_policy = "cache_aware"
+    prefix_aware_mode = "cache_aware"  # a prefix tree of the text it routed, per worker
     model_aware = False  # its gateway mode cannot start offline: SGLANG_IGW_OFFLINE
     names_worker = True  # it passes the worker's `x-embedlab-worker` on
     workers_join = Join.BY_URL

@@ -71,6 +71,7 @@ class SmgStack(BaseStack):
         "passthrough": Split.REPORT,
     }
     default_policy = "cache_aware"
+    prefix_aware_mode = "cache_aware"  # a prefix tree of the text it routed, per worker
     model_aware = True  # its regular mode keeps one worker group per model
     names_worker = True  # it passes the worker's `x-embedlab-worker` on
     workers_join = Join.BY_URL

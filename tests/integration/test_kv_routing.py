@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from embedlab import Deployment, DeploymentSpec, Verdict
+from embedlab import Deployment, DeploymentSpec, ScenarioPlan, Verdict, run_scenario
 from embedlab.scenarios.builtin.kv import kv_participation, participation_requests, prefix_affinity
 from embedlab.stacks.dynamo import dynamo_installed
 
@@ -92,3 +92,20 @@ def test_dynamos_kv_router_keeps_groups_only_among_workers_of_one_endpoint(tmp_p
     last = apart.stdout.strip().splitlines()[-1]
     assert apart.returncode == 1 and "FAILED" in last, apart.stdout[-3000:] + apart.stderr[-2000:]
     assert "the cause is the layout" in last and "on 2 endpoints" in last, last
+
+
+def test_dynamos_disaggregated_mocker_pools_count_each_request_once_per_stage() -> None:
+    """Prefill and decode pools (dynamo #12864): each request on one prefill and one decode worker,
+    every worker of each stage used; chat, keyed by model name, stays on each model's workers."""
+    assert dynamo_installed(), "ai-dynamo is not installed: run `make dynamo`"
+    result = run_scenario(ScenarioPlan(scenario="prefill-decode", stack="dynamo", worker_server="mocker"))
+    assert result.verdict is Verdict.PASSED, result.reasons
+    n = result.params["requests"]
+    stages = result.figures.stages  # type: ignore[union-attr]
+    assert set(stages) == {"prefill", "decode"}
+    assert all(sum(split.values()) == n and all(split.values()) for split in stages.values()), stages
+    chat = run_scenario(
+        ScenarioPlan(scenario="multi-model", stack="dynamo", worker_server="mocker", params={"kind": "chat"})
+    )
+    assert chat.verdict is Verdict.PASSED, chat.reasons
+    assert all(b.traffic.n == b.check.total_delta for b in chat.bursts if b.check), chat.reasons

@@ -17,6 +17,7 @@ from .conftest import NOTEBOOKS, REPO, code_cells, tagged
 SCENARIO_NOTEBOOKS = {
     "same_model_load_balance": "same-model",
     "multi_model_dispatch": "multi-model",
+    "prefix_affinity": "prefix-affinity",
     "failover": "failover",
     "mixed_traffic": "mixed",
     "scenario": None,

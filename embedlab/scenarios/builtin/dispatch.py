@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ...cluster.deployment import Deployment
-from ...defaults import FAIRNESS_ALPHA, SPLIT_CONFIRM
+from ...defaults import FAIRNESS_ALPHA, KIND_PATHS, SPLIT_CONFIRM
 from ...errors import ConfigError
 from ...evidence.busy import (
     leak_requests,
@@ -79,6 +79,10 @@ class MultiModelParams(BusyKnobs):
         min=1,
     )
     concurrency: int = knob(4, "requests in flight at once", min=1)
+    kind: str = knob(
+        "embeddings", "the request type: embeddings, completions or chat (a busy pool's schedule: embeddings)",
+        choices=tuple(KIND_PATHS),
+    )
 
 
 def same_model_load_balance(
@@ -267,6 +271,10 @@ def multi_model_dispatch(
         requests = max([leak_requests(), *(moving_requests(w) for w in own.values())])
     recorded = {**asdict(params), "requests": requests, "models": models}
     placement = Placement("multi-model", deployment, target, recorded, params.budget_s)
+    # The randomized schedule sends embeddings: a busy pool's generation requests stay inconclusive.
+    scheduled = params.kind == "embeddings"
+    if params.busy and not scheduled:
+        raise ConfigError(f"busy: the randomized schedule sends embeddings; leave busy off for kind={params.kind}")
     if params.busy:
         return placement_busy(placement, models, weights, [])
     specs = [
@@ -285,6 +293,7 @@ def multi_model_dispatch(
             timeout=timeout,
             on_response=on_response,
             rule=f"only the workers of '{model}' move, and they account for every request sent",
+            kind=params.kind,
         )
         for model in models
     ]
@@ -293,7 +302,7 @@ def multi_model_dispatch(
         return [await run_burst(target, spec, progress=progress) for spec in specs]
 
     bursts = run_sync(run_all())
-    if needs_schedule(bursts):
+    if scheduled and needs_schedule(bursts):
         return placement_busy(placement, models, weights, bursts)
     power, short = multi_model_power(requests, own)
     verdict, reasons = judge(bursts, exact_total=True)

@@ -14,6 +14,10 @@ load is ever in flight, so a group's first request goes anywhere and every later
 follow it: the verdict fails any group that split. Sent with `concurrency` above 1, the cost
 no longer predicts one worker: the split is reported, not asserted.
 
+Both run at the stack's own prefix-aware policy (router mode `PREFIX_AWARE`: embedded's and
+Dynamo's `kv`, the Rust routers' `cache_aware`) unless the plan names a mode; a stack that has
+none gives the verdict unsupported, with its reason, and nothing is launched.
+
 Where a group split, the cause is named when the layout explains it: the workers of the
 model on several endpoints behind a router that picks an endpoint before it looks at any
 cache (Dynamo's frontend picks a worker set at random, weighted by instances). The router's
@@ -30,6 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ...cluster.deployment import Deployment
+from ...cluster.stack import PREFIX_AWARE
 from ...cluster.worker_server import server_of
 from ...errors import ConfigError
 from ...evidence.clients import run_sync
@@ -112,12 +117,12 @@ def _movers(split: dict[str, float] | dict[int, float]) -> int:
     return sum(1 for d in split.values() if d)
 
 
-def _check_kind(kind: str) -> None:
+def check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise ConfigError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
-def _model_path(target: Deployment | Target, indices: list[int]) -> str | None:
+def model_path(target: Deployment | Target, indices: list[int]) -> str | None:
     """Whose tokenizer counts the prompts: the first worker's server says (None: embedlab's words)."""
     if isinstance(target, Deployment):
         worker = target.spec.workers[indices[0]]
@@ -153,7 +158,7 @@ def prefix_affinity(
 ) -> ScenarioResult:
     """Send each group of shared-prefix prompts as its own burst; each group must stay on one worker."""
     params = with_knobs(AffinityParams, params, knobs, scenario="prefix-affinity")
-    _check_kind(params.kind)
+    check_kind(params.kind)
     model, indices = serving(target, model)
     started = time.monotonic()
     prompts = prefix_groups(
@@ -162,7 +167,7 @@ def prefix_affinity(
         prefix_tokens=params.prefix_tokens,
         suffix_tokens=params.suffix_tokens,
         nonce=secrets.token_hex(4),
-        model_path=_model_path(target, indices),
+        model_path=model_path(target, indices),
     )
     found = target_of(target)
     view_before = kv_view(found)
@@ -236,12 +241,12 @@ def kv_participation(
 ) -> ScenarioResult:
     """Send prompts that share nothing, more than the workers: every worker must take part."""
     params = with_knobs(ParticipationParams, params, knobs, scenario="kv-participation")
-    _check_kind(params.kind)
+    check_kind(params.kind)
     model, indices = serving(target, model)
     started = time.monotonic()
     n = params.requests or participation_requests(len(indices))
     prompts = distinct_prompts(
-        n, tokens=params.prompt_tokens, nonce=secrets.token_hex(4), model_path=_model_path(target, indices)
+        n, tokens=params.prompt_tokens, nonce=secrets.token_hex(4), model_path=model_path(target, indices)
     )
     found = target_of(target)
     spec = BurstSpec(
@@ -294,13 +299,13 @@ def run_kv_participation(target: Deployment | Target, plan: Any) -> ScenarioResu
 
 PREFIX_AFFINITY = Scenario(
     name="prefix-affinity", run=run_prefix_affinity, params=AffinityParams,
-    deployment={"router_mode": "kv"},
+    deployment={"router_mode": PREFIX_AWARE},
     help="groups of completions sharing a prefix, one group at a time: a KV-aware router keeps each "
     "group on one worker (the router's view of the KV events beside it)",
 )  # fmt: skip
 
 KV_PARTICIPATION = Scenario(
     name="kv-participation", run=run_kv_participation, params=ParticipationParams,
-    deployment={"router_mode": "kv"},
+    deployment={"router_mode": PREFIX_AWARE},
     help="prompts that share nothing, more of them than workers: every worker takes part (dynamo #7836)",
 )  # fmt: skip
