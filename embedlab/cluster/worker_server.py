@@ -112,7 +112,8 @@ class WorkerServer:
     startup_s: ClassVar[float] = STARTUP_TIMEOUT_S
     # The system port's page that answers 200 once it is up (`/health` unless that lies).
     ready_path: ClassVar[str] = "/health"
-    stages: ClassVar[bool] = False  # it can run as a prefill-only or a decode-only worker (`WorkerSpec.stage`)
+    # It can run as a prefill-only or a decode-only worker (`WorkerSpec.stage`).
+    stages: ClassVar[bool] = False
 
     @property
     def display(self) -> str:

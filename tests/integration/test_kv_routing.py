@@ -82,7 +82,16 @@ def test_dynamos_kv_router_keeps_groups_only_among_workers_of_one_endpoint(tmp_p
     """The issue's own command, on Dynamo's mocker: `--endpoints model` passes; the seed's layout
     (an endpoint per worker) fails, naming the layout."""
     assert dynamo_installed(), "ai-dynamo is not installed: run `make dynamo`"
-    base = ("scenario", "prefix-affinity", "--stack", "dynamo", "--router-mode", "kv", "--worker-server", "mocker")
+    base = (
+        "scenario",
+        "prefix-affinity",
+        "--stack",
+        "dynamo",
+        "--router-mode",
+        "kv",
+        "--worker-server",
+        "mocker",
+    )
     shared = run_embedlab(*base, "--endpoints", "model", "--groups", "6", "--run-dir", tmp_path / "shared")
     assert shared.returncode == 0, shared.stdout[-3000:] + shared.stderr[-2000:]
     last = shared.stdout.strip().splitlines()[-1]

@@ -80,7 +80,8 @@ class MultiModelParams(BusyKnobs):
     )
     concurrency: int = knob(4, "requests in flight at once", min=1)
     kind: str = knob(
-        "embeddings", "the request type: embeddings, completions or chat (a busy pool's schedule: embeddings)",
+        "embeddings",
+        "the request type: embeddings, completions or chat (a busy pool's schedule: embeddings)",
         choices=tuple(KIND_PATHS),
     )
 
@@ -274,7 +275,9 @@ def multi_model_dispatch(
     # The randomized schedule sends embeddings: a busy pool's generation requests stay inconclusive.
     scheduled = params.kind == "embeddings"
     if params.busy and not scheduled:
-        raise ConfigError(f"busy: the randomized schedule sends embeddings; leave busy off for kind={params.kind}")
+        raise ConfigError(
+            f"busy: the randomized schedule sends embeddings; leave busy off for kind={params.kind}"
+        )
     if params.busy:
         return placement_busy(placement, models, weights, [])
     specs = [
