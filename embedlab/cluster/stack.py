@@ -224,7 +224,7 @@ class BaseStack(abc.ABC):
             )
         if any(w.stage is not None for w in spec.workers) and not self.disaggregates:
             raise ConfigError(
-                f"{self.display} does not route prefill and decode separately: give its workers no stage"
+                f"{self.display} does not route prefill and decode separately: give its workers no stage (no --prefill-workers)"
             )
         if not self.worker_weights and any(w.weight != 1.0 for w in spec.workers):
             raise ConfigError(f"{self.display} has no per-worker weights; leave every weight at 1")

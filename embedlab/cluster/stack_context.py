@@ -117,13 +117,12 @@ class StackContext(Generic[StateT]):
         return f"http://{self.host}:{self.frontend_port}"
 
     def endpoint(self, index: int) -> str:
-        own = self.spec.workers[index].endpoint
-        if own:
-            return own
+        worker = self.spec.workers[index]
+        if worker.endpoint:
+            return worker.endpoint
         if self.spec.endpoints == "model":  # the endpoint of the model's first worker (of its stage)
-            own = self.spec.workers[index]
             index = next(
-                i for i, w in enumerate(self.spec.workers) if (w.model, w.stage) == (own.model, own.stage)
+                i for i, w in enumerate(self.spec.workers) if (w.model, w.stage) == (worker.model, worker.stage)
             )
         return worker_endpoint(self.namespace, index)
 

@@ -85,12 +85,11 @@ class PrefixCache:
     def serve(self, hashes: Sequence[int]) -> tuple[int, list[KvEvent]]:
         """Serve a prompt: its prefix hit in blocks, and the events that storing it made."""
         hit = self.overlap(hashes)
-        for h in hashes[:hit]:
-            self._blocks.move_to_end(h)
-        new = [h for h in hashes[hit:] if h not in self._blocks]
-        events: list[KvEvent] = []
-        for h in new:
+        new = [h for h in hashes if h not in self._blocks]
+        for h in hashes:  # every block this prompt used is now the most recently used
             self._blocks[h] = None
+            self._blocks.move_to_end(h)
+        events: list[KvEvent] = []
         if new:
             events.append(self._event("stored", new))
         evicted = []

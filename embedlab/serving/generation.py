@@ -66,12 +66,15 @@ def parse_generate_request(kind: str, body: bytes) -> GenerateRequest:
         raise bad_request("'model' must be a non-empty string", param="model")
     if payload.get("stream"):
         raise bad_request("'stream' is not supported here: send stream=false", param="stream")
-    n = payload.get("n", 1)
-    if n != 1:
+    n = payload.get("n")  # null, as OpenAI documents, is the default
+    if n is not None and (isinstance(n, bool) or n != 1):
         raise bad_request("'n' must be 1: one choice per request", param="n")
-    max_tokens = payload.get("max_tokens", payload.get("max_completion_tokens", DEFAULT_MAX_TOKENS))
+    name = "max_tokens" if payload.get("max_tokens") is not None else "max_completion_tokens"
+    max_tokens = payload.get(name)
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS:
-        raise bad_request(f"'max_tokens' must be an integer from 1 to {MAX_TOKENS}", param="max_tokens")
+        raise bad_request(f"'{name}' must be an integer from 1 to {MAX_TOKENS}", param=name)
     if kind == "chat":
         prompt = render_messages(_messages(payload.get("messages")))
     else:

@@ -103,14 +103,18 @@ class KvFigures(DataFigures):
     def rows(self) -> list[tuple[str, str]]:
         rows = [("prompts", self.structure)]
         for g, split in enumerate(self.groups):
-            shown = ", ".join(f"worker {i} +{d:g}" for i, d in sorted(split.items()) if d) or "no counts"
-            rows.append((f"group {g}", shown))
+            shown = ", ".join(f"worker {i} +{d:g}" for i, d in sorted(split.items(), key=_by_index) if d)
+            rows.append((f"group {g}", shown or "no counts"))
         if self.view is not None:
             rows += self.view.rows()
         return rows
 
     def key_figures(self) -> dict[str, Any]:
         return {"groups that stayed on one worker": sum(1 for s in self.groups if _movers(s) == 1)}
+
+
+def _by_index(item: tuple[str, float]) -> int:
+    return int(item[0])
 
 
 def _movers(split: dict[str, float] | dict[int, float]) -> int:
@@ -224,7 +228,7 @@ def prefix_affinity(
         wall_seconds=time.monotonic() - started,
         figures=KvFigures(
             structure=prompts.describe(),
-            groups=[{str(i): d for i, d in s.items()} for s in splits],  # type: ignore[misc]
+            groups=[{str(i): d for i, d in s.items()} for s in splits],
             view=view,
             endpoints={i: w.endpoint or "" for i, w in enumerate(workers_of(target))},
         ),

@@ -224,3 +224,13 @@ def test_capacity_holds_and_events_replay_to_the_cache() -> None:
     assert last_seq > 0
     for h in seen:
         assert (cache.overlap([h]) == 1) == (h in replayed)
+
+
+def test_every_block_a_prompt_used_becomes_the_most_recent() -> None:
+    """A block used again after a miss earlier in the prompt is kept over an older one."""
+    cache = PrefixCache(capacity=3)
+    cache.serve([1, 2, 3])
+    cache.serve([9])  # evicts 1
+    _, events = cache.serve([1, 2, 3])  # 1 is stored again; 9, the least recently used, goes
+    assert [(e.kind, e.blocks) for e in events] == [("stored", (1,)), ("removed", (9,))]
+    assert cache.overlap([1, 2, 3]) == 3

@@ -52,6 +52,16 @@ def test_max_tokens_within_bounds_is_kept(max_tokens: int) -> None:
     assert parsed.max_tokens == max_tokens
 
 
+def test_null_n_and_max_tokens_take_the_defaults_as_openai_documents() -> None:
+    request = parse_generate_request("completions", body(model="m", prompt="x", n=None, max_tokens=None))
+    default = parse_generate_request("completions", body(model="m", prompt="x"))
+    assert request.max_tokens == default.max_tokens
+    later = parse_generate_request(
+        "completions", body(model="m", prompt="x", max_tokens=None, max_completion_tokens=5)
+    )
+    assert later.max_tokens == 5
+
+
 def test_max_completion_tokens_is_read_where_max_tokens_is_absent() -> None:
     chat = parse_generate_request("chat", body(model="m", messages=USER, max_completion_tokens=5))
     assert chat.max_tokens == 5
@@ -135,9 +145,10 @@ BAD: list[tuple[str, str, bytes, str | None, str]] = [
         "max_completion_tokens 0",
         "chat",
         body(model="m", messages=USER, max_completion_tokens=0),
-        "max_tokens",
+        "max_completion_tokens",
         "integer",
     ),
+    ("n true", "completions", body(model="m", prompt="x", n=True), "n", "'n' must be 1"),
     ("no prompt", "completions", body(model="m"), "prompt", "prompt"),
     ("empty prompt", "completions", body(model="m", prompt=""), "prompt", "prompt"),
     ("prompt is a number", "completions", body(model="m", prompt=5), "prompt", "prompt"),

@@ -91,7 +91,8 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
-        if not s.name.endswith("_created")
+        # The simulated prefix cache lives in one process (the kv policy needs processes=1).
+        if not s.name.endswith("_created") and not s.name.startswith("embedlab_kv_")
     }
 
 
