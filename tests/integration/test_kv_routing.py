@@ -64,6 +64,9 @@ def test_a_policy_blind_to_the_cached_prefix_splits_groups(tmp_path: Path) -> No
 def test_a_router_deaf_to_one_workers_kv_events_is_named(tmp_path: Path) -> None:
     for dep in _kv_pool(tmp_path, "deaf"):
         result = prefix_affinity(dep, groups=GROUPS)
+        spread = kv_participation(dep)  # every worker caches something new: the deaf one is named
+    assert spread.verdict is Verdict.FAILED, spread.reasons
+    assert any("KV events that the router never applied" in r for r in spread.reasons), spread.reasons
     assert result.verdict is Verdict.FAILED, result.reasons
     assert any("KV events that the router never applied" in r for r in result.reasons), result.reasons
     view = result.figures.view  # type: ignore[union-attr]

@@ -50,6 +50,7 @@ from ..result import Burst, DataFigures, ScenarioResult
 __all__ = [
     "AffinityParams",
     "KvFigures",
+    "ParticipationFigures",
     "ParticipationParams",
     "participation_requests",
     "prefix_affinity",
@@ -111,6 +112,21 @@ class KvFigures(DataFigures):
 
     def key_figures(self) -> dict[str, Any]:
         return {"groups that stayed on one worker": sum(1 for s in self.groups if _movers(s) == 1)}
+
+
+@dataclass(frozen=True)
+class ParticipationFigures(DataFigures):
+    """Where the new prefixes went, by the workers' counters, and the router's view of the caches."""
+
+    split: dict[str, float]  # worker index -> its counter's rise
+    view: KvView | None
+
+    def rows(self) -> list[tuple[str, str]]:
+        shown = ", ".join(f"worker {i} +{d:g}" for i, d in sorted(self.split.items(), key=_by_index))
+        return [("new prefixes", shown), *(self.view.rows() if self.view is not None else [])]
+
+    def key_figures(self) -> dict[str, Any]:
+        return {"workers that took part": f"{sum(1 for d in self.split.values() if d)} of {len(self.split)}"}
 
 
 def _by_index(item: tuple[str, float]) -> int:
@@ -253,6 +269,7 @@ def kv_participation(
         n, tokens=params.prompt_tokens, nonce=secrets.token_hex(4), model_path=model_path(target, indices)
     )
     found = target_of(target)
+    view_before = kv_view(found)
     spec = BurstSpec(
         name=f"{model}: {n} new prefixes",
         model=model,
@@ -265,9 +282,14 @@ def kv_participation(
         rule="every worker takes part",
     )
     burst = run_sync(run_burst(found, spec, progress=progress))
+    view = kv_view(found, since=view_before)
     verdict, reasons = judge([burst], exact_total=True)
     miss = len(indices) * (1 - 1 / len(indices)) ** n
-    if verdict is Verdict.PASSED:
+    # Every worker cached something new: a worker whose events the router never applied shows here.
+    findings = view.findings() if view is not None else []
+    if verdict in (Verdict.PASSED, Verdict.FAILED) and findings:
+        verdict, reasons = Verdict.FAILED, [*(reasons if verdict is Verdict.FAILED else []), *findings]
+    elif verdict is Verdict.PASSED:
         reasons = [
             f"all {len(indices)} workers took part in {n} new prefixes (a router placing them at random "
             f"would leave one out with probability {miss:.2%} at most)"
@@ -283,6 +305,7 @@ def kv_participation(
         wall_seconds=time.monotonic() - started,
         power=f"a worker left out of {n} new prefixes is caught; a correct random router is accused "
         f"with probability {miss:.2%} at most",
+        figures=ParticipationFigures(split={str(i): burst.delta(i) or 0.0 for i in indices}, view=view),
     )
 
 
