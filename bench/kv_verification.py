@@ -25,6 +25,8 @@ Which check is meant to catch which fault:
     deaf   prefix-affinity     only where the deaf worker serves some group's first request (the
                                router's KV view then names it, and the group usually splits):
                                1 - (1 - 1/N)^groups of the trials
+    deaf   kv-participation    every worker caches new prefixes, so the router's KV view names the
+                               deaf one unless it took no part (at most the union bound, 0.1 %)
     stick  kv-participation    the other workers take no part; stick keeps every group on one
                                worker, so it passes prefix-affinity, as it should: no false alarm
 
@@ -81,7 +83,7 @@ PARTICIPATION = "kv-participation"
 # policy label -> the embedded frontend's --fault (None: the correct kv policy)
 POLICIES: dict[str, str | None] = {"kv": None, "blind": "blind", "deaf": "deaf", "stick": "stick"}
 # (check, policy) -> the fault that check is meant to catch
-MEANT = {(AFFINITY, "blind"), (AFFINITY, "deaf"), (PARTICIPATION, "stick")}
+MEANT = {(AFFINITY, "blind"), (AFFINITY, "deaf"), (PARTICIPATION, "deaf"), (PARTICIPATION, "stick")}
 DEFAULT_GROUPS = AffinityParams().groups
 PER_GROUP = AffinityParams().per_group
 VERDICT_COLUMNS = (Verdict.PASSED, Verdict.FAILED, Verdict.INCONCLUSIVE)
@@ -99,7 +101,10 @@ def expected_failed(check: str, policy: str, workers: int, groups: int) -> float
     sequential requests, so no load is ever in flight and only the cached prefix decides)."""
     n = participation_requests(workers)
     if check == PARTICIPATION:
-        # Only stick leaves workers out for sure; every other policy places new prefixes at random.
+        # Stick leaves workers out for sure; deaf is named unless its worker took no part; every
+        # other policy places new prefixes at random.
+        if policy == "deaf":
+            return 1.0 - miss_probability(workers, n) / workers
         return 1.0 if policy == "stick" else miss_probability(workers, n)
     if policy == "blind":  # every request at random: all groups stay whole with (1/N)^((k-1)g)
         return 1.0 - (1.0 / workers) ** ((PER_GROUP - 1) * groups)

@@ -25,6 +25,9 @@ _EXPORTS: dict[str, str] = {
     "Deployment": "cluster.deployment",
     "Target": "evidence.target",
     "attach": "evidence.target",
+    "check_access": "evidence.target",
+    "ScrapeAuth": "evidence.access",
+    "AccessError": "errors",
     "CheckFailedError": "errors",
     "ConfigError": "errors",
     "CounterResetError": "errors",
@@ -38,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "MetricsError": "errors",
     "NetworkError": "errors",
     "NotebookRunError": "errors",
+    "ShardMergeError": "errors",
     "ReadinessTimeoutError": "errors",
     "ScrapeError": "errors",
     "ServerError": "errors",
@@ -56,6 +60,9 @@ _EXPORTS: dict[str, str] = {
     "RegressRun": "reports.regress",
     "load_matrix": "reports.matrix",
     "regress": "reports.regress",
+    "MergedRun": "reports.merge",
+    "merge_runs": "reports.merge",
+    "Shard": "reports.shards",
     "Explorer": "scenarios.explore",
     "ScenarioPlan": "scenarios.plan",
     "ScenarioResult": "scenarios.result",
@@ -156,6 +163,7 @@ if TYPE_CHECKING:
     )
     from .engines import register_engine as register_engine
     from .errors import (
+        AccessError as AccessError,
         CheckFailedError as CheckFailedError,
         ConfigError as ConfigError,
         CounterResetError as CounterResetError,
@@ -175,9 +183,11 @@ if TYPE_CHECKING:
         ServerExitedError as ServerExitedError,
         ServerStartError as ServerStartError,
         ServerStopError as ServerStopError,
+        ShardMergeError as ShardMergeError,
         TrafficError as TrafficError,
         UnsupportedError as UnsupportedError,
     )
+    from .evidence.access import ScrapeAuth as ScrapeAuth
     from .evidence.counters import (
         CheckResult as CheckResult,
         DispatchCheck as DispatchCheck,
@@ -185,7 +195,12 @@ if TYPE_CHECKING:
     )
     from .evidence.metrics import MetricQuery as MetricQuery, Snapshot as Snapshot, scrape as scrape
     from .evidence.split import Split as Split
-    from .evidence.target import Target as Target, attach as attach, target_of as target_of
+    from .evidence.target import (
+        Target as Target,
+        attach as attach,
+        check_access as check_access,
+        target_of as target_of,
+    )
     from .evidence.traffic import (
         BurstResult as BurstResult,
         RequestRecord as RequestRecord,
@@ -208,7 +223,9 @@ if TYPE_CHECKING:
     )
     from .progress import LaunchProgress as LaunchProgress
     from .reports.matrix import Matrix as Matrix, load_matrix as load_matrix
+    from .reports.merge import MergedRun as MergedRun, merge_runs as merge_runs
     from .reports.regress import RegressRun as RegressRun, regress as regress
+    from .reports.shards import Shard as Shard
     from .scenarios.battery import ConformanceTable as ConformanceTable, run_battery as run_battery
     from .scenarios.builtin.dispatch import (
         multi_model_dispatch as multi_model_dispatch,

@@ -32,6 +32,8 @@ PORT_DIR_ENV = "EMBEDLAB_PORT_DIR"  # port reservations and watchdog files
 MODEL_CACHE_ENV = "EMBEDLAB_CACHE"  # the tiny local models
 NOTEBOOKS_ENV = "EMBEDLAB_NOTEBOOKS"  # where `embedlab regress` looks notebooks up
 ROUTERS_ENV = "EMBEDLAB_ROUTERS"  # the routers' venvs (default: .routers/ of the checkout)
+# An attached frontend's API key where `--api-key` is not given, read as OpenAI's own client reads it.
+API_KEY_ENV = "OPENAI_API_KEY"
 # Modules imported before any scenario, stack or engine name resolves (comma-separated): a
 # plugin without packaging. The CLI's --plugin adds to it, so every process it starts (a
 # worker, a notebook's kernel) imports them too.

@@ -15,13 +15,15 @@
     ├── NetworkError                a simulated host's network could not be made or changed (carries the host)
     ├── DrainError                  a drain or resume the frontend did not take up in time (carries the worker)
     ├── TrafficError                a burst whose responses were wrong
+    ├── AccessError                 an endpoint refused the harness's credentials or TLS (carries the URL)
     ├── DeploymentStoppedError      a deployment used after it stopped, or whose frontend exited: start a new one
     ├── EarlierCellFailedError      a notebook cell was given what an earlier run left: fix the failed cell
     ├── CheckFailedError            a dispatch check did not hold (carries the table)
     ├── UnsupportedError            the stack cannot do what was asked (a router without a drain API)
     ├── EngineError                 an engine could not load or run its model
     │   └── RemoteEngineError           it failed in a worker's engine process (carries its class)
-    └── NotebookRunError            a scenario notebook failed (carries its report)
+    ├── NotebookRunError            a scenario notebook failed (carries its report)
+    └── ShardMergeError             regress shards that cannot make one run (carries their folders)
 
 Every message says what happened, where, and what to look at next. So a notebook shows
 an embedlab error as its message alone, without the stack of frames above it (IPython's
@@ -51,6 +53,7 @@ __all__ = [
     "NetworkError",
     "DrainError",
     "TrafficError",
+    "AccessError",
     "DeploymentStoppedError",
     "EarlierCellFailedError",
     "CheckFailedError",
@@ -58,6 +61,7 @@ __all__ = [
     "EngineError",
     "RemoteEngineError",
     "NotebookRunError",
+    "ShardMergeError",
 ]
 
 
@@ -195,6 +199,25 @@ class TrafficError(EmbedlabError):
     """A burst got responses that break the OpenAI embeddings contract."""
 
 
+class AccessError(EmbedlabError):
+    """An endpoint refused the harness before any burst: a 401 or 403 to the credentials it
+    sent (or to none), or a TLS handshake that failed (an unknown CA, a name that does not match).
+
+    `url` is what was asked, `endpoint` whose it is ("the frontend", "worker 1's metrics"),
+    `status` the HTTP status where one came back (None for a TLS failure), `reason` why, in
+    one line. The message never holds a secret: it names where the key came from, never the key.
+    """
+
+    def __init__(
+        self, message: str, *, url: str = "", endpoint: str = "", status: int | None = None, reason: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.url = url
+        self.endpoint = endpoint
+        self.status = status
+        self.reason = reason
+
+
 class DeploymentStoppedError(EmbedlabError):
     """A launched deployment was used after it stopped: its servers are gone.
 
@@ -286,3 +309,15 @@ class NotebookRunError(EmbedlabError):
     def __init__(self, message: str, *, report: Path | None = None) -> None:
         super().__init__(message)
         self.report = report
+
+
+class ShardMergeError(EmbedlabError):
+    """Regress shards that cannot be merged into one run: a folder that is not a shard, shards of
+    different matrices, splits or commits, or one job (or shard) given twice. Nothing is written.
+
+    `runs` are the run folders the message is about.
+    """
+
+    def __init__(self, message: str, *, runs: tuple[Path, ...] = ()) -> None:
+        super().__init__(message)
+        self.runs = runs

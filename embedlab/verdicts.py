@@ -15,6 +15,7 @@ A whole `embedlab regress` run has a status beside its runs' verdicts (`RunStatu
     running       its process is still running notebooks
     interrupted   it stopped before its last notebook (a signal; or its process is gone)
     complete      every notebook ran
+    incomplete    a merge of shards that lacks a part, or a job: never a pass
 """
 
 from __future__ import annotations
@@ -55,3 +56,4 @@ class RunStatus(enum.StrEnum):
     RUNNING = "running"
     INTERRUPTED = "interrupted"
     COMPLETE = "complete"
+    INCOMPLETE = "incomplete"

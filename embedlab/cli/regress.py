@@ -43,7 +43,51 @@ def add_regress(sub: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="run only the jobs whose name (<notebook or scenario>--<set>) contains NAME; repeat for several",
     )
+    p.add_argument(
+        "--shard",
+        metavar="I/N",
+        default=None,
+        help="run only the I-th of N parts of the matrix (one CI job each; `embedlab regress merge` joins them)",
+    )
+    p.add_argument(
+        "--durations",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="balance --shard by the job durations in FILE (a results.json or a durations file; "
+        "default: <matrix>.durations.json beside the matrix, where there is one, else by job count)",
+    )
     p.set_defaults(run=_run_regress)
+    parts = p.add_subparsers(dest="regress_command", metavar="{merge,save-durations}", parser_class=type(p))
+    merge = parts.add_parser(
+        "merge",
+        help="make one run of the shards' run folders",
+        description=MERGE_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    merge.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="a shard's run folder")
+    merge.add_argument("--out", type=Path, required=True, help="the merged run goes to OUT/<run-id>-merged/")
+    merge.add_argument(
+        "--link", action="store_true", help="link the shards' reports and logs instead of copying them"
+    )
+    merge.set_defaults(run=_run_merge)
+    save = parts.add_parser(
+        "save-durations",
+        help="write the job durations that --shard balances by, from runs' results.json",
+        description="Writes each job's mean duration over the runs given (run folders or results.json "
+        "files; a merged run holds every job) to FILE, which --shard reads: by default the file "
+        "beside the matrix, which CI's shards find without being told.",
+    )
+    save.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="a run folder or its results.json")
+    save.add_argument(
+        "--to",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="where to write (default: <matrix>.durations.json beside --matrix's matrix)",
+    )
+    save.add_argument("--matrix", type=Path, default=None, help="the matrix (default: the packaged one)")
+    save.set_defaults(run=_run_save_durations)
 
 
 REGRESS_DESCRIPTION = """\
@@ -69,7 +113,9 @@ Keys are the notebooks' parameters (their cell tagged `parameters`): stack, engi
 models, workers, weights, requests, concurrency, seed, ... An unknown notebook, scenario
 or parameter, or a value the scenario cannot take, is one error line and exit 2."""
 REGRESS_EPILOG = (
-    "examples: embedlab regress -k same_model -k drain; embedlab regress --matrix my.toml --out runs/. "
+    "examples: embedlab regress -k same_model -k drain; embedlab regress --matrix my.toml --out runs/; "
+    "embedlab regress --shard 2/3 --out shard2 (one CI job per shard), then embedlab regress merge "
+    "shard1/*/ shard2/*/ shard3/*/ --out outputs (docs/sharding.md). "
     "Exit codes: 0 every run passed (or reported), 1 a run failed, 2 could not run, "
     "130 interrupted by Ctrl-C (143 by SIGTERM): the notebooks that finished keep their reports."
 )
@@ -88,6 +134,8 @@ def _run_regress(args: argparse.Namespace) -> int:
         only=args.only,
         progress=lambda line: print(line, flush=True),
         command=shlex.join(["embedlab", *args.argv]),
+        shard=args.shard,
+        durations=args.durations,
     )
     counts = ", ".join(
         f"{sum(o.verdict == v for o in run.outcomes)} {v}" for v in sorted({o.verdict for o in run.outcomes})
@@ -98,3 +146,42 @@ def _run_regress(args: argparse.Namespace) -> int:
         print(f"FAILED {outcome.job.name}: {outcome.summary}\n    report: {report}", file=sys.stderr)
     print(run.index_html)
     return 0 if run.passed else EXIT_FAILED
+
+
+MERGE_DESCRIPTION = """\
+Makes one run of the run folders of `embedlab regress --shard I/N`: OUT/<run-id>-merged/ with
+one index.html, results.json and junit.xml, and every job's report, notebook and logs copied
+(or linked, --link). The next run in OUT compares with it, as with any run.
+
+Refused (one line, exit 2, nothing written): a folder that is not a shard; shards of
+different matrices, commits or splits; a shard given twice. Marked (the run is written as
+incomplete, exit 1, one line each): a shard missing, interrupted or still running."""
+
+
+def _run_merge(args: argparse.Namespace) -> int:
+    import shlex
+
+    from ..reports.merge import merge_runs, summary
+
+    run = merge_runs(args.runs, out=args.out, link=args.link, command=shlex.join(["embedlab", *args.argv]))
+    for line in run.problems:
+        print(f"INCOMPLETE: {line}", file=sys.stderr)
+    for scenario in run.failed:
+        report = scenario.get("report_html") or scenario.get("notebook_out") or "(no report)"
+        print(
+            f"FAILED {scenario['name']}: {scenario['summary']}\n    report: {run.run_dir / report}",
+            file=sys.stderr,
+        )
+    print(summary(run))
+    print(run.index_html)
+    return 0 if run.passed else EXIT_FAILED
+
+
+def _run_save_durations(args: argparse.Namespace) -> int:
+    from ..reports.matrix import default_matrix_path
+    from ..reports.shards import default_durations_path, save_durations
+
+    to = args.to or default_durations_path(args.matrix or default_matrix_path())
+    data = save_durations(args.runs, to)
+    print(f"{counted(len(data['durations']), 'job duration')} from {', '.join(data['from_runs'])} -> {to}")
+    return 0

@@ -23,6 +23,7 @@ import enum
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ import httpx
 from ..defaults import HOST, STOP_TIMEOUT_S
 from ..errors import ConfigError, DeploymentStoppedError
 from ..evidence import clients
+from ..evidence.access import Access, Secret, grant
 from ..evidence.metrics import MetricQuery
 from ..evidence.target import Target
 from ..progress import LaunchObserver
@@ -87,6 +89,8 @@ class Deployment:
         self._outages: Outages | None = None
         self._steering: Steering | None = None
         self._supervisor: Supervisor | None = None
+        # Withdraws the frontend's key (`BaseStack.frontend_key_env`) from the clients, once it stops.
+        self._withdraw_key: Callable[[], None] = lambda: None
 
     # -- what it exposes ------------------------------------------------------------------
 
@@ -286,6 +290,14 @@ class Deployment:
         self._ctx, env = prepare_run(self.stack, self._ctx)  # the context now carries the stack's state
         launcher = Launcher(self.stack, self._ctx, report=self._report, prepared=env)
         self._launcher = launcher
+        named = self.stack.frontend_key_env
+        if named and launcher.env.get(named):
+            # The frontend requires the key it was given: every client of the run (readiness, bursts,
+            # the restart thread) sends it to the frontend's origin, and nowhere else.
+            key = Access(
+                frontend=self._ctx.frontend_url, api_key=Secret(launcher.env[named]), key_from=f"${named}"
+            )
+            self._withdraw_key = grant(key)
         self._outages = Outages(launcher, self.network, self.events)
         self._steering = Steering(launcher, self.events)
         launcher.start_all()
@@ -342,6 +354,7 @@ class Deployment:
         for port in self._ports:
             release_port(port)
         self._ports.clear()
+        self._withdraw_key()
         self.state = DeploymentState.STOPPED
         if errors:
             raise errors[0]

@@ -149,6 +149,9 @@ class BaseStack(abc.ABC):
     # different endpoints (Dynamo's frontend, measured).
     picks_endpoint_first: ClassVar[bool] = False
     names_worker: ClassVar[bool] = False  # the `x-embedlab-worker` header reaches the client
+    # The variable that, set in the run's environment, holds the key its frontend then requires
+    # (LiteLLM's LITELLM_MASTER_KEY): the run's clients send it to the frontend. None: it takes none.
+    frontend_key_env: ClassVar[str | None] = None
     asserts_failover: ClassVar[bool] = False  # failover's loss and exclusion are asserted, not reported
     # Its own prefix-aware policy (the router mode that routes by the prompt's cached prefix), which
     # a plan's router mode `PREFIX_AWARE` names (the KV checks' default); None: it has none.

@@ -6,11 +6,16 @@ ones may not be, so the context is built once, on first use, and shared.
 
 `scrape_client` is the client for reading many workers at once: a small connection pool
 per worker behind one client (see `PerOriginTransport`).
+
+Credentials are applied here, by origin: a client made while an `access.Access` is granted
+sends the frontend its API key and the metrics their scrape config's headers, each only
+to its own origin, and trusts each metrics origin as its `tls_config` says.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import contextvars
 import ssl
@@ -19,6 +24,8 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 import httpx
+
+from . import access
 
 T = TypeVar("T")
 
@@ -32,12 +39,45 @@ def tls() -> ssl.SSLContext:
 
 def client(**options: Any) -> httpx.Client:
     options.setdefault("verify", tls())
-    return httpx.Client(**options)
+    return httpx.Client(**_granted(options, httpx.HTTPTransport))
 
 
 def async_client(**options: Any) -> httpx.AsyncClient:
     options.setdefault("verify", tls())
-    return httpx.AsyncClient(**options)
+    return httpx.AsyncClient(**_granted(options, httpx.AsyncHTTPTransport))
+
+
+class _ByOrigin(httpx.Auth):
+    """Each request gets the credentials in force for its origin (`access.headers_for`), at the
+    time it is sent; a header the caller set stays, and so does a URL's own `user:password@`."""
+
+    def auth_flow(self, request: httpx.Request) -> Any:
+        if "Authorization" not in request.headers:
+            if request.url.userinfo:  # what httpx does for one when a client has no auth of its own
+                pair = f"{request.url.username}:{request.url.password or ''}".encode()
+                request.headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+            else:
+                request.headers.update(access.headers_for(request.url))
+        yield request
+
+
+def _granted(options: dict[str, Any], transport: Any) -> dict[str, Any]:
+    """`options`, with what is granted now applied: credentials by origin, and a transport of its
+    own TLS trust for each metrics origin whose scrape config sets one (unless the caller passes
+    a transport: `PerOriginTransport` looks the trust up itself)."""
+    granted = access.in_force()
+    if not granted:
+        return options
+    options.setdefault("auth", _ByOrigin())
+    if "transport" not in options and "mounts" not in options:
+        mounts = {
+            at: transport(verify=access.context_for(at), retries=0)
+            for grant in granted
+            for at in grant.metric_origins()
+        }
+        if mounts:
+            options["mounts"] = mounts
+    return options
 
 
 class PerOriginTransport(httpx.AsyncBaseTransport):
@@ -54,7 +94,7 @@ class PerOriginTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, *, connections: int = 1, verify: ssl.SSLContext | bool | None = None) -> None:
         self._limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        self._verify = tls() if verify is None else verify
+        self._verify = verify  # None: the trust in force for each origin (`access.context_for`), else tls()
         self._pools: dict[tuple[bytes, bytes, int | None], httpx.AsyncHTTPTransport] = {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -62,10 +102,9 @@ class PerOriginTransport(httpx.AsyncBaseTransport):
         key = (url.raw_scheme, url.raw_host, url.port)
         pool = self._pools.get(key)
         if pool is None:
+            verify = self._verify if self._verify is not None else (access.context_for(url) or tls())
             # retries=0: a retried connect would hide a worker that refused the first one.
-            pool = self._pools[key] = httpx.AsyncHTTPTransport(
-                verify=self._verify, limits=self._limits, retries=0
-            )
+            pool = self._pools[key] = httpx.AsyncHTTPTransport(verify=verify, limits=self._limits, retries=0)
         return await pool.handle_async_request(request)
 
     async def aclose(self) -> None:

@@ -17,6 +17,9 @@ label on its own `dynamo_component_*` series:
     where the worker's own series carry it in hex); the mocker counts no events it published.
     So a worker is named where the router does not know it at all, and the events applied are
     shown as one total (measured: FACTS.md).
+
+A router that exposes neither (the Rust routers' `cache_aware` keeps a tree of the text it routed,
+and reads no KV events) is judged on the workers' counters alone.
 """
 
 from __future__ import annotations
@@ -102,6 +105,8 @@ def _families(client: httpx.Client, url: str) -> dict[str, list[tuple[dict[str, 
     found: dict[str, list[tuple[dict[str, str], float]]] = {}
     try:
         for family in text_string_to_metric_families(response.text):
+            if family.type == "counter":  # a counter it exposes, under its family's name, counted or not yet
+                found.setdefault(family.name, [])
             for sample in family.samples:
                 found.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
     except ValueError:
@@ -139,7 +144,9 @@ def kv_view(target: Target, *, since: KvView | None = None) -> KvView | None:
         if f"{WORKER_EVENTS}_total" in s
     }
     applied: dict[int, float] = {}
-    if f"{ROUTER_EVENTS}_total" in router or made:
+    # Only a router that applies embedlab's KV events says how many: one that routes on the text it
+    # saw (the Rust routers' cache_aware) or on events of its own kind exposes no such counter.
+    if ROUTER_EVENTS in router:
         by_id: dict[str, float] = {}
         for labels, value in router.get(f"{ROUTER_EVENTS}_total", []):
             by_id[labels.get("worker_id", "")] = by_id.get(labels.get("worker_id", ""), 0.0) + value

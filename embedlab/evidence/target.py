@@ -4,20 +4,33 @@
     target = attach(url, [["http://w0:8081", "http://w0:8082"], ...])  # a worker with two metrics ports
 
 `attach` launches nothing and stops nothing: the deployment runs elsewhere (the launch
-scripts, another host, a Kubernetes port-forward).
+scripts, another host, a Kubernetes port-forward). Where it asks for credentials, `attach`
+takes them as its users give them (`api_key`, else `$OPENAI_API_KEY`; `scrape_config`, a file
+of Prometheus' scrape-config fields: evidence/access.py), and `check_access` tries them on
+every endpoint before a scenario sends anything.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
+import re
+import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from .metrics import DEFAULT_METRIC, MetricQuery, port_urls, worker_url
+import httpx
+
+from ..defaults import API_KEY_ENV, SCRAPE_CONCURRENCY
+from ..errors import AccessError, ConfigError
+from . import clients
+from .access import Access, ScrapeAuth, access_for
+from .metrics import DEFAULT_METRIC, MetricQuery, metrics_url, port_urls, worker_url
 from .router import RouterMetrics
 
-__all__ = ["Target", "attach", "check_system_urls", "target_of"]
+__all__ = ["Target", "attach", "check_access", "check_system_urls", "target_of"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,9 @@ class Target:
     # beside the workers' at every window of a busy check. None: it keeps no such counts, or
     # an attached deployment did not say where.
     router_metrics: RouterMetrics | None = None
+    # What the harness presents to it (the frontend's API key, the metrics' scrape config), granted
+    # while a scenario runs on it; its secrets print as ***.
+    access: Access | None = field(default=None, compare=False, repr=False)
 
     def index_of(self, served_by: str | None) -> int | None:
         """The worker index a response's `x-embedlab-worker` (`<endpoint>/<instance>`) names."""
@@ -67,8 +83,15 @@ def attach(
     weights: Sequence[float] | None = None,
     dynamo_log: str = "",
     router_metrics: RouterMetrics | None = None,
+    api_key: str | None = None,
+    scrape_config: str | Path | ScrapeAuth | None = None,
 ) -> Target:
     """A deployment already running elsewhere. Launches nothing and stops nothing.
+
+    `api_key`: the frontend's key, sent as `Authorization: Bearer` to it alone (None or "":
+    `$OPENAI_API_KEY`, where set). `scrape_config`: how to read the workers' metrics, a file of
+    Prometheus' scrape-config fields (`authorization`, `basic_auth`, `tls_config`) or a
+    `ScrapeAuth` read from one.
 
     `system_urls[i]` is worker i: its system URL, or, for a worker that counts on several
     metrics ports (one per process), a list of their URLs (or them joined by `+`), whose
@@ -85,14 +108,141 @@ def attach(
         )
     check_system_urls(system_urls, models=models)
     query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
+    urls = tuple(map(worker_url, system_urls))
+    key, key_from = (
+        (api_key, "--api-key") if api_key else (os.environ.get(API_KEY_ENV, ""), f"${API_KEY_ENV}")
+    )
     return Target(
         frontend_url=frontend_url.rstrip("/"),
-        system_urls=tuple(map(worker_url, system_urls)),
+        system_urls=urls,
         models=tuple(models) if models is not None else (None,) * len(system_urls),
         metric=query,
         weights=tuple(weights) if weights else None,
         dynamo_log=dynamo_log,
         router_metrics=router_metrics,
+        access=access_for(
+            frontend_url.rstrip("/"),
+            [port for url in urls for port in port_urls(metrics_url(url))],
+            api_key=key,
+            key_from=key_from,
+            scrape_config=scrape_config,
+        ),
+    )
+
+
+def check_access(target: Target, *, timeout: float = 10.0) -> None:
+    """Before any burst: the frontend and every metrics URL take what the harness presents.
+
+    One GET of the frontend's /v1/models and one of each metrics URL, with what is granted
+    (a scenario run grants `target.access`). A 401 or 403, or a TLS handshake that fails, is
+    an `AccessError` of one line naming the endpoint and why, the frontend's first, then by
+    worker. Anything else (a frontend without /v1/models, a worker down) is left to the
+    scenario, which reports it as it always has.
+    """
+    clients.run_sync(_check_access(target, timeout))
+
+
+async def _check_access(target: Target, timeout: float) -> None:
+    asked = [("the frontend", f"{target.frontend_url}/v1/models")] + [
+        (f"worker {index}'s metrics", port)
+        for index, url in enumerate(target.system_urls)
+        for port in port_urls(metrics_url(url))
+    ]
+    gate = asyncio.Semaphore(SCRAPE_CONCURRENCY)
+    async with clients.async_client(timeout=timeout) as http:
+
+        async def one(who: str, url: str) -> AccessError | None:
+            async with gate:
+                try:
+                    response = await http.get(url)
+                except httpx.HTTPError as exc:
+                    failure = _tls_failure(exc)
+                    return None if failure is None else _refused(target, who, url, None, failure)
+            if _refuses(who, response.status_code):
+                return _refused(target, who, url, response.status_code, _said(response, target.access))
+            return None
+
+        found = await asyncio.gather(*(one(*item) for item in asked))
+    for error in found:
+        if error is not None:
+            raise error
+
+
+def _refuses(who: str, status: int) -> bool:
+    """Whether an answer stops the run. The frontend: any error but 404 and 405 (one that lists no
+    models), since a router may refuse a key in its own way (LiteLLM 1.108 without a database: 400
+    "No connected db." for a wrong key, 500 for none). A worker's metrics: 400, 401 and 403 (nginx
+    answers 400 where a client certificate is missing); a 5xx is a broken worker, which the
+    scenario reports as it always has."""
+    if who == "the frontend":
+        return status >= 400 and status not in (404, 405)
+    return status in (400, 401, 403)
+
+
+def _said(response: httpx.Response, access: Access | None) -> str:
+    """The status's phrase and, where the body says more (an OpenAI error, an HTML title), that:
+    one short line, with any secret of `access` masked."""
+    said = ""
+    try:
+        error = response.json().get("error")
+        said = str(error.get("message", "") if isinstance(error, dict) else error or "")
+    except (ValueError, AttributeError):
+        title = re.search(r"<title>(.*?)</title>", response.text, re.S)
+        said = title.group(1) if title else ""
+    said = " ".join(said.split())[:160]
+    for secret in access.secrets() if access is not None else ():
+        said = said.replace(secret, "***")
+    phrase = response.reason_phrase
+    return f"{phrase}: {said}" if said and said not in phrase and phrase not in said else said or phrase
+
+
+def _tls_failure(exc: BaseException) -> str | None:
+    """Why a TLS handshake failed, where that is what `exc` (or what it was raised from) says."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return f"certificate verify failed: {getattr(seen, 'verify_message', None) or seen.strerror}"
+        if isinstance(seen, ssl.SSLError):
+            return str(seen.reason or seen).replace("_", " ").lower()
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _refused(target: Target, who: str, url: str, status: int | None, why: str) -> AccessError:
+    """One line: which endpoint refused, what it was given, why, and what to look at."""
+    access = target.access or Access()
+    scrape = access.scrape
+    if who == "the frontend":
+        given = f"the API key from {access.key_from}" if access.api_key else "no API key"
+        refused = status in (401, 403)
+        if status is None:
+            hint = "its certificate is checked against the system's CAs (SSL_CERT_FILE names others)"
+        elif access.api_key:
+            also = "" if refused else ", and the frontend's log"
+            hint = f"check the key{also} (--api-key overrides ${API_KEY_ENV})"
+        elif refused:
+            hint = f"give --api-key, or set ${API_KEY_ENV}"
+        else:
+            hint = (
+                f"if it wants an API key, give --api-key or set ${API_KEY_ENV}; else see the frontend's log"
+            )
+    else:
+        given = scrape.describe() if scrape is not None else "no scrape config"
+        if status is None and (scrape is None or not scrape.ca_file):
+            hint = "give the CA that signed its certificate as tls_config.ca_file in --scrape-config"
+        elif status is None and scrape is not None:
+            hint = f"is {scrape.ca_file} the CA that signed its certificate, for this host name?"
+        elif status == 400 and not (scrape and scrape.cert_file):
+            hint = "does it want a client certificate (tls_config.cert_file and key_file in --scrape-config)?"
+        elif scrape is None:
+            hint = (
+                "give its credentials in a scrape config (--scrape-config FILE: authorization or basic_auth)"
+            )
+        else:
+            hint = f"check the credentials in {scrape.source}"
+    what = f"failed the TLS handshake: {why}" if status is None else f"answered HTTP {status} {why}".rstrip()
+    return AccessError(
+        f"{who} at {url} {what} (given {given}): {hint}", url=url, endpoint=who, status=status, reason=why
     )
 
 

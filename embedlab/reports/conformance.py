@@ -195,7 +195,7 @@ def conformance(
         run_dir,
         timeout=timeout,
         say=say,
-        name=lambda job: f"{job.label} on {job.slug}",
+        name=lambda job: f"{job.label} on {labels[job.slug]}",
         after=lambda outcome: f"({cell_text(outcome.result, error=outcome.error)})",
     )
     cells = [
@@ -312,7 +312,7 @@ def write_kv_markdown(path: Path, matrix: dict[str, Any], *, command: str) -> Pa
     """The KV rows of `matrix` (each stack at a router mode: `kv_rows`) into the page's KV section,
     merged as `write_servers_markdown` merges its rows: a row is a stack, a worker server and the
     mode its checks ran."""
-    rows = {}
+    rows: dict[str, tuple[str, ...]] = {}
     for label in matrix["stacks"]:
         row = Row(**matrix["rows"][label])
         rows[label] = (row.stack, row.server, row.kv_mode())

@@ -93,7 +93,8 @@ th { background: #f3f3f3; }
 .scenario .row { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
 .scenario img { max-width: 100%; margin: 8px 0; border: 1px solid #eee; }
 .reason { color: #c62828; font-size: 13px; } .reason.reported { color: #37474f; }
-.verdict.running, .verdict.interrupted { background: #ef6c00; }
+.verdict.running, .verdict.interrupted, .verdict.incomplete, .verdict.missing { background: #ef6c00; }
+.verdict.complete { background: #546e7a; }
 """
 )
 
@@ -132,6 +133,7 @@ def write_index(
         f" &middot; wall {results.get('wall_seconds', 0):.1f} s &middot; {counted(len(scenarios), 'run')}: {escape(tally)}"
         f" &middot; matrix <code>{escape(results.get('matrix', ''))}</code></p>",
         _command_line(results),
+        _parts(results),
         _unfinished(results),
         _history_section(results, previous),
         _summary_table(scenarios),
@@ -143,9 +145,10 @@ def write_index(
 
 
 def _unfinished(results: Mapping[str, Any]) -> str:
-    """Where a run stopped, or had got to: the notebooks that did not run (yet)."""
+    """Where a run stopped, or had got to: the notebooks that did not run (yet). A merge of
+    shards says it with its parts (`_parts`), shard by shard."""
     names = [job["name"] for job in results.get("unfinished") or []]
-    if not names:
+    if not names or results.get("merged"):
         return ""
     status = results.get("status")
     why = (
@@ -156,6 +159,41 @@ def _unfinished(results: Mapping[str, Any]) -> str:
         else "still running"
     )
     return f'<p class="meta">{escape(why)}; not run: {escape(", ".join(names))}</p>'
+
+
+def _parts(results: Mapping[str, Any]) -> str:
+    """Which part of the matrix a shard is, or which shards a merged run was made of, and what
+    was wrong with them (`embedlab.reports.shards`, `embedlab.reports.merge`)."""
+    of = f"matrix <code>{escape(results.get('matrix_hash') or '?')}</code> at commit <code>{escape(short(results.get('commit') or 'unknown', 14))}</code>"
+    shard = results.get("shard")
+    if shard:
+        return (
+            f'<p class="meta shard">shard {shard["index"]} of {shard["count"]} of {of}; '
+            f"{counted(sum(j['shard'] == shard['index'] for j in shard['plan']), 'job')} of {len(shard['plan'])}, "
+            f"balanced by {escape(shard.get('balanced_by') or '')}</p>"
+        )
+    merged = results.get("merged")
+    if not merged:
+        return ""
+    rows = "".join(
+        f"<tr><td>{part['index']} of {merged['count']}</td><td><code>{escape(part.get('run_id') or '')}</code></td>"
+        f"<td>{verdict_badge(part['status'])}</td><td>{part.get('finished', 0)} of {part.get('planned', 0)}</td>"
+        f"<td>{escape(part.get('host') or '')}</td><td>{_wall(part.get('wall_seconds'))}</td></tr>"
+        for part in merged.get("shards", [])
+    )
+    problems = "".join(f'<p class="meta flag">{escape(line)}</p>' for line in merged.get("problems", []))
+    found = sum(part["status"] != "missing" for part in merged.get("shards", []))
+    return (
+        f'<p class="meta merged">merged from {counted(found, "shard")} of '
+        f"{merged['count']}, of {of}</p>{problems}"
+        "<table><tr><th>shard</th><th>run</th><th>status</th><th>jobs</th><th>host</th><th>wall</th></tr>"
+        + rows
+        + "</table>"
+    )
+
+
+def _wall(seconds: Any) -> str:
+    return f"{seconds:.1f} s" if isinstance(seconds, (int, float)) else "&ndash;"
 
 
 def _command_line(results: Mapping[str, Any]) -> str:

@@ -25,6 +25,9 @@ cell (`embedlab.reports.kernels`); the run then writes "interrupted" and exits 1
 complete run is history: the next run compares with the newest complete one.
 
 The matrix (which notebooks and scenarios, with which parameters) is `embedlab.reports.matrix`.
+`shard=Shard(2, 3)` (`--shard 2/3`) runs the second of three parts of it (`embedlab.reports.shards`
+splits it, the same on every machine), into a folder whose run id ends `-shard2of3`;
+`embedlab.reports.merge` makes one run of the parts' folders.
 """
 
 from __future__ import annotations
@@ -48,6 +51,15 @@ from .kernels import Stop, Stopped, ipc_kernel_manager, kernel_folder, off_main_
 from .matrix import Job, load_matrix, notebook_parameters, params_in_effect, shown_path
 from .run_report import ReportImage
 from .runfiles import RunFiles, history, latest_results, mark_command, new_run_dir
+from .shards import (
+    Shard,
+    current_commit,
+    default_durations_path,
+    load_durations,
+    matrix_hash,
+    shard_record,
+    split,
+)
 
 __all__ = [
     "Outcome",
@@ -373,36 +385,49 @@ def regress(
     only: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
     command: str = "",
+    shard: Shard | str | None = None,
+    durations: str | Path | None = None,
 ) -> RegressRun:
     """Run every job of `matrix` (default: the packaged default matrix) into a new folder under `out`.
 
     `timeout` bounds each cell, in seconds. `only` keeps the jobs whose name contains one
     of its strings (as `embedlab regress -k`). `progress`, when given, gets one line as each
     notebook starts and one as it ends. `command`, the command line that ran it (the CLI's
-    own), heads every report and the index.
+    own), heads every report and the index. `shard` (`Shard(2, 3)` or "2/3") runs only that
+    part of the jobs, balanced by the `durations` file (a results.json or a durations file;
+    default: the one beside the matrix, where there is one; else by count).
 
     The run's files are written after every notebook (see the module's docstring). A
     signal that stops it raises `RunInterrupted` (a `KeyboardInterrupt`) once they say
     "interrupted".
     """
     plan = (full := load_matrix(matrix)).only(only)
+    jobs: Sequence[Job] = plan.jobs
+    part = Shard.parse(shard) if isinstance(shard, str) else shard
+    record = None
+    if part is not None:
+        jobs, record = _shard_of(plan.jobs, part, matrix=plan.path, durations=durations)
     check_kernel()  # before anything runs: otherwise every notebook fails the same way
     out = Path(out)
-    run_id, run_dir = new_run_dir(out)
+    run_id, run_dir = new_run_dir(out, suffix=part.suffix if part else "")
     previous, passed_over = history(out, exclude=run_dir)
     say = progress or (lambda line: None)
     run = RunFiles(
         run_id=run_id,
         run_dir=run_dir,
         matrix=shown_path(plan.path),
-        jobs=plan.jobs,
+        jobs=jobs,
         previous=previous,
         not_compared=passed_over,
         command=command,
         only=tuple(only),
         matrix_jobs=len(full.jobs),
+        matrix_hash=matrix_hash(plan.jobs),
+        commit=current_commit(),
+        shard=record,
     )
-    say(f"embedlab regress: {counted(len(plan.jobs), 'notebook run')} from {plan.path} -> {run_dir}")
+    which = f"shard {part}, balanced by {record['balanced_by']}: " if part and record else ""
+    say(f"embedlab regress: {which}{counted(len(jobs), 'notebook run')} from {plan.path} -> {run_dir}")
     # Registered before the first "running" is written: a SIGKILL at any moment after it
     # leaves a run that says "interrupted" once the watchdog has run this.
     mark = mark_command(run_dir)
@@ -410,7 +435,7 @@ def regress(
     try:
         run.write(RunStatus.RUNNING)
         outcomes = run_jobs(
-            plan.jobs,
+            jobs,
             run_dir,
             timeout=timeout,
             show_code=show_code,
@@ -424,7 +449,7 @@ def regress(
         unregister_cleanup(mark)
         say(
             f"embedlab regress: interrupted{f' by {stopped_by}' if stopped_by else ''} after "
-            f"{len(run.outcomes)} of {counted(len(plan.jobs), 'notebook run')}; what finished: {run.index_html}"
+            f"{len(run.outcomes)} of {counted(len(jobs), 'notebook run')}; what finished: {run.index_html}"
         )
         raise
     run.write(RunStatus.COMPLETE)
@@ -439,3 +464,19 @@ def regress(
         junit_xml=run.junit_xml,
         previous=previous,
     )
+
+
+def _shard_of(
+    jobs: Sequence[Job], shard: Shard, *, matrix: Path, durations: str | Path | None
+) -> tuple[tuple[Job, ...], dict[str, Any]]:
+    """The jobs of `shard`, and the record its results.json keeps of the split."""
+    source = Path(durations) if durations is not None else default_durations_path(matrix)
+    recorded = load_durations(source) if durations is not None or source.is_file() else {}
+    parts = split(jobs, shard.count, durations=recorded)
+    known = sum(job.name in recorded for job in jobs)
+    balanced_by = (
+        f"the durations in {shown_path(source)} ({known} of {counted(len(jobs), 'job')} recorded)"
+        if known
+        else "the job count (no durations recorded)"
+    )
+    return parts[shard.index - 1], shard_record(shard, parts, all_jobs=jobs, balanced_by=balanced_by)

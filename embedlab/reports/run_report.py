@@ -276,7 +276,8 @@ def write_junit(path: Path, results: Mapping[str, Any]) -> Path:
         case = ET.SubElement(
             suite, "testcase", classname=f"embedlab.regress.{job['notebook']}", name=job["slug"], time="0"
         )
-        ET.SubElement(case, "skipped", message=f"not run: the run is {results.get('status')}")
+        why = job.get("why") or f"the run is {results.get('status')}"  # a merge says why, per job
+        ET.SubElement(case, "skipped", message=f"not run: {why}")
     root = ET.Element("testsuites")
     root.append(suite)
     ET.indent(root)

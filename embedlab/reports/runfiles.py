@@ -8,6 +8,11 @@ records the run's `status` (`verdicts.RunStatus`) and `process` (host, pid, star
     running       written while notebooks run; from a process that is gone: interrupted
     interrupted   stopped by a signal (`interrupted_by`), or marked after its process died
     complete      every notebook ran; only such a run is history (`history`, `latest_results`)
+    incomplete    a merge of shards (`embedlab.reports.merge`) that lacks a part, or a job
+
+A run's results.json also names its `commit`, its matrix (`matrix_hash`), each job's duration
+(`durations`, what the next `--shard` split balances by) and, for a shard, which part it is
+(`shard`, `embedlab.reports.shards`). A shard is part of a run, never history on its own.
 
 After a SIGKILL the harness's watchdog runs `python -m embedlab.reports.runfiles
 --mark-interrupted RUN_DIR` (`mark_command`), which rewrites the run as interrupted.
@@ -57,7 +62,7 @@ h1 { font-size: 22px; margin-bottom: 4px; } .meta { color: #555; font-size: 13px
 table { border-collapse: collapse; font-size: 13px; width: 100%; }
 th, td { border: 1px solid #ddd; padding: 5px 8px; text-align: left; vertical-align: top; } th { background: #f3f3f3; }
 .verdict { font-weight: 700; padding: 1px 7px; border-radius: 4px; color: #fff; white-space: nowrap; }
-.verdict.running, .verdict.interrupted { background: #ef6c00; }
+.verdict.running, .verdict.interrupted, .verdict.incomplete { background: #ef6c00; }
 """
     + VERDICT_CSS
 )
@@ -90,12 +95,20 @@ class RunFiles:
     command: str = ""  # the command line that ran it, shown at the head of every page
     only: Sequence[str] = ()  # the -k filters; empty: every job of the matrix ran
     matrix_jobs: int | None = None  # how many jobs the matrix has before the filters
+    matrix_hash: str = ""  # the filtered matrix's content (`shards.matrix_hash`)
+    commit: str = "unknown"  # what ran (`shards.current_commit`)
+    shard: Mapping[str, Any] | None = None  # which part of the matrix (`shards.shard_record`); None: all
     outcomes: list[Finished] = field(default_factory=list)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     t0: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
         self._previous_results = load_json(self.previous) if self.previous else None
+        if self._previous_results is not None and self.shard is not None:
+            # A shard compares its own jobs: the others are not "removed", they ran elsewhere.
+            mine = {job.name for job in self.jobs}
+            scenarios = self._previous_results.get("scenarios", [])
+            self._previous_results["scenarios"] = [s for s in scenarios if s.get("name") in mine]
         self._listed: RunStatus | None = None  # the status the outputs index shows
 
     @property
@@ -122,6 +135,7 @@ class RunFiles:
         """The run's files as they stand; the outputs index too, where the status changes (it
         reads every run in the folder, and lists a running run without its count)."""
         outcomes = self.outcomes
+        scenarios = [o.to_json(self.run_dir) for o in outcomes]
         results = {
             "run_id": self.run_id,
             "started_at": self.started_at.isoformat(timespec="seconds"),
@@ -144,7 +158,11 @@ class RunFiles:
             "counts": {str(v): sum(o.verdict == v for o in outcomes) for v in Verdict},
             "previous_run": str(self.previous.parent.name) if self.previous else None,
             "not_compared": self.not_compared,
-            "scenarios": [o.to_json(self.run_dir) for o in outcomes],
+            "commit": self.commit,
+            "matrix_hash": self.matrix_hash,
+            "shard": self.shard,
+            "durations": {s["name"]: s["seconds"] for s in scenarios},
+            "scenarios": scenarios,
         }
         write_run(
             self.run_dir,
@@ -249,11 +267,12 @@ def run_status(results: Mapping[str, Any]) -> RunStatus:
         return RunStatus.INTERRUPTED  # not complete: not history
 
 
-def new_run_dir(out: Path) -> tuple[str, Path]:
-    # Time first so folders sort by age; the suffix keeps two runs in one second apart,
-    # and a clash (two runs that drew the same one) draws again.
+def new_run_dir(out: Path, *, suffix: str = "") -> tuple[str, Path]:
+    # Time first so folders sort by age; the random part keeps two runs in one second apart,
+    # and a clash (two runs that drew the same one) draws again. `suffix` says what the run
+    # is (`-shard2of3`, `-merged`).
     while True:
-        run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}{suffix}"
         run_dir = out / run_id
         try:
             run_dir.mkdir(parents=True)
@@ -279,9 +298,14 @@ def _runs(out: Path, *, exclude: Path | None = None) -> list[tuple[Path, dict[st
 
 
 def history(out: Path, *, exclude: Path | None = None) -> tuple[Path | None, list[str]]:
-    """The newest complete run's results.json, and the run ids of the newer runs passed over."""
+    """The newest complete run's results.json, and the run ids of the newer runs passed over.
+
+    A shard (`--shard`) is not a run of the matrix: it is neither history nor passed over; the
+    merge of the shards is a run like any other."""
     passed_over: list[str] = []
     for path, results in _runs(out, exclude=exclude):
+        if results.get("shard"):
+            continue
         if run_status(results) == RunStatus.COMPLETE:
             return path, passed_over
         passed_over.append(str(results.get("run_id") or path.parent.name))

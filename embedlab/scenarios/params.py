@@ -52,6 +52,7 @@ def knob(
     positive: bool = False,
     choices: Callable[[], Sequence[str]] | Sequence[str] | None = None,
     each: bool = False,
+    secret: bool = False,
 ) -> T:
     """A field of a params class: its default, its help text, and a lower bound if it has one.
     Typed by its default, so that a default of the wrong type fails the type checker.
@@ -59,11 +60,19 @@ def knob(
     `positive`: above 0. `choices`: the values it takes (or a function listing them, for a
     registry read when the options are made). `each`: a tuple given one item per option,
     repeated (`--worker-args A --worker-args B`, also spelled `--worker-arg`), for items
-    that may hold a comma."""
+    that may hold a comma. `secret`: a credential, left out of the class's repr (and so of
+    a notebook's output)."""
     if isinstance(default, (list, dict, set)):
         raise ConfigError(f"a knob's default must be immutable (a tuple, not a {type(default).__name__})")
-    metadata = {"help": help, "min": min, "positive": positive, "choices": choices, "each": each}
-    return dataclasses.field(default=default, metadata=metadata)
+    metadata = {
+        "help": help,
+        "min": min,
+        "positive": positive,
+        "choices": choices,
+        "each": each,
+        "secret": secret,
+    }
+    return dataclasses.field(default=default, metadata=metadata, repr=not secret)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +92,7 @@ class Knob:
     positive: bool = False
     choices: Callable[[], Sequence[str]] | Sequence[str] | None = None
     each: bool = False
+    secret: bool = False  # a credential: shown as *** wherever knobs are described
 
     @property
     def option(self) -> str:
@@ -168,6 +178,7 @@ def knobs(cls: type) -> list[Knob]:
             positive=f.metadata.get("positive", False),
             choices=f.metadata.get("choices"),
             each=f.metadata.get("each", False),
+            secret=f.metadata.get("secret", False),
         )
         for f in ordered
     ]
@@ -246,7 +257,10 @@ def describe_params(params: Any) -> str:
     own = getattr(params, "describe", None)
     if callable(own):
         return str(own())
-    shown = [f"{k.name.replace('_', ' ')} {_shown(getattr(params, k.name))}" for k in knobs(type(params))]
+    shown = [
+        f"{k.name.replace('_', ' ')} {'***' if k.secret else _shown(getattr(params, k.name))}"
+        for k in knobs(type(params))
+    ]
     return ", ".join(shown) or "no knobs of its own"
 
 

@@ -26,6 +26,7 @@ from ..cluster.worker_server import (
     workers_text,
 )
 from ..defaults import (
+    API_KEY_ENV,
     CANARY_WAIT_S,
     DISCOVERY,
     ENGINE,
@@ -41,9 +42,10 @@ from ..defaults import (
 from ..engines import ENGINES, engine_traits
 from ..engines.models import model_names, resolve_model_path
 from ..errors import ConfigError, EmbedlabError, UnsupportedError
+from ..evidence.access import ScrapeAuth, granted
 from ..evidence.metrics import MetricQuery
 from ..evidence.router import router_metrics
-from ..evidence.target import Target, attach, check_system_urls
+from ..evidence.target import Target, attach, check_access, check_system_urls
 from ..evidence.traffic import probing
 from ..freshness import guarded
 from ..progress import LaunchProgress
@@ -178,6 +180,15 @@ class ScenarioPlan:
     router_admitted: str = knob("", "attach: the router's counter of requests it takes, per model")
     router_answered: str = knob("", "attach: the router's counter of requests it answers, per model")
     router_success: str = knob("", "attach: the labels of a successful answer on it, e.g. status=200")
+    api_key: str = knob(
+        "", f"attach: the frontend's API key, sent as Authorization: Bearer to it alone (none: ${API_KEY_ENV}, "
+        "where set, which keeps it out of the shell's history); never written anywhere", secret=True,
+    )  # fmt: skip
+    scrape_config: str = knob(
+        "", "attach: a file of Prometheus scrape-config fields for every worker's metrics URL: "
+        "authorization, basic_auth, tls_config (ca_file, cert_file, key_file, insecure_skip_verify); "
+        "YAML, TOML or JSON",
+    )  # fmt: skip
     worker_args: tuple[str, ...] = knob((), "an extra argument for every worker", each=True)
     frontend_args: tuple[str, ...] = knob((), "an extra argument for the frontend", each=True)
     progress: bool = False  # progress bars for bursts (the command line's --progress also shows the launch)
@@ -209,6 +220,13 @@ class ScenarioPlan:
             raise ConfigError(
                 "dynamo_log reads an attached Dynamo frontend's log: give frontend_url and system_urls too"
             )
+        if (self.api_key or self.scrape_config) and not self.attached:
+            raise ConfigError(
+                "api_key and scrape_config are what an attached deployment is given: give frontend_url "
+                "and system_urls too"
+            )
+        if self.scrape_config:
+            ScrapeAuth.load(self.scrape_config)  # a mistake in the file is one here, before anything runs
         if self.attached and (scenario.launches or scenario.deploys):
             raise ConfigError(
                 f"{self.scenario} changes a worker: it cannot run attached, only on a deployment it launches"
@@ -449,6 +467,8 @@ class ScenarioPlan:
                 answered=self.router_answered,
                 success=self.router_success,
             ),
+            api_key=self.api_key or None,
+            scrape_config=self.scrape_config or None,
         )
 
     def without_policy(self) -> ScenarioResult | None:
@@ -464,12 +484,19 @@ class ScenarioPlan:
         return None
 
     def run_on(self, deployment: Deployment | Target | None) -> ScenarioResult:
-        """This plan's scenario on a deployment that the caller started and stops."""
+        """This plan's scenario on a deployment that the caller started and stops.
+
+        On a `Target` (attached), its `access` is granted for the run, and `check_access` tries it
+        on the frontend and every metrics URL first: a refusal is an AccessError, before any burst.
+        """
         if (unsupported := self.without_policy()) is not None:
             return unsupported
         plan = self.resolved()
+        target = deployment if isinstance(deployment, Target) else None
         try:
-            with probing(plan.nonce) as drawn:
+            with granted(target.access if target else None), probing(plan.nonce) as drawn:
+                if target is not None:
+                    check_access(target)
                 result: ScenarioResult = plan.definition.run(deployment, plan)
         except UnsupportedError as exc:
             return plan._unsupported(exc)

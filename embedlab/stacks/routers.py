@@ -289,6 +289,10 @@ class LiteLLMStack(BaseStack):
 
     `frontend_args` may hold `--router-setting KEY=VALUE` pairs, written into the config's
     `router_settings` (e.g. `num_retries=0`); the rest go to the `litellm` command line.
+
+    A master key: `LITELLM_MASTER_KEY` in the run's environment (the harness's own, or
+    `DeploymentSpec(env=...)`), which the proxy reads itself: no file of the run holds it. The
+    proxy then refuses requests without it, and the run's clients send it (`frontend_key_env`).
     """
 
     name = venv = package = "litellm"
@@ -305,6 +309,7 @@ class LiteLLMStack(BaseStack):
     model_aware = True  # one deployment per worker under its model's name
     names_worker = True  # it passes the worker's `x-embedlab-worker` on
     workers_join = Join.BY_URL
+    frontend_key_env = "LITELLM_MASTER_KEY"
     lacks: ClassVar[dict[str, str]] = {
         "drains": "the LiteLLM proxy deletes a deployment at run time only with a database (STORE_MODEL_IN_DB)",
     }
@@ -353,7 +358,7 @@ class LiteLLMStack(BaseStack):
         ]
         env = {
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # else it downloads a price list at every start
-            # No master key: the proxy listens on loopback only, and the harness sends no credentials.
+            # Without LITELLM_MASTER_KEY the proxy runs with no key: it listens on loopback only.
             "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
         }
         return ProcessSpec(
