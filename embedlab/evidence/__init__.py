@@ -5,6 +5,7 @@
     traffic   bursts of requests over httpx, per-request records
     target    Target: what a check reads (a launched deployment, or `attach` to one)
     clients   the HTTP clients, with their timeouts      stats  the statistics, pure
+    access    credentials and TLS: the frontend's API key, the metrics' scrape config (Prometheus' fields)
     split     Split: how a router's split is judged, by its policy
     busy/     verdicts on a pool that others also use: a randomized schedule, sequential tests
 

@@ -214,11 +214,7 @@ def conformance(
         stacks=[row.label for row in rows],
         checks=list(checks),
         cells=cells,
-        versions={
-            row.label: versions.get(row.stack, "")
-            + (f" / {servers[row.server]}" if row.server in servers else "")
-            for row in rows
-        },
+        versions={row.label: _version(versions.get(row.stack, ""), servers.get(row.server)) for row in rows},
     )
     data = {
         "run_id": run_id,
@@ -237,6 +233,11 @@ def conformance(
     return ConformanceRun(
         run_dir=run_dir, matrix=matrix, outcomes=outcomes, html=html, json=json_path, junit=junit
     )
+
+
+def _version(stack: str, server: str | None) -> str:
+    """A row's versions: the stack's, and its worker server's where that is another package."""
+    return stack if server in (None, stack) else f"{stack} / {server}"
 
 
 def server_version(name: str) -> str:
@@ -289,8 +290,9 @@ routers' `cache_aware`; `embedlab conformance --kv`), or at the mode a row names
 (`--router-modes`). Verdicts from the workers' own counters. Dynamo's KV router needs workers that
 publish KV events, so its rows run over Dynamo's mocker, the model's workers on one endpoint
 (`endpoints=model`); the other rows over embedlab's workers (the hash engine), which serve
-completions too. A stack with no prefix-aware policy says so, and nothing is launched for it. Rows
-are merged cell by cell, run by run; the runs that wrote them:
+completions too. A stack with no prefix-aware policy says so, and nothing is launched for it. A
+router that sends every request to one worker keeps every group together too: `kv-participation`
+is the check that catches it. Rows are merged cell by cell, run by run; the runs that wrote them:
 """
 
 # Where each generated section of the page begins, in the page's order (the main matrix first).
