@@ -122,7 +122,9 @@ class StackContext(Generic[StateT]):
             return worker.endpoint
         if self.spec.endpoints == "model":  # the endpoint of the model's first worker (of its stage)
             index = next(
-                i for i, w in enumerate(self.spec.workers) if (w.model, w.stage) == (worker.model, worker.stage)
+                i
+                for i, w in enumerate(self.spec.workers)
+                if (w.model, w.stage) == (worker.model, worker.stage)
             )
         return worker_endpoint(self.namespace, index)
 
