@@ -13,13 +13,32 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
 from ..errors import CheckFailedError, ConfigError
+from . import clients
 from .metrics import DEFAULT_METRIC, MetricQuery, Snapshot, ascrape_all, scrape, scrape_all
 from .stats import binom_two_sided, chisquare_p
+
+
+class CounterSource(Protocol):
+    """Where a check reads its counters, other than each worker's /metrics (None: there):
+    Prometheus' API (evidence/prom_source.py), its snapshots aligned to its scrapes."""
+
+    async def aread(
+        self,
+        urls: Sequence[str],
+        indices: Sequence[int],
+        metric: MetricQuery = ...,
+        *,
+        moment: str = "",
+        client: httpx.AsyncClient | None = None,
+    ) -> list[Snapshot]: ...
+
+    def sentence(self) -> str: ...
+
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -269,6 +288,8 @@ class DispatchCheck:
     # `system_urls[k]` is worker `indices[k]` (default k): some of a deployment's workers, by their own
     # indices (failover reads none of the worker it kills); `expected` and `weights` go by them too.
     indices: Sequence[int] | None = None
+    # Where the counters are read, where not from each worker's /metrics (Prometheus' API).
+    source: CounterSource | None = None
     result: CheckResult | None = field(default=None, init=False)
     before: list[Snapshot] | None = field(default=None, init=False)
     after: list[Snapshot] | None = field(default=None, init=False)
@@ -305,11 +326,13 @@ class DispatchCheck:
 
     def begin(self) -> list[Snapshot]:
         """Take the baseline. Call it before the burst's first request is sent."""
-        self.before = self._scrape_sync()
+        self.before = self._scrape_sync("before the burst")
         self.result = None
         return self.before
 
-    def _scrape_sync(self) -> list[Snapshot]:
+    def _scrape_sync(self, moment: str = "") -> list[Snapshot]:
+        if self.source is not None:
+            return clients.run_sync(self._scrape_all(None, moment))
         if self.client is not None:
             # The caller's own sync client (a transport it controls): one worker after the other.
             return [
@@ -324,7 +347,7 @@ class DispatchCheck:
             raise ConfigError("DispatchCheck.end() was called before begin()")
         if self.settle_seconds:
             time.sleep(self.settle_seconds)
-        self.after = self._scrape_sync()
+        self.after = self._scrape_sync("after the burst")
         return self._judge()
 
     def __enter__(self) -> DispatchCheck:
@@ -342,7 +365,7 @@ class DispatchCheck:
     # -- async ------------------------------------------------------------------------
 
     async def abegin(self, client: httpx.AsyncClient | None = None) -> list[Snapshot]:
-        self.before = await self._scrape_all(client)
+        self.before = await self._scrape_all(client, "before the burst")
         self.result = None
         return self.before
 
@@ -351,13 +374,13 @@ class DispatchCheck:
             raise ConfigError("DispatchCheck.aend() was called before abegin()")
         if self.settle_seconds:
             await asyncio.sleep(self.settle_seconds)
-        self.after = await self._scrape_all(client)
+        self.after = await self._scrape_all(client, "after the burst")
         return self._judge()
 
     async def asnapshot(self, client: httpx.AsyncClient | None = None) -> list[Snapshot]:
         """Every worker's counter now, by index, without touching the check's baseline or result:
         the quiet windows around a burst, where nothing embedlab sent is in flight."""
-        return await self._scrape_all(client)
+        return await self._scrape_all(client, "in a quiet window")
 
     async def __aenter__(self) -> DispatchCheck:
         await self.abegin()
@@ -371,7 +394,10 @@ class DispatchCheck:
             assert self.result is not None
             self.result.raise_for_failure()
 
-    async def _scrape_all(self, client: httpx.AsyncClient | None) -> list[Snapshot]:
+    async def _scrape_all(self, client: httpx.AsyncClient | None, moment: str = "") -> list[Snapshot]:
+        assert isinstance(self.metric, MetricQuery)
+        if self.source is not None:  # its own client: the workers' keep-alive connections are not its
+            return await self.source.aread(self.system_urls, self._indices, self.metric, moment=moment)
         # All workers at once; the first failure by index is raised (the same error every run).
         return await ascrape_all(
             self.system_urls, metric=self.metric, client=client, timeout=self.timeout, indices=self._indices

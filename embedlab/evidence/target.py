@@ -27,6 +27,7 @@ from ..defaults import API_KEY_ENV, SCRAPE_CONCURRENCY
 from ..errors import AccessError, ConfigError
 from . import clients
 from .access import Access, ScrapeAuth, access_for
+from .counters import CounterSource
 from .metrics import DEFAULT_METRIC, MetricQuery, metrics_url, port_urls, worker_url
 from .router import RouterMetrics
 
@@ -62,6 +63,9 @@ class Target:
     # beside the workers' at every window of a busy check. None: it keeps no such counts, or
     # an attached deployment did not say where.
     router_metrics: RouterMetrics | None = None
+    # Where the checks read the workers' counters, where not from their /metrics: Prometheus' API
+    # (evidence/prom_source.py), each burst aligned to its scrapes. None: each worker's /metrics.
+    counters: CounterSource | None = field(default=None, compare=False)
     # What the harness presents to it (the frontend's API key, the metrics' scrape config), granted
     # while a scenario runs on it; its secrets print as ***.
     access: Access | None = field(default=None, compare=False, repr=False)
@@ -85,6 +89,7 @@ def attach(
     router_metrics: RouterMetrics | None = None,
     api_key: str | None = None,
     scrape_config: str | Path | ScrapeAuth | None = None,
+    counters: CounterSource | None = None,
 ) -> Target:
     """A deployment already running elsewhere. Launches nothing and stops nothing.
 
@@ -99,7 +104,9 @@ def attach(
     the path of a Dynamo 1.6.1 frontend's log, written with `defaults.DYNAMO_ATTRIBUTION_ENV`
     set, by which a burst on a busy pool attributes each response to its worker. `router_metrics`:
     where the router counts per model what it takes and answers (`router.router_metrics(url)`), read
-    beside the workers' counters at every window of a busy check.
+    beside the workers' counters at every window of a busy check. `counters`: where to read the
+    workers' counters instead of their /metrics (`prom_source.prometheus_counters(url, system_urls)`:
+    through Prometheus, each burst aligned to its scrapes; a quiet pool only).
     """
     if not system_urls:
         raise ConfigError(
@@ -120,6 +127,7 @@ def attach(
         weights=tuple(weights) if weights else None,
         dynamo_log=dynamo_log,
         router_metrics=router_metrics,
+        counters=counters,
         access=access_for(
             frontend_url.rstrip("/"),
             [port for url in urls for port in port_urls(metrics_url(url))],

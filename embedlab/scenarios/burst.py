@@ -162,6 +162,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
         require_all=spec.require_all,
         must_move=spec.must_move,
         raise_on_failure=False,
+        source=target.counters,
     )
     # One keep-alive connection per worker, shared by the burst's four snapshots.
     async with clients.scrape_client(timeout=10.0) as scrape_client:
@@ -201,7 +202,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
             replayed=probes().replayed,
         )
         if unread is not None:
-            mark_unread(burst, unread)
+            mark_unread(burst, unread, detail=target.counters is not None)
             return burst
         try:
             burst.check = await check.aend(scrape_client)
@@ -229,7 +230,7 @@ async def run_burst(target: Target, spec: BurstSpec, *, progress: bool = False) 
         except ScrapeError as exc:
             # A worker that answered before the burst and not after it (it died, or is still
             # restarting): its delta is unknown, so the burst decides nothing.
-            mark_unread(burst, unread_of(exc, "after the burst"))
+            mark_unread(burst, unread_of(exc, "after the burst"), detail=target.counters is not None)
     return burst
 
 
@@ -257,11 +258,12 @@ def unread_of(exc: ScrapeError, when: str) -> Unread:
     return Unread(worker=exc.worker_index, when=when, at=time.perf_counter(), error=str(exc))
 
 
-def mark_unread(burst: Burst, unread: Unread) -> None:
+def mark_unread(burst: Burst, unread: Unread, *, detail: bool = False) -> None:
     """`burst` decides nothing: one of its workers could not be read (down, restarting or
-    unreachable). The one way every scenario makes a burst inconclusive for a worker it could not read."""
+    unreachable). The one way every scenario makes a burst inconclusive for a worker it could not read.
+    `detail`: the read's own words follow (through Prometheus: which scrape was stale, and why)."""
     burst.unread = unread
-    burst.inconclusive = unread.reason
+    burst.inconclusive = f"{unread.reason}: {unread.error}" if detail else unread.reason
 
 
 def unread_events(bursts: Sequence[Burst], origin: float) -> list[Event]:

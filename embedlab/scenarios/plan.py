@@ -44,6 +44,13 @@ from ..engines.models import model_names, resolve_model_path
 from ..errors import ConfigError, EmbedlabError, UnsupportedError
 from ..evidence.access import ScrapeAuth, granted
 from ..evidence.metrics import MetricQuery
+from ..evidence.prom_source import (
+    DiscoveredWorker,
+    discover_workers,
+    discovered_text,
+    parse_label_selector,
+    prometheus_counters,
+)
 from ..evidence.router import router_metrics
 from ..evidence.target import Target, attach, check_access, check_system_urls
 from ..evidence.traffic import probing
@@ -189,6 +196,18 @@ class ScenarioPlan:
         "authorization, basic_auth, tls_config (ca_file, cert_file, key_file, insecure_skip_verify); "
         "YAML, TOML or JSON",
     )  # fmt: skip
+    prometheus_url: str = knob(
+        "", "attach: read the workers' counters through this Prometheus (its HTTP API), each burst "
+        "aligned to its scrapes: slower by a few scrape intervals; a quiet pool only",
+    )  # fmt: skip
+    prometheus_selector: str = knob(
+        "", 'attach: label matchers for every query of --prometheus-url, e.g. job="dynamo-workers"'
+    )
+    discover: str = knob(
+        "", "attach: find the workers by their labels among the targets of --prometheus-url, "
+        'prometheus:SELECTOR, e.g. prometheus:nvidia.com/dynamo-component-type="worker" (in place of '
+        "--system-url; each worker's model from its target's model label or its counter's)",
+    )  # fmt: skip
     worker_args: tuple[str, ...] = knob((), "an extra argument for every worker", each=True)
     frontend_args: tuple[str, ...] = knob((), "an extra argument for the frontend", each=True)
     progress: bool = False  # progress bars for bursts (the command line's --progress also shows the launch)
@@ -209,7 +228,8 @@ class ScenarioPlan:
             raise ConfigError(f"workers must be a whole number of at least 1, got {workers!r}")
         if any(w <= 0 for w in self.weights):
             raise ConfigError(f"weights must be positive, got {list(self.weights)}")
-        if bool(self.frontend_url) != bool(self.system_urls):
+        self._check_prometheus()
+        if bool(self.frontend_url) != bool(self.system_urls or self.discover):
             raise ConfigError("attach mode needs both a frontend URL and one system URL per worker")
         if (self.router_metrics or self.router_admitted) and not self.attached:
             raise ConfigError(
@@ -245,6 +265,33 @@ class ScenarioPlan:
             get_stack(plan.stack).check(plan._spec_of((models, paths[: len(models)]), workers=plan.workers))
         if scenario.check is not None:
             scenario.check(plan)
+
+    def _check_prometheus(self) -> None:
+        """Counters through Prometheus, and workers found by their labels: what goes with what."""
+        if (self.prometheus_url or self.prometheus_selector or self.discover) and not self.frontend_url:
+            raise ConfigError(
+                "prometheus_url, prometheus_selector and discover read an attached deployment: give frontend_url too"
+            )
+        if self.prometheus_selector:
+            parse_label_selector(self.prometheus_selector)
+        if not self.discover:
+            return
+        kind, _, selector = self.discover.partition(":")
+        if kind != "prometheus" or not selector.strip():
+            raise ConfigError(f"discover takes prometheus:SELECTOR, got {self.discover!r}")
+        parse_label_selector(selector)
+        if not self.prometheus_url:
+            raise ConfigError(
+                "discover prometheus:SELECTOR lists the targets of --prometheus-url: give it too"
+            )
+        if self.system_urls or self.worker_models:
+            raise ConfigError(
+                "discover finds the workers and their models: leave out system_urls and worker_models"
+            )
+
+    def discovered(self) -> list[DiscoveredWorker]:
+        """The workers `discover` finds among the targets of `prometheus_url`, in worker order."""
+        return discover_workers(self.prometheus_url, self.discover.partition(":")[2], metric=self.metric)
 
     def _check_pool(self) -> None:
         """The pool's shape: one model for a one-model scenario; replicas and attached models that fit."""
@@ -436,9 +483,40 @@ class ScenarioPlan:
             raise ConfigError("this plan attaches to a running deployment; it has nothing to launch")
         return Deployment(self.deployment_spec(), run_dir=self.run_dir or None, progress=progress)
 
-    def target(self) -> Target:
-        """The attached deployment this plan checks."""
-        models: Sequence[str | None] | None = None
+    def target(self, found: Sequence[DiscoveredWorker] | None = None) -> Target:
+        """The attached deployment this plan checks (`found`: the workers `discovered` already found)."""
+        urls: Sequence[str] = self.system_urls
+        models: list[str | None] | None
+        if self.discover:
+            found = self.discovered() if found is None else found
+            urls, models = [w.system_url for w in found], [w.model for w in found]
+        else:
+            models = self._attached_models()
+        return attach(
+            self.frontend_url,
+            urls,
+            models=models,
+            metric=self.metric,
+            weights=self.weights or None,
+            dynamo_log=self.dynamo_log,
+            router_metrics=router_metrics(
+                self.router_metrics,
+                admitted=self.router_admitted,
+                answered=self.router_answered,
+                success=self.router_success,
+            ),
+            api_key=self.api_key or None,
+            scrape_config=self.scrape_config or None,
+            counters=(
+                prometheus_counters(self.prometheus_url, urls, selector=self.prometheus_selector)
+                if self.prometheus_url
+                else None
+            ),
+        )
+
+    def _attached_models(self) -> list[str | None] | None:
+        """The model each given system URL's worker serves, where the plan says."""
+        models: list[str | None] | None = None
         if self.worker_models:
             models = list(self.worker_models)
         elif self.models:
@@ -454,22 +532,7 @@ class ScenarioPlan:
                     f"each worker serves with --worker-models, one per system URL in the same order, "
                     f"e.g. --worker-models {shape}"
                 )
-        return attach(
-            self.frontend_url,
-            self.system_urls,
-            models=models,
-            metric=self.metric,
-            weights=self.weights or None,
-            dynamo_log=self.dynamo_log,
-            router_metrics=router_metrics(
-                self.router_metrics,
-                admitted=self.router_admitted,
-                answered=self.router_answered,
-                success=self.router_success,
-            ),
-            api_key=self.api_key or None,
-            scrape_config=self.scrape_config or None,
-        )
+        return models
 
     def without_policy(self) -> ScenarioResult | None:
         """UNSUPPORTED, with the stack's reason, where the plan asks for the stack's own prefix-aware
@@ -509,6 +572,10 @@ class ScenarioPlan:
         result.engine = result.engine or ("" if plan.attached else plan.engine)
         result.reasons += counter_notes(plan.metric)  # a counter of inputs, not requests, is named
         result.probes = result.probes or drawn.to_json()
+        if target is not None and target.counters is not None:  # how placement was read, and its cost
+            said = target.counters.sentence()
+            result.power = f"{result.power}; {said}" if result.power else said
+            result.reasons = [*result.reasons, said]
         return result
 
     def _unsupported(self, exc: UnsupportedError) -> ScenarioResult:
@@ -554,7 +621,10 @@ def run_scenario(
     if progress:
         plan = replace(plan, progress=True)
     if plan.attached:
-        result = plan.run_on(plan.target())
+        found = plan.discovered() if plan.discover else None
+        if found is not None:  # what was found, before anything is sent to it
+            print(discovered_text(plan.prometheus_url, plan.discover, found), flush=True)
+        result = plan.run_on(plan.target(found))
         if plan.etcd_endpoints:
             # What the cluster believes is live, beside what the counters said.
             result.discovered = [

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import httpx
 
 from ..defaults import BUSY_BUDGET_S
-from ..errors import CounterResetError, ScrapeError
+from ..errors import CounterResetError, ScrapeError, UnsupportedError
 from ..evidence import clients
 from ..evidence.accounting import Accounting, RouterCounts
 from ..evidence.busy import BusyMonitor, BusyVerdict, Schedule, WindowRecord
@@ -191,6 +191,12 @@ class _Reader:
     they and the workers' say together, handed to `monitor` at every read."""
 
     def __init__(self, target: Target, models: Sequence[str | None], client: httpx.AsyncClient) -> None:
+        if target.counters is not None:
+            raise UnsupportedError(
+                "the busy schedule through Prometheus is not yet supported: its windows are read at once, "
+                "not aligned to scrapes; read the workers' /metrics (leave out --prometheus-url), or check "
+                "a quiet pool"
+            )
         self.models, self.metric, self.client = models, target.metric, client
         self.read_at = [i for i, m in enumerate(models) if m is not None]
         self.urls = [target.system_urls[i] for i in self.read_at]

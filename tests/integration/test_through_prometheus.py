@@ -1,0 +1,123 @@
+"""Counters through Prometheus, workers found by their labels: a 2 x 2 pool (hash workers, the
+embedded frontend) scraped every second by Debian's Prometheus, whose file service discovery
+gives each worker the Dynamo operator's labels (as Prometheus keeps them: sanitised).
+
+`embedlab scenario same-model|multi-model --prometheus-url URL --discover prometheus:SELECTOR`
+finds the four workers, prints them, reads every counter through Prometheus' API at the
+scrape times, and passes a correct router and fails one that leaks (`--fault leak:0.1`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from embedlab import Deployment, DeploymentSpec
+from embedlab.cluster.ports import release_port, reserve_port
+
+from ..commands import run_embedlab
+
+MODELS = ("model-a", "model-b")
+# The operator's labels (nvidia.com/dynamo-...), as a file_sd target carries them.
+GRAPH = "embed-graph"
+LABELS = {
+    "nvidia_com_dynamo_graph_deployment_name": GRAPH,
+    "nvidia_com_dynamo_component_type": "worker",
+    "nvidia_com_dynamo_namespace": "embedlab",
+}
+# Given in the operator's own spelling: the check matches either.
+SELECTOR = (
+    f'prometheus:nvidia.com/dynamo-graph-deployment-name="{GRAPH}",nvidia.com/dynamo-component-type="worker"'
+)
+
+
+@contextmanager
+def prometheus(tmp_path: Path, dep: Deployment) -> Iterator[str]:
+    """Debian's Prometheus on 127.0.0.1, scraping `dep`'s workers every second through file_sd;
+    ready once it has scraped all four. Stopped by its process group, also on failure."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is missing: `make test` installs it (apt-get install prometheus)")
+    targets = [url.split("://", 1)[1].split("/", 1)[0] for url in dep.system_urls]
+    (tmp_path / "workers.json").write_text(json.dumps([{"targets": targets, "labels": LABELS}]))
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: dynamo-workers\n"
+        f"    file_sd_configs: [{{files: ['{tmp_path / 'workers.json'}'], refresh_interval: 1s}}]\n"
+    )
+    port = reserve_port()
+    argv = [
+        binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]  # fmt: skip
+    with open(tmp_path / "prometheus.log", "w") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()[-3000:]
+            try:
+                active = httpx.get(f"{url}/api/v1/targets", timeout=2).json()["data"]["activeTargets"]
+                if len([t for t in active if t["health"] == "up"]) == len(targets):
+                    break
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            assert time.monotonic() < end, "prometheus did not scrape every worker in 60 s"
+            time.sleep(0.2)
+        yield url
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        release_port(port)
+
+
+def through_prometheus(scenario: str, dep: Deployment, prom: str, *extra: str) -> tuple[int, str]:
+    started = time.monotonic()
+    proc = run_embedlab(
+        "scenario", scenario, "--frontend-url", dep.frontend_url, "--prometheus-url", prom,
+        "--discover", SELECTOR, *extra, timeout=120,
+    )  # fmt: skip
+    text = proc.stdout + proc.stderr
+    print(
+        f"\n{scenario} through Prometheus: exit {proc.returncode} in {time.monotonic() - started:.1f} s\n{text}"
+    )
+    return proc.returncode, text
+
+
+@pytest.mark.parametrize("fault", ["", "leak:0.1"], ids=["correct", "leaking"])
+def test_placement_through_prometheus_with_workers_found_by_their_labels(tmp_path: Path, fault: str) -> None:
+    spec = DeploymentSpec.pool(list(MODELS), replicas=2, frontend_args=("--fault", fault) if fault else ())
+    with Deployment(spec, run_dir=tmp_path / "run") as dep, prometheus(tmp_path, dep) as prom:
+        same = through_prometheus("same-model", dep, prom, "--models", MODELS[0], "--requests", "40")
+        multi = through_prometheus("multi-model", dep, prom)
+    for code, text in (same, multi):
+        # The deployment found, before the check: four workers, each model from its counter's label.
+        assert f"discovered 4 workers through Prometheus ({prom})" in text, text
+        for i, model in enumerate([MODELS[0], MODELS[0], MODELS[1], MODELS[1]]):
+            assert f"worker {i}: {model} (from the counter's model label)" in text, text
+        assert "nvidia_com_dynamo_component_type=worker" in text, text
+        # The verdict and its power sentence say how placement was read, and at what interval.
+        assert "counters read through Prometheus" in text and "at its 1.0 s scrape interval" in text, text
+        assert "added" in text and "to the verdict" in text, text
+        if fault:
+            assert code != 0 and "FAILED" in text and "leaked onto" in text, text
+        else:
+            assert code == 0 and "PASSED" in text, text
