@@ -76,6 +76,9 @@ def parameters_source(meta: Mapping[str, Any]) -> str:
         help = k.help
         if k.default is None and getattr(resolved, name, None) is not None:
             help += f"; None: {as_source(getattr(resolved, name))}"
+        if "=" in help:
+            # papermill reads no parameter whose comment holds one: it warns and loses the help.
+            raise ConfigError(f"{name}'s help holds '=', which papermill cannot parse: reword it ({help!r})")
         lines.append(f"{name} = {as_source(k.default)}  # {help}")
     name, default, help = RESULT_JSON
     lines.append(f"{name} = {as_source(default)}  # {help}")

@@ -201,12 +201,13 @@ class ScenarioPlan:
         "aligned to its scrapes: slower by a few scrape intervals; a quiet pool only",
     )  # fmt: skip
     prometheus_selector: str = knob(
-        "", 'attach: label matchers for every query of --prometheus-url, e.g. job="dynamo-workers"'
+        "", "attach: PromQL label matchers added to every query of --prometheus-url (the workers' job, say)"
     )
     discover: str = knob(
         "", "attach: find the workers by their labels among the targets of --prometheus-url, "
-        'prometheus:SELECTOR, e.g. prometheus:nvidia.com/dynamo-component-type="worker" (in place of '
-        "--system-url; each worker's model from its target's model label or its counter's)",
+        "prometheus:SELECTOR with SELECTOR a PromQL label selector, such as on the Dynamo operator's "
+        "nvidia.com/dynamo-component-type (in place of --system-url; each worker's model from its "
+        "target's model label or its counter's)",
     )  # fmt: skip
     worker_args: tuple[str, ...] = knob((), "an extra argument for every worker", each=True)
     frontend_args: tuple[str, ...] = knob((), "an extra argument for the frontend", each=True)

@@ -106,3 +106,26 @@ def test_a_new_knob_reaches_the_notebooks_cell_and_plan_call_by_its_name() -> No
             parameters_source({"scenario": "rounds-once", "parameters": ["round"]})
     finally:
         SCENARIOS.unregister("rounds-once")
+
+
+def test_a_knob_whose_help_papermill_cannot_parse_is_refused_when_its_cell_is_written() -> None:
+    """papermill reads `name = value  # help` only where the help holds no '=': it would warn on
+    every run and lose the parameter's help."""
+    from papermill.translators import PythonTranslator
+
+    from embedlab.notebook.parameters import parameters_source
+    from embedlab.scenarios.params import knob
+    from embedlab.scenarios.registry import SCENARIOS, register_scenario
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class SelectorParams:
+        selector: str = knob("", 'label matchers, e.g. job="workers"')
+
+    register_scenario("selector-once", lambda target, plan: None, params=SelectorParams)
+    try:
+        with pytest.raises(ConfigError, match="selector's help holds '='"):
+            parameters_source({"scenario": "selector-once", "parameters": ["knobs"]})
+    finally:
+        SCENARIOS.unregister("selector-once")
+    cell = {"cell_type": "code", "source": 'selector = ""  # label matchers, e.g. job="workers"'}
+    assert PythonTranslator.inspect(cell) == []  # the reason: papermill drops the line
