@@ -17,6 +17,15 @@ scenario (its --json), with the ratio of each to direct.
 
     .venv/bin/python bench/through_prometheus.py [--intervals 1,5] [--trials 3] [--out results.json]
 
+`--false-alarms N` instead runs N clean same-model checks (correct router, 40 requests of model-a)
+through Prometheus at 1 s, on ONE pool and ONE Prometheus kept up across them all, each check
+in-process (`embedlab.ScenarioPlan` + `run_scenario`, the CLI's --prometheus-url/--discover
+options), and reports the verdict counts, the false-alarm rate (share FAILED) with its 95 %
+Clopper-Pearson interval, the inconclusive share (stale scrapes) and the median time to verdict.
+`--budget S` stops starting checks after S seconds (the N done is reported).
+
+    .venv/bin/python bench/through_prometheus.py --false-alarms 200 [--budget 1200] [--out fa.json]
+
 Needs `prometheus` on PATH (Debian's package: `apt-get install prometheus`). Every process it
 starts (the pool, each Prometheus) is stopped by its process group, also on failure or SIGTERM.
 """
@@ -24,7 +33,10 @@ starts (the pool, each Prometheus) is stopped by its process group, also on fail
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import math
 import os
 import shutil
 import signal
@@ -40,7 +52,7 @@ from typing import Any
 
 import httpx
 
-from embedlab import Deployment, DeploymentSpec
+from embedlab import Deployment, DeploymentSpec, ScenarioPlan, run_scenario
 from embedlab.cluster.ports import release_port, reserve_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -193,6 +205,86 @@ def measure_pool(
     return results
 
 
+def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) 1 - alpha interval of a binomial share k/n, by bisection."""
+
+    def cdf(x: int, p: float) -> float:  # P(X <= x), X ~ Binomial(n, p)
+        return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(x + 1))
+
+    def solve(f: Any) -> float:  # f decreasing in p from >0 to <0 on [0, 1]
+        lo, hi = 0.0, 1.0
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if f(mid) > 0 else (lo, mid)
+        return (lo + hi) / 2
+
+    if n == 0:
+        return 0.0, 1.0
+    lower = 0.0 if k == 0 else solve(lambda p: alpha / 2 - (1 - cdf(k - 1, p)))  # P(X >= k) = alpha/2
+    upper = 1.0 if k == n else solve(lambda p: cdf(k, p) - alpha / 2)
+    return lower, upper
+
+
+def false_alarms(n: int, budget: float | None, work: Path) -> dict[str, Any]:
+    """N clean same-model checks through one Prometheus at 1 s on one correct 2 x 2 pool, in-process."""
+    spec = DeploymentSpec.pool(list(MODELS), replicas=2)
+    checks: list[dict[str, Any]] = []
+    with Deployment(spec, run_dir=work / "run-false-alarms") as dep, prometheus(dep, 1.0) as prom:
+        plan = ScenarioPlan(
+            scenario="same-model",
+            frontend_url=dep.frontend_url,
+            prometheus_url=prom,
+            discover=SELECTOR,
+            models=(MODELS[0],),
+            params={"requests": 40},
+        )
+        started = time.perf_counter()
+        for i in range(n):
+            if budget is not None and time.perf_counter() - started > budget:
+                print(f"  budget of {budget:g} s spent: stopping after {i} checks", flush=True)
+                break
+            out = io.StringIO()
+            t0 = time.perf_counter()
+            try:
+                with contextlib.redirect_stdout(out):
+                    result = run_scenario(plan)
+                verdict = result.verdict.value.upper()
+                wall, reasons = result.wall_seconds, list(result.reasons or [])
+            except Exception as exc:  # noqa: BLE001 -- counted as "other", the run goes on
+                verdict, wall, reasons = "ERROR", None, [f"{type(exc).__name__}: {exc}"]
+            seconds = time.perf_counter() - t0
+            checks.append(
+                {
+                    "verdict": verdict,
+                    "seconds": seconds,
+                    "wall_s": wall,
+                    "discovered": "discovered 4 workers through Prometheus" in out.getvalue(),
+                    "reasons": reasons if verdict != "PASSED" else [],
+                }
+            )
+            print(f"  check {i + 1}/{n}: {verdict} {seconds:.2f} s", flush=True)
+            if verdict != "PASSED":
+                print("    " + "; ".join(map(str, reasons))[:1500], flush=True)
+        loop_s = time.perf_counter() - started
+    done = len(checks)
+    counts = {v: sum(c["verdict"] == v for c in checks) for v in ("PASSED", "FAILED", "INCONCLUSIVE")}
+    counts["other"] = done - sum(counts.values())
+    lo, hi = clopper_pearson(counts["FAILED"], done)
+    summary = {
+        "n": done,
+        "counts": counts,
+        "false_alarm_rate": counts["FAILED"] / done if done else None,
+        "false_alarm_ci95": [lo, hi],
+        "inconclusive_share": counts["INCONCLUSIVE"] / done if done else None,
+        "median_s": _median([c["seconds"] for c in checks]),
+        "median_wall_s": _median([c["wall_s"] for c in checks]),
+        "p90_s": sorted(c["seconds"] for c in checks)[int(0.9 * (done - 1))] if done else None,
+        "all_discovered": all(c["discovered"] for c in checks),
+        "loop_s": loop_s,
+    }
+    return {"summary": summary, "checks": checks}
+
+
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield None
@@ -251,7 +343,35 @@ def main() -> None:
     )
     parser.add_argument("--trials", type=int, default=3, help="trials per check and way (default: 3)")
     parser.add_argument("--out", type=Path, default=None, help="also write every trial as JSON here")
+    parser.add_argument(
+        "--false-alarms", type=int, default=0, metavar="N",
+        help="instead: N clean same-model checks through one Prometheus at 1 s on one pool",
+    )  # fmt: skip
+    parser.add_argument(
+        "--budget", type=float, default=None, help="--false-alarms: seconds after which no check starts"
+    )
     args = parser.parse_args()
+    if args.false_alarms:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="through-prom-bench-") as tmp:
+            res = false_alarms(args.false_alarms, args.budget, Path(tmp))
+        s = res["summary"]
+        c = s["counts"]
+        lo, hi = s["false_alarm_ci95"]
+        print(
+            f"\n{s['n']} clean same-model checks through Prometheus at 1 s: {c['PASSED']} passed,"
+            f" {c['FAILED']} failed, {c['INCONCLUSIVE']} inconclusive, {c['other']} other\n"
+            f"false-alarm rate {c['FAILED']}/{s['n']} = {100 * (s['false_alarm_rate'] or 0):.1f} %"
+            f" (95 % Clopper-Pearson {100 * lo:.2f} to {100 * hi:.2f} %); inconclusive"
+            f" {100 * (s['inconclusive_share'] or 0):.1f} %\n"
+            f"time to verdict: median {_fmt(s['median_s'])} s (p90 {_fmt(s['p90_s'])} s), median"
+            f" wall_seconds {_fmt(s['median_wall_s'])} s; 4 workers discovered every time: {s['all_discovered']}\n"
+            f"checks {s['loop_s']:.0f} s; bench wall {time.perf_counter() - started:.0f} s"
+        )
+        if args.out:
+            args.out.write_text(json.dumps(res, indent=1))
+        return
     intervals = [float(x) for x in args.intervals.split(",") if x.strip()]
     # SIGTERM unwinds like Ctrl-C, so the pool and Prometheus are stopped by their process groups.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -45,7 +45,7 @@ from ..verdicts import Verdict
 from .index import APPENDIX_MARKER, KV_MARKER, SERVERS_MARKER, write_conformance
 from .matrix import GENERIC_NOTEBOOK, Job, default_notebook_dir
 from .regress import Outcome, check_kernel, new_run_dir, run_jobs
-from .run_report import write_junit
+from .run_report import JUNIT_XML, write_junit
 
 __all__ = [
     "ConformanceRun",
@@ -227,7 +227,7 @@ def conformance(
     }
     json_path = write_json(run_dir / "conformance.json", data)
     junit = write_junit(
-        run_dir / "junit.xml", {"wall_seconds": data["wall_seconds"], "scenarios": data["scenarios"]}
+        run_dir / JUNIT_XML, {"wall_seconds": data["wall_seconds"], "scenarios": data["scenarios"]}
     )
     html = write_conformance(run_dir / "conformance.html", data)
     return ConformanceRun(

@@ -36,8 +36,8 @@ from ..errors import ShardMergeError
 from ..jsonio import load_json
 from ..verdicts import RunStatus, Verdict
 from ..wording import counted
-from .run_report import ReportImage, notebook_figures
-from .runfiles import history, new_run_dir, run_status, this_process, write_run
+from .run_report import RESULTS_JSON, ReportImage, notebook_figures
+from .runfiles import RunFolder, history, new_run_dir, run_status, this_process, write_run
 
 __all__ = ["MergedRun", "merge_runs", "summary"]
 
@@ -45,7 +45,7 @@ _FILES = ("report_html", "notebook_out", "result_json", "logs")  # a job's files
 
 
 @dataclass(frozen=True, kw_only=True)
-class MergedRun:
+class MergedRun(RunFolder):
     """What `merge_runs` wrote: `results` is its results.json."""
 
     run_id: str
@@ -64,18 +64,6 @@ class MergedRun:
     @property
     def failed(self) -> list[Mapping[str, Any]]:
         return [s for s in self.results["scenarios"] if not Verdict(s["verdict"]).ok]
-
-    @property
-    def index_html(self) -> Path:
-        return self.run_dir / "index.html"
-
-    @property
-    def results_json(self) -> Path:
-        return self.run_dir / "results.json"
-
-    @property
-    def junit_xml(self) -> Path:
-        return self.run_dir / "junit.xml"
 
 
 @dataclass(frozen=True)
@@ -170,7 +158,7 @@ def merge_runs(
 
 def _read(path: Path) -> _Part:
     try:
-        results = load_json(path / "results.json")
+        results = load_json(path / RESULTS_JSON)
     except (OSError, ValueError) as exc:
         raise ShardMergeError(
             f"{path} is not a regress run folder: cannot read its results.json ({exc.__class__.__name__})",

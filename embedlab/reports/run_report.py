@@ -21,6 +21,9 @@ from ..jsonio import load_json as load_results, write_bytes_atomic, write_json, 
 from ..verdicts import Verdict
 
 __all__ = [
+    "INDEX_HTML",
+    "JUNIT_XML",
+    "RESULTS_JSON",
     "VERDICT_COLOURS",
     "VERDICT_CSS",
     "ReportImage",
@@ -35,6 +38,11 @@ __all__ = [
     "write_json",
     "write_junit",
 ]
+
+# The files every run folder holds (and the outputs folder's index): named here only.
+RESULTS_JSON = "results.json"
+JUNIT_XML = "junit.xml"
+INDEX_HTML = "index.html"
 
 FIGURE_TAG = "report-figure"  # cells whose images index.html shows inline
 
@@ -169,7 +177,7 @@ def _banner(title: str, banner: Mapping[str, Any], target: Path) -> str:
     status = str(banner.get("verdict", ""))
     params = " ".join(f"{k}={short(v)}" for k, v in (banner.get("params") or {}).items())
     summary = str(banner.get("summary") or "")
-    index = target.parent / "index.html"
+    index = target.parent / INDEX_HTML
     return (
         f'<div class="embedlab-banner">{head}<div><span class="verdict {escape(status)}">{escape(status.upper())}</span>'
         + (f" &middot; {escape(summary)}" if summary and summary.lower() != status else "")

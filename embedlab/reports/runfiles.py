@@ -38,11 +38,22 @@ from ..verdicts import RunStatus, Verdict
 from ..wording import counted
 from .index import write_index
 from .matrix import Job
-from .run_report import VERDICT_CSS, ReportImage, escape, notebook_figures, verdict_badge, write_junit
+from .run_report import (
+    INDEX_HTML,
+    JUNIT_XML,
+    RESULTS_JSON,
+    VERDICT_CSS,
+    ReportImage,
+    escape,
+    notebook_figures,
+    verdict_badge,
+    write_junit,
+)
 
 __all__ = [
     "Finished",
     "RunFiles",
+    "RunFolder",
     "history",
     "latest_results",
     "mark_command",
@@ -81,8 +92,26 @@ class Finished(Protocol):
     def to_json(self, root: Path) -> dict[str, Any]: ...
 
 
+class RunFolder:
+    """The files of a run folder (`run_dir`), by path: a regress run's, a merged one's."""
+
+    run_dir: Path
+
+    @property
+    def results_json(self) -> Path:
+        return self.run_dir / RESULTS_JSON
+
+    @property
+    def junit_xml(self) -> Path:
+        return self.run_dir / JUNIT_XML
+
+    @property
+    def index_html(self) -> Path:
+        return self.run_dir / INDEX_HTML
+
+
 @dataclass(kw_only=True)
-class RunFiles:
+class RunFiles(RunFolder):
     """One regress run's results.json, junit.xml and index.html, and the outputs folder's index,
     rewritten from the outcomes so far (`finished`, `write`)."""
 
@@ -110,18 +139,6 @@ class RunFiles:
             scenarios = self._previous_results.get("scenarios", [])
             self._previous_results["scenarios"] = [s for s in scenarios if s.get("name") in mine]
         self._listed: RunStatus | None = None  # the status the outputs index shows
-
-    @property
-    def results_json(self) -> Path:
-        return self.run_dir / "results.json"
-
-    @property
-    def junit_xml(self) -> Path:
-        return self.run_dir / "junit.xml"
-
-    @property
-    def index_html(self) -> Path:
-        return self.run_dir / "index.html"
 
     @property
     def wall_seconds(self) -> float:
@@ -183,9 +200,9 @@ def write_run(
     list_run: bool = True,
 ) -> None:
     """The run's pages, then its results.json: a reader who sees a status finds pages that say it."""
-    write_junit(run_dir / "junit.xml", results)
-    write_index(run_dir / "index.html", results, previous=previous, figures=figures)
-    write_json(run_dir / "results.json", results)
+    write_junit(run_dir / JUNIT_XML, results)
+    write_index(run_dir / INDEX_HTML, results, previous=previous, figures=figures)
+    write_json(run_dir / RESULTS_JSON, results)
     if list_run:
         write_outputs_index(run_dir.parent)
 
@@ -202,7 +219,7 @@ def mark_interrupted(run_dir: Path) -> bool:
     SIGKILL, a crash); nothing else writes that run any more.
     """
     try:
-        results = load_json(run_dir / "results.json")
+        results = load_json(run_dir / RESULTS_JSON)
     except (OSError, ValueError):
         return False
     if results.get("status") != RunStatus.RUNNING:
@@ -215,7 +232,7 @@ def mark_interrupted(run_dir: Path) -> bool:
     previous = None
     if results.get("previous_run"):
         with contextlib.suppress(OSError, ValueError):
-            previous = load_json(run_dir.parent / results["previous_run"] / "results.json")
+            previous = load_json(run_dir.parent / results["previous_run"] / RESULTS_JSON)
     write_run(run_dir, results, previous=previous, figures=figures)
     return True
 
@@ -285,7 +302,7 @@ def _runs(out: Path, *, exclude: Path | None = None) -> list[tuple[Path, dict[st
     """Every run folder's results.json in `out`, newest first by its own start time."""
     found: list[tuple[float, Path, dict[str, Any]]] = []
     for candidate in _children(out):
-        path = candidate / "results.json"
+        path = candidate / RESULTS_JSON
         if candidate == exclude or not path.is_file():
             continue
         try:
@@ -339,7 +356,7 @@ def write_outputs_index(out: Path) -> Path:
             }
             for path, results in _runs(out)
         ]
-        return write_runs_index(out / "index.html", runs)
+        return write_runs_index(out / INDEX_HTML, runs)
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..jsonio import load_json, write_json
 from .matrix import Job
+from .run_report import RESULTS_JSON
 
 __all__ = [
     "COMMIT_ENV",
@@ -197,7 +198,7 @@ def durations_of(results: Mapping[str, Any]) -> dict[str, float]:
 
 def load_durations(path: Path) -> dict[str, float]:
     """`durations_of` a file: a run's results.json (or its folder), or a durations file."""
-    path = path / "results.json" if path.is_dir() else path
+    path = path / RESULTS_JSON if path.is_dir() else path
     try:
         data = load_json(path)
     except (OSError, ValueError) as exc:

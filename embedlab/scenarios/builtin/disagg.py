@@ -30,7 +30,7 @@ from ..burst import BurstSpec, judge, run_burst, serving, workers_of
 from ..params import knob, with_knobs
 from ..registry import Scenario
 from ..result import Burst, DataFigures, ScenarioResult
-from .kv import KINDS, check_kind, model_path, participation_requests
+from .kv import KINDS, check_kind, model_path, on_plan, participation_requests
 
 __all__ = ["PrefillDecodeParams", "StageFigures", "prefill_decode"]
 
@@ -173,14 +173,8 @@ def prefill_decode(
     )
 
 
-def run_prefill_decode(target: Deployment | Target, plan: Any) -> ScenarioResult:
-    return prefill_decode(
-        target, params=plan.params, model=plan.models[0] if plan.models else None, progress=plan.progress
-    )
-
-
 PREFILL_DECODE = Scenario(
-    name="prefill-decode", run=run_prefill_decode, params=PrefillDecodeParams,
+    name="prefill-decode", run=on_plan(prefill_decode), params=PrefillDecodeParams,
     deployment={"router_mode": "kv", "workers": 4, "prefill_workers": 2, "endpoints": "model"},
     help="new prompts through prefill and decode pools: each counted once per stage, every worker of "
     "each stage takes part (dynamo #12864)",

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -312,27 +313,26 @@ def kv_participation(
 # -- as registered scenarios: run(target, plan) -------------------------------------------------
 
 
-def run_prefix_affinity(target: Deployment | Target, plan: Any) -> ScenarioResult:
-    return prefix_affinity(
-        target, params=plan.params, model=plan.models[0] if plan.models else None, progress=plan.progress
-    )
+def on_plan(check: Callable[..., ScenarioResult]) -> Callable[[Deployment | Target, Any], ScenarioResult]:
+    """`check(target, params=, model=, progress=)` as a registered scenario's `run(target, plan)`:
+    the plan's knobs, its first model (None: the only one served) and its progress bars."""
 
+    def run(target: Deployment | Target, plan: Any) -> ScenarioResult:
+        first = plan.models[0] if plan.models else None
+        return check(target, params=plan.params, model=first, progress=plan.progress)
 
-def run_kv_participation(target: Deployment | Target, plan: Any) -> ScenarioResult:
-    return kv_participation(
-        target, params=plan.params, model=plan.models[0] if plan.models else None, progress=plan.progress
-    )
+    return run
 
 
 PREFIX_AFFINITY = Scenario(
-    name="prefix-affinity", run=run_prefix_affinity, params=AffinityParams,
+    name="prefix-affinity", run=on_plan(prefix_affinity), params=AffinityParams,
     deployment={"router_mode": PREFIX_AWARE},
     help="groups of completions sharing a prefix, one group at a time: a KV-aware router keeps each "
     "group on one worker (the router's view of the KV events beside it)",
 )  # fmt: skip
 
 KV_PARTICIPATION = Scenario(
-    name="kv-participation", run=run_kv_participation, params=ParticipationParams,
+    name="kv-participation", run=on_plan(kv_participation), params=ParticipationParams,
     deployment={"router_mode": PREFIX_AWARE},
     help="prompts that share nothing, more of them than workers: every worker takes part (dynamo #7836)",
 )  # fmt: skip
