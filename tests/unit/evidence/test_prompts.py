@@ -18,7 +18,6 @@ NONCE = "a1b2c3d4"  # the scenarios' nonce is secrets.token_hex(4): 8 hex digits
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model directory with the tiny Qwen3's tokenizer.json (what cached_tiny_model ships), built
     without torch or the model's weights: the tokenizer is all that counts prompts."""
-    pytest.importorskip("tokenizers")
     from embedlab.engines.tiny_tokenizers import write_qwen_tokenizer
 
     path = tmp_path_factory.mktemp("tiny-qwen3")
