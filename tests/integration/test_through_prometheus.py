@@ -10,22 +10,17 @@ scrape times, and passes a correct router and fails one that leaks (`--fault lea
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 
 from embedlab import Deployment, DeploymentSpec
-from embedlab.cluster.ports import release_port, reserve_port
 
 from ..commands import run_embedlab
+from ..prometheus_server import prometheus_server, scrapes_up
 
 MODELS = ("model-a", "model-b")
 # The operator's labels (nvidia.com/dynamo-...), as a file_sd target carries them.
@@ -45,48 +40,17 @@ SELECTOR = (
 def prometheus(tmp_path: Path, dep: Deployment) -> Iterator[str]:
     """Debian's Prometheus on 127.0.0.1, scraping `dep`'s workers every second through file_sd;
     ready once it has scraped all four. Stopped by its process group, also on failure."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is missing: `make test` installs it (apt-get install prometheus)")
     targets = [url.split("://", 1)[1].split("/", 1)[0] for url in dep.system_urls]
     (tmp_path / "workers.json").write_text(json.dumps([{"targets": targets, "labels": LABELS}]))
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
+    config = (
         "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
         "scrape_configs:\n"
         "  - job_name: dynamo-workers\n"
         f"    file_sd_configs: [{{files: ['{tmp_path / 'workers.json'}'], refresh_interval: 1s}}]\n"
     )
-    port = reserve_port()
-    argv = [
-        binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]  # fmt: skip
-    with open(tmp_path / "prometheus.log", "w") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        end = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()[-3000:]
-            try:
-                active = httpx.get(f"{url}/api/v1/targets", timeout=2).json()["data"]["activeTargets"]
-                if len([t for t in active if t["health"] == "up"]) == len(targets):
-                    break
-            except (httpx.HTTPError, ValueError, KeyError):
-                pass
-            assert time.monotonic() < end, "prometheus did not scrape every worker in 60 s"
-            time.sleep(0.2)
+    ready = scrapes_up(len(targets))
+    with prometheus_server(tmp_path, config, ready=ready, what="scrape every worker") as url:
         yield url
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        release_port(port)
 
 
 def through_prometheus(scenario: str, dep: Deployment, prom: str, *extra: str) -> tuple[int, str]:

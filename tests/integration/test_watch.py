@@ -9,7 +9,6 @@ Every wait is for a state, with a generous deadline; the times the states took a
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,13 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from embedlab import Deployment, DeploymentSpec
-from embedlab.cluster.ports import release_port, reserve_port
 from embedlab.watch import names
 from tests.integration.test_other_traffic import another_client
+from tests.prometheus_server import answers_ready, prometheus_server
 
 MODELS = ("model-a", "model-b")
 # Another client: one `hey` per model at 2 req/s (bounded), beside the watch's 16 req/s cap.
@@ -181,46 +179,15 @@ def test_a_correct_router_under_another_client_turns_ok_and_stays_ok_through_a_r
 def prometheus(tmp_path: Path, scrape_port: int) -> Iterator[str]:
     """Debian's Prometheus in a temp dir on 127.0.0.1, scraping the watch every second with the
     shipped rules; stopped by its process group, its data dir removed with tmp_path."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is missing: `make test` installs it (apt-get install prometheus)")
-    port = reserve_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
+    config = (
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         f"rule_files: ['{names.RULES_FILE}']\n"
         "scrape_configs:\n"
         "  - job_name: embedlab-watch\n"
         f"    static_configs: [{{targets: ['127.0.0.1:{scrape_port}']}}]\n"
     )
-    argv = [
-        binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]  # fmt: skip
-    with open(tmp_path / "prometheus.log", "w") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        end = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < end, "prometheus was not ready in 60 s"
-            time.sleep(0.2)
+    with prometheus_server(tmp_path, config, ready=answers_ready, what="answer ready") as url:
         yield url
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        release_port(port)
 
 
 def alert_states(url: str) -> dict[str, str]:
