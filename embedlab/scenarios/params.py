@@ -149,6 +149,11 @@ class Knob:
             raise ConfigError(f"{scenario}: {self.name} must be at least {self.min:g}, got {value!r}")
         if self.positive and isinstance(value, (int, float)) and value <= 0:
             raise ConfigError(f"{scenario}: {self.name} must be positive, got {value!r}")
+        allowed = self.values()
+        if allowed is not None and value not in allowed:
+            raise ConfigError(
+                f"{scenario}: {self.name} must be one of {', '.join(map(str, allowed))}, got {value!r}"
+            )
         return value
 
     def _parsed(self, text: str, kind: type, scenario: str) -> Any:

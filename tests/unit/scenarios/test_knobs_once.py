@@ -129,3 +129,14 @@ def test_a_knob_whose_help_papermill_cannot_parse_is_refused_when_its_cell_is_wr
         SCENARIOS.unregister("selector-once")
     cell = {"cell_type": "code", "source": 'selector = ""  # label matchers, e.g. job="workers"'}
     assert PythonTranslator.inspect(cell) == []  # the reason: papermill drops the line
+
+
+def test_a_knobs_choices_hold_from_python_and_matrices_as_on_the_command_line() -> None:
+    from embedlab.scenarios.builtin.dispatch import MultiModelParams
+    from embedlab.scenarios.params import params_of, with_knobs
+
+    assert with_knobs(MultiModelParams, None, {"kind": "chat"}, scenario="multi-model").kind == "chat"
+    with pytest.raises(ConfigError, match="kind must be one of embeddings, completions, chat, got 'chta'"):
+        with_knobs(MultiModelParams, None, {"kind": "chta"}, scenario="multi-model")
+    with pytest.raises(ConfigError, match="kind must be one of"):
+        params_of(MultiModelParams, {"kind": "embedding"}, scenario="multi-model")
