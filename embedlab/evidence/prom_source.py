@@ -251,6 +251,7 @@ class PrometheusCounters:
     timeout: float = 5.0
     waited_s: float = field(default=0.0, init=False)
     reads: int = field(default=0, init=False)
+    stale: int = field(default=0, init=False)  # reads that found a worker's scrape missing or stale
 
     def __post_init__(self) -> None:
         self.url = self.url.rstrip("/")
@@ -313,6 +314,7 @@ class PrometheusCounters:
         self.reads += 1
         if stale:
             k = stale[0]
+            self.stale += 1
             raise self._stale(indices[k], urls[k], workers[k], samples, ups, asked, moment)
         return [self._snapshot(url, metric, keys, samples) for url, keys in zip(urls, workers)]
 
@@ -371,14 +373,19 @@ class PrometheusCounters:
     def sentence(self) -> str:
         """How placement was read, and what aligning the bursts to the scrapes cost, in words."""
         cost = (
-            f": waiting for scrapes that bracket each burst added {_seconds(self.waited_s)} s to the verdict "
-            f"over {self.reads} snapshots"
+            f": waiting for scrapes that bracket each burst or window added {_seconds(self.waited_s)} s to "
+            f"the verdict over {self.reads} snapshots"
             if self.reads
+            else ""
+        )
+        stale = (
+            f"; {self.stale} of them found a worker's scrape missing or stale, and judged nothing"
+            if self.stale
             else ""
         )
         return (
             f"counters read through Prometheus ({self.url}) at its {_seconds(self.scrape_interval_s)} s scrape "
-            f"interval{cost}"
+            f"interval{cost}{stale}"
         )
 
 

@@ -106,7 +106,7 @@ def attach(
     where the router counts per model what it takes and answers (`router.router_metrics(url)`), read
     beside the workers' counters at every window of a busy check. `counters`: where to read the
     workers' counters instead of their /metrics (`prom_source.prometheus_counters(url, system_urls)`:
-    through Prometheus, each burst aligned to its scrapes; a quiet pool only).
+    through Prometheus, each burst and each busy window aligned to its scrapes).
     """
     if not system_urls:
         raise ConfigError(

@@ -198,7 +198,7 @@ class ScenarioPlan:
     )  # fmt: skip
     prometheus_url: str = knob(
         "", "attach: read the workers' counters through this Prometheus (its HTTP API), each burst "
-        "aligned to its scrapes: slower by a few scrape intervals; a quiet pool only",
+        "and busy window aligned to its scrapes: slower by about a scrape interval a snapshot",
     )  # fmt: skip
     prometheus_selector: str = knob(
         "", "attach: PromQL label matchers added to every query of --prometheus-url (the workers' job, say)"

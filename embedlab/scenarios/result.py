@@ -162,10 +162,13 @@ class ScheduleWindow:
     deltas: tuple[float, ...]  # by worker index
     sent: dict[str, int]  # answered before the window's closing snapshot, by model
     late: int = 0  # still in flight at that snapshot
-    kept: bool = True  # False: its block had a late request and was set aside (run again)
+    kept: bool = True  # False: its block had a late request or a stale read, and was set aside (run again)
     # Per model, the other clients' requests the router took in the window (its own counts less
     # the check's), where they are read; None where they are not.
     others: dict[str, float] | None = None
+    # Its closing read through Prometheus found a worker's scrape missing or stale: its deltas are
+    # unknown (NaN), and its block was cut there.
+    stale: bool = False
 
 
 @dataclass
@@ -206,7 +209,7 @@ class ScheduleRun:
 
     @property
     def set_aside(self) -> int:
-        """Windows whose block had a late answer, run again: they judge nothing."""
+        """Windows whose block had a late answer or a stale read, run again: they judge nothing."""
         return sum(not w.kept for w in self.windows)
 
     def to_json(self) -> dict[str, Any]:

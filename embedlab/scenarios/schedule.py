@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import httpx
 
 from ..defaults import BUSY_BUDGET_S
-from ..errors import CounterResetError, ScrapeError, UnsupportedError
+from ..errors import CounterResetError, ScrapeError
 from ..evidence import clients
 from ..evidence.accounting import Accounting, RouterCounts
 from ..evidence.busy import BusyMonitor, BusyVerdict, Schedule, WindowRecord
@@ -120,25 +120,26 @@ async def _blocks(
     # The budget is wall time, blocks set aside included: the monitor only counts what it is fed.
     monitor = reader.monitor = BusyMonitor(schedule, reader.models, weights, budget_s=math.inf)
     before = await reader.read()
-    origin = time.perf_counter()
+    origin = reader.start()
     block = 0
     while True:
-        found, before = await _block(schedule, block, origin, sender, reader, before)
-        kept = not any(w.late for w in found)
+        found, after = await _block(schedule, block, origin, sender, reader, before)
+        kept = after is not None and not any(w.late for w in found)
         windows += [w if kept else dataclasses.replace(w, kept=False) for w in found]
         verdict = None
-        if kept:
+        if kept and after is not None:
             for w in found:
                 monitor.add(WindowRecord(index=w.index, deltas=w.deltas, sent=w.sent, others=w.others))
             block += 1
             verdict = monitor.verdict(final=False)
+            before = after
         else:
             # Every answer in, then a fresh read: the next block starts from nothing in flight.
             await sender.settle()
             before = await reader.read()
         if verdict is None and monitor.miscount is not None:
             verdict = monitor.verdict(final=False)  # the router's counts ruled, blocks kept or not
-        if verdict is None and time.perf_counter() - origin >= budget_s:
+        if verdict is None and reader.spent() >= budget_s:
             verdict = monitor.verdict(final=True)
         if verdict is not None:
             return verdict
@@ -151,25 +152,27 @@ async def _block(
     sender: WindowSender,
     reader: _Reader,
     before: list[Snapshot],
-) -> tuple[list[ScheduleWindow], list[Snapshot]]:
-    """One block's windows (evidence/busy/driver.py), and the last read."""
+) -> tuple[list[ScheduleWindow], list[Snapshot] | None]:
+    """One block's windows (evidence/busy/driver.py), and its last read (None: a read through
+    Prometheus found a worker's scrape stale; the block is cut there and judges nothing)."""
 
-    async def read() -> tuple[RouterCounts | None, list[Snapshot], RouterCounts | None]:
+    async def read() -> tuple[RouterCounts | None, list[Snapshot] | None, RouterCounts | None]:
         # The router's counts on either side of the window, where it is read.
         opened = reader.router_after
-        after = await reader.read()
+        after = await reader.read_or_stale()
         return opened, after, reader.router_after
 
     cuts = await run_block(
-        schedule, block, window_s=schedule.window_s, origin=origin, sender=sender, read=read
-    )
+        schedule, block, window_s=schedule.window_s, origin=origin, sender=sender, read=read,
+        go_on=lambda r: r[1] is not None, aligned=reader.aligned,
+    )  # fmt: skip
     found: list[ScheduleWindow] = []
+    last: list[Snapshot] | None = before
     for cut in cuts:
         opened, after, closed = cut.read
-        deltas = reader.deltas(before, after)
-        before = after
         # What counts in the window: the answers in hand when its closing read began.
         sent = dict(Counter(r.model for r in cut.answered if r.status))
+        deltas = reader.deltas(last, after) if last is not None and after is not None else reader.unread()
         found.append(
             ScheduleWindow(
                 cut.window.index,
@@ -180,24 +183,31 @@ async def _block(
                 sent,
                 cut.late,
                 others=reader.others(opened, closed, sent),
+                stale=after is None,
             )
         )
-    return found, before
+        last = after
+    return found, last
 
 
 class _Reader:
     """Every worker the schedule judges (`models` not None), read at once; where the target says
     where the router counts, its counts just before and just after (evidence/router.py), and what
-    they and the workers' say together, handed to `monitor` at every read."""
+    they and the workers' say together, handed to `monitor` at every read.
+
+    Through Prometheus (`target.counters`), each read waits for a scrape of every worker after it
+    was asked (evidence/prom_source.py), so a window is judged only between two scrapes of every
+    worker that bracket it: its requests go out after the opening scrapes, and the closing ones
+    are taken after its answers came back. The windows then run each on its own clock (`aligned`),
+    and the waits are kept apart from the budget (`spent`): the verdict's sentence says what they
+    cost. A read that finds a worker's scrape missing or stale cuts its block, which is set aside
+    and judges nothing (`read_or_stale`); the read after it, from nothing in flight, must find
+    every worker scraped, or the check ends inconclusive naming the worker."""
 
     def __init__(self, target: Target, models: Sequence[str | None], client: httpx.AsyncClient) -> None:
-        if target.counters is not None:
-            raise UnsupportedError(
-                "the busy schedule through Prometheus is not yet supported: its windows are read at once, "
-                "not aligned to scrapes; read the workers' /metrics (leave out --prometheus-url), or check "
-                "a quiet pool"
-            )
         self.models, self.metric, self.client = models, target.metric, client
+        self.source = target.counters
+        self.aligned = self.source is not None
         self.read_at = [i for i, m in enumerate(models) if m is not None]
         self.urls = [target.system_urls[i] for i in self.read_at]
         self.router = target.router_metrics
@@ -205,12 +215,45 @@ class _Reader:
         self.accounting = Accounting(models, self.router_name) if self.router else None
         self.router_after: RouterCounts | None = None
         self.monitor: BusyMonitor | None = None
+        self.origin = time.perf_counter()
+        self.waited_s = 0.0  # in reads through Prometheus since `origin`
+        self.stale: list[str] = []  # each stale read's words, in order
+
+    def start(self) -> float:
+        """The schedule's clock starts: the budget counts from here, less the waits for scrapes."""
+        self.origin, self.waited_s = time.perf_counter(), 0.0
+        return self.origin
+
+    def spent(self) -> float:
+        """The schedule's own time so far, against its budget: the waits for scrapes left out."""
+        return time.perf_counter() - self.origin - self.waited_s
+
+    async def read_or_stale(self) -> list[Snapshot] | None:
+        """A read inside a block: None where a read through Prometheus found a worker stale."""
+        if self.source is None:
+            return await self.read()
+        try:
+            return await self.read()
+        except ScrapeError as exc:
+            self.stale.append(str(exc))
+            return None
+
+    async def _workers(self) -> list[Snapshot]:
+        if self.source is None:
+            return await ascrape_all(self.urls, metric=self.metric, client=self.client, indices=self.read_at)
+        started = time.perf_counter()
+        try:
+            return await self.source.aread(
+                self.urls, self.read_at, self.metric, moment="at a window's boundary"
+            )
+        finally:
+            self.waited_s += time.perf_counter() - started
 
     async def read(self) -> list[Snapshot]:
         if self.router is None or self.accounting is None:
-            return await ascrape_all(self.urls, metric=self.metric, client=self.client, indices=self.read_at)
+            return await self._workers()
         opening = await read_router(self.router, self.client)
-        found = await ascrape_all(self.urls, metric=self.metric, client=self.client, indices=self.read_at)
+        found = await self._workers()
         self.router_after = await read_router(self.router, self.client)
         counters = [0.0] * len(self.models)
         for i, snapshot in zip(self.read_at, found):
@@ -219,6 +262,10 @@ class _Reader:
         if self.monitor is not None:
             self.monitor.account(miscount, self.router_name)
         return found
+
+    def unread(self) -> tuple[float, ...]:
+        """The deltas of a window cut by a stale read: none known (it judges nothing)."""
+        return (math.nan,) * len(self.models)
 
     def others(
         self, opened: RouterCounts | None, closed: RouterCounts | None, sent: Mapping[str, int]

@@ -2,7 +2,11 @@
 
     cuts = await run_block(schedule, block, window_s=0.25, origin=t, sender=sender, read=read)
 
-A block's windows run on one clock (its start + k * window_s). Each window's requests go out at
+A block's windows run on one clock (its start + k * window_s). Where a read waits for something
+outside the check (`aligned`: counters read through Prometheus, each read waiting for a scrape of
+every worker after it was asked), each window runs on its own clock instead, from the moment its
+opening read came back: its sending part stays whole however long the read waited, and its
+requests go out only after every worker was scraped. Each window's requests go out at
 once, right after its opening read, and count where they were answered before its closing read:
 `Cut.answered` holds the answers in hand when that read began, and a request still in flight then
 (late) would count in the next window, perhaps of another arm. What a late or disturbed block means
@@ -76,17 +80,21 @@ async def run_block(
     sender: Sender[A],
     read: Callable[[], Awaitable[R]],
     go_on: Callable[[R], bool] = lambda _: True,
+    aligned: bool = False,
 ) -> list[Cut[A, R]]:
     """Block `block` of `schedule`, window by window: send, wait for the window's end, read. Stops
-    early after a read `go_on` refuses (a worker unread, a counter reset)."""
+    early after a read `go_on` refuses (a worker unread, a counter reset, a stale scrape).
+    `aligned`: each window's clock starts when its opening read came back (reads that wait for
+    scrapes), not at the block's start plus the windows before it."""
     t0 = time.perf_counter()
     arms = len(schedule.arms)
     cuts: list[Cut[A, R]] = []
     for position in range(arms):
         window = schedule.window(block * arms + position)
-        at = t0 - origin + position * window_s
+        opened = time.perf_counter() if aligned else t0 + position * window_s
+        at = opened - origin
         answered = sender.send(window.arm.requests, name=window.arm.name, at=at)
-        await asyncio.sleep(max(0.0, t0 + (position + 1) * window_s - time.perf_counter()))
+        await asyncio.sleep(max(0.0, opened + window_s - time.perf_counter()))
         in_hand = list(answered)
         after = await read()
         cuts.append(Cut(window, at, sum(window.arm.requests.values()), in_hand, after))

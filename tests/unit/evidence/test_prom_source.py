@@ -4,13 +4,14 @@ transport mocked (httpx.MockTransport), and the freshness rule on plain samples.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
 import httpx
 import pytest
 
-from embedlab.errors import ConfigError, ScrapeError, UnsupportedError
+from embedlab.errors import ConfigError, ScrapeError
 from embedlab.evidence import prom_source
 from embedlab.evidence.metrics import MetricQuery
 from embedlab.evidence.prom_source import (
@@ -255,18 +256,26 @@ def test_a_scrape_that_does_not_come_makes_the_read_fail_naming_the_worker_as_st
     assert "last sample was scraped 5." in str(caught.value)
 
 
-def test_busy_checks_through_prometheus_are_unsupported_and_discovery_needs_its_url() -> None:
+def test_the_busy_schedule_reads_through_prometheus_aligned_and_a_stale_read_judges_nothing() -> None:
     from embedlab.scenarios.schedule import _Reader
 
-    counters = PrometheusCounters(PROM, ((("w", "a"),), (("w", "b"),)), scrape_interval_s=1)
-    found = attach("http://f:1", ["http://a:1", "http://b:1"], counters=counters)
+    found = attach("http://f:1", ["http://a:1", "http://b:1"], counters=_Stale())
 
-    async def reader() -> None:
+    async def reads() -> tuple[bool, Any]:
         async with httpx.AsyncClient() as client:
-            _Reader(found, ["m", "m"], client)
+            reader = _Reader(found, ["m", "m"], client)
+            cut = await reader.read_or_stale()  # inside a block: the block is cut, nothing judged
+            with pytest.raises(ScrapeError, match="worker 1"):
+                await reader.read()  # from nothing in flight: the check ends inconclusive
+            return reader.aligned, (cut, reader.stale, reader.unread())
 
-    with pytest.raises(UnsupportedError, match="busy schedule through Prometheus is not yet supported"):
-        asyncio.run(reader())
+    aligned, (cut, stale, unread) = asyncio.run(reads())
+    assert aligned and cut is None
+    assert stale == ["no scrape of worker 1 (b) at a window's boundary: stale"]
+    assert len(unread) == 2 and all(math.isnan(d) for d in unread)
+
+
+def test_discovery_needs_the_prometheus_url_and_finds_what_system_urls_would_say() -> None:
     with pytest.raises(ConfigError, match="give it too"):
         ScenarioPlan(scenario="same-model", frontend_url="http://f:1", discover='prometheus:job="w"')
     with pytest.raises(ConfigError, match="leave out system_urls"):
