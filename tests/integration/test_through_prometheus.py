@@ -5,6 +5,8 @@ gives each worker the Dynamo operator's labels (as Prometheus keeps them: saniti
 `embedlab scenario same-model|multi-model --prometheus-url URL --discover prometheus:SELECTOR`
 finds the four workers, prints them, reads every counter through Prometheus' API at the
 scrape times, and passes a correct router and fails one that leaks (`--fault leak:0.1`).
+`mixed --busy` does the same on the randomized schedule, each window judged between two
+scrapes of every worker.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def test_placement_through_prometheus_with_workers_found_by_their_labels(tmp_pat
     with Deployment(spec, run_dir=tmp_path / "run") as dep, prometheus(tmp_path, dep) as prom:
         same = through_prometheus("same-model", dep, prom, "--models", MODELS[0], "--requests", "40")
         multi = through_prometheus("multi-model", dep, prom)
-    for code, text in (same, multi):
+        busy = through_prometheus("mixed", dep, prom, "--busy")
+    for code, text in (same, multi, busy):
         # The deployment found, before the check: four workers, each model from its counter's label.
         assert f"discovered 4 workers through Prometheus ({prom})" in text, text
         for i, model in enumerate([MODELS[0], MODELS[0], MODELS[1], MODELS[1]]):
@@ -81,7 +84,13 @@ def test_placement_through_prometheus_with_workers_found_by_their_labels(tmp_pat
         # The verdict and its power sentence say how placement was read, and at what interval.
         assert "counters read through Prometheus" in text and "at its 1.0 s scrape interval" in text, text
         assert "added" in text and "to the verdict" in text, text
+        if text is busy[1]:
+            assert "placement proven by the schedule's on-minus-off counts" in text, text
+            assert "randomized blocks of" in text, text
         if fault:
-            assert code != 0 and "FAILED" in text and "leaked onto" in text, text
+            assert code != 0 and "FAILED" in text, text
+            # A quiet burst names the leak; the schedule finds it from the counters' deficit.
+            leaked = "leaked onto" if text is not busy[1] else "some reached none of them"
+            assert leaked in text, text
         else:
             assert code == 0 and "PASSED" in text, text
