@@ -17,6 +17,9 @@
   inline or in its `_file`, not both; `cert_file` with `key_file`; a `ca_file` replaces the
   system's CAs; `insecure_skip_verify: true` checks nothing; a relative path is read from
   the file's folder. Any other field is an error that names it.
+- **The Prometheus** the counters are read through (`--prometheus-url`) takes the same fields,
+  in a file of its own (`--prometheus-http-config`, promtool's `--http.config.file`): sent with
+  every request to its origin (queries, targets, the model probe) and nowhere else.
 
 A secret lives in a `Secret`, which prints as `***` and has no JSON form, so a repr, a
 result or a log line that takes one shows the mask. `granted(access)` puts an `Access` in
@@ -42,7 +45,18 @@ import httpx
 
 from ..errors import ConfigError
 
-__all__ = ["Access", "ScrapeAuth", "Secret", "context_for", "grant", "granted", "headers_for", "origin"]
+__all__ = [
+    "Access",
+    "ScrapeAuth",
+    "Secret",
+    "context_for",
+    "grant",
+    "granted",
+    "headers_for",
+    "origin",
+    "prometheus_access",
+    "read_config",
+]
 
 # Prometheus' scrape-config fields that a file here takes, by block (its own names).
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -50,6 +64,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "basic_auth": ("username", "username_file", "password", "password_file"),
     "tls_config": ("ca_file", "cert_file", "key_file", "insecure_skip_verify"),
 }
+# What a file of these fields is called where it says how to reach a Prometheus (`what` in messages).
+HTTP_CONFIG = "Prometheus HTTP config"
 # What Prometheus 3 calls the fields older configs still carry.
 _RENAMED = {
     "bearer_token": "authorization.credentials",
@@ -92,7 +108,8 @@ class ScrapeAuth:
     """How the harness reads a deployment's metrics: Prometheus' scrape-config fields, read once.
 
     `ScrapeAuth.load(path)` reads a file; every secret is held as a `Secret`. `context` is the
-    TLS trust the fields ask for (None: the system's, as for any other URL).
+    TLS trust the fields ask for (None: the system's, as for any other URL). The same fields
+    say how to reach a Prometheus (its HTTP client config: `load(path, what=HTTP_CONFIG)`).
     """
 
     source: str = ""  # the file it was read from, as messages name it
@@ -107,28 +124,29 @@ class ScrapeAuth:
     context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def load(cls, path: str | Path) -> ScrapeAuth:
-        """Read a scrape-config file (YAML, TOML or JSON, by its suffix); a mistake is a ConfigError naming it."""
+    def load(cls, path: str | Path, *, what: str = "scrape config") -> ScrapeAuth:
+        """Read a scrape-config file (YAML, TOML or JSON, by its suffix); a mistake is a ConfigError
+        naming it (and `what` it is: a scrape config, or a Prometheus HTTP config)."""
         path = Path(path).expanduser()
         try:
             text = path.read_text()
         except OSError as exc:
-            raise ConfigError(f"cannot read the scrape config {path}: {exc.strerror or exc}") from None
-        return cls.parse(_decode(text, path), base=path.parent, source=str(path))
+            raise ConfigError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+        return cls.parse(_decode(text, path), base=path.parent, source=str(path), what=what)
 
     @classmethod
-    def parse(cls, data: Any, *, base: Path, source: str) -> ScrapeAuth:
+    def parse(cls, data: Any, *, base: Path, source: str, what: str = "scrape config") -> ScrapeAuth:
         """From the decoded file: Prometheus' field names, paths relative to `base`."""
         if data is None:
             data = {}
         if not isinstance(data, Mapping):
-            raise ConfigError(f"{source}: a scrape config is a mapping of {', '.join(FIELDS)}")
+            raise ConfigError(f"{source}: a {what} is a mapping of {', '.join(FIELDS)}")
         for name in data:
             if name in _RENAMED:
                 raise ConfigError(f"{source}: {name} is {_RENAMED[name]} in Prometheus 3; write it so")
             if name not in FIELDS:
                 raise ConfigError(
-                    f"{source}: unknown field {name!r}; a scrape config here takes {', '.join(FIELDS)} "
+                    f"{source}: unknown field {name!r}; a {what} here takes {', '.join(FIELDS)} "
                     "(Prometheus' names)"
                 )
         blocks = {name: _block(data, name, source) for name in FIELDS}
@@ -310,11 +328,14 @@ def origin(url: str | httpx.URL) -> Origin:
 
 @dataclass(frozen=True, kw_only=True)
 class Access:
-    """What the harness presents to one deployment: the frontend's key, the metrics' scrape config.
+    """What the harness presents to one deployment: the frontend's key, the metrics' scrape config,
+    the HTTP config of the Prometheus it reads them through.
 
     `frontend`'s origin gets `api_key`; the origins of `metrics` (every worker's metrics URLs)
-    get `scrape`. `key_from` says where the key came from, as a message names it ("--api-key",
-    "$OPENAI_API_KEY"), never the key itself.
+    get `scrape`; `prometheus`'s origin gets `prometheus_auth` (queries, targets, the model
+    probe). An origin that is a worker's and Prometheus' too gets Prometheus' HTTP config, where
+    given; the frontend's, its key first and no trust of its own. `key_from` says where the key
+    came from, as a message names it ("--api-key", "$OPENAI_API_KEY"), never the key itself.
     """
 
     frontend: str = ""
@@ -322,17 +343,21 @@ class Access:
     key_from: str = ""
     metrics: tuple[str, ...] = ()
     scrape: ScrapeAuth | None = None
+    prometheus: str = ""
+    prometheus_auth: ScrapeAuth | None = None
     # Their origins, parsed once: every request a client makes looks them up.
     _frontend: Origin | None = field(default=None, init=False, repr=False, compare=False)
     _metrics: frozenset[Origin] = field(default=frozenset(), init=False, repr=False, compare=False)
+    _prometheus: Origin | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_frontend", origin(self.frontend) if self.frontend else None)
         object.__setattr__(self, "_metrics", frozenset(map(origin, self.metrics)))
+        object.__setattr__(self, "_prometheus", origin(self.prometheus) if self.prometheus else None)
 
     @property
     def empty(self) -> bool:
-        return not self.api_key and self.scrape is None
+        return not self.api_key and self.scrape is None and self.prometheus_auth is None
 
     def _is_frontend(self, at: Origin) -> bool:
         return self._frontend == at
@@ -340,39 +365,57 @@ class Access:
     def _is_metrics(self, at: Origin) -> bool:
         return at in self._metrics
 
+    def _auth_for(self, at: Origin) -> ScrapeAuth | None:
+        """The fields an origin is read with: Prometheus' HTTP config, else a worker's scrape config."""
+        if self._prometheus == at and self.prometheus_auth is not None:
+            return self.prometheus_auth
+        return self.scrape if self._is_metrics(at) else None
+
     def headers_for(self, url: str | httpx.URL) -> dict[str, str]:
-        """The headers a request to `url` carries: the key to the frontend, the scrape config's to the metrics."""
+        """The headers a request to `url` carries: the key to the frontend, the scrape config's to
+        the metrics, the HTTP config's to Prometheus."""
         at = origin(url)
         if self.api_key and self._is_frontend(at):
             return {"Authorization": f"Bearer {self.api_key.reveal()}"}
-        if self.scrape is not None and self._is_metrics(at):
-            return self.scrape.headers()
-        return {}
+        auth = self._auth_for(at)
+        return auth.headers() if auth is not None else {}
 
     def context_for(self, url: str | httpx.URL) -> ssl.SSLContext | None:
-        """The TLS trust for `url`, where the scrape config sets one for it."""
+        """The TLS trust for `url`, where the scrape config (or Prometheus' HTTP config) sets one for it."""
         at = origin(url)
-        if self.scrape is None or self._is_frontend(at) or not self._is_metrics(at):
-            return None
-        return self.scrape.context
+        auth = None if self._is_frontend(at) else self._auth_for(at)
+        return auth.context if auth is not None else None
 
     def secrets(self) -> list[str]:
         """Every secret it holds, to mask in what a server said back."""
         held = [
             self.api_key,
-            *(() if self.scrape is None else (self.scrape.credentials, self.scrape.password)),
+            *(
+                secret
+                for auth in (self.scrape, self.prometheus_auth)
+                if auth is not None
+                for secret in (auth.credentials, auth.password)
+            ),
         ]
         return [s.reveal() for s in held if s]
 
     def metric_origins(self) -> list[str]:
-        """The https origins of the metrics that have a trust of their own (`scheme://host:port`)."""
-        if self.scrape is None or self.scrape.context is None:
-            return []
-        return sorted(
-            f"{s}://{f'[{h}]' if ':' in h else h}:{p}"
-            for s, h, p in self._metrics
-            if s == "https" and not self._is_frontend((s, h, p))
-        )
+        """The https origins the counters are read from (the workers' metrics, Prometheus) that have
+        a trust of their own (`scheme://host:port`)."""
+        found = set()
+        for scheme, host, port in {*self._metrics, *((self._prometheus,) if self._prometheus else ())}:
+            url = f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+            if scheme == "https" and self.context_for(url) is not None:
+                found.add(url)
+        return sorted(found)
+
+
+def read_config(config: str | Path | ScrapeAuth | None, what: str = "scrape config") -> ScrapeAuth | None:
+    """A scrape config (or an HTTP config: `what`) given as a path, read now; or already read.
+    "" or None: none."""
+    if isinstance(config, (str, Path)):
+        return ScrapeAuth.load(config, what=what) if str(config) else None
+    return config
 
 
 def access_for(
@@ -382,16 +425,27 @@ def access_for(
     api_key: str | None,
     key_from: str,
     scrape_config: str | Path | ScrapeAuth | None,
+    prometheus_url: str = "",
+    prometheus_http_config: str | Path | ScrapeAuth | None = None,
 ) -> Access:
-    """An `Access` from what a user gives: a key (None or "": none) and a scrape config (a path, or read)."""
-    scrape = ScrapeAuth.load(scrape_config) if isinstance(scrape_config, (str, Path)) else scrape_config
+    """An `Access` from what a user gives: a key (None or "": none), a scrape config (a path, or
+    read) and, where the counters are read through Prometheus, its HTTP config (the same)."""
     return Access(
         frontend=frontend_url,
         api_key=Secret(api_key) if api_key else None,
         key_from=key_from if api_key else "",
         metrics=tuple(metrics_urls),
-        scrape=scrape,
+        scrape=read_config(scrape_config, "scrape config"),
+        prometheus=prometheus_url,
+        prometheus_auth=read_config(prometheus_http_config, HTTP_CONFIG),
     )
+
+
+def prometheus_access(prometheus_url: str, http_config: str | Path | ScrapeAuth | None) -> Access | None:
+    """What reaching the Prometheus at `prometheus_url` takes alone (None: nothing), for what is
+    asked of it before a deployment is known: its targets, for discovery."""
+    auth = read_config(http_config, HTTP_CONFIG)
+    return None if auth is None else Access(prometheus=prometheus_url, prometheus_auth=auth)
 
 
 # What is in force, newest last: a block's grant is withdrawn when it ends. A launched deployment's

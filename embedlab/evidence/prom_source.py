@@ -2,6 +2,7 @@
 
     counters = prometheus_counters("http://prom:9090", ["http://w0:8081", "http://w1:8081"])
     found = discover_workers("http://prom:9090", 'nvidia.com/dynamo-component-type="worker"')
+    counters = prometheus_counters("https://prom.corp", urls, http_config="prom-http.yml")
 
 Where the harness cannot reach the workers' /metrics (or should not add scrapers), it reads the
 same counters from Prometheus' HTTP API: `/api/v1/query` with a range selector
@@ -20,6 +21,11 @@ burst is inconclusive, never judged. What the waits cost is kept (`waited_s`) an
 in the operator's spelling (`nvidia.com/dynamo-component-type`) or Prometheus' sanitised one
 (`nvidia_com_dynamo_component_type`), on the target's labels or, from Kubernetes service
 discovery, its `__meta_kubernetes_pod_label_*`.
+
+A Prometheus behind an ingress (basic auth or a bearer token, TLS with a company CA) is reached
+with `http_config`: a file of its HTTP client config (promtool's `--http.config.file`, the
+fields of a scrape config: evidence/access.py), or a `ScrapeAuth` read from one. It goes with
+every request to Prometheus' origin, and nowhere else.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,6 +44,7 @@ import httpx
 
 from ..errors import ConfigError, ScrapeError
 from . import clients
+from .access import HTTP_CONFIG, ScrapeAuth, grant, granted, prometheus_access, read_config
 from .metrics import DEFAULT_METRIC, MetricQuery, Snapshot, metrics_url, port_urls
 
 __all__ = [
@@ -57,6 +65,8 @@ __all__ = [
 
 # (job, instance): one scrape target, as Prometheus labels what it scraped.
 Key = tuple[str, str]
+# How to reach a Prometheus (its credentials, its TLS trust): a file of its HTTP config, or one read.
+HttpConfig = str | Path | ScrapeAuth | None
 # How many scrape intervals a snapshot waits for a fresh sample of every worker.
 WAIT_INTERVALS = 3
 # Where Prometheus does not say a target's interval: its own default.
@@ -240,6 +250,7 @@ class PrometheusCounters:
     `aread` waits for a scrape of every worker after it was called (`margin_s` later), at most
     `max_wait_s`; a worker still without one is stale, and the read raises `ScrapeError` naming
     it. `waited_s` and `reads` add up what the waits cost, for the verdict's sentence.
+    `http_config`: what Prometheus' origin is sent (its credentials, its TLS trust), where it asks.
     """
 
     url: str
@@ -249,6 +260,7 @@ class PrometheusCounters:
     margin_s: float = 0.05
     poll_s: float = 0.1
     timeout: float = 5.0
+    http_config: ScrapeAuth | None = field(default=None, repr=False, compare=False)
     waited_s: float = field(default=0.0, init=False)
     reads: int = field(default=0, init=False)
     stale: int = field(default=0, init=False)  # reads that found a worker's scrape missing or stale
@@ -289,6 +301,7 @@ class PrometheusCounters:
         deadline = time.monotonic() + self.max_wait_s
         workers = [self.workers[i] for i in indices]
         own = client is None
+        withdraw = grant(prometheus_access(self.url, self.http_config))  # for a client of its own
         http = client or clients.async_client(timeout=self.timeout)
         try:
             while True:
@@ -310,6 +323,7 @@ class PrometheusCounters:
         finally:
             if own:
                 await http.aclose()
+            withdraw()
         self.waited_s += time.time() - asked
         self.reads += 1
         if stale:
@@ -410,22 +424,43 @@ class DiscoveredWorker:
         )
 
 
-def _get_json(url: str, params: Mapping[str, str] | None = None, *, timeout: float = 10.0) -> Any:
+def _get_json(
+    url: str,
+    params: Mapping[str, str] | None = None,
+    *,
+    http_config: ScrapeAuth | None = None,
+    timeout: float = 10.0,
+) -> Any:
+    """An API's answer; `http_config` is granted for its origin while it is asked."""
     try:
-        with clients.client(timeout=timeout) as http:
-            return http.get(url, params=params).json()
+        with granted(prometheus_access(url, http_config)), clients.client(timeout=timeout) as http:
+            response = http.get(url, params=params)
     except httpx.HTTPError as exc:
         raise ScrapeError(
             f"cannot reach Prometheus at {url}: {exc.__class__.__name__}: {exc}", url=url
         ) from exc
+    try:
+        return response.json()
     except ValueError as exc:
+        if response.is_error:  # a proxy in front of it refused (401, 403): its page is no JSON
+            hint = (
+                ": give its credentials with --prometheus-http-config FILE"
+                if response.status_code in (401, 403)
+                else ""
+            )
+            raise ScrapeError(
+                f"Prometheus at {url} answered HTTP {response.status_code} {response.reason_phrase}{hint}",
+                url=url,
+            ) from exc
         raise ScrapeError(f"Prometheus at {url} did not answer with JSON: {exc}", url=url) from exc
 
 
-def active_targets(prometheus_url: str) -> list[PromTarget]:
+def active_targets(prometheus_url: str, *, http_config: HttpConfig = None) -> list[PromTarget]:
     """What Prometheus scrapes now (`/api/v1/targets?state=active`)."""
     url = prometheus_url.rstrip("/") + "/api/v1/targets"
-    return parse_targets(_get_json(url, {"state": "active"}))
+    return parse_targets(
+        _get_json(url, {"state": "active"}, http_config=read_config(http_config, HTTP_CONFIG))
+    )
 
 
 def discover_workers(
@@ -435,14 +470,17 @@ def discover_workers(
     metric: MetricQuery | str = DEFAULT_METRIC,
     model_label: str = "model",
     targets: Sequence[PromTarget] | None = None,
+    http_config: HttpConfig = None,
 ) -> list[DiscoveredWorker]:
     """The healthy active targets whose labels match `selector`, in a stable order (model, then
     job and instance). A worker's model is its target's `model_label`, else the `model` label of
-    its counter as Prometheus last scraped it (a probe), else unknown."""
+    its counter as Prometheus last scraped it (a probe), else unknown. `http_config`: how to
+    reach Prometheus (its credentials and TLS trust), for the targets and the probe."""
     matchers = parse_label_selector(selector) if isinstance(selector, str) else tuple(selector)
     if not matchers:
         raise ConfigError('--discover prometheus:SELECTOR needs a label selector, e.g. job="workers"')
-    found = list(targets) if targets is not None else active_targets(prometheus_url)
+    auth = read_config(http_config, HTTP_CONFIG)
+    found = list(targets) if targets is not None else active_targets(prometheus_url, http_config=auth)
     chosen = [t for t in found if t.matches(matchers)]
     up = [t for t in chosen if t.health == "up"]
     if not up:
@@ -457,7 +495,9 @@ def discover_workers(
         )
     query = MetricQuery.parse(metric) if isinstance(metric, str) else metric
     probed = (
-        _probed_models(prometheus_url, query, up) if any(t.label(model_label) is None for t in up) else {}
+        _probed_models(prometheus_url, query, up, auth)
+        if any(t.label(model_label) is None for t in up)
+        else {}
     )
     workers = [
         DiscoveredWorker(t, t.label(model_label), f"label {model_label}")
@@ -476,12 +516,16 @@ def discovered_text(prometheus_url: str, selector: str, workers: Sequence[Discov
     return "\n".join([head, *(f"  {w.describe(i)}" for i, w in enumerate(workers))])
 
 
-def _probed_models(prometheus_url: str, metric: MetricQuery, targets: Sequence[PromTarget]) -> dict[Key, str]:
+def _probed_models(
+    prometheus_url: str, metric: MetricQuery, targets: Sequence[PromTarget], http_config: ScrapeAuth | None
+) -> dict[Key, str]:
     """Each target's model, where its counter carries a `model` label (one value)."""
     counters = PrometheusCounters(prometheus_url, (tuple(t.key for t in targets),))
     url = prometheus_url.rstrip("/") + "/api/v1/query"
     models: dict[Key, set[str]] = {}
-    for sample in parse_samples(_get_json(url, {"query": counters.query(metric, [0])})):
+    for sample in parse_samples(
+        _get_json(url, {"query": counters.query(metric, [0])}, http_config=http_config)
+    ):
         if dict(sample.labels).get("model"):
             models.setdefault(sample.key, set()).add(dict(sample.labels)["model"])
     return {key: next(iter(names)) for key, names in models.items() if len(names) == 1}
@@ -493,14 +537,18 @@ def prometheus_counters(
     *,
     selector: str = "",
     targets: Sequence[PromTarget] | None = None,
+    http_config: HttpConfig = None,
 ) -> PrometheusCounters:
     """Read the workers at `system_urls` (each `URL` or `URL+URL`) through Prometheus: each metrics
     URL is found among its active targets (by scrape URL, else by `instance` = host:port), which
-    gives its job, instance and scrape interval. One it does not scrape is a ConfigError."""
+    gives its job, instance and scrape interval. One it does not scrape is a ConfigError.
+    `http_config`: how to reach Prometheus, for the targets and every read after (a file is read
+    once, here)."""
     matchers = parse_label_selector(selector) if selector else ()
-    found = [
-        t for t in (targets if targets is not None else active_targets(prometheus_url)) if t.matches(matchers)
-    ]
+    auth = read_config(http_config, HTTP_CONFIG)
+    if targets is None:
+        targets = active_targets(prometheus_url, http_config=auth)
+    found = [t for t in targets if t.matches(matchers)]
     workers, intervals = [], []
     for index, url in enumerate(system_urls):
         keys = []
@@ -522,4 +570,5 @@ def prometheus_counters(
         tuple(workers),
         scrape_interval_s=max(intervals, default=DEFAULT_INTERVAL_S),
         selector=matchers,
+        http_config=auth,
     )

@@ -6,8 +6,9 @@
 `attach` launches nothing and stops nothing: the deployment runs elsewhere (the launch
 scripts, another host, a Kubernetes port-forward). Where it asks for credentials, `attach`
 takes them as its users give them (`api_key`, else `$OPENAI_API_KEY`; `scrape_config`, a file
-of Prometheus' scrape-config fields: evidence/access.py), and `check_access` tries them on
-every endpoint before a scenario sends anything.
+of Prometheus' scrape-config fields: evidence/access.py; the HTTP config of a Prometheus the
+counters are read through, which `prometheus_counters(..., http_config=...)` carries), and
+`check_access` tries them on every endpoint before a scenario sends anything.
 """
 
 from __future__ import annotations
@@ -26,12 +27,18 @@ import httpx
 from ..defaults import API_KEY_ENV, SCRAPE_CONCURRENCY
 from ..errors import AccessError, ConfigError
 from . import clients
-from .access import Access, ScrapeAuth, access_for
+from .access import Access, ScrapeAuth, access_for, granted, prometheus_access
 from .counters import CounterSource
 from .metrics import DEFAULT_METRIC, MetricQuery, metrics_url, port_urls, worker_url
+from .prom_source import HttpConfig, PrometheusCounters
 from .router import RouterMetrics
 
-__all__ = ["Target", "attach", "check_access", "check_system_urls", "target_of"]
+__all__ = ["Target", "attach", "check_access", "check_prometheus_access", "check_system_urls", "target_of"]
+
+PROMETHEUS = "Prometheus"  # how a check names it
+# What a Prometheus answers (behind a proxy too: an API path, which every one forwards) without
+# touching the TSDB: one cheap GET, by which the credentials are tried.
+PROMETHEUS_PROBE = "/api/v1/status/buildinfo"
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,8 @@ def attach(
     where the router counts per model what it takes and answers (`router.router_metrics(url)`), read
     beside the workers' counters at every window of a busy check. `counters`: where to read the
     workers' counters instead of their /metrics (`prom_source.prometheus_counters(url, system_urls)`:
-    through Prometheus, each burst and each busy window aligned to its scrapes).
+    through Prometheus, each burst and each busy window aligned to its scrapes); the HTTP config it
+    was given (`http_config=`) is what Prometheus' origin is sent while a scenario runs.
     """
     if not system_urls:
         raise ConfigError(
@@ -134,28 +142,45 @@ def attach(
             api_key=key,
             key_from=key_from,
             scrape_config=scrape_config,
+            prometheus_url=counters.url if isinstance(counters, PrometheusCounters) else "",
+            prometheus_http_config=counters.http_config if isinstance(counters, PrometheusCounters) else None,
         ),
     )
 
 
 def check_access(target: Target, *, timeout: float = 10.0) -> None:
-    """Before any burst: the frontend and every metrics URL take what the harness presents.
+    """Before any burst: the frontend, every metrics URL and the Prometheus the counters are read
+    through (where they are) take what the harness presents.
 
-    One GET of the frontend's /v1/models and one of each metrics URL, with what is granted
-    (a scenario run grants `target.access`). A 401 or 403, or a TLS handshake that fails, is
-    an `AccessError` of one line naming the endpoint and why, the frontend's first, then by
-    worker. Anything else (a frontend without /v1/models, a worker down) is left to the
-    scenario, which reports it as it always has.
+    One GET of the frontend's /v1/models, one of each metrics URL and one of Prometheus'
+    `PROMETHEUS_PROBE`, with what is granted (a scenario run grants `target.access`). A 401 or
+    403, or a TLS handshake that fails, is an `AccessError` of one line naming the endpoint and
+    why, the frontend's first, then by worker, then Prometheus. Anything else (a frontend
+    without /v1/models, a worker down) is left to the scenario, which reports it as it always has.
     """
-    clients.run_sync(_check_access(target, timeout))
-
-
-async def _check_access(target: Target, timeout: float) -> None:
     asked = [("the frontend", f"{target.frontend_url}/v1/models")] + [
         (f"worker {index}'s metrics", port)
         for index, url in enumerate(target.system_urls)
         for port in port_urls(metrics_url(url))
     ]
+    if isinstance(target.counters, PrometheusCounters):
+        asked.append((PROMETHEUS, target.counters.url + PROMETHEUS_PROBE))
+    clients.run_sync(_check_access(asked, target.access, timeout))
+
+
+def check_prometheus_access(
+    prometheus_url: str, http_config: HttpConfig = None, *, timeout: float = 10.0
+) -> None:
+    """`check_access` of the Prometheus at `prometheus_url` alone, with `http_config` (a file of its
+    HTTP config, or one read) granted: before anything else is asked of it (its targets, to find
+    the workers or to place them), so that a refusal is its one line, not a failed discovery."""
+    access = prometheus_access(prometheus_url, http_config) or Access(prometheus=prometheus_url)
+    with granted(access):
+        asked = [(PROMETHEUS, prometheus_url.rstrip("/") + PROMETHEUS_PROBE)]
+        clients.run_sync(_check_access(asked, access, timeout))
+
+
+async def _check_access(asked: Sequence[tuple[str, str]], access: Access | None, timeout: float) -> None:
     gate = asyncio.Semaphore(SCRAPE_CONCURRENCY)
     async with clients.async_client(timeout=timeout) as http:
 
@@ -165,9 +190,9 @@ async def _check_access(target: Target, timeout: float) -> None:
                     response = await http.get(url)
                 except httpx.HTTPError as exc:
                     failure = _tls_failure(exc)
-                    return None if failure is None else _refused(target, who, url, None, failure)
+                    return None if failure is None else _refused(access, who, url, None, failure)
             if _refuses(who, response.status_code):
-                return _refused(target, who, url, response.status_code, _said(response, target.access))
+                return _refused(access, who, url, response.status_code, _said(response, access))
             return None
 
         found = await asyncio.gather(*(one(*item) for item in asked))
@@ -179,9 +204,9 @@ async def _check_access(target: Target, timeout: float) -> None:
 def _refuses(who: str, status: int) -> bool:
     """Whether an answer stops the run. The frontend: any error but 404 and 405 (one that lists no
     models), since a router may refuse a key in its own way (LiteLLM 1.108 without a database: 400
-    "No connected db." for a wrong key, 500 for none). A worker's metrics: 400, 401 and 403 (nginx
-    answers 400 where a client certificate is missing); a 5xx is a broken worker, which the
-    scenario reports as it always has."""
+    "No connected db." for a wrong key, 500 for none). A worker's metrics, and Prometheus: 400,
+    401 and 403 (nginx answers 400 where a client certificate is missing); a 5xx is a broken
+    worker, which the scenario reports as it always has."""
     if who == "the frontend":
         return status >= 400 and status not in (404, 405)
     return status in (400, 401, 403)
@@ -216,10 +241,15 @@ def _tls_failure(exc: BaseException) -> str | None:
     return None
 
 
-def _refused(target: Target, who: str, url: str, status: int | None, why: str) -> AccessError:
+def _refused(access: Access | None, who: str, url: str, status: int | None, why: str) -> AccessError:
     """One line: which endpoint refused, what it was given, why, and what to look at."""
-    access = target.access or Access()
-    scrape = access.scrape
+    access = access or Access()
+    # A worker's metrics are read with the scrape config, Prometheus with its HTTP config: the same fields.
+    scrape, option, config, a_config = (
+        (access.prometheus_auth, "--prometheus-http-config", "HTTP config", "an HTTP config")
+        if who == PROMETHEUS
+        else (access.scrape, "--scrape-config", "scrape config", "a scrape config")
+    )
     if who == "the frontend":
         given = f"the API key from {access.key_from}" if access.api_key else "no API key"
         refused = status in (401, 403)
@@ -235,17 +265,15 @@ def _refused(target: Target, who: str, url: str, status: int | None, why: str) -
                 f"if it wants an API key, give --api-key or set ${API_KEY_ENV}; else see the frontend's log"
             )
     else:
-        given = scrape.describe() if scrape is not None else "no scrape config"
+        given = scrape.describe() if scrape is not None else f"no {config}"
         if status is None and (scrape is None or not scrape.ca_file):
-            hint = "give the CA that signed its certificate as tls_config.ca_file in --scrape-config"
+            hint = f"give the CA that signed its certificate as tls_config.ca_file in {option}"
         elif status is None and scrape is not None:
             hint = f"is {scrape.ca_file} the CA that signed its certificate, for this host name?"
         elif status == 400 and not (scrape and scrape.cert_file):
-            hint = "does it want a client certificate (tls_config.cert_file and key_file in --scrape-config)?"
+            hint = f"does it want a client certificate (tls_config.cert_file and key_file in {option})?"
         elif scrape is None:
-            hint = (
-                "give its credentials in a scrape config (--scrape-config FILE: authorization or basic_auth)"
-            )
+            hint = f"give its credentials in {a_config} ({option} FILE: authorization or basic_auth)"
         else:
             hint = f"check the credentials in {scrape.source}"
     what = f"failed the TLS handshake: {why}" if status is None else f"answered HTTP {status} {why}".rstrip()

@@ -42,7 +42,7 @@ from ..defaults import (
 from ..engines import ENGINES, engine_traits
 from ..engines.models import model_names, resolve_model_path
 from ..errors import ConfigError, EmbedlabError, UnsupportedError
-from ..evidence.access import ScrapeAuth, granted
+from ..evidence.access import HTTP_CONFIG, ScrapeAuth, granted
 from ..evidence.metrics import MetricQuery
 from ..evidence.prom_source import (
     DiscoveredWorker,
@@ -52,7 +52,7 @@ from ..evidence.prom_source import (
     prometheus_counters,
 )
 from ..evidence.router import router_metrics
-from ..evidence.target import Target, attach, check_access, check_system_urls
+from ..evidence.target import Target, attach, check_access, check_prometheus_access, check_system_urls
 from ..evidence.traffic import probing
 from ..freshness import guarded
 from ..progress import LaunchProgress
@@ -203,6 +203,11 @@ class ScenarioPlan:
     prometheus_selector: str = knob(
         "", "attach: PromQL label matchers added to every query of --prometheus-url (the workers' job, say)"
     )
+    prometheus_http_config: str = knob(
+        "", "attach: how to reach --prometheus-url behind an ingress, a file of its HTTP client config "
+        "(promtool's --http.config.file): authorization, basic_auth, tls_config (ca_file, cert_file, "
+        "key_file, insecure_skip_verify); sent to its origin alone; YAML, TOML or JSON",
+    )  # fmt: skip
     discover: str = knob(
         "", "attach: find the workers by their labels among the targets of --prometheus-url, "
         "prometheus:SELECTOR with SELECTOR a PromQL label selector, such as on the Dynamo operator's "
@@ -275,6 +280,12 @@ class ScenarioPlan:
             )
         if self.prometheus_selector:
             parse_label_selector(self.prometheus_selector)
+        if self.prometheus_http_config and not self.prometheus_url:
+            raise ConfigError(
+                "prometheus_http_config says how to reach the Prometheus of --prometheus-url: give it too"
+            )
+        if self.prometheus_http_config:  # a mistake in the file is one here, before anything runs
+            ScrapeAuth.load(self.prometheus_http_config, what=HTTP_CONFIG)
         if not self.discover:
             return
         kind, _, selector = self.discover.partition(":")
@@ -292,7 +303,12 @@ class ScenarioPlan:
 
     def discovered(self) -> list[DiscoveredWorker]:
         """The workers `discover` finds among the targets of `prometheus_url`, in worker order."""
-        return discover_workers(self.prometheus_url, self.discover.partition(":")[2], metric=self.metric)
+        return discover_workers(
+            self.prometheus_url,
+            self.discover.partition(":")[2],
+            metric=self.metric,
+            http_config=self.prometheus_http_config,
+        )
 
     def _check_pool(self) -> None:
         """The pool's shape: one model for a one-model scenario; replicas and attached models that fit."""
@@ -509,7 +525,12 @@ class ScenarioPlan:
             api_key=self.api_key or None,
             scrape_config=self.scrape_config or None,
             counters=(
-                prometheus_counters(self.prometheus_url, urls, selector=self.prometheus_selector)
+                prometheus_counters(
+                    self.prometheus_url,
+                    urls,
+                    selector=self.prometheus_selector,
+                    http_config=self.prometheus_http_config,
+                )
                 if self.prometheus_url
                 else None
             ),
@@ -551,7 +572,8 @@ class ScenarioPlan:
         """This plan's scenario on a deployment that the caller started and stops.
 
         On a `Target` (attached), its `access` is granted for the run, and `check_access` tries it
-        on the frontend and every metrics URL first: a refusal is an AccessError, before any burst.
+        on the frontend, every metrics URL and the Prometheus the counters are read through (where
+        they are) first: a refusal is an AccessError, before any burst.
         """
         if (unsupported := self.without_policy()) is not None:
             return unsupported
@@ -622,6 +644,9 @@ def run_scenario(
     if progress:
         plan = replace(plan, progress=True)
     if plan.attached:
+        # Prometheus takes its credentials before its targets are asked for: a refusal is one line.
+        if plan.prometheus_url:
+            check_prometheus_access(plan.prometheus_url, plan.prometheus_http_config)
         found = plan.discovered() if plan.discover else None
         if found is not None:  # what was found, before anything is sent to it
             print(discovered_text(plan.prometheus_url, plan.discover, found), flush=True)

@@ -45,7 +45,10 @@ class BusyKnobs:
         "(it runs anyway where they do)",
     )
     budget_s: float = knob(
-        BUSY_BUDGET_S, "the longest the busy schedule runs before it ends inconclusive", min=1
+        BUSY_BUDGET_S,
+        "the longest the busy schedule runs before it ends inconclusive (its own time: through "
+        "Prometheus the waits for scrapes come on top, and are stated)",
+        min=1,
     )
 
 

@@ -1,5 +1,6 @@
-"""Credentials without servers: the scrape config's fields and rules, each credential sent to its own
-origin alone, the preflight's one line, and secrets that never print."""
+"""Credentials without servers: the scrape config's fields and rules (and a Prometheus' HTTP config,
+the same fields), each credential sent to its own origin alone, the preflight's one line, and
+secrets that never print."""
 
 from __future__ import annotations
 
@@ -14,8 +15,16 @@ import httpx
 import pytest
 
 from embedlab import AccessError, ConfigError, ScenarioPlan, ScrapeAuth, attach, check_access
+from embedlab.errors import ScrapeError
 from embedlab.evidence import clients
-from embedlab.evidence.access import Access, Secret, granted
+from embedlab.evidence.access import HTTP_CONFIG, Access, Secret, granted, in_force
+from embedlab.evidence.prom_source import (
+    PrometheusCounters,
+    active_targets,
+    discover_workers,
+    prometheus_counters,
+)
+from embedlab.evidence.target import check_prometheus_access
 from embedlab.scenarios.params import describe_params, knob, knobs
 
 KEY = "sk-unit-0123456789abcdef"
@@ -266,3 +275,163 @@ def test_asyncio_clients_get_the_grant_too() -> None:
 
     asyncio.run(run())
     assert seen == [f"Bearer {KEY}"]
+
+
+# -- Prometheus behind an ingress: its HTTP config (--prometheus-http-config) ----------------------
+
+PROM = "https://prom.test:9443"
+
+
+def http_config(folder: Path, *, tls: bool = False) -> Path:
+    """A Prometheus HTTP config: basic auth, and a TLS trust of its own where `tls`."""
+    write(folder, "prom-password", PASSWORD)
+    trust = "tls_config: {insecure_skip_verify: true}\n" if tls else ""
+    return write(
+        folder, "prom.yml", f"basic_auth: {{username: reader, password_file: prom-password}}\n{trust}"
+    )
+
+
+def prom_targets(request: httpx.Request) -> httpx.Response:
+    """Prometheus' answers: one healthy target, whose counter carries its model."""
+    if request.url.path == "/api/v1/targets":
+        target = {
+            "labels": {"job": "w", "instance": "w0.test:9100"},
+            "scrapeUrl": "https://w0.test:9100/metrics",
+            "health": "up",
+            "scrapeInterval": "1s",
+        }
+        return httpx.Response(200, json={"status": "success", "data": {"activeTargets": [target]}})
+    series = [{"metric": {"job": "w", "instance": "w0.test:9100", "model": "m"}, "values": [[1.0, "3"]]}]
+    return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": series}})
+
+
+def test_prometheus_gets_its_http_config_and_no_other_origin_does(tmp_path: Path) -> None:
+    write(tmp_path, "token", "scrape-token")
+    scrape = ScrapeAuth.load(write(tmp_path, "s.yml", "authorization: {credentials_file: token}\n"))
+    prom = ScrapeAuth.load(http_config(tmp_path, tls=True), what=HTTP_CONFIG)
+    access = Access(
+        frontend=FRONTEND,
+        api_key=Secret(KEY),
+        metrics=("https://w0.test:9100",),
+        scrape=scrape,
+        prometheus=f"{PROM}/prefix",
+        prometheus_auth=prom,
+    )
+    assert access.headers_for(f"{PROM}/prefix/api/v1/query") == {"Authorization": basic("reader", PASSWORD)}
+    assert access.headers_for("https://w0.test:9100/metrics") == {"Authorization": "Bearer scrape-token"}
+    assert access.headers_for("https://prom.test:9090/api/v1/query") == {}  # another port
+    assert access.headers_for(f"{FRONTEND}/v1/models") == {"Authorization": f"Bearer {KEY}"}
+    assert access.context_for(f"{PROM}/api/v1/targets") is prom.context is not None
+    assert access.metric_origins() == [PROM]  # its own trust: a transport of its own
+    assert sorted(access.secrets()) == sorted([KEY, "scrape-token", PASSWORD])
+    assert PASSWORD not in repr(access) and not Access(prometheus=PROM).headers_for(PROM)
+    assert Access(prometheus=PROM).empty and not Access(prometheus=PROM, prometheus_auth=prom).empty
+
+
+def test_discovery_and_reads_through_prometheus_send_its_http_config_to_it_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.path, request.headers.get("Authorization")))
+        return prom_targets(request)
+
+    real, real_async = clients.client, clients.async_client
+    mocked = {"transport": httpx.MockTransport(handler)}
+    monkeypatch.setattr(clients, "client", lambda **options: real(**mocked, **options))
+    monkeypatch.setattr(clients, "async_client", lambda **options: real_async(**mocked, **options))
+    config = http_config(tmp_path)
+    # Discovery: the targets, then the model probe (no model label on the target).
+    found = discover_workers(PROM, 'job="w"', http_config=str(config))
+    assert [(w.system_url, w.model) for w in found] == [("https://w0.test:9100/metrics", "m")]
+    # Placing the workers, then a read with a client of its own: the file is read once.
+    counters = prometheus_counters(PROM, ["https://w0.test:9100"], http_config=config)
+    assert counters.http_config is not None and PASSWORD not in repr(counters)
+    with pytest.raises(ScrapeError, match="stale"):  # the sample is old: what matters is what was sent
+        asyncio.run(
+            dataclasses.replace(counters, scrape_interval_s=0.01).aread(["https://w0.test:9100"], [0])
+        )
+    paths = [path for path, _ in seen]
+    assert paths[:3] == ["/api/v1/targets", "/api/v1/query", "/api/v1/targets"] and len(paths) > 3
+    assert {auth for _, auth in seen} == {basic("reader", PASSWORD)}
+    assert in_force() == []  # granted while it was asked, and no longer
+    # The target it makes carries the HTTP config to Prometheus' origin, not to the workers.
+    access = attach(FRONTEND, ["https://w0.test:9100"], counters=counters).access
+    assert access is not None and access.prometheus == PROM and access.prometheus_auth == counters.http_config
+    assert access.headers_for("https://w0.test:9100/metrics") == {}
+
+
+def test_a_prometheus_that_refuses_is_one_line_naming_it_before_anything_is_asked_of_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "prom.test":  # an ingress's page, with the password echoed
+            return httpx.Response(
+                401, text=f"<html><title>401 Authorization Required {PASSWORD}</title></html>"
+            )
+        return httpx.Response(200, text="")
+
+    real = clients.async_client  # preflight mocks it with the first handler
+    config = http_config(tmp_path)
+    counters = PrometheusCounters(PROM, ((("w", "w0.test:9100"),),), http_config=ScrapeAuth.load(config))
+    error = preflight(monkeypatch, attach(FRONTEND, WORKERS[:1], counters=counters), handler)
+    assert str(error) == (
+        f"Prometheus at {PROM}/api/v1/status/buildinfo answered HTTP 401 Unauthorized: 401 Authorization "
+        f"Required *** (given basic auth as 'reader', from {config}): check the credentials in {config}"
+    )
+    assert (error.endpoint, error.status) == ("Prometheus", 401)
+
+    def tls(request: httpx.Request) -> httpx.Response:
+        cause = ssl.SSLCertVerificationError(1, "self-signed certificate in certificate chain")
+        raise httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED]", request=request) from cause
+
+    monkeypatch.setattr(
+        clients, "async_client", lambda **options: real(transport=httpx.MockTransport(tls), **options)
+    )
+    with pytest.raises(AccessError) as err:
+        check_prometheus_access(PROM)  # before discovery: no HTTP config given
+    assert str(err.value) == (
+        f"Prometheus at {PROM}/api/v1/status/buildinfo failed the TLS handshake: certificate verify failed: "
+        "self-signed certificate in certificate chain (given no HTTP config): give the CA that signed its "
+        "certificate as tls_config.ca_file in --prometheus-http-config"
+    )
+
+
+def test_a_proxys_refusal_of_a_query_says_so_rather_than_that_it_is_no_json(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = clients.client
+    page = httpx.MockTransport(lambda request: httpx.Response(403, text="<html>Forbidden</html>"))
+    monkeypatch.setattr(clients, "client", lambda **options: real(transport=page, **options))
+    with pytest.raises(
+        ScrapeError, match=r"answered HTTP 403 Forbidden: give its credentials with --prometheus-http-config"
+    ):
+        active_targets(PROM)
+
+
+def test_the_plan_reads_the_http_config_when_it_is_made_and_wants_the_prometheus_url(tmp_path: Path) -> None:
+    good = str(http_config(tmp_path))
+    with pytest.raises(ConfigError, match="prometheus_http_config says how to reach the Prometheus"):
+        ScenarioPlan(
+            scenario="same-model", frontend_url=FRONTEND, system_urls=WORKERS[:1], prometheus_http_config=good
+        )
+    broken = write(tmp_path, "broken.yml", "basic_auth: {username: u}\noauth2: {client_id: x}\n")
+    with pytest.raises(
+        ConfigError, match=f"{broken}: unknown field 'oauth2'; a Prometheus HTTP config here takes"
+    ):
+        ScenarioPlan(
+            scenario="same-model",
+            frontend_url=FRONTEND,
+            prometheus_url=PROM,
+            discover='prometheus:job="w"',
+            prometheus_http_config=str(broken),
+        )
+    plan = ScenarioPlan(
+        scenario="same-model",
+        frontend_url=FRONTEND,
+        prometheus_url=PROM,
+        discover='prometheus:job="w"',
+        prometheus_http_config=good,
+    )
+    assert PASSWORD not in repr(plan) and PASSWORD not in plan.describe()
