@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,34 +33,54 @@ LABELS = {
     "nvidia_com_dynamo_component_type": "worker",
     "nvidia_com_dynamo_namespace": "embedlab",
 }
-# Given in the operator's own spelling: the check matches either.
-SELECTOR = (
-    f'prometheus:nvidia.com/dynamo-graph-deployment-name="{GRAPH}",nvidia.com/dynamo-component-type="worker"'
-)
 
 
 @contextmanager
-def prometheus(tmp_path: Path, dep: Deployment) -> Iterator[str]:
-    """Debian's Prometheus on 127.0.0.1, scraping `dep`'s workers every second through file_sd;
-    ready once it has scraped all four. Stopped by its process group, also on failure."""
-    targets = [url.split("://", 1)[1].split("/", 1)[0] for url in dep.system_urls]
-    (tmp_path / "workers.json").write_text(json.dumps([{"targets": targets, "labels": LABELS}]))
+def prometheus(tmp_path: Path, *deps: Deployment, interval: str = "1s") -> Iterator[str]:
+    """Debian's Prometheus on 127.0.0.1, scraping the workers of `deps` every `interval` through
+    file_sd, each deployment's with the operator's labels and a graph name of its own (`GRAPH`,
+    then `GRAPH-1`, ...); ready once it has scraped them all. Stopped by its process group, also
+    on failure."""
+    groups = [
+        {
+            "targets": [url.split("://", 1)[1].split("/", 1)[0] for url in dep.system_urls],
+            "labels": LABELS | {"nvidia_com_dynamo_graph_deployment_name": graph(k)},
+        }
+        for k, dep in enumerate(deps)
+    ]
+    (tmp_path / "workers.json").write_text(json.dumps(groups))
     config = (
-        "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
+        f"global: {{scrape_interval: {interval}, scrape_timeout: 1s}}\n"
         "scrape_configs:\n"
         "  - job_name: dynamo-workers\n"
         f"    file_sd_configs: [{{files: ['{tmp_path / 'workers.json'}'], refresh_interval: 1s}}]\n"
     )
-    ready = scrapes_up(len(targets))
+    ready = scrapes_up(sum(len(g["targets"]) for g in groups))
     with prometheus_server(tmp_path, config, ready=ready, what="scrape every worker") as url:
         yield url
 
 
-def through_prometheus(scenario: str, dep: Deployment, prom: str, *extra: str) -> tuple[int, str]:
+def graph(k: int) -> str:
+    """The graph name of the k-th deployment a Prometheus scrapes."""
+    return GRAPH if k == 0 else f"{GRAPH}-{k}"
+
+
+def selector(k: int = 0) -> str:
+    return f'prometheus:nvidia.com/dynamo-graph-deployment-name="{graph(k)}",nvidia.com/dynamo-component-type="worker"'
+
+
+SELECTOR = selector(0)  # the first deployment's workers
+
+
+def through_prometheus(
+    scenario: str, dep: Deployment, prom: str, *extra: str, graph_index: int = 0
+) -> tuple[int, str]:
+    """The scenario on `dep`, its workers found by their labels (given in the operator's own
+    spelling: the check matches either) and read through Prometheus at `prom`."""
     started = time.monotonic()
     proc = run_embedlab(
         "scenario", scenario, "--frontend-url", dep.frontend_url, "--prometheus-url", prom,
-        "--discover", SELECTOR, *extra, timeout=120,
+        "--discover", selector(graph_index), *extra, timeout=300,
     )  # fmt: skip
     text = proc.stdout + proc.stderr
     print(
@@ -94,3 +115,37 @@ def test_placement_through_prometheus_with_workers_found_by_their_labels(tmp_pat
             assert leaked in text, text
         else:
             assert code == 0 and "PASSED" in text, text
+
+
+def test_at_five_second_scrapes_same_and_multi_model_pass_a_correct_router_and_fail_a_leaking_one(
+    tmp_path: Path,
+) -> None:
+    """Prometheus at 5 s, as the operator's Helm chart scrapes: one Prometheus, two pools told
+    apart by their graph label, one behind a correct frontend, one behind a leaking one."""
+    correct = DeploymentSpec.pool(list(MODELS), replicas=2)
+    leaking = DeploymentSpec.pool(list(MODELS), replicas=2, frontend_args=("--fault", "leak:0.1"))
+    with (
+        Deployment(correct, run_dir=tmp_path / "correct") as good,
+        Deployment(leaking, run_dir=tmp_path / "leaking") as bad,
+        prometheus(tmp_path, good, bad, interval="5s") as prom,
+    ):
+
+        def checks(k: int, dep: Deployment) -> dict[tuple[str, int], tuple[int, str]]:
+            return {
+                (scenario, k): through_prometheus(scenario, dep, prom, *extra, graph_index=k)
+                for scenario, extra in (
+                    ("same-model", ("--models", MODELS[0], "--requests", "40")),
+                    ("multi-model", ()),
+                )
+            }
+
+        # The two pools at once (each its own workers and frontend), each pool's checks in turn.
+        with ThreadPoolExecutor(2) as pool:
+            runs = {key: run for found in pool.map(checks, (0, 1), (good, bad)) for key, run in found.items()}
+    for (scenario, k), (code, text) in runs.items():
+        assert f"discovered 4 workers through Prometheus ({prom})" in text, text
+        assert "at its 5.0 s scrape interval" in text, text
+        if k == 0:
+            assert code == 0 and f"{scenario} on attached: PASSED" in text, text
+        else:
+            assert code != 0 and f"{scenario} on attached: FAILED" in text and "leaked onto" in text, text
