@@ -1,9 +1,14 @@
 """`embedlab watch`: keep verifying a live pool's routing, on /metrics for Prometheus.
 
-The attach options are the scenario commands' own (the plan's knobs `--frontend-url`,
-`--system-urls`, `--worker-models`, `--metric`, `--weights`, made by the same code); the rest
-are the watch's (embedlab/watch/names.py holds their defaults). It runs until SIGINT or
-SIGTERM (or `--duration-s`), then stops its requests and its server and exits 0.
+The attach options are the scenario commands' own (the plan's knobs: `--frontend-url`,
+`--system-urls`, `--worker-models`, `--metric`, `--weights`, the router's counts, `--api-key`,
+`--scrape-config`, `--prometheus-url`, `--prometheus-http-config`, `--discover`, ..., made by
+the same code), and so is what they become: a `ScenarioPlan` checks them and builds the
+`Target` (`ScenarioPlan.attached_target`, as `embedlab scenario` does: Prometheus' access tried
+first, the workers found through it printed). The rest are the watch's (embedlab/watch/names.py
+holds their defaults). The target's credentials are granted for the whole watch, and tried on
+every endpoint before anything is sent (`check_access`: a refusal is one line, exit 2). It runs
+until SIGINT or SIGTERM (or `--duration-s`), then stops its requests and its server and exits 0.
 """
 
 from __future__ import annotations
@@ -18,7 +23,12 @@ __all__ = ["add_watch"]
 _ATTACH = (
     "frontend_url", "system_urls", "worker_models", "metric", "weights",
     "router_metrics", "router_admitted", "router_answered", "router_success",
+    "api_key", "scrape_config",
+    "prometheus_url", "prometheus_selector", "prometheus_http_config", "discover",
 )  # fmt: skip
+# The plan that checks the attach options and builds the target: an attached per-model scenario
+# (no scenario of its own runs; the watch's checks are its own).
+_PLAN_SCENARIO = "multi-model"
 
 
 def add_watch(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +42,12 @@ def add_watch(sub: argparse._SubParsersAction) -> None:
         help="keep verifying a live pool's routing on the busy schedule, exported to Prometheus",
         description=(
             "Run the pool's placement checks continuously (same-model per model, multi-model across "
-            "models) on the busy-pool schedule, under a rate cap, and serve their verdicts on /metrics."
+            "models) on the busy-pool schedule, under a rate cap, and serve their verdicts on /metrics. "
+            "The pool is attached as the scenario commands attach it: its credentials (--api-key, "
+            "--scrape-config, --prometheus-http-config) tried on every endpoint before anything is "
+            "sent, its counters read from "
+            "each worker's /metrics, or through Prometheus (--prometheus-url; --discover finds the "
+            "workers among its targets, printed before the watch starts)."
         ),
     )
     attach = p.add_argument_group("the pool (as the attached scenario commands take it)")
@@ -86,25 +101,16 @@ def _whole(text: str) -> int:
 
 def _run_watch(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
-    from ..evidence.router import router_metrics
-    from ..evidence.target import attach
+    from ..scenarios.plan import ScenarioPlan
     from ..watch.runner import WatchConfig
 
-    if not args.frontend_url or not args.system_urls:
-        raise ConfigError("embedlab watch needs --frontend-url and one --system-url per worker")
-    target = attach(
-        args.frontend_url,
-        args.system_urls,
-        models=_items(args.worker_models) or None,
-        metric=args.metric or _default_metric(),
-        weights=[float(w) for w in _items(args.weights)] or None,
-        router_metrics=router_metrics(
-            args.router_metrics,
-            admitted=args.router_admitted,
-            answered=args.router_answered,
-            success=args.router_success,
-        ),
-    )
+    if not args.frontend_url or not (args.system_urls or args.discover):
+        raise ConfigError(
+            "embedlab watch needs --frontend-url, and one --system-url per worker or --discover"
+        )
+    given = {name: getattr(args, name) for name in _ATTACH if getattr(args, name) is not None}
+    plan = ScenarioPlan(scenario=_PLAN_SCENARIO, **given)
+    target = plan.attached_target()  # the workers found through Prometheus are printed here
     config = WatchConfig(
         max_rate=args.max_rate,
         window_requests=args.window_requests,
@@ -116,23 +122,17 @@ def _run_watch(args: argparse.Namespace) -> int:
     return run_watch(target, config, port=args.port, html=args.html, quiet=args.quiet)
 
 
-def _items(value: Any) -> list[str]:
-    """A knob's tuple as the command line gives it: comma-separated text (or None)."""
-    text = ",".join(value) if isinstance(value, list | tuple) else (value or "")
-    return [v.strip() for v in text.split(",") if v.strip()]
-
-
-def _default_metric() -> str:
-    from ..defaults import METRIC
-
-    return METRIC
-
-
 def run_watch(target: Any, config: Any, *, port: int, html: Path | None, quiet: bool) -> int:
-    """Serve the watch of `target` until a signal (or its duration): 0 once stopped cleanly."""
+    """Serve the watch of `target` until a signal (or its duration): 0 once stopped cleanly.
+
+    The target's credentials are granted for the whole watch, and `check_access` tries them on
+    the frontend and every metrics URL first: a refusal (an AccessError, one line) comes before
+    the watch serves or sends anything."""
     import asyncio
     import signal
 
+    from ..evidence.access import granted
+    from ..evidence.target import check_access
     from ..watch.exporter import Exporter
     from ..watch.page import Page
     from ..watch.runner import Watch
@@ -157,7 +157,7 @@ def run_watch(target: Any, config: Any, *, port: int, html: Path | None, quiet: 
                 )
         shown = total
 
-    watch = Watch(target, config, on_update=update)
+    watch = Watch(target, config, on_update=update)  # a pool it cannot check fails here, before access
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -166,13 +166,15 @@ def run_watch(target: Any, config: Any, *, port: int, html: Path | None, quiet: 
             loop.add_signal_handler(signum, stop.set)
         await watch.run(stop)
 
-    bound = exporter.serve(port)
-    exporter.update(watch)
-    print(f"embedlab watch: serving http://127.0.0.1:{bound}/metrics", file=sys.stderr, flush=True)
-    try:
-        asyncio.run(main())
-    finally:
-        exporter.close()
-        if page is not None:
-            page.write(watch, exporter.update(watch), force=True)
+    with granted(target.access):
+        check_access(target)
+        bound = exporter.serve(port)
+        exporter.update(watch)
+        print(f"embedlab watch: serving http://127.0.0.1:{bound}/metrics", file=sys.stderr, flush=True)
+        try:
+            asyncio.run(main())
+        finally:
+            exporter.close()
+            if page is not None:
+                page.write(watch, exporter.update(watch), force=True)
     return 0

@@ -536,6 +536,17 @@ class ScenarioPlan:
             ),
         )
 
+    def attached_target(self) -> Target:
+        """`target()` as the commands attach it (`embedlab scenario`, `embedlab watch`): Prometheus'
+        access tried before its targets are asked for (a refusal is one line), and the workers
+        `discover` finds printed, before anything is sent to them."""
+        if self.prometheus_url:
+            check_prometheus_access(self.prometheus_url, self.prometheus_http_config)
+        found = self.discovered() if self.discover else None
+        if found is not None:
+            print(discovered_text(self.prometheus_url, self.discover, found), flush=True)
+        return self.target(found)
+
     def _attached_models(self) -> list[str | None] | None:
         """The model each given system URL's worker serves, where the plan says."""
         models: list[str | None] | None = None
@@ -644,13 +655,7 @@ def run_scenario(
     if progress:
         plan = replace(plan, progress=True)
     if plan.attached:
-        # Prometheus takes its credentials before its targets are asked for: a refusal is one line.
-        if plan.prometheus_url:
-            check_prometheus_access(plan.prometheus_url, plan.prometheus_http_config)
-        found = plan.discovered() if plan.discover else None
-        if found is not None:  # what was found, before anything is sent to it
-            print(discovered_text(plan.prometheus_url, plan.discover, found), flush=True)
-        result = plan.run_on(plan.target(found))
+        result = plan.run_on(plan.attached_target())
         if plan.etcd_endpoints:
             # What the cluster believes is live, beside what the counters said.
             result.discovered = [

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from . import names as n
@@ -37,6 +37,9 @@ class WatchSnapshot:
     blocks: dict[str, int]
     scrape_failures: tuple[int, ...]
     events: dict[str, int]
+    counters: tuple[str, str]  # where the counters are read: ("prometheus", its URL) or ("metrics", "")
+    counters_said: str  # the same in words, with what the reads' waits cost
+    scrape_wait_s: float  # the reads' waits for Prometheus to scrape every worker
 
 
 def snapshot(watch: Watch) -> WatchSnapshot:
@@ -52,6 +55,9 @@ def snapshot(watch: Watch) -> WatchSnapshot:
         blocks=dict(watch.blocks),
         scrape_failures=tuple(watch.scrape_failures),
         events=dict(watch.event_counts),
+        counters=watch.counters_source(),
+        counters_said=watch.counters_said(),
+        scrape_wait_s=watch.scrape_wait_s(),
     )
 
 
@@ -137,6 +143,17 @@ class _Collector:
         up = GaugeMetricFamily(n.UPTIME, "Seconds since the watch started")
         up.add_metric([], s.uptime_s)
         yield up
+        source, url = s.counters
+        yield InfoMetricFamily(
+            n.COUNTERS_INFO.removesuffix("_info"),
+            "Where the workers' counters are read: through Prometheus (its URL), or each worker's /metrics",
+            value={n.SOURCE: source, n.URL: url},
+        )
+        waited = CounterMetricFamily(
+            n.SCRAPE_WAIT, "Seconds the reads waited for Prometheus to scrape every worker (0: read directly)"
+        )
+        waited.add_metric([], s.scrape_wait_s)
+        yield waited
 
 
 def _counter(name: str, doc: str, label: str, values: dict[str, Any]) -> CounterMetricFamily:

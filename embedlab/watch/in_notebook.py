@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ..evidence import clients
+from ..evidence.access import granted
 from ..evidence.stats import percent
 from ..evidence.target import Target, target_of
 from ..evidence.traffic import default_inputs
@@ -66,7 +67,8 @@ class LiveWatch:
                 ready.set()
                 other = asyncio.create_task(_other_client(self.watch.target, other_rate, self._stop))
                 try:
-                    await self.watch.run(self._stop)
+                    with granted(self.watch.target.access):  # an attached target's key and scrape config
+                        await self.watch.run(self._stop)
                 finally:
                     self._stop.set()
                     await other

@@ -165,13 +165,16 @@ class Judge:
             if test not in self.tests:
                 break  # a failure restarted every test
             decision = test.last = test.engine.decide()
-            for key, units in self._of.items():
-                if decision.misfit[list(units)].any():
-                    changes += self._fail(key, now, self._failure_words(key, decision))
-                    break
-                if key not in test.done and self._passes(key, decision):
+            failed = [key for key, units in self._of.items() if decision.misfit[list(units)].any()]
+            for key in self._of:
+                if key not in failed and key not in test.done and self._passes(key, decision):
                     test.done.add(key)
                     changes += self._pass(key, now)
+            # Every key the decision convicts, before the restart wipes the evidence: a router
+            # stuck on every model's first replica convicts them all at the same block, with the
+            # same evidence where nothing else sends, and one at a time would only name the first.
+            for key in failed:
+                changes += self._fail(key, now, self._failure_words(key, decision))
         for test in [t for t in self.tests if now - t.started_at >= self.horizon_s]:
             self.tests.remove(test)
             for key in self.tracks:

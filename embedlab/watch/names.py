@@ -68,9 +68,13 @@ SCRAPE_FAILURES = PREFIX + "scrape_failures_total"  # {worker}: reads that faile
 EVENTS = PREFIX + "events_total"  # {kind}: what the pool did (a reset, a worker gone, the router down)
 MISPLACED = PREFIX + "misplaced_total"  # {model}: the check's requests a worker of another model refused
 UPTIME = PREFIX + "uptime_seconds"
+# {source, url}: where the workers' counters are read, "prometheus" (its URL) or each worker's "metrics"
+COUNTERS_INFO = PREFIX + "counters_info"
+SCRAPE_WAIT = PREFIX + "scrape_wait_seconds_total"  # the reads' waits for Prometheus to scrape every worker
 
 # Labels.
 CHECK, MODEL, STATE, WORKER, OUTCOME, KIND = "check", "model", "verdict", "worker", "outcome", "kind"
+SOURCE, URL = "source", "url"
 
 # The alert the rules file defines (and the Prometheus test waits for).
 ALERT = "EmbedlabRoutingFailing"

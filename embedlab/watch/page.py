@@ -44,7 +44,9 @@ class Page:
 
 def _data(watch: Watch, snap: WatchSnapshot) -> dict[str, object]:
     return {
-        "frontend_url": watch.target.frontend_url,
+        "frontend_url": watch.frontend,
+        "counters": {"source": snap.counters[0], "url": snap.counters[1], "said": snap.counters_said},
+        "scrape_wait_s": snap.scrape_wait_s,
         "uptime_s": snap.uptime_s,
         "states": [{**asdict(s), "key": {"check": s.key.check, "model": s.key.model}} for s in snap.states],
         "shares": [asdict(s) for s in snap.shares],
@@ -88,12 +90,13 @@ def _page(watch: Watch, snap: WatchSnapshot) -> str:
     own = ", ".join(f"{e(m)} {_num(r, 2)}" for m, r in snap.request_rates.items())
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><meta http-equiv="refresh" content="{_REFRESH_S}">
-<title>embedlab watch: {e(watch.target.frontend_url)}</title>
+<title>embedlab watch: {e(watch.frontend)}</title>
 <style>body{{font-family:sans-serif;margin:1.5em}} td,th{{padding:2px 8px;text-align:left}}
 table{{border-collapse:collapse}} tr:nth-child(even){{background:#f4f4f4}}</style></head>
 <body><h1>embedlab watch</h1>
-<p>{e(watch.target.frontend_url)}, {len(watch.pool.models)} workers; watching for {snap.uptime_s:.0f} s;
+<p>{e(watch.frontend)}, {len(watch.pool.models)} workers; watching for {snap.uptime_s:.0f} s;
 the pool's rate {rate} req/s, the check's own (req/s): {own}; blocks: {e(str(snap.blocks))}</p>
+<p>{e(snap.counters_said)}</p>
 <table><tr><th>check</th><th>model</th><th>verdict</th><th>evidence (log10 e / alarm at)</th>
 <th>smallest fault ruled out</th><th>alarms</th><th>why</th></tr>{rows}</table>
 <h2>Timeline</h2>{_timeline(watch, snap)}

@@ -28,6 +28,18 @@ knows each worker's endpoint, names a worker of another model, is a misplaced re
 multi-model check fails at once, proven by attribution, with no statistics needed. It is how a
 leak of one request in 100 is found within minutes at a few requests a second, where the
 counters alone need thousands of blocks (docs/verification.md, "A continuous watch").
+
+Where the target reads its counters through Prometheus (`target.counters`, evidence/prom_source.py),
+every read of the workers is one `aread` of them all, which waits for a scrape of every worker
+after it was asked (three scrape intervals at most), and each window runs on its own clock from
+its opening read (`run_block(aligned=True)`): its requests go out after the opening scrapes, and
+count where they were answered before the closing ones. A read that finds a worker's scrape
+stale is `unreadable`, naming the worker (the block set aside, never judged), as a failed read
+of its /metrics is. The waits are wall time in which the watch sends nothing: the rate cap
+counts the check's requests per wall second, so they only lower its rate, and the next block
+starts once its spacing from this one's start has passed, waits included (at a scrape interval
+of a second or more, at once from the closing read): no period is added on top of them, and no
+block sends faster to make up for them. A stop never waits for a scrape.
 """
 
 from __future__ import annotations
@@ -35,10 +47,12 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import re
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import httpx
 import numpy as np
@@ -49,6 +63,7 @@ from ..evidence.accounting import Accounting, RouterCounts
 from ..evidence.busy.constants import WINDOW_S
 from ..evidence.busy.driver import longer_window, run_block
 from ..evidence.metrics import Snapshot, ascrape
+from ..evidence.prom_source import PrometheusCounters
 from ..evidence.router import read_router
 from ..evidence.target import Target
 from ..evidence.traffic import Probes, RequestRecord, WindowSender
@@ -66,7 +81,9 @@ from .names import (
     WINDOW_REQUESTS,
 )
 
-__all__ = ["Watch", "WatchConfig", "WatchEvent"]
+__all__ = ["Watch", "WatchConfig", "WatchEvent", "masked"]
+
+T = TypeVar("T")
 
 # Windows grow (evidence.busy.driver.longer_window) where most of this many recent blocks came
 # late: the sender and the router could not answer a window's requests within its sending part.
@@ -89,6 +106,23 @@ class WatchConfig:
     request_timeout_s: float = 30.0
     seed: int | None = None
     duration_s: float | None = None  # stop by itself after this long (tests, the notebook)
+
+
+# A URL's `user:password@`: a credential in the URL itself (httpx sends it as basic auth).
+_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+
+
+def masked(text: str, secrets: Sequence[str] = ()) -> str:
+    """`text` as the watch shows it (events, /metrics, the page): each of `secrets` as `***`, and
+    every URL's `user:password@` as `***@`."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return _USERINFO.sub(r"\g<scheme>***@", text)
+
+
+class _Stopped(Exception):
+    """The watch was stopped while a read waited for a scrape."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +168,8 @@ class Watch:
         httpx.MockTransport) carries both the reads and the requests."""
         self.target = target
         self._transport = transport
+        self._secrets = target.access.secrets() if target.access is not None else []
+        self._stop = asyncio.Event()  # `run`'s: a read through Prometheus ends at it
         self.config = config or WatchConfig()
         if self.config.max_rate <= 0 or self.config.window_requests < 1:
             raise ConfigError(
@@ -208,9 +244,39 @@ class Watch:
     def request_rate(self, model: str) -> float:
         return self.own[model].per_s()
 
+    @property
+    def frontend(self) -> str:
+        """The frontend's URL as the watch shows it."""
+        return self.masked(self.target.frontend_url)
+
+    def masked(self, text: str) -> str:
+        """`text` without the target's secrets, nor any URL's password (`masked`)."""
+        return masked(text, self._secrets)
+
+    def counters_source(self) -> tuple[str, str]:
+        """Where the workers' counters are read: ("prometheus", its URL) or ("metrics", "")."""
+        counters = self.target.counters
+        if counters is None:
+            return "metrics", ""
+        url = counters.url if isinstance(counters, PrometheusCounters) else ""
+        return "prometheus", self.masked(url)
+
+    def counters_said(self) -> str:
+        """How the workers' counters are read, and what reading them cost, in words."""
+        counters = self.target.counters
+        if counters is None:
+            return "counters read from each worker's /metrics"
+        return self.masked(counters.sentence())
+
+    def scrape_wait_s(self) -> float:
+        """Seconds the reads waited for Prometheus to scrape every worker (0: read directly)."""
+        counters = self.target.counters
+        return counters.waited_s if isinstance(counters, PrometheusCounters) else 0.0
+
     # -- events ---------------------------------------------------------------------------------
 
     def _event(self, kind: str, detail: str) -> None:
+        detail = self.masked(detail)  # what a server or an error said may hold a secret
         self.events.append(WatchEvent(self.now, time.time(), kind, detail))
         self.event_counts[kind] = self.event_counts.get(kind, 0) + 1
 
@@ -236,10 +302,12 @@ class Watch:
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Watch until `stop` is set, or `duration_s` has passed."""
-        stop = stop or asyncio.Event()
+        stop = self._stop = stop or asyncio.Event()
         self._clock0, self._stopped_at = time.perf_counter(), None
         self._event(
-            "started", f"watching {len(self.pool.models)} workers: {', '.join(map(str, self.pool.keys))}"
+            "started",
+            f"watching {len(self.pool.models)} workers: {', '.join(map(str, self.pool.keys))}; "
+            f"{self.counters_said()}",
         )
         most = max(sum(a.requests.values()) for a in self.schedule.arms)
         limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
@@ -264,27 +332,31 @@ class Watch:
             block = 0
             before: list[Snapshot] | None = None
             stopping = asyncio.create_task(self._cancel_on(stop))
-            while not self._over(stop):
-                if self.now < self._settle_until:
-                    await self._sleep(stop, self._settle_until - self.now)
-                    before = None
-                    continue
-                if before is None:
-                    before = await self._read(scraper)
-                    if before is None:
-                        self._update()  # the failures counted while no block can run
-                        await self._sleep(stop, self.config.retry_s)
+            try:
+                while not self._over(stop):
+                    if self.now < self._settle_until:
+                        await self._sleep(stop, self._settle_until - self.now)
+                        before = None
                         continue
-                started = time.perf_counter()
-                before = await self._block(block, before, scraper)
-                block += 1
-                self._update()
-                # The rate cap, on average: the next block starts a random spacing after this one.
-                period = self._per_block / self.config.max_rate * self._spacing.uniform(0.5, 1.5)
-                wait = started + period - time.perf_counter()
-                if before is None or wait > 0.05:
-                    await self._sleep(stop, max(wait, self.config.retry_s if before is None else 0.0))
-                    before = None  # other clients' traffic of the gap: the next block reads afresh
+                    if before is None:
+                        before = await self._read(scraper)
+                        if before is None:
+                            self._update()  # the failures counted while no block can run
+                            await self._sleep(stop, self.config.retry_s)
+                            continue
+                    started = time.perf_counter()
+                    before = await self._block(block, before, scraper)
+                    block += 1
+                    self._update()
+                    # The rate cap, on average: the next block starts a random spacing after this
+                    # one's start (a read's wait for a scrape is part of it: see the docstring).
+                    period = self._per_block / self.config.max_rate * self._spacing.uniform(0.5, 1.5)
+                    wait = started + period - time.perf_counter()
+                    if before is None or wait > 0.05:
+                        await self._sleep(stop, max(wait, self.config.retry_s if before is None else 0.0))
+                        before = None  # other clients' traffic of the gap: the next block reads afresh
+            except _Stopped:  # a stop while a read waited for a scrape: the block is left unjudged
+                await self._sender.settle()  # its requests, cancelled at the stop
             stopping.cancel()
         self._stopped_at = time.perf_counter()
         self._event("stopped", f"after {self.now:.0f} s")
@@ -357,19 +429,7 @@ class Watch:
 
     async def _read_workers(self, scraper: httpx.AsyncClient) -> list[Snapshot] | None:
         urls = self.target.system_urls
-        found = await asyncio.gather(
-            *(
-                ascrape(
-                    url,
-                    metric=self.target.metric,
-                    client=scraper,
-                    timeout=self.config.scrape_timeout_s,
-                    worker_index=i,
-                )
-                for i, url in enumerate(urls)
-            ),
-            return_exceptions=True,
-        )
+        found = await self._counters(scraper)
         ok = True
         for i, item in enumerate(found):
             if isinstance(item, MetricsError):
@@ -379,13 +439,61 @@ class Watch:
                 self._begins(f"worker {i}", "unreadable", f"worker {i} ({urls[i]}) could not be read: {item}")
             elif isinstance(item, BaseException):
                 raise item
-            else:
+            elif item is not None:
                 self._ends(f"worker {i}", "readable", f"worker {i} can be read again")
         if not ok:
             return None
         snapshots = [s for s in found if isinstance(s, Snapshot)]
         self._count_pool(snapshots)
         return snapshots
+
+    async def _counters(self, scraper: httpx.AsyncClient) -> list[Snapshot | BaseException | None]:
+        """Each worker's counter, or why it could not be read (None: not known, neither).
+
+        From each worker's /metrics, every read on its own. Through Prometheus, one read of
+        them all, from a scrape of every worker after it was asked: a worker it finds stale
+        fails the read (a ScrapeError naming it), the others' counts unknown; a failure that
+        names no worker (Prometheus itself unreachable) is every worker's."""
+        urls = self.target.system_urls
+        counters = self.target.counters
+        if counters is None:
+            return await asyncio.gather(
+                *(
+                    ascrape(
+                        url,
+                        metric=self.target.metric,
+                        client=scraper,
+                        timeout=self.config.scrape_timeout_s,
+                        worker_index=i,
+                    )
+                    for i, url in enumerate(urls)
+                ),
+                return_exceptions=True,
+            )
+        indices = list(range(len(urls)))
+        reading = counters.aread(
+            urls, indices, self.target.metric, moment="at a window's boundary", client=scraper
+        )
+        try:
+            return list(await self._unless_stopped(reading))
+        except MetricsError as exc:
+            named = exc.worker_index
+            return [exc if named is None or i == named else None for i in indices]
+
+    async def _unless_stopped(self, reading: Awaitable[T]) -> T:
+        """`reading`, unless the watch stops first (then `_Stopped`): a read through Prometheus
+        may wait three scrape intervals, and a stop never waits for it."""
+        read = asyncio.ensure_future(reading)
+        stopped = asyncio.ensure_future(self._stop.wait())
+        try:
+            done, _ = await asyncio.wait({read, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not read.done():
+                read.cancel()
+        if read not in done:
+            raise _Stopped
+        return read.result()
 
     def _count_pool(self, snapshots: list[Snapshot]) -> None:
         """The pool's total rate, and its resets, from every pair of reads in a row (the gaps
@@ -441,6 +549,7 @@ class Watch:
             sender=self._sender,
             read=read,
             go_on=lambda r: r[1] is not None and r[2] is not None,
+            aligned=self.target.counters is not None,  # each window from its opening scrapes
         )
         for position, cut in enumerate(cuts):
             opened, after, window_deltas, closed = cut.read

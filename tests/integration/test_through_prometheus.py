@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-
-import pytest
 
 from embedlab import Deployment, DeploymentSpec
 
@@ -89,14 +87,39 @@ def through_prometheus(
     return proc.returncode, text
 
 
-@pytest.mark.parametrize("fault", ["", "leak:0.1"], ids=["correct", "leaking"])
-def test_placement_through_prometheus_with_workers_found_by_their_labels(tmp_path: Path, fault: str) -> None:
-    spec = DeploymentSpec.pool(list(MODELS), replicas=2, frontend_args=("--fault", fault) if fault else ())
-    with Deployment(spec, run_dir=tmp_path / "run") as dep, prometheus(tmp_path, dep) as prom:
-        same = through_prometheus("same-model", dep, prom, "--models", MODELS[0], "--requests", "40")
-        multi = through_prometheus("multi-model", dep, prom)
-        busy = through_prometheus("mixed", dep, prom, "--busy")
-    for code, text in (same, multi, busy):
+def both_pools(
+    tmp_path: Path, interval: str, checks: Sequence[tuple[str, tuple[str, ...]]]
+) -> tuple[str, dict[tuple[str, int], tuple[int, str]]]:
+    """Two 2 x 2 pools under one Prometheus at `interval`, told apart by their graph label: pool 0
+    behind a correct frontend, pool 1 behind one that leaks (`leak:0.1`). Each pool runs `checks`
+    (scenario, its arguments) in turn, the two pools at once. Returns Prometheus' URL and each
+    (scenario, pool)'s exit code and output."""
+    correct = DeploymentSpec.pool(list(MODELS), replicas=2)
+    leaking = DeploymentSpec.pool(list(MODELS), replicas=2, frontend_args=("--fault", "leak:0.1"))
+    with (
+        Deployment(correct, run_dir=tmp_path / "correct") as good,
+        Deployment(leaking, run_dir=tmp_path / "leaking") as bad,
+        prometheus(tmp_path, good, bad, interval=interval) as prom,
+    ):
+
+        def run(k: int, dep: Deployment) -> dict[tuple[str, int], tuple[int, str]]:
+            return {
+                (scenario, k): through_prometheus(scenario, dep, prom, *extra, graph_index=k)
+                for scenario, extra in checks
+            }
+
+        with ThreadPoolExecutor(2) as pool:
+            found = {key: one for runs in pool.map(run, (0, 1), (good, bad)) for key, one in runs.items()}
+    return prom, found
+
+
+SAME = ("same-model", ("--models", MODELS[0], "--requests", "40"))
+MULTI = ("multi-model", ())
+
+
+def test_placement_through_prometheus_with_workers_found_by_their_labels(tmp_path: Path) -> None:
+    prom, runs = both_pools(tmp_path, "1s", [SAME, MULTI, ("mixed", ("--busy",))])
+    for (scenario, k), (code, text) in runs.items():
         # The deployment found, before the check: four workers, each model from its counter's label.
         assert f"discovered 4 workers through Prometheus ({prom})" in text, text
         for i, model in enumerate([MODELS[0], MODELS[0], MODELS[1], MODELS[1]]):
@@ -105,43 +128,23 @@ def test_placement_through_prometheus_with_workers_found_by_their_labels(tmp_pat
         # The verdict and its power sentence say how placement was read, and at what interval.
         assert "counters read through Prometheus" in text and "at its 1.0 s scrape interval" in text, text
         assert "added" in text and "to the verdict" in text, text
-        if text is busy[1]:
+        busy = scenario == "mixed"
+        if busy:
             assert "placement proven by the schedule's on-minus-off counts" in text, text
             assert "randomized blocks of" in text, text
-        if fault:
-            assert code != 0 and "FAILED" in text, text
+        if k == 1:
+            assert code != 0 and f"{scenario} on attached: FAILED" in text, text
             # A quiet burst names the leak; the schedule finds it from the counters' deficit.
-            leaked = "leaked onto" if text is not busy[1] else "some reached none of them"
-            assert leaked in text, text
+            assert ("some reached none of them" if busy else "leaked onto") in text, text
         else:
-            assert code == 0 and "PASSED" in text, text
+            assert code == 0 and f"{scenario} on attached: PASSED" in text, text
 
 
 def test_at_five_second_scrapes_same_and_multi_model_pass_a_correct_router_and_fail_a_leaking_one(
     tmp_path: Path,
 ) -> None:
-    """Prometheus at 5 s, as the operator's Helm chart scrapes: one Prometheus, two pools told
-    apart by their graph label, one behind a correct frontend, one behind a leaking one."""
-    correct = DeploymentSpec.pool(list(MODELS), replicas=2)
-    leaking = DeploymentSpec.pool(list(MODELS), replicas=2, frontend_args=("--fault", "leak:0.1"))
-    with (
-        Deployment(correct, run_dir=tmp_path / "correct") as good,
-        Deployment(leaking, run_dir=tmp_path / "leaking") as bad,
-        prometheus(tmp_path, good, bad, interval="5s") as prom,
-    ):
-
-        def checks(k: int, dep: Deployment) -> dict[tuple[str, int], tuple[int, str]]:
-            return {
-                (scenario, k): through_prometheus(scenario, dep, prom, *extra, graph_index=k)
-                for scenario, extra in (
-                    ("same-model", ("--models", MODELS[0], "--requests", "40")),
-                    ("multi-model", ()),
-                )
-            }
-
-        # The two pools at once (each its own workers and frontend), each pool's checks in turn.
-        with ThreadPoolExecutor(2) as pool:
-            runs = {key: run for found in pool.map(checks, (0, 1), (good, bad)) for key, run in found.items()}
+    """Prometheus at 5 s, as the operator's Helm chart scrapes."""
+    prom, runs = both_pools(tmp_path, "5s", [SAME, MULTI])
     for (scenario, k), (code, text) in runs.items():
         assert f"discovered 4 workers through Prometheus ({prom})" in text, text
         assert "at its 5.0 s scrape interval" in text, text

@@ -196,3 +196,17 @@ def test_requests_counted_twice_or_not_at_all_are_convicted_by_the_counts_not_th
     for t in alarms:
         found = float(t.why.split(": ")[-1].split(" of ")[0])
         assert low < found < high and "expected 1)" in t.why, t.why
+
+
+def test_a_router_stuck_on_every_model_with_nobody_else_sending_convicts_every_model_at_once() -> None:
+    """Nothing but the check sends: both models' same-model evidence is the same number, block by
+    block. The decision that convicts one convicts the other, and both are named before the
+    restart wipes the evidence (one at a time, the first would be convicted again and again, the
+    second never: what `embedlab watch` did on the embedded frontend's `--fault stick`)."""
+    judge = judge_for(["a", "a", "b", "b"], horizon_s=120, stagger_s=30)
+    feed = Feed(judge, background=0.0, seed=3)
+    feed.run(60, fault="stick")
+    alarms = [t for t in feed.transitions if t.alarm]
+    assert {t.key for t in alarms} == {CheckKey(SAME_MODEL, "a"), CheckKey(SAME_MODEL, "b")}, alarms
+    assert len({t.at for t in alarms}) == 1  # the same block
+    assert all(feed.state(CheckKey(SAME_MODEL, m)) == FAILING for m in "ab")

@@ -106,11 +106,11 @@ class MockPool:
 
 
 def watch_on(
-    pool: MockPool, *, seconds: float, script=None, until=None, max_rate: float = 1e6
+    pool: MockPool, *, seconds: float, script=None, until=None, max_rate: float = 1e6, target=None
 ) -> tuple[Watch, Exporter]:
     """Watch `pool` until `until(watch)` holds (`seconds`: the generous deadline), `script(now)`
-    changing the pool as it goes."""
-    target = attach(FRONTEND, pool.urls(), models=pool.models)
+    changing the pool as it goes; `target`: how it is attached (default: each worker's /metrics)."""
+    target = target or attach(FRONTEND, pool.urls(), models=pool.models)
     config = WatchConfig(
         max_rate=max_rate,
         window_s=0.05,
