@@ -26,8 +26,29 @@ Clopper-Pearson interval, the inconclusive share (stale scrapes) and the median 
 
     .venv/bin/python bench/through_prometheus.py --false-alarms 200 [--budget 1200] [--out fa.json]
 
-Needs `prometheus` on PATH (Debian's package: `apt-get install prometheus`). Every process it
-starts (the pool, each Prometheus) is stopped by its process group, also on failure or SIGTERM.
+`--busy` instead runs the busy check (the randomized on/off schedule, `mixed --busy` attached,
+in-process as the CLI runs it) on the 2 x 2 pool, read directly and through Prometheus at each
+interval, with a correct router and each of the busy table's faults (docs/verification.md,
+"On a busy pool"): on a quiet pool, and on a busy one with `hey` as the other client through the
+same frontend (40 req/s in all, both models, paced; a bounded number of requests, to 127.0.0.1
+only). Per check: the verdict, the time to it, the windows kept and set aside, the waits for
+scrapes the verdict states, and what a window costs (its span from one read to the next). Then
+the same decision code (`embedlab.evidence.busy.simulate`, its `BlockEngine`) is fed what the
+real runs measured, per way: >= 200 clean and >= 100 faulty checks per cell.
+
+    .venv/bin/python bench/through_prometheus.py --busy [--ways direct,1,5] [--beside 5]
+        [--busy-trials direct:3,1:2,5:1] [--sim-clean-runs 200 --sim-fault-runs 100] [--out busy.json]
+
+`--beside W`: the ways W run in a second process of this script, on their own pools, beside the
+others (their checks mostly wait for scrapes); both are reported together. `--measure-only` runs
+the real checks alone into --out; `--from FILE [FILE ...]` only simulates and prints, from the
+real checks of such files (or of reports) together: cells split over processes run side by side
+(`--routers`) are reported as one run. With --out, each way's checks are also kept as they end,
+beside it (OUT-STEM.WAY.partial.json, OUT-STEM.beside.json), so a run stopped early keeps them.
+
+Needs `prometheus` on PATH (Debian's package: `apt-get install prometheus`), and `hey` for --busy.
+Every process it starts (the pools, each Prometheus, hey, a --beside child) is stopped by its
+process group, also on failure or SIGTERM.
 """
 
 from __future__ import annotations
@@ -51,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
 from embedlab import Deployment, DeploymentSpec, ScenarioPlan, run_scenario
 from embedlab.cluster.ports import release_port, reserve_port
@@ -336,6 +358,475 @@ def _ratio(v: float | None, base: float | None) -> str:
     return "-" if v is None or not base else f"{v / base:.1f}"
 
 
+# -- the busy check: direct, and through Prometheus ---------------------------------------------
+
+# The busy table's faults on the 2 x 2 pool (docs/verification.md, "On a busy pool"), one in ten served twice.
+BUSY_ROUTERS = {"correct": "", "leak:0.1": "leak:0.1", "stick": "stick", "skew:0.9": "skew:0.9",
+                "double:0.1": "double:0.1"}  # fmt: skip
+# On a quiet pool (`--busy` alone) and on a busy one (`hey` beside the check).
+CONDITIONS = ("busy", "quiet")
+OTHER_RATE = 40.0  # the other client's requests a second, both models together (the busy table's)
+WORKER_MODELS = tuple(m for m in MODELS for _ in range(2))
+
+
+def _way(interval: float | None) -> str:
+    return "direct" if interval is None else f"prom {interval:g}s"
+
+
+def _counted(dep: Deployment) -> float:
+    from embedlab.evidence.metrics import scrape_all
+
+    return sum(s.value for s in scrape_all(dep.system_urls))
+
+
+@contextmanager
+def other_client(dep: Deployment, rate: float, seconds: float) -> Iterator[None]:
+    """`hey` sending both models' requests through `dep`'s frontend (127.0.0.1), `rate` a second
+    in all, paced, at most `seconds` of them; in once its requests show on the counters."""
+    hey = shutil.which("hey")
+    if hey is None:
+        sys.exit("hey is missing: apt-get install hey")
+    if not dep.frontend_url.startswith("http://127.0.0.1:"):
+        sys.exit(f"the other client only targets 127.0.0.1, not {dep.frontend_url}")
+    per = rate / len(MODELS)  # one paced connection per model keeps up with 20 a second
+    procs = []
+    try:
+        for model in MODELS:
+            body = json.dumps({"model": model, "input": "another client's request"})
+            argv = [hey, "-n", str(max(1, int(per * seconds))), "-c", "1", "-q", f"{per:g}", "-m", "POST"]
+            argv += ["-T", "application/json", "-d", body, f"{dep.frontend_url}/v1/embeddings"]
+            procs.append(
+                subprocess.Popen(
+                    argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+                )
+            )
+        start, deadline = _counted(dep), time.monotonic() + 30
+        while _counted(dep) - start < 2 * len(MODELS):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the other client's requests never reached the counters")
+            time.sleep(0.05)
+        yield
+    finally:
+        for proc in procs:
+            _stop_group(proc)
+
+
+def busy_check(dep: Deployment, prom: str | None, budget_s: float) -> dict[str, Any]:
+    """One busy check (`mixed --busy`), attached as the CLI attaches: directly (the 4 workers'
+    system URLs and models) or through Prometheus (the workers found by their labels)."""
+    attach: dict[str, Any] = (
+        {"system_urls": tuple(dep.system_urls), "worker_models": WORKER_MODELS}
+        if prom is None
+        else {"prometheus_url": prom, "discover": SELECTOR}
+    )
+    plan = ScenarioPlan(
+        scenario="mixed", frontend_url=dep.frontend_url, params={"busy": True, "budget_s": budget_s}, **attach
+    )
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        target = plan.target(plan.discovered() if prom else None)
+        t0 = time.perf_counter()
+        result = plan.run_on(target)
+        seconds = time.perf_counter() - t0
+    counters = target.counters
+    run = result.schedule
+    windows = run.windows if run else []
+    kept = [w for w in windows if w.kept]
+    arms = len({w.arm for w in windows}) or 1
+    # A window's span: from its opening read to its closing one, which opens the next window
+    # (through Prometheus each read waits for a scrape of every worker after it was asked).
+    spans = [b.start_s - a.start_s for a, b in zip(windows, windows[1:]) if b.index == a.index + 1]
+    span = _median(spans) or (run.window_s if run else None)
+    waited, reads = (counters.waited_s, counters.reads) if counters is not None else (0.0, 0)
+    per_read = waited / reads if reads else 0.0
+    # The other client's requests per kept window: every worker's delta less the check's own.
+    other = np.array([sum(w.deltas) - sum(w.sent.values()) for w in kept], dtype=float)
+    mean = float(other.mean()) if len(other) else 0.0
+    blocks = len(kept) // arms
+    # Each worker's count in the windows of the other models' arms is the other client's alone:
+    # its variance over its mean, as the variance a window's count of a model would need for the
+    # simulation's split of it over the model's replicas (binomial) to spread the workers as much.
+    spread = []
+    models = run.worker_models if run else ()
+    for i, model in enumerate(models):
+        alone = [w.deltas[i] for w in kept if w.arm != model and model is not None]
+        share = 1 / sum(m == model for m in models)
+        if len(alone) > 2 and np.mean(alone) > 0:
+            spread.append((np.var(alone, ddof=1) / np.mean(alone) - (1 - share)) / share)
+    # Each model's count of the other client's requests per window (its replicas' deltas less the
+    # check's own of it): its variance over its mean.
+    by_model = []
+    for model in dict.fromkeys(m for m in models if m is not None):
+        ix = [i for i, m in enumerate(models) if m == model]
+        counts = [sum(w.deltas[i] for i in ix) - w.sent.get(model, 0) for w in kept]
+        if len(counts) > 2 and np.mean(counts) > 0:
+            by_model.append(np.var(counts, ddof=1) / np.mean(counts))
+    schedule_wall = (windows[-1].start_s + (span or 0.0)) if windows else 0.0
+    return {
+        "verdict": str(result.verdict).upper(),
+        "seconds": seconds,
+        "wall_s": result.wall_seconds,
+        "windows": len(windows),
+        "kept": len(kept),
+        "set_aside": len(windows) - len(kept),
+        "stale_windows": sum(w.stale for w in windows),
+        "blocks": blocks,
+        "arms": arms,
+        "window_s": run.window_s if run else None,
+        "requests": int(round(run.rate_per_s * run.window_s)) if run else None,
+        "span_s": span,
+        "waited_s": waited,
+        "reads": reads,
+        "stale_reads": counters.stale if counters is not None else 0,
+        "wait_per_read_s": per_read,
+        "wall_block_s": schedule_wall / blocks if blocks else None,
+        "overhead_s": result.wall_seconds - schedule_wall if windows else None,
+        "other_per_window": mean,
+        "other_per_s": mean / span if span else None,
+        "fano": float(other.var(ddof=1) / mean) if mean > 0 and len(other) > 2 else 1.0,
+        "model_fano": float(np.mean(by_model)) if by_model else None,
+        "worker_fano": float(np.mean(spread)) if spread else None,
+        "waits_stated": "waiting for scrapes" in (result.power or ""),
+        "power": result.power,
+        "reasons": [str(r) for r in result.reasons[:3]] if str(result.verdict).upper() != "PASSED" else [],
+    }
+
+
+def measure_busy_way(
+    interval: float | None,
+    trials: int,
+    budget_s: float,
+    work: Path,
+    out: Path | None,
+    routers: dict[str, str] = BUSY_ROUTERS,
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """One way (direct, or Prometheus at `interval`) on a fresh pool per router: {router: {condition:
+    [checks]}}; every check is written to `out` (when given) as it ends."""
+    way = _way(interval)
+    found: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    # The longest a check's other client may need: its budget of the schedule's own time, at
+    # the waits for scrapes (two windows a block, each up to an interval longer), then margin.
+    per_check = 60.0 + budget_s * (1 + (2 * interval / 0.5 if interval else 1))
+    for router, fault in routers.items():
+        spec = DeploymentSpec.pool(
+            list(MODELS), replicas=2, frontend_args=("--fault", fault) if fault else ()
+        )
+        run_dir = work / f"busy-{way}-{router}".replace(" ", "-").replace(":", "-")
+        with (
+            Deployment(spec, run_dir=run_dir) as dep,
+            prometheus(dep, interval) if interval else _nothing() as prom,
+        ):
+            for condition in CONDITIONS:
+                beside = (
+                    other_client(dep, OTHER_RATE, trials * per_check) if condition == "busy" else _nothing()
+                )
+                with beside:
+                    for trial in range(trials):
+                        r = busy_check(dep, prom, budget_s)
+                        found.setdefault(router, {}).setdefault(condition, []).append(r)
+                        print(
+                            f"  {way:9} {router:10} {condition:5} trial {trial + 1}: {r['verdict']} in"
+                            f" {r['seconds']:.1f} s; {r['kept']} windows kept, {r['set_aside']} set aside"
+                            f" ({r['stale_windows']} stale); window span {_fmt(r['span_s'])} s; waits"
+                            f" {r['waited_s']:.1f} s over {r['reads']} reads; other client"
+                            f" {r['other_per_window']:.1f} a window",
+                            flush=True,
+                        )
+                        if r["reasons"]:
+                            print("    " + "; ".join(r["reasons"])[:600], flush=True)
+                        if out is not None:
+                            out.write_text(json.dumps({way: found}, indent=1))
+    return found
+
+
+def _own_block_s(c: dict[str, Any]) -> float | None:
+    """What the budget counts of a kept block: the schedule's own time (its wall time less the
+    waits for scrapes of its reads: one closing each window, one more after a block set aside)."""
+    if not c["blocks"]:
+        return None
+    reads = c["windows"] + math.ceil(c["set_aside"] / c["arms"])
+    return (c["wall_block_s"] * c["blocks"] - c["wait_per_read_s"] * reads) / c["blocks"]
+
+
+def measured_inputs(checks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The simulation's inputs for one way, pooled over its real busy checks (every router)."""
+    done = [c for c in checks if c["blocks"]]
+    busy = [c for c in done if c["condition"] == "busy"]
+    clean = [c for c in busy if c["router"] == "correct"]
+    med = lambda key, rows=done: _median([c[key] for c in rows])  # noqa: E731
+    window_s, requests = done[0]["window_s"], done[0]["requests"]
+    return {
+        "window_s": window_s,
+        "requests": requests,
+        "rate_per_s": requests / window_s,
+        "span_s": med("span_s"),
+        "block_s": _median([_own_block_s(c) for c in done]),
+        "wall_block_s": med("wall_block_s"),
+        "overhead_s": med("overhead_s"),
+        # the other client's variance over its mean per window, in the clean busy checks: of a
+        # model's count (where a check recorded it, else of both models' together), the median and
+        # the largest (a model's, or as each worker's count spread, whichever is more)
+        "fano": _median([c.get("model_fano") or c["fano"] for c in clean]) or 1.0,
+        "fano_max": max(
+            [max(c.get("model_fano") or c["fano"], c.get("worker_fano") or 0.0) for c in clean], default=1.0
+        ),
+        "other_per_s": med("other_per_s", busy),
+        "multiple": (med("other_per_s", busy) or 0.0) / (requests / window_s),
+        "set_aside": sum(c["set_aside"] for c in done) / max(1, sum(c["windows"] for c in done)),
+        "checks": len(done),
+    }
+
+
+SIM_FAULTS = [f for f in BUSY_ROUTERS.values() if f]
+HEY_MEASURED = "hey as measured (steady, its rate, the median variance)"
+HEY_SPREAD = "hey as measured, the largest variance of a real check"
+
+
+def simulate_way(cal: dict[str, Any], clean_runs: int, fault_runs: int, budget_s: float) -> dict[str, Any]:
+    """The 2 x 2 pool simulated at one way's measured inputs: the other client as measured (steady
+    at its rate; a model's count per window as variable as measured, then as variable as each
+    worker's count was), none (--busy on a quiet pool), and the busy table's shapes."""
+    from embedlab.evidence.busy.simulate import Background, Pool, simulate
+    from embedlab.verdicts import Verdict
+
+    measured = Background("steady", cal["multiple"])
+    shapes = [Background(shape, m) for shape in ("steady", "bursty", "ramp") for m in (0.5, 1.0, 4.0)]
+    # hey at its measured rate, its count per window as variable as measured (the median of the
+    # clean checks), then as in the most variable one: the time to a verdict grows steeply with it.
+    runs_of: list[tuple[str, Background, float]] = [(HEY_MEASURED, measured, cal["fano"])]
+    runs_of.append((HEY_SPREAD, measured, cal["fano_max"]))
+    runs_of.append(("none (--busy on a quiet pool)", Background("steady", 0.0), cal["fano"]))
+    runs_of += [(f"{b.shape} {b.multiple:g}x", b, cal["fano"]) for b in shapes]
+    options = {
+        "rate_per_s": cal["rate_per_s"], "window_s": cal["window_s"], "requests": cal["requests"],
+        # a kept block's own time, the blocks set aside included (what the budget counts)
+        "block_s": cal["block_s"] / max(1e-9, 1 - cal["set_aside"]),
+        "span_s": cal["span_s"], "overhead_s": cal["overhead_s"],
+        "leak_rule": "debt", "budget_s": budget_s,
+    }  # fmt: skip
+    cells: dict[str, dict[str, Any]] = {name: {} for name, _, _ in runs_of}
+    for fano in dict.fromkeys(f for _, _, f in runs_of):
+        chosen = [(name, b) for name, b, f in runs_of if f == fano]
+        for n, fault in enumerate(["", *SIM_FAULTS]):
+            sims = simulate(
+                Pool.multi_model(2, 2, fault=fault),
+                backgrounds=[b for _, b in chosen],
+                runs=fault_runs if fault else clean_runs,
+                seed=11 + n,
+                fano=fano,
+                **options,
+            )
+            for (name, _), sim in zip(chosen, sims):
+                cells[name][fault or "correct"] = {
+                    "runs": sim.runs,
+                    "failed": sim.count(Verdict.FAILED),
+                    "passed": sim.count(Verdict.PASSED),
+                    "median_s": sim.seconds_to(None, 0.5),
+                    "p95_s": sim.seconds_to(None, 0.95),
+                }
+    return {"inputs": cal, "options": options, "cells": cells}
+
+
+def busy_real_table(measured: dict[str, Any], ways: list[str]) -> str:
+    lines = [
+        "| router | other client | counters read | verdicts | time to verdict s (median) | x direct"
+        " | windows kept / set aside (stale) | window span s | waits stated (median) |",
+        "|---|---|---|---|---:|---:|---|---:|---|",
+    ]
+    for router in BUSY_ROUTERS:
+        for condition in CONDITIONS:
+            base = _median(
+                [c["seconds"] for c in measured.get("direct", {}).get(router, {}).get(condition, [])]
+            )
+            for way in ways:
+                rows = measured.get(way, {}).get(router, {}).get(condition, [])
+                if not rows:
+                    continue
+                verdicts = ", ".join(
+                    f"{sum(r['verdict'] == v for r in rows)}/{len(rows)} {v}"
+                    for v in sorted({r["verdict"] for r in rows})
+                )
+                t = _median([r["seconds"] for r in rows])
+                kept = "; ".join(f"{r['kept']} / {r['set_aside']} ({r['stale_windows']})" for r in rows)
+                waits = (
+                    f"{_median([r['waited_s'] for r in rows]):.0f} s over {_median([r['reads'] for r in rows]):.0f} reads"
+                    + ("" if all(r["waits_stated"] for r in rows) else " (not stated!)")
+                    if way != "direct"
+                    else "-"
+                )
+                other = f"hey {OTHER_RATE:g} req/s" if condition == "busy" else "none"
+                lines.append(
+                    f"| {router} | {other} | {way} | {verdicts} | {_fmt(t)} | {_ratio(t, base)} | {kept}"
+                    f" | {_fmt(_median([r['span_s'] for r in rows]))} | {waits} |"
+                )
+    return "\n".join(lines)
+
+
+def inputs_table(sims: dict[str, Any]) -> str:
+    lines = [
+        "| counters read | window (sending part) | requests a window | window span | a kept block: own time (budget) | a kept block: wall | before the schedule | other client per window: mean, variance / mean | set aside | real checks |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]  # fmt: skip
+    for way, sim in sims.items():
+        c = sim["inputs"]
+        lines.append(
+            f"| {way} | {c['window_s']:g} s | {c['requests']} | {_fmt(c['span_s'])} s | {_fmt(c['block_s'])} s"
+            f" | {_fmt(c['wall_block_s'])} s | {_fmt(c['overhead_s'])} s"
+            f" | {(c['other_per_s'] or 0) * c['span_s']:.1f} ({_fmt(c['other_per_s'])} req/s, {c['multiple']:.2f}x the check's), {c['fano']:.2f}"
+            f" (largest {c['fano_max']:.2f})"
+            f" | {100 * c['set_aside']:.1f} % | {c['checks']} |"
+        )
+    return "\n".join(lines)
+
+
+def sim_table(sims: dict[str, Any]) -> str:
+    routers = ["correct", *SIM_FAULTS]
+    head = "| other client | counters read | false alarms | passed | time | " + " | ".join(
+        f"`{f}` caught | time" for f in SIM_FAULTS
+    )
+    lines = [head + " |", "|---|---|" + "---|" * (2 * len(routers) + 0) + "---|"]
+    names = list(dict.fromkeys(n for sim in sims.values() for n in sim["cells"]))
+    for name in names:
+        for way, sim in sims.items():
+            cell = sim["cells"].get(name)
+            if not cell:
+                continue
+            c = cell["correct"]
+            row = [
+                name, way, f"{c['failed']} of {c['runs']}", f"{100 * c['passed'] / c['runs']:.1f} %",
+                f"{c['median_s']:.0f} / {c['p95_s']:.0f}",
+            ]  # fmt: skip
+            for f in SIM_FAULTS:
+                x = cell[f]
+                caught = f"{100 * x['failed'] / x['runs']:.1f} %" + (
+                    f" ({x['passed']} passed)" if x["passed"] else ""
+                )
+                row += [caught, f"{x['median_s']:.0f} / {x['p95_s']:.0f}"]
+            lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def busy_report(measured: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The real table, the simulation's inputs per way, and the simulated cells; printed."""
+    ways = [w for w in ("direct", *(f"prom {i}" for i in ("1s", "5s"))) if w in measured]
+    ways += [w for w in measured if w not in ways]
+    sims = {}
+    for way in ways:
+        checks = [
+            c | {"condition": cond, "router": router}
+            for router, found in measured[way].items()
+            for cond, rows in found.items()
+            for c in rows
+        ]
+        cal = measured_inputs(checks)
+        started = time.perf_counter()
+        sims[way] = simulate_way(cal, args.sim_clean_runs, args.sim_fault_runs, args.budget_s)
+        sims[way]["sim_s"] = time.perf_counter() - started
+    print("\nReal busy checks (mixed --busy on the 2 x 2 pool):\n")
+    print(busy_real_table(measured, ways))
+    print("\nWhat the real runs measured, per way (the simulation's inputs):\n")
+    print(inputs_table(sims))
+    print(
+        f"\nSimulated ({args.sim_clean_runs} clean, {args.sim_fault_runs} faulty checks a cell; median / p95"
+        " seconds to the verdict, inconclusive at the budget):\n"
+    )
+    print(sim_table(sims))
+    print(f"\nsimulation {sum(s['sim_s'] for s in sims.values()):.0f} s")
+    return {"measured": measured, "simulated": sims}
+
+
+def _trials(text: str) -> dict[str, int]:
+    """`direct:3,1:2,5:1` -> {"direct": 3, "prom 1s": 2, "prom 5s": 1}."""
+    out = {}
+    for item in text.split(","):
+        way, _, n = item.partition(":")
+        out["direct" if way == "direct" else _way(float(way))] = int(n)
+    return out
+
+
+def merged(files: list[Path]) -> dict[str, Any]:
+    """The real checks of several --busy --out files (a report's, or --measure-only's), together."""
+    out: dict[str, Any] = {}
+    for path in files:
+        data = json.loads(path.read_text())
+        for way, routers in data.get("measured", data).items():
+            for router, conditions in routers.items():
+                for condition, rows in conditions.items():
+                    out.setdefault(way, {}).setdefault(router, {}).setdefault(condition, []).extend(rows)
+    return out
+
+
+def busy_main(args: argparse.Namespace) -> None:
+    if args.from_file:
+        report = busy_report(merged(args.from_file), args)
+        if args.out:
+            args.out.write_text(json.dumps(report, indent=1))
+        return
+    ways = [None if w.strip() == "direct" else float(w) for w in args.ways.split(",") if w.strip()]
+    beside = {float(w) for w in args.beside.split(",") if w.strip()} if args.beside else set()
+    trials = _trials(args.busy_trials)
+    routers = {r: BUSY_ROUTERS[r] for r in args.routers.split(",")} if args.routers else BUSY_ROUTERS
+    started = time.perf_counter()
+    measured: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="through-prom-busy-") as tmp:
+        child = None
+        # kept beside --out (a run stopped early keeps what the second process measured)
+        part = args.out.with_name(f"{args.out.stem}.beside.json") if args.out else Path(tmp) / "beside.json"
+        if beside:
+            argv = [
+                sys.executable,
+                __file__,
+                "--busy",
+                "--measure-only",
+                "--ways",
+                ",".join(f"{w:g}" for w in sorted(beside)),
+            ]
+            argv += ["--busy-trials", args.busy_trials, "--budget-s", str(args.budget_s), "--out", str(part)]
+            argv += ["--routers", ",".join(routers)]
+            child = subprocess.Popen(argv, start_new_session=True)
+        try:
+            for interval in ways:
+                if interval in beside:
+                    continue
+                way = _way(interval)
+                partial = (
+                    args.out.with_name(f"{args.out.stem}.{way.replace(' ', '-')}.partial.json")
+                    if args.out
+                    else None
+                )
+                measured[way] = measure_busy_way(
+                    interval,
+                    trials[way],
+                    args.budget_s,
+                    Path(tmp),
+                    args.out if args.measure_only else partial,
+                    routers,
+                )
+                if args.measure_only and args.out:
+                    args.out.write_text(json.dumps(measured, indent=1))
+            if child is not None:
+                child.wait()
+                if part.exists():
+                    measured.update(json.loads(part.read_text()))
+        finally:
+            if child is not None:
+                _stop_group(child)
+    real_s = time.perf_counter() - started
+    if args.measure_only:
+        if args.out:
+            args.out.write_text(json.dumps(measured, indent=1))
+        return
+    report = busy_report(measured, args)
+    report["meta"] = {
+        "real_s": real_s, "trials": trials, "budget_s": args.budget_s, "other_rate": OTHER_RATE,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
+        "load": os.getloadavg(),
+    }  # fmt: skip
+    print(f"real runs {real_s:.0f} s; {trials} trials a cell")
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -350,7 +841,48 @@ def main() -> None:
     parser.add_argument(
         "--budget", type=float, default=None, help="--false-alarms: seconds after which no check starts"
     )
+    parser.add_argument(
+        "--busy", action="store_true", help="instead: the busy check, direct and through Prometheus"
+    )
+    parser.add_argument(
+        "--ways", default="direct,1,5", help="--busy: direct and/or scrape intervals (default: direct,1,5)"
+    )
+    parser.add_argument(
+        "--beside", default="", help="--busy: ways run in a second process beside the rest (e.g. 5)"
+    )
+    parser.add_argument(
+        "--busy-trials",
+        default="direct:3,1:2,5:1",
+        help="--busy: real checks a cell, per way (default: direct:3,1:2,5:1)",
+    )
+    parser.add_argument(
+        "--budget-s", type=float, default=60.0, help="--busy: each check's budget (default: 60)"
+    )
+    parser.add_argument(
+        "--sim-clean-runs", type=int, default=200, help="--busy: simulated clean checks a cell"
+    )
+    parser.add_argument(
+        "--sim-fault-runs", type=int, default=100, help="--busy: simulated faulty checks a cell"
+    )
+    parser.add_argument(
+        "--from",
+        dest="from_file",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="--busy: only simulate and print, from these --out files' real checks together",
+    )
+    parser.add_argument(
+        "--routers", default="", help=f"--busy: some of {','.join(BUSY_ROUTERS)} (default: all)"
+    )
+    parser.add_argument(
+        "--measure-only", action="store_true", help="--busy: only the real checks, into --out (for --from)"
+    )
     args = parser.parse_args()
+    if args.busy:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        busy_main(args)
+        return
     if args.false_alarms:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         started = time.perf_counter()

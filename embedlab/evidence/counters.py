@@ -39,6 +39,13 @@ class CounterSource(Protocol):
 
     def sentence(self) -> str: ...
 
+    def fits_s(self) -> tuple[float, float]:
+        """After a read: how long a window opened now may send before the next scrapes, and how
+        long it then lasts, read to read (the busy schedule stretches its windows to fill it)."""
+        ...
+
+    windows: str  # what the busy schedule made of that, for the sentence
+
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -69,6 +69,10 @@ Key = tuple[str, str]
 HttpConfig = str | Path | ScrapeAuth | None
 # How many scrape intervals a snapshot waits for a fresh sample of every worker.
 WAIT_INTERVALS = 3
+# The margin a window keeps before the first worker's next scrape, as a share of the interval:
+# the driver's and Prometheus' own jitter, on a loaded machine (a window that ends after it waits
+# a whole interval more).
+SCRAPE_GUARD = 0.1
 # Where Prometheus does not say a target's interval: its own default.
 DEFAULT_INTERVAL_S = 15.0
 # Kubernetes service discovery keeps a pod's labels as these, sanitised.
@@ -264,6 +268,10 @@ class PrometheusCounters:
     waited_s: float = field(default=0.0, init=False)
     reads: int = field(default=0, init=False)
     stale: int = field(default=0, init=False)  # reads that found a worker's scrape missing or stale
+    # Each target's latest sample time after the last read: their phases, which Prometheus keeps.
+    stamps: dict[Key, float] = field(default_factory=dict, init=False, repr=False)
+    # What the busy schedule made of the interval (`fits_s`), for the sentence; "" before it asks.
+    windows: str = field(default="", init=False)
 
     def __post_init__(self) -> None:
         self.url = self.url.rstrip("/")
@@ -330,7 +338,25 @@ class PrometheusCounters:
             k = stale[0]
             self.stale += 1
             raise self._stale(indices[k], urls[k], workers[k], samples, ups, asked, moment)
+        for sample in samples:
+            if any(sample.key in keys for keys in workers):
+                self.stamps[sample.key] = max(self.stamps.get(sample.key, -math.inf), sample.timestamp)
         return [self._snapshot(url, metric, keys, samples) for url, keys in zip(urls, workers)]
+
+    def fits_s(self) -> tuple[float, float]:
+        """A window opened now, after a read: how long it may send and still be closed before the
+        first of the workers' next scrapes, and how long it then lasts, read to read (an interval).
+        Prometheus scrapes each target at an offset of its own, the same every interval: a window
+        fits between the last worker's scrape and the first one's next, less the read's lag and a
+        margin (`SCRAPE_GUARD` of the interval). A window longer than that lasts two intervals:
+        more sent, but half the windows, and a verdict needs blocks (14 at least) more than
+        requests. (0, interval) before any read."""
+        interval = self.scrape_interval_s
+        if not self.stamps:
+            return 0.0, interval
+        first_next = min(self.stamps.values()) + interval
+        guard = max(self.margin_s + self.poll_s, SCRAPE_GUARD * interval)
+        return max(0.0, first_next - time.time() - guard), interval
 
     def _snapshot(
         self, url: str, metric: MetricQuery, keys: Sequence[Key], samples: Sequence[PromSample]
@@ -397,9 +423,10 @@ class PrometheusCounters:
             if self.stale
             else ""
         )
+        windows = f"; {self.windows}" if self.windows else ""
         return (
             f"counters read through Prometheus ({self.url}) at its {_seconds(self.scrape_interval_s)} s scrape "
-            f"interval{cost}{stale}"
+            f"interval{cost}{stale}{windows}"
         )
 
 

@@ -22,6 +22,7 @@ from ..errors import CounterResetError, ScrapeError
 from ..evidence import clients
 from ..evidence.accounting import Accounting, RouterCounts
 from ..evidence.busy import BusyMonitor, BusyVerdict, Schedule, WindowRecord
+from ..evidence.busy.constants import SCRAPED_BLOCKS
 from ..evidence.busy.driver import fitted_window, run_block
 from ..evidence.metrics import Snapshot, ascrape_all
 from ..evidence.router import read_router
@@ -46,8 +47,8 @@ class BusyKnobs:
     )
     budget_s: float = knob(
         BUSY_BUDGET_S,
-        "the longest the busy schedule runs before it ends inconclusive (its own time: through "
-        "Prometheus the waits for scrapes come on top, and are stated)",
+        "the longest the busy schedule runs before it ends inconclusive (through Prometheus at least "
+        f"{SCRAPED_BLOCKS} blocks of windows a scrape interval long, as its verdict says)",
         min=1,
     )
 
@@ -124,9 +125,10 @@ async def _blocks(
     monitor = reader.monitor = BusyMonitor(schedule, reader.models, weights, budget_s=math.inf)
     before = await reader.read()
     origin = reader.start()
+    pieces, budget_s = reader.fill(schedule, budget_s)
     block = 0
     while True:
-        found, after = await _block(schedule, block, origin, sender, reader, before)
+        found, after = await _block(schedule, block, origin, sender, reader, before, pieces)
         kept = after is not None and not any(w.late for w in found)
         windows += [w if kept else dataclasses.replace(w, kept=False) for w in found]
         verdict = None
@@ -155,6 +157,7 @@ async def _block(
     sender: WindowSender,
     reader: _Reader,
     before: list[Snapshot],
+    pieces: int = 1,
 ) -> tuple[list[ScheduleWindow], list[Snapshot] | None]:
     """One block's windows (evidence/busy/driver.py), and its last read (None: a read through
     Prometheus found a worker's scrape stale; the block is cut there and judges nothing)."""
@@ -167,7 +170,7 @@ async def _block(
 
     cuts = await run_block(
         schedule, block, window_s=schedule.window_s, origin=origin, sender=sender, read=read,
-        go_on=lambda r: r[1] is not None, aligned=reader.aligned,
+        go_on=lambda r: r[1] is not None, aligned=reader.aligned, pieces=pieces,
     )  # fmt: skip
     found: list[ScheduleWindow] = []
     last: list[Snapshot] | None = before
@@ -181,7 +184,7 @@ async def _block(
                 cut.window.index,
                 cut.window.arm.name,
                 cut.at,
-                cut.at + schedule.window_s,
+                cut.at + cut.sending_s,
                 deltas,
                 sent,
                 cut.late,
@@ -201,11 +204,13 @@ class _Reader:
     Through Prometheus (`target.counters`), each read waits for a scrape of every worker after it
     was asked (evidence/prom_source.py), so a window is judged only between two scrapes of every
     worker that bracket it: its requests go out after the opening scrapes, and the closing ones
-    are taken after its answers came back. The windows then run each on its own clock (`aligned`),
-    and the waits are kept apart from the budget (`spent`): the verdict's sentence says what they
-    cost. A read that finds a worker's scrape missing or stale cuts its block, which is set aside
-    and judges nothing (`read_or_stale`); the read after it, from nothing in flight, must find
-    every worker scraped, or the check ends inconclusive naming the worker."""
+    are taken after its answers came back. The windows then run each on its own clock (`aligned`)
+    and, since each costs a scrape interval anyway, send for as long as fits before the next
+    scrapes, at the check's own rate, one window's requests every `window_s` (`fill`). The budget
+    is the schedule's wall time, at least `SCRAPED_BLOCKS` blocks of such windows. A read that
+    finds a worker's scrape missing or stale cuts its block, which is set aside and judges nothing
+    (`read_or_stale`); the read after it, from nothing in flight, must find every worker scraped,
+    or the check ends inconclusive naming the worker."""
 
     def __init__(self, target: Target, models: Sequence[str | None], client: httpx.AsyncClient) -> None:
         self.models, self.metric, self.client = models, target.metric, client
@@ -219,17 +224,32 @@ class _Reader:
         self.router_after: RouterCounts | None = None
         self.monitor: BusyMonitor | None = None
         self.origin = time.perf_counter()
-        self.waited_s = 0.0  # in reads through Prometheus since `origin`
         self.stale: list[str] = []  # each stale read's words, in order
 
     def start(self) -> float:
-        """The schedule's clock starts: the budget counts from here, less the waits for scrapes."""
-        self.origin, self.waited_s = time.perf_counter(), 0.0
+        """The schedule's clock starts: the budget counts from here."""
+        self.origin = time.perf_counter()
         return self.origin
 
     def spent(self) -> float:
-        """The schedule's own time so far, against its budget: the waits for scrapes left out."""
-        return time.perf_counter() - self.origin - self.waited_s
+        return time.perf_counter() - self.origin
+
+    def fill(self, schedule: Schedule, budget_s: float) -> tuple[int, float]:
+        """Right after a read: how many times each window sends its arm's requests (one `window_s`
+        apart), and the budget. Direct reads: once, and `budget_s`. Through Prometheus: as many as
+        fit before the workers' next scrapes, and a budget of at least `SCRAPED_BLOCKS` blocks of
+        windows that last a scrape interval (or two), said in the verdict's sentence."""
+        if self.source is None:
+            return 1, budget_s
+        fits, lasts = self.source.fits_s()
+        pieces = max(1, math.floor(fits / schedule.window_s))
+        floor = SCRAPED_BLOCKS * len(schedule.arms) * lasts
+        raised = f", the budget raised to {floor:.0f} s ({SCRAPED_BLOCKS} blocks)" if floor > budget_s else ""
+        self.source.windows = (
+            f"each window sent for {pieces * schedule.window_s:.2f} s of the {lasts:g} s between its "
+            f"scrapes{raised}"
+        )
+        return pieces, max(budget_s, floor)
 
     async def read_or_stale(self) -> list[Snapshot] | None:
         """A read inside a block: None where a read through Prometheus found a worker stale."""
@@ -244,13 +264,7 @@ class _Reader:
     async def _workers(self) -> list[Snapshot]:
         if self.source is None:
             return await ascrape_all(self.urls, metric=self.metric, client=self.client, indices=self.read_at)
-        started = time.perf_counter()
-        try:
-            return await self.source.aread(
-                self.urls, self.read_at, self.metric, moment="at a window's boundary"
-            )
-        finally:
-            self.waited_s += time.perf_counter() - started
+        return await self.source.aread(self.urls, self.read_at, self.metric, moment="at a window's boundary")
 
     async def read(self) -> list[Snapshot]:
         if self.router is None or self.accounting is None:

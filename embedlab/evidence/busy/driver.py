@@ -65,6 +65,7 @@ class Cut(Generic[A, R]):
     wanted: int  # the requests it sent
     answered: list[A]  # the answers in hand when its closing read began
     read: R  # that closing read
+    sending_s: float = 0.0  # how long it sent: its pieces times the window
 
     @property
     def late(self) -> int:
@@ -81,23 +82,29 @@ async def run_block(
     read: Callable[[], Awaitable[R]],
     go_on: Callable[[R], bool] = lambda _: True,
     aligned: bool = False,
+    pieces: int = 1,
 ) -> list[Cut[A, R]]:
     """Block `block` of `schedule`, window by window: send, wait for the window's end, read. Stops
     early after a read `go_on` refuses (a worker unread, a counter reset, a stale scrape).
     `aligned`: each window's clock starts when its opening read came back (reads that wait for
-    scrapes), not at the block's start plus the windows before it."""
+    scrapes), not at the block's start plus the windows before it. `pieces`: each window sends its
+    arm's requests that many times, one `window_s` apart (the check's rate kept, its sending part
+    stretched to fill the time between two scrapes)."""
     t0 = time.perf_counter()
     arms = len(schedule.arms)
+    span = window_s * pieces
     cuts: list[Cut[A, R]] = []
     for position in range(arms):
         window = schedule.window(block * arms + position)
-        opened = time.perf_counter() if aligned else t0 + position * window_s
+        opened = time.perf_counter() if aligned else t0 + position * span
         at = opened - origin
-        answered = sender.send(window.arm.requests, name=window.arm.name, at=at)
-        await asyncio.sleep(max(0.0, opened + window_s - time.perf_counter()))
-        in_hand = list(answered)
+        sent: list[list[A]] = []
+        for piece in range(pieces):
+            sent.append(sender.send(window.arm.requests, name=window.arm.name, at=at + piece * window_s))
+            await asyncio.sleep(max(0.0, opened + (piece + 1) * window_s - time.perf_counter()))
+        in_hand = [answer for answers in sent for answer in answers]
         after = await read()
-        cuts.append(Cut(window, at, sum(window.arm.requests.values()), in_hand, after))
+        cuts.append(Cut(window, at, pieces * sum(window.arm.requests.values()), in_hand, after, span))
         if not go_on(after):
             break
     return cuts

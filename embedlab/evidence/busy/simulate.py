@@ -94,9 +94,11 @@ class Background:
     shape: str = "steady"
     multiple: float = 1.0  # the other client's mean rate, as a multiple of the check's
 
-    def rates(self, starts: np.ndarray, window_s: float, budget_s: float, phase: np.ndarray) -> np.ndarray:
-        """Mean rate over each window (relative to `multiple`=1), per run: (runs, windows)."""
-        steps = 8
+    def rates(
+        self, starts: np.ndarray, window_s: float, budget_s: float, phase: np.ndarray, steps: int = 8
+    ) -> np.ndarray:
+        """Mean rate over each window (relative to `multiple`=1), per run: (runs, windows), from
+        `steps` points in each window."""
         t = starts[None, :, None] + window_s * (np.arange(steps) + 0.5)[None, None, :] / steps
         if self.shape == "steady":
             r = np.ones_like(t + phase[:, None, None])
@@ -165,6 +167,7 @@ def simulate(
     fano: float = 1.0,
     leak_rule: str = "random",
     router: bool = False,
+    span_s: float | None = None,
 ) -> list[Simulation]:
     """`runs` checks of `pool` under each of `backgrounds` (one batch); each check stops at its first
     decision or its budget. One Simulation per background, in order.
@@ -184,6 +187,13 @@ def simulate(
     hedging); `cache:p` answers each with probability p without any worker counting it. `router`:
     the router's own per-model count of the other clients' requests is read beside the workers'
     (exactly: a router that counts what it admits).
+
+    `span_s`: the wall time a window spans from its opening read to its closing one, where it is
+    longer than its sending part `window_s` (counters read through Prometheus, each read waiting
+    for a scrape of every worker: the sending part plus that wait). The workers' counters then
+    take the other client's requests over the whole span, the check's own staying those of the
+    sending part; the waits add to every time to verdict, not to the budget, which bounds the
+    blocks by `block_s` alone (the schedule's own time). Default: `window_s`, no wait.
     """
     if leak_rule not in ("random", "debt"):
         raise ConfigError(f"leak_rule must be random or debt, got {leak_rule!r}")
@@ -211,16 +221,23 @@ def simulate(
     cached = float(param) if kind == "cache" else 0.0
     arms = len(schedule.arms)
     block = arms * window_s if block_s is None else block_s
+    span = window_s if span_s is None else span_s
+    wall_block = block + arms * (span - window_s)  # a kept block's wall time, the waits included
     table = orders(arms)
     blocks = max(1, int(budget_s // block + 1e-9))
-    starts = np.arange(blocks * arms) * (block / arms)
-    # The other client's requests per window and model: its models evenly, routed like the check's.
+    starts = np.arange(blocks * arms) * (wall_block / arms)
+    steps = max(8, int(np.ceil(8 * span / window_s - 1e-9)))
+    # The other client's requests per window and model, over its span: its models evenly, routed
+    # like the check's. A ramp rises over the check's wall time (the budget, plus the waits).
     mean = np.concatenate(
-        [b.rates(starts, window_s, budget_s, rng.uniform(0, 3, runs)) for b in backgrounds]
-    ) * (rate_per_s * window_s / len(served))
+        [
+            b.rates(starts, span, budget_s * wall_block / block, rng.uniform(0, 3, runs), steps)
+            for b in backgrounds
+        ]
+    ) * (rate_per_s * span / len(served))
     debt = rng.uniform(0, 1, (total, len(served)))  # the leak rule's debt per model, at a random phase
     verdict = np.full(total, Verdict.INCONCLUSIVE.value, dtype=object)
-    seconds = np.full(total, overhead_s + blocks * block)
+    seconds = np.full(total, overhead_s + blocks * wall_block)
     live = np.arange(total)  # the checks still running, as rows of the engine's batch
     for b in range(blocks):
         n = len(live)
@@ -258,7 +275,7 @@ def simulate(
         done = decision.failed | decision.passed
         verdict[live[decision.failed]] = Verdict.FAILED.value
         verdict[live[decision.passed & ~decision.failed]] = Verdict.PASSED.value
-        seconds[live[done]] = overhead_s + (b + 1) * block
+        seconds[live[done]] = overhead_s + (b + 1) * wall_block
         if done.all():
             break
         if done.any():

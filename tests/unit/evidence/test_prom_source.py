@@ -304,8 +304,13 @@ class _Stale:
     ) -> Any:
         raise ScrapeError(f"no scrape of worker 1 (b) {moment}: stale", url=urls[1], worker_index=1)
 
+    windows = ""
+
     def sentence(self) -> str:
         return "counters read through Prometheus"
+
+    def fits_s(self) -> tuple[float, float]:
+        return 0.0, 1.0  # one piece a window
 
 
 def test_a_stale_scrape_makes_the_burst_inconclusive_naming_the_worker_never_judged() -> None:
@@ -320,3 +325,16 @@ def test_a_stale_scrape_makes_the_burst_inconclusive_naming_the_worker_never_jud
         "worker 1 could not be read before the burst: no scrape of worker 1 (b) before the burst: stale"
     )
     assert judge([burst], exact_total=True)[0] == Verdict.INCONCLUSIVE
+
+
+def test_a_window_fits_between_the_last_workers_scrape_and_the_first_ones_next() -> None:
+    counters = PrometheusCounters(PROM, ((("w", "a"),), (("w", "b"),)), scrape_interval_s=5)
+    assert counters.fits_s() == (0.0, 5)  # before any read: nothing known of the phases
+    now = time.time()
+    counters.stamps = {("w", "a"): now - 0.5, ("w", "b"): now - 0.2}
+    fits, lasts = counters.fits_s()
+    # a's next scrape comes 4.5 s from now; the guard keeps a tenth of the interval.
+    assert lasts == 5 and 3.9 < fits <= 4.0, fits
+    counters.stamps = {("w", "a"): now - 4.8, ("w", "b"): now - 0.1}
+    # Phases 4.7 s apart leave 0.2 s before a's next scrape, less than the guard: nothing fits.
+    assert counters.fits_s() == (0.0, 5)

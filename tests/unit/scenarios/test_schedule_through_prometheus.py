@@ -52,8 +52,13 @@ class _Pool:
             for u, i in zip(urls, indices)
         ]
 
+    windows = ""
+
     def sentence(self) -> str:
         return "counters read through Prometheus"
+
+    def fits_s(self) -> tuple[float, float]:
+        return 0.0, 1.0  # one piece a window
 
     # the sender's side
     def send(self, requests: Mapping[str, int], *, name: str, at: float) -> list[Any]:
