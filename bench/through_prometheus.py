@@ -43,7 +43,10 @@ real runs measured, per way: >= 200 clean and >= 100 faulty checks per cell.
 others (their checks mostly wait for scrapes); both are reported together. `--measure-only` runs
 the real checks alone into --out; `--from FILE [FILE ...]` only simulates and prints, from the
 real checks of such files (or of reports) together: cells split over processes run side by side
-(`--routers`) are reported as one run. With --out, each way's checks are also kept as they end,
+(`--routers`, `--conditions busy` or `quiet`) are reported as one run. Through Prometheus each check
+keeps how many 0.25 s pieces its windows sent (as many as fit between the workers' scrapes, since
+c2546db) and the simulation sends as many (also at the fewest of a real pool), its budget the
+windows' sending, at least 40 blocks (8bcea5d). With --out, each way's checks are also kept as they end,
 beside it (OUT-STEM.WAY.partial.json, OUT-STEM.beside.json), so a run stopped early keeps them.
 
 Needs `prometheus` on PATH (Debian's package: `apt-get install prometheus`), and `hey` for --busy.
@@ -462,6 +465,12 @@ def busy_check(dep: Deployment, prom: str | None, budget_s: float) -> dict[str, 
         if len(counts) > 2 and np.mean(counts) > 0:
             by_model.append(np.var(counts, ddof=1) / np.mean(counts))
     schedule_wall = (windows[-1].start_s + (span or 0.0)) if windows else 0.0
+    # How many times each window sent its arm's requests (one window_s apart; through Prometheus
+    # as many as fit between the workers' scrapes, direct once), from its sending part.
+    pieces = (
+        _median([round((w.end_s - w.start_s) / run.window_s) for w in windows]) if windows and run else None
+    )
+    said = getattr(counters, "windows", "") if counters is not None else ""
     return {
         "verdict": str(result.verdict).upper(),
         "seconds": seconds,
@@ -474,6 +483,9 @@ def busy_check(dep: Deployment, prom: str | None, budget_s: float) -> dict[str, 
         "arms": arms,
         "window_s": run.window_s if run else None,
         "requests": int(round(run.rate_per_s * run.window_s)) if run else None,
+        "pieces": pieces,
+        "windows_said": said,
+        "budget_floor_s": _raised_budget(said),
         "span_s": span,
         "waited_s": waited,
         "reads": reads,
@@ -492,6 +504,15 @@ def busy_check(dep: Deployment, prom: str | None, budget_s: float) -> dict[str, 
     }
 
 
+def _raised_budget(said: str) -> float | None:
+    """The budget the verdict's sentence says it was raised to, if so: "at least 40 blocks (260 s
+    of sending)" (since 8bcea5d), or "the budget raised to 400 s" of wall time (c2546db)."""
+    import re
+
+    m = re.search(r"blocks \(([0-9.]+) s of sending\)|budget raised to ([0-9.]+) s", said or "")
+    return float(m.group(1) or m.group(2)) if m else None
+
+
 def measure_busy_way(
     interval: float | None,
     trials: int,
@@ -499,6 +520,7 @@ def measure_busy_way(
     work: Path,
     out: Path | None,
     routers: dict[str, str] = BUSY_ROUTERS,
+    conditions: tuple[str, ...] = CONDITIONS,
 ) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """One way (direct, or Prometheus at `interval`) on a fresh pool per router: {router: {condition:
     [checks]}}; every check is written to `out` (when given) as it ends."""
@@ -516,7 +538,7 @@ def measure_busy_way(
             Deployment(spec, run_dir=run_dir) as dep,
             prometheus(dep, interval) if interval else _nothing() as prom,
         ):
-            for condition in CONDITIONS:
+            for condition in conditions:
                 beside = (
                     other_client(dep, OTHER_RATE, trials * per_check) if condition == "busy" else _nothing()
                 )
@@ -555,7 +577,20 @@ def measured_inputs(checks: list[dict[str, Any]]) -> dict[str, Any]:
     clean = [c for c in busy if c["router"] == "correct"]
     med = lambda key, rows=done: _median([c[key] for c in rows])  # noqa: E731
     window_s, requests = done[0]["window_s"], done[0]["requests"]
+    # Through Prometheus (reads that wait for scrapes) each window sends its arm's requests
+    # `pieces` times (as many 0.25 s windows as fit between the workers' scrapes; that pool's
+    # Prometheus's scrape phases set it), and the budget counts the windows' sending, at least
+    # SCRAPED_BLOCKS blocks (8bcea5d; at c2546db, wall time: the verdict's sentence says which).
+    # Checks measured before the windows were filled (no `pieces` kept) sent once.
+    through = any(c["reads"] for c in done) and all(c.get("pieces") is not None for c in done)
+    pieces = [int(c.get("pieces") or 1) for c in done]
+    floors = [c["budget_floor_s"] for c in done if c.get("budget_floor_s")]
     return {
+        "through": through,
+        "arms": done[0]["arms"],
+        "pieces": _median([float(p) for p in pieces]),
+        "pieces_range": (min(pieces), max(pieces)),
+        "budget_floor_s": _median(floors),
         "window_s": window_s,
         "requests": requests,
         "rate_per_s": requests / window_s,
@@ -582,6 +617,19 @@ HEY_MEASURED = "hey as measured (steady, its rate, the median variance)"
 HEY_SPREAD = "hey as measured, the largest variance of a real check"
 
 
+def _filled(cal: dict[str, Any], pieces: int, budget_s: float) -> dict[str, Any]:
+    """simulate()'s options for windows that send `pieces` x 0.25 s each (through Prometheus since
+    c2546db), with the budget as at 8bcea5d: the windows' sending, at least SCRAPED_BLOCKS blocks."""
+    from embedlab.evidence.busy.constants import SCRAPED_BLOCKS
+
+    sending = pieces * cal["window_s"]
+    return {
+        "window_s": sending, "requests": pieces * cal["requests"],
+        "block_s": cal["arms"] * sending / max(1e-9, 1 - cal["set_aside"]),
+        "budget_s": max(budget_s, SCRAPED_BLOCKS * cal["arms"] * sending),
+    }  # fmt: skip
+
+
 def simulate_way(cal: dict[str, Any], clean_runs: int, fault_runs: int, budget_s: float) -> dict[str, Any]:
     """The 2 x 2 pool simulated at one way's measured inputs: the other client as measured (steady
     at its rate; a model's count per window as variable as measured, then as variable as each
@@ -604,9 +652,27 @@ def simulate_way(cal: dict[str, Any], clean_runs: int, fault_runs: int, budget_s
         "span_s": cal["span_s"], "overhead_s": cal["overhead_s"],
         "leak_rule": "debt", "budget_s": budget_s,
     }  # fmt: skip
+    if cal.get("through"):
+        # The filled windows: each sends `pieces` x the arm's requests over pieces x 0.25 s (the
+        # check's rate kept) and spans read to read as measured; the budget counts the windows'
+        # sending (the blocks set aside included), at least SCRAPED_BLOCKS blocks, the waits on top.
+        options |= _filled(cal, int(cal["pieces"]), budget_s)
+    # Each pool's Prometheus scrapes its workers at phases of its own, so the windows of one pool
+    # send more or less of the interval than another's: hey as measured, also at the fewest.
+    extra: dict[str, dict[str, Any]] = {}
+    if cal.get("through") and cal["pieces_range"][0] < cal["pieces"]:
+        fewest = int(cal["pieces_range"][0])
+        name = f"hey as measured, the fewest pieces of a real pool ({fewest} x {cal['window_s']:g} s)"
+        runs_of.insert(2, (name, measured, cal["fano"]))
+        extra[name] = _filled(cal, fewest, budget_s)
     cells: dict[str, dict[str, Any]] = {name: {} for name, _, _ in runs_of}
-    for fano in dict.fromkeys(f for _, _, f in runs_of):
-        chosen = [(name, b) for name, b, f in runs_of if f == fano]
+    groups = dict.fromkeys((f, name if name in extra else "") for name, _, f in runs_of)
+    for fano, alone in groups:
+        chosen = [
+            (name, b)
+            for name, b, f in runs_of
+            if f == fano and (name == alone if alone else name not in extra)
+        ]
         for n, fault in enumerate(["", *SIM_FAULTS]):
             sims = simulate(
                 Pool.multi_model(2, 2, fault=fault),
@@ -614,7 +680,7 @@ def simulate_way(cal: dict[str, Any], clean_runs: int, fault_runs: int, budget_s
                 runs=fault_runs if fault else clean_runs,
                 seed=11 + n,
                 fano=fano,
-                **options,
+                **(options | extra.get(alone, {})),
             )
             for (name, _), sim in zip(chosen, sims):
                 cells[name][fault or "correct"] = {
@@ -664,13 +730,18 @@ def busy_real_table(measured: dict[str, Any], ways: list[str]) -> str:
 
 def inputs_table(sims: dict[str, Any]) -> str:
     lines = [
-        "| counters read | window (sending part) | requests a window | window span | a kept block: own time (budget) | a kept block: wall | before the schedule | other client per window: mean, variance / mean | set aside | real checks |",
+        "| counters read | window (sending part) | requests a window | window span | a kept block: own time (the budget) | a kept block: wall | before the schedule | other client per window: mean, variance / mean | set aside | real checks |",
         "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]  # fmt: skip
     for way, sim in sims.items():
         c = sim["inputs"]
+        n, (lo, hi) = int(c.get("pieces") or 1), c.get("pieces_range") or (1, 1)
+        sending = f"{n} x {c['window_s']:g} s" + (f" ({lo} to {hi} by pool)" if lo != hi else "")
+        own = _fmt(sim["options"]["block_s"]) + (" s sent" if c.get("through") else " s")
+        budget = sim["options"]["budget_s"]
         lines.append(
-            f"| {way} | {c['window_s']:g} s | {c['requests']} | {_fmt(c['span_s'])} s | {_fmt(c['block_s'])} s"
+            f"| {way} | {sending if c.get('through') else str(c['window_s']) + ' s'} | {n * c['requests']}"
+            f" | {_fmt(c['span_s'])} s | {own} ({budget:g} s)"
             f" | {_fmt(c['wall_block_s'])} s | {_fmt(c['overhead_s'])} s"
             f" | {(c['other_per_s'] or 0) * c['span_s']:.1f} ({_fmt(c['other_per_s'])} req/s, {c['multiple']:.2f}x the check's), {c['fano']:.2f}"
             f" (largest {c['fano_max']:.2f})"
@@ -766,6 +837,7 @@ def busy_main(args: argparse.Namespace) -> None:
     beside = {float(w) for w in args.beside.split(",") if w.strip()} if args.beside else set()
     trials = _trials(args.busy_trials)
     routers = {r: BUSY_ROUTERS[r] for r in args.routers.split(",")} if args.routers else BUSY_ROUTERS
+    conditions = tuple(c for c in args.conditions.split(",") if c in CONDITIONS)
     started = time.perf_counter()
     measured: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="through-prom-busy-") as tmp:
@@ -782,7 +854,7 @@ def busy_main(args: argparse.Namespace) -> None:
                 ",".join(f"{w:g}" for w in sorted(beside)),
             ]
             argv += ["--busy-trials", args.busy_trials, "--budget-s", str(args.budget_s), "--out", str(part)]
-            argv += ["--routers", ",".join(routers)]
+            argv += ["--routers", ",".join(routers), "--conditions", ",".join(conditions)]
             child = subprocess.Popen(argv, start_new_session=True)
         try:
             for interval in ways:
@@ -801,6 +873,7 @@ def busy_main(args: argparse.Namespace) -> None:
                     Path(tmp),
                     args.out if args.measure_only else partial,
                     routers,
+                    conditions,
                 )
                 if args.measure_only and args.out:
                     args.out.write_text(json.dumps(measured, indent=1))
@@ -874,6 +947,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--routers", default="", help=f"--busy: some of {','.join(BUSY_ROUTERS)} (default: all)"
+    )
+    parser.add_argument(
+        "--conditions",
+        default="busy,quiet",
+        help="--busy: the pool busy (hey beside), quiet, or both (default)",
     )
     parser.add_argument(
         "--measure-only", action="store_true", help="--busy: only the real checks, into --out (for --from)"
