@@ -74,10 +74,16 @@ class VllmEngine:
                 await asyncio.shield(build)
             except asyncio.CancelledError:
                 # Stopped mid-start. The thread cannot be interrupted, but the processes it
-                # waits on can: without them from_engine_args fails within seconds.
-                stop_child_processes()
+                # waits on can: without them from_engine_args fails within seconds. Each is
+                # stopped as it comes: a stop during the model's inspection (a subprocess of
+                # its own) would otherwise leave the EngineCore spawned after it to start in full.
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 60
+                while not build.done() and loop.time() < deadline:
+                    stop_child_processes()
+                    await asyncio.wait({build}, timeout=0.5)
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.shield(build), timeout=60)
+                    await asyncio.wait_for(asyncio.shield(build), timeout=max(0.0, deadline - loop.time()))
                 # Should it finish after all, its engine goes as soon as it is built.
                 build.add_done_callback(
                     lambda _: self._engine.shutdown() if self._engine is not None else None
