@@ -13,7 +13,8 @@ import pwd
 import re
 import secrets
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -171,7 +172,6 @@ def tls_metrics(tmp_path: Path) -> Iterator[tuple[Deployment, list[str], dict[st
     (keep / "password").write_text(PASSWORD + "\n")
     with Deployment(DeploymentSpec.pool(["embed-model"], replicas=2), run_dir=tmp_path / "run") as dep:
         ports = [reserve_port() for _ in dep.system_urls]
-        user = f"user {pwd.getpwuid(os.geteuid()).pw_name};" if os.geteuid() == 0 else ""
         servers = "\n".join(
             f"""    server {{
         listen 127.0.0.1:{port} ssl;
@@ -182,32 +182,41 @@ def tls_metrics(tmp_path: Path) -> Iterator[tuple[Deployment, list[str], dict[st
     }}"""
             for port, url in zip(ports, dep.system_urls)
         )
-        conf = keep / "nginx"
-        temps = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-        for t in temps:
-            (conf / t).mkdir(parents=True)
-        temp = "\n".join(f"    {t}_temp_path {conf / t};" for t in temps)
-        (conf / "nginx.conf").write_text(
-            f"daemon off;\nworker_processes 1;\n{user}\npid {conf / 'nginx.pid'};\nerror_log stderr warn;\n"
-            f"events {{ worker_connections 64; }}\nhttp {{\n    access_log off;\n{temp}\n{servers}\n}}\n"
-        )
-        nginx = ManagedProcess(
-            "nginx",
-            ["/usr/sbin/nginx", "-p", str(conf), "-c", str(conf / "nginx.conf"), "-e", "stderr"],
-            log_path=conf / "nginx.log",
-        )
+        trust = ssl.create_default_context(cafile=tls["ca"])
+        up = lambda: httpx.get(f"https://127.0.0.1:{ports[-1]}/", verify=trust).status_code == 400  # noqa: E731
         try:
-            nginx.start()
-            trust = ssl.create_default_context(cafile=tls["ca"])
-            nginx.wait_ready(  # no client certificate: nginx's 400 says it is up
-                lambda: httpx.get(f"https://127.0.0.1:{ports[-1]}/", verify=trust).status_code == 400,
-                timeout=15,
-            )
-            yield dep, [f"https://127.0.0.1:{port}" for port in ports], tls
+            # No client certificate: nginx's 400 says it is up.
+            with nginx(keep / "nginx", servers, up=up):
+                yield dep, [f"https://127.0.0.1:{port}" for port in ports], tls
         finally:
-            nginx.stop()
             for port in ports:
                 release_port(port)
+
+
+@contextmanager
+def nginx(conf: Path, servers: str, *, up: Callable[[], bool]) -> Iterator[None]:
+    """Debian's nginx with `servers` (its `server` blocks) in `conf`, running as this user, until
+    `up()` holds; stopped by its process, also on failure."""
+    temps = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    for t in temps:
+        (conf / t).mkdir(parents=True)
+    user = f"user {pwd.getpwuid(os.geteuid()).pw_name};" if os.geteuid() == 0 else ""
+    temp = "\n".join(f"    {t}_temp_path {conf / t};" for t in temps)
+    (conf / "nginx.conf").write_text(
+        f"daemon off;\nworker_processes 1;\n{user}\npid {conf / 'nginx.pid'};\nerror_log stderr warn;\n"
+        f"events {{ worker_connections 64; }}\nhttp {{\n    access_log off;\n{temp}\n{servers}\n}}\n"
+    )
+    process = ManagedProcess(
+        "nginx",
+        ["/usr/sbin/nginx", "-p", str(conf), "-c", str(conf / "nginx.conf"), "-e", "stderr"],
+        log_path=conf / "nginx.log",
+    )
+    try:
+        process.start()
+        process.wait_ready(up, timeout=15)
+        yield
+    finally:
+        process.stop()
 
 
 def _scrape_config(path: Path, tls: dict[str, Path], *, password_file: Path, ca: bool = True) -> Path:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
-import pwd
 import secrets
 import ssl
 import time
@@ -24,12 +22,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from embedlab import Deployment, DeploymentSpec, ManagedProcess
+from embedlab import Deployment, DeploymentSpec
 from embedlab.cluster.ports import release_port, reserve_port
 
 from ..commands import run_embedlab
 from ..prometheus_server import prometheus_server, scrapes_up
-from .test_access import _counts, _env, _scan, _tls_files
+from .test_access import _counts, _env, _scan, _tls_files, nginx
 
 PASSWORD = "pw-prom-" + secrets.token_hex(16)
 WRONG = "pw-wrong-" + secrets.token_hex(16)
@@ -72,35 +70,19 @@ def behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Behind]:
         ready = scrapes_up(len(targets))
         with prometheus_server(prom_dir, config, ready=ready, what="scrape both workers") as prom:
             port = reserve_port()
-            conf = folder / "nginx"
-            temps = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-            for t in temps:
-                (conf / t).mkdir(parents=True)
-            user = f"user {pwd.getpwuid(os.geteuid()).pw_name};" if os.geteuid() == 0 else ""
-            temp = "\n".join(f"    {t}_temp_path {conf / t};" for t in temps)
-            (conf / "nginx.conf").write_text(
-                f"daemon off;\nworker_processes 1;\n{user}\npid {conf / 'nginx.pid'};\nerror_log stderr warn;\n"
-                f"events {{ worker_connections 64; }}\nhttp {{\n    access_log off;\n{temp}\n"
+            server = (
                 f"    server {{\n        listen 127.0.0.1:{port} ssl;\n"
                 f"        ssl_certificate {tls['server']}; ssl_certificate_key {tls['server-key']};\n"
                 f'        auth_basic "prometheus"; auth_basic_user_file {keep / "htpasswd"};\n'
-                f"        location / {{ proxy_pass {prom}; }}\n    }}\n}}\n"
+                f"        location / {{ proxy_pass {prom}; }}\n    }}"
             )
-            nginx = ManagedProcess(
-                "nginx",
-                ["/usr/sbin/nginx", "-p", str(conf), "-c", str(conf / "nginx.conf"), "-e", "stderr"],
-                log_path=conf / "nginx.log",
-            )
+            trust = ssl.create_default_context(cafile=tls["ca"])
+            # Without credentials: nginx's 401 says it is up.
+            up = lambda: httpx.get(f"https://127.0.0.1:{port}/-/ready", verify=trust).status_code == 401  # noqa: E731
             try:
-                nginx.start()
-                trust = ssl.create_default_context(cafile=tls["ca"])
-                nginx.wait_ready(  # without credentials: nginx's 401 says it is up
-                    lambda: httpx.get(f"https://127.0.0.1:{port}/-/ready", verify=trust).status_code == 401,
-                    timeout=15,
-                )
-                yield Behind(dep, f"https://127.0.0.1:{port}", tls, keep)
+                with nginx(folder / "nginx", server, up=up):
+                    yield Behind(dep, f"https://127.0.0.1:{port}", tls, keep)
             finally:
-                nginx.stop()
                 release_port(port)
 
 
