@@ -39,11 +39,28 @@ def watching(dep: Deployment, tmp_path: Path, *extra: str) -> Iterator[Watcher]:
     """`embedlab watch` attached to `dep`, in its own session, stopped by SIGTERM to its group."""
     urls = [arg for url in dep.system_urls for arg in ("--system-url", url)]
     models = ",".join(w.model for w in dep.spec.workers)
-    log = tmp_path / "watch.log"
-    argv = [sys.executable, "-m", "embedlab", "watch", "--frontend-url", dep.frontend_url, *urls]
-    argv += ["--worker-models", models, "--port", "0", *extra]
+    with watch_process(
+        tmp_path / "watch.log",
+        *urls,
+        "--worker-models",
+        models,
+        "--port",
+        "0",
+        *extra,
+        frontend=dep.frontend_url,
+    ) as watcher:
+        yield watcher
+
+
+@contextmanager
+def watch_process(
+    log: Path, *args: str, frontend: str, env: dict[str, str] | None = None
+) -> Iterator[Watcher]:
+    """`embedlab watch --frontend-url FRONTEND ARGS...`, its output in `log`, in its own session;
+    yielded once it serves, stopped by SIGTERM to its group."""
+    argv = [sys.executable, "-m", "embedlab", "watch", "--frontend-url", frontend, *args]
     with open(log, "w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     watcher = Watcher(proc, log)
     try:
         watcher.wait_for_port()

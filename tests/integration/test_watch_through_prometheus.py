@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +22,7 @@ from embedlab import Deployment, DeploymentSpec
 from embedlab.watch import names
 
 from .test_through_prometheus import MODELS, prometheus, selector
-from .test_watch import Watcher
+from .test_watch import Watcher, watch_process
 
 # A key no output could hold by chance: the embedded frontend takes none, so it is only carried.
 KEY = "sk-watch-" + secrets.token_hex(16)
@@ -37,19 +35,15 @@ def watching(dep: Deployment, prom: str, tmp_path: Path, graph_index: int) -> It
     """`embedlab watch` attached through `prom` to the pool of graph `graph_index`, in its own
     session, stopped by SIGTERM to its group."""
     tmp_path.mkdir(exist_ok=True)
-    argv = [sys.executable, "-m", "embedlab", "watch", "--frontend-url", dep.frontend_url]
-    argv += ["--prometheus-url", prom, "--discover", selector(graph_index), "--api-key", KEY]
-    argv += ["--port", "0", "--duration-s", str(DEADLINE_S), "--html", str(tmp_path / "page")]
-    log = tmp_path / "watch.log"
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    with open(log, "w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    watcher = Watcher(proc, log)
-    try:
-        watcher.wait_for_port()
+    with watch_process(
+        tmp_path / "watch.log",
+        *("--prometheus-url", prom, "--discover", selector(graph_index), "--api-key", KEY),
+        *("--port", "0", "--duration-s", str(DEADLINE_S), "--html", str(tmp_path / "page")),
+        frontend=dep.frontend_url,
+        env=env,
+    ) as watcher:
         yield watcher
-    finally:
-        watcher.stop()
 
 
 # The placement checks: counted-once needs the router's own counts (--router-metrics), and stays
